@@ -1,0 +1,1 @@
+"""The HTTP layer: request models, error responses and thin route handlers."""

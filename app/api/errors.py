@@ -1,0 +1,94 @@
+"""Client errors as HTTP responses: FastAPI's ``{"detail": [...]}`` shape, with the right status."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.ops.errors import SpecError
+from app.tensors.errors import TensorError
+
+
+class ErrorItem(BaseModel):
+    """One broken rule: where (``loc``), what (``msg``) and its kind (``type``)."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every client error on the plain routes."""
+
+    detail: list[ErrorItem]
+
+
+class ApiError(Exception):
+    """A client error with its status and the field it concerns."""
+
+    def __init__(self, status: int, loc: Sequence[str | int], msg: str, kind: str) -> None:
+        super().__init__(msg)
+        self.status = status
+        self.items = [{"loc": list(loc), "msg": msg, "type": kind}]
+        self.headers: dict[str, str] = {}
+
+    @classmethod
+    def from_items(cls, status: int, items: list[dict[str, Any]]) -> "ApiError":
+        error = cls(status, [], "", "")
+        error.items = items
+        return error
+
+
+def spec_error(error: SpecError) -> ApiError:
+    """422 for an input that breaks the op's spec, located at that input."""
+    return ApiError(422, ["body", error.field], error.message, "spec_violation")
+
+
+def tensor_error(error: TensorError, field: str) -> ApiError:
+    """The status of a codec fault, located at the field that held the tensor."""
+    return ApiError(error.status, ["body", field], error.message, error.kind)
+
+
+def validation_error(error: ValidationError) -> ApiError:
+    """422 for an envelope pydantic refused; the offending input is never echoed back."""
+    items = [
+        {"loc": ["body", *item["loc"]], "msg": item["msg"], "type": item["type"]}
+        for item in error.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    return ApiError.from_items(422, items)
+
+
+def error_response(
+    status: int, items: list[dict[str, Any]], headers: Mapping[str, str] | None = None
+) -> Response:
+    return Response(
+        orjson.dumps({"detail": items}), status, headers=headers, media_type="application/json"
+    )
+
+
+async def _on_api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.items, exc.headers)
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    return error_response(
+        exc.status_code, [{"loc": [], "msg": str(exc.detail), "type": "http"}], exc.headers
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    # A bug: answer in the same shape, without leaking a traceback to the client.
+    return error_response(500, [{"loc": [], "msg": "internal server error", "type": "internal"}])
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error to one JSON shape."""
+    app.add_exception_handler(ApiError, _on_api_error)
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)

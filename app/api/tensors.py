@@ -1,0 +1,148 @@
+"""From request fields to arrays and from the output array to a response, errors located."""
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+from app.api.errors import ApiError, tensor_error
+from app.tensors.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
+from app.tensors.errors import TensorError
+from app.tensors.json_form import decode_json_data, decode_json_indices, json_ready
+from app.tensors.npy import decode_npy_base64, encode_npy, encode_npy_base64
+
+
+class Form(Enum):
+    """The two ways a tensor travels in a JSON body."""
+
+    JSON = "json"
+    NPY = "npy"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The size limits a request is held to."""
+
+    max_rank: int
+    max_output_bytes: int
+
+
+def _check_rank(array: npt.NDArray[Any], field: str, limits: Limits) -> None:
+    if array.ndim > limits.max_rank:
+        raise ApiError(
+            413,
+            ["body", field],
+            f"{field} has rank {array.ndim}, above the limit of {limits.max_rank} "
+            "(raise it with TENSOR_OPS_MAX_RANK)",
+            "too_large",
+        )
+
+
+def decode_data(
+    value: Any, dtype_name: str | None, limits: Limits
+) -> tuple[npt.NDArray[Any], Form]:
+    """The ``data`` tensor and the form it came in, its element type settled."""
+    dtype = dtype_from_name(dtype_name) if dtype_name is not None else None
+    try:
+        if isinstance(value, str):
+            array = decode_npy_base64(value)
+            array = _settle_npy_type(array, dtype)
+            form = Form.NPY
+        else:
+            array = decode_json_data(value, dtype)
+            form = Form.JSON
+    except TensorError as error:
+        raise tensor_error(error, "data") from None
+    _check_rank(array, "data", limits)
+    return array, form
+
+
+def _settle_npy_type(array: npt.NDArray[Any], dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+    if dtype == BFLOAT16 and array.dtype.itemsize == 2 and array.dtype.kind in "uiV":
+        # 2-byte payload reinterpreted as bfloat16: bring it to native order, then retype.
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("="))
+        return array.view(BFLOAT16)
+    try:
+        element = element_type_of(array.dtype)
+    except UnknownDTypeError as error:
+        hint = (
+            ' (2-byte elements are bfloat16 only with "dtype": "bfloat16")'
+            if array.dtype.kind == "V"
+            else ""
+        )
+        raise TensorError(f"{error}{hint}", 422, "tensor_type") from None
+    if dtype is not None and dtype != element.dtype:
+        raise TensorError(
+            f"dtype {dtype.name!r} does not match the .npy payload, which holds {element.numpy}",
+            422,
+            "tensor_type",
+        )
+    return array
+
+
+def decode_index(value: Any, field: str, limits: Limits) -> npt.NDArray[Any]:
+    """An index input (shift, axes, indices, axis): int64 in JSON form, as sent in npy form.
+
+    The element type of an npy index is judged by the op, whose spec says which it accepts.
+    """
+    try:
+        if isinstance(value, str):
+            array = decode_npy_base64(value)
+            if array.dtype.kind not in "biuf":
+                raise TensorError(
+                    f"{field} must be of an integer type, got {array.dtype.str!r}",
+                    422,
+                    "tensor_type",
+                )
+        else:
+            array = decode_json_indices(value)
+    except TensorError as error:
+        raise tensor_error(error, field) from None
+    _check_rank(array, field, limits)
+    return array
+
+
+def check_output_size(
+    shape: tuple[int, ...], dtype: np.dtype[Any], form: Form, limits: Limits
+) -> int:
+    """The output's size in bytes; refused (413) above the limit, before the output exists."""
+    count = 1
+    for size in shape:
+        count *= size
+    nbytes = count * dtype.itemsize
+    if form is Form.JSON:
+        # As JSON text an element takes up to ~24 bytes: bound the text, not only the tensor.
+        nbytes = max(nbytes, count * 24)
+    if nbytes > limits.max_output_bytes:
+        raise ApiError(
+            413,
+            ["body"],
+            f"the output would be {nbytes} bytes ({form.value} form, shape {shape}), above the "
+            f"limit of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES)",
+            "too_large",
+        )
+    return count * dtype.itemsize
+
+
+def encode_output(
+    output: npt.NDArray[Any], form: Form, raw_npy: bool
+) -> tuple[bytes | bytearray, str]:
+    """The response body and its media type for ``output``."""
+    if raw_npy:
+        return encode_npy(output), "application/x-npy"
+    name = element_type_of(output.dtype).numpy
+    data: Any
+    if form is Form.NPY:
+        data = encode_npy_base64(output)
+    else:
+        ready = json_ready(output)
+        data = ready.item() if ready.ndim == 0 else ready
+    body = orjson.dumps(
+        {"data": data, "dtype": name, "shape": list(output.shape)},
+        option=orjson.OPT_SERIALIZE_NUMPY,
+    )
+    return body, "application/json"

@@ -1,0 +1,74 @@
+"""The one table of element types: every name a user may write, and the NumPy dtype it means."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """One element type under its three names."""
+
+    numpy: str  # NumPy's name, the one responses use
+    openvino: str  # OpenVINO's element type name
+    kserve: str  # the KServe V2 / Triton datatype
+    dtype: np.dtype[Any]
+
+
+ELEMENT_TYPES: tuple[ElementType, ...] = (
+    ElementType("bool", "boolean", "BOOL", np.dtype(np.bool_)),
+    ElementType("int8", "i8", "INT8", np.dtype(np.int8)),
+    ElementType("int16", "i16", "INT16", np.dtype(np.int16)),
+    ElementType("int32", "i32", "INT32", np.dtype(np.int32)),
+    ElementType("int64", "i64", "INT64", np.dtype(np.int64)),
+    ElementType("uint8", "u8", "UINT8", np.dtype(np.uint8)),
+    ElementType("uint16", "u16", "UINT16", np.dtype(np.uint16)),
+    ElementType("uint32", "u32", "UINT32", np.dtype(np.uint32)),
+    ElementType("uint64", "u64", "UINT64", np.dtype(np.uint64)),
+    ElementType("float16", "f16", "FP16", np.dtype(np.float16)),
+    ElementType("bfloat16", "bf16", "BF16", BFLOAT16),
+    ElementType("float32", "f32", "FP32", np.dtype(np.float32)),
+    ElementType("float64", "f64", "FP64", np.dtype(np.float64)),
+)
+
+#: Every accepted name, NumPy's, OpenVINO's and KServe's, to its element type.
+BY_NAME: dict[str, ElementType] = {
+    name: element
+    for element in ELEMENT_TYPES
+    for name in (element.numpy, element.openvino, element.kserve)
+}
+
+#: The names in the order the docs list them.
+DTYPE_NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+_BY_DTYPE: dict[np.dtype[Any], ElementType] = {e.dtype: e for e in ELEMENT_TYPES}
+
+
+class UnknownDTypeError(ValueError):
+    """A name or a NumPy dtype that is not one of the supported element types."""
+
+
+def dtype_from_name(name: str) -> np.dtype[Any]:
+    """The NumPy dtype a user's type name means (``"f32"``, ``"FP32"`` and ``"float32"`` alike)."""
+    element = BY_NAME.get(name)
+    if element is None:
+        raise UnknownDTypeError(
+            f"unknown element type {name!r}; supported: {', '.join(e.numpy for e in ELEMENT_TYPES)}"
+            " (or their OpenVINO and KServe names)"
+        )
+    return element.dtype
+
+
+def element_type_of(dtype: np.dtype[Any]) -> ElementType:
+    """The element type of a NumPy dtype in either byte order; refuses unsupported types."""
+    element = _BY_DTYPE.get(dtype.newbyteorder("="))
+    if element is None:
+        raise UnknownDTypeError(
+            f"element type {dtype.str!r} ({dtype.name}) is not supported; supported: "
+            f"{', '.join(e.numpy for e in ELEMENT_TYPES)}"
+        )
+    return element

@@ -1,0 +1,180 @@
+"""The NumPy ``.npy`` format, raw and as base64: read without pickle, written in one copy."""
+
+import ast
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pybase64
+
+from app.tensors.dtypes import BFLOAT16
+from app.tensors.errors import TensorError, unacceptable, undecodable
+
+MAGIC = b"\x93NUMPY"
+#: The longest header accepted, as NumPy's own ``max_header_size`` default.
+MAX_HEADER_BYTES = 10_000
+#: NumPy cannot hold arrays of more dimensions than this.
+MAX_RANK = 64
+_HEADER_KEYS = {"descr", "fortran_order", "shape"}
+_ALIGNMENT = 64
+
+
+def decode_npy(
+    buffer: bytes | bytearray | memoryview, *, max_rank: int = MAX_RANK
+) -> npt.NDArray[Any]:
+    """The array in the bytes of an ``.npy`` file, without copying its data.
+
+    The header is parsed as a Python literal (never unpickled) and checked before any array
+    exists: known keys only, a plain element type, a shape of non-negative integers whose byte
+    size is exactly the length of the payload. The result is a read-only view of ``buffer``.
+    Element types are not judged here beyond being plain (2-byte void is kept, for bfloat16).
+    """
+    view = memoryview(buffer).cast("B")
+    if len(view) < 10 or view[:6] != MAGIC:
+        raise undecodable("not an .npy file: it does not start with the .npy magic string")
+    major, minor = view[6], view[7]
+    if major == 1:
+        header_length = int.from_bytes(view[8:10], "little")
+        start = 10
+    elif major in (2, 3):
+        if len(view) < 12:
+            raise undecodable("truncated .npy file: the header length is cut off")
+        header_length = int.from_bytes(view[8:12], "little")
+        start = 12
+    else:
+        raise undecodable(f".npy format version {major}.{minor} is not supported (1.0, 2.0, 3.0)")
+    if header_length > MAX_HEADER_BYTES:
+        raise undecodable(
+            f".npy header of {header_length} bytes is longer than the {MAX_HEADER_BYTES} allowed"
+        )
+    payload_start = start + header_length
+    if payload_start > len(view):
+        raise undecodable(
+            f"truncated .npy file: the header announces {header_length} bytes, "
+            f"{len(view) - start} are there"
+        )
+    header = _parse_header(bytes(view[start:payload_start]), "utf-8" if major == 3 else "latin-1")
+    dtype = _header_dtype(header["descr"])
+    shape = _header_shape(header["shape"], max_rank)
+    fortran_order = header["fortran_order"]
+    if not isinstance(fortran_order, bool):
+        raise undecodable(
+            f".npy header: fortran_order must be True or False, got {fortran_order!r}"
+        )
+    count = math.prod(shape)
+    expected = count * dtype.itemsize
+    actual = len(view) - payload_start
+    if actual != expected:
+        raise undecodable(
+            f".npy header announces shape {shape} of {dtype.name}, which is {expected} bytes, "
+            f"but the payload has {actual} bytes"
+        )
+    flat = np.frombuffer(view, dtype=dtype, count=count, offset=payload_start)
+    if fortran_order:
+        return flat.reshape(shape[::-1]).transpose()
+    return flat.reshape(shape)
+
+
+def _parse_header(raw: bytes, encoding: str) -> dict[str, object]:
+    try:
+        text = raw.decode(encoding)
+        header = ast.literal_eval(text.strip())
+    except (UnicodeDecodeError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        raise undecodable(".npy header is not a Python dict literal") from None
+    if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
+        raise undecodable(
+            ".npy header must be a dict with exactly the keys 'descr', 'fortran_order', 'shape'"
+        )
+    return header
+
+
+def _header_dtype(descr: object) -> np.dtype[Any]:
+    if not isinstance(descr, str):
+        raise unacceptable(
+            f".npy element type {descr!r} is a structured type; only plain numeric types and bool "
+            "are supported"
+        )
+    try:
+        dtype = np.dtype(descr)
+    except (TypeError, ValueError):
+        raise undecodable(f".npy header names an unknown element type {descr!r}") from None
+    if dtype.hasobject:
+        raise undecodable(
+            ".npy file holds Python objects, which are pickled; pickles are never loaded"
+        )
+    plain_void = dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None
+    if (dtype.kind not in "biuf" and not plain_void) or dtype.subdtype is not None:
+        raise unacceptable(
+            f".npy element type {descr!r} is not supported; supported: bool, int8-64, uint8-64, "
+            "float16, float32, float64, and bfloat16 as 2-byte elements"
+        )
+    return dtype
+
+
+def _header_shape(shape: object, max_rank: int) -> tuple[int, ...]:
+    if not isinstance(shape, tuple) or not all(
+        isinstance(size, int) and not isinstance(size, bool) for size in shape
+    ):
+        raise undecodable(f".npy header: shape must be a tuple of integers, got {shape!r}")
+    if len(shape) > max_rank:
+        raise unacceptable(f".npy shape has rank {len(shape)}; at most {max_rank} is supported")
+    if any(size < 0 for size in shape):
+        raise undecodable(f".npy header: shape {shape} has a negative dimension")
+    return shape
+
+
+def encode_npy(array: npt.NDArray[Any]) -> bytearray:
+    """The bytes of an ``.npy`` file (format 1.0, or 2.0 for very long headers) holding ``array``.
+
+    Written little-endian and in C order, with one copy of the data. bfloat16 is written as
+    ``<u2``: 2-byte elements every ``.npy`` reader can load, to be viewed as bfloat16.
+    """
+    descr = "<u2" if array.dtype == BFLOAT16 else array.dtype.newbyteorder("<").str
+    if array.dtype.itemsize == 1:
+        descr = array.dtype.str
+    header = _header_bytes(descr, array.shape)
+    out = bytearray(len(header) + array.nbytes)
+    out[: len(header)] = header
+    target = np.frombuffer(out, dtype=array.dtype.newbyteorder("<"), offset=len(header))
+    np.copyto(target.reshape(array.shape), array, casting="equiv")
+    return out
+
+
+def _header_bytes(descr: str, shape: tuple[int, ...]) -> bytes:
+    literal = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
+    for version, prefix_length in ((1, 10), (2, 12)):
+        padding = -(prefix_length + len(literal) + 1) % _ALIGNMENT
+        text = (literal + " " * padding + "\n").encode("latin-1")
+        if version == 1 and len(text) >= 1 << 16:
+            continue
+        size = len(text).to_bytes(2 if version == 1 else 4, "little")
+        return MAGIC + bytes((version, 0)) + size + text
+    raise AssertionError("unreachable: a version 2.0 header always fits")
+
+
+def decode_npy_base64(text: str, *, max_rank: int = MAX_RANK) -> npt.NDArray[Any]:
+    """The array in a standard base64 (RFC 4648, padded) ``.npy`` string."""
+    try:
+        raw = pybase64.b64decode(text, validate=True)
+    except (ValueError, TypeError):
+        raise undecodable(
+            "not valid base64: expected the standard alphabet (A-Z a-z 0-9 + /) with '=' padding"
+        ) from None
+    return decode_npy(raw, max_rank=max_rank)
+
+
+def encode_npy_base64(array: npt.NDArray[Any]) -> str:
+    """The standard base64 of the ``.npy`` bytes of ``array``."""
+    encoded: bytes = pybase64.b64encode(encode_npy(array))
+    return encoded.decode("ascii")
+
+
+__all__ = [
+    "MAX_RANK",
+    "TensorError",
+    "decode_npy",
+    "decode_npy_base64",
+    "encode_npy",
+    "encode_npy_base64",
+]
