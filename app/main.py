@@ -4,6 +4,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi_offline import FastAPIOffline
 
 from app.api.errors import install_error_handlers
 from app.api.models import SHARED_SCHEMAS, GatherRequest, RollRequest, link_shared_schemas
@@ -22,7 +23,8 @@ Pick one of the specs' examples in a route's request body, then *Try it out* and
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
-    app = FastAPI(title="tensor-ops", version="0.1.0", description=DESCRIPTION)
+    # FastAPIOffline is FastAPI with the docs UI's scripts and styles served from the package.
+    app = FastAPIOffline(title="tensor-ops", version="0.1.0", description=DESCRIPTION)
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(build_router(settings))

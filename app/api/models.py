@@ -98,8 +98,9 @@ GatherAxis = Annotated[
 
 def _known_dtype(name: str) -> str:
     if name not in BY_NAME:
+        shown = name if len(name) <= 32 else name[:32] + "..."
         raise ValueError(
-            f"unknown element type {name!r}; use a NumPy, OpenVINO or KServe name: "
+            f"unknown element type {shown!r}; use a NumPy, OpenVINO or KServe name: "
             + ", ".join(DTYPE_NAMES)
         )
     return name

@@ -145,4 +145,4 @@ def json_ready(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``array`` in a form orjson serialises exactly: C order, native, bfloat16 widened to f32."""
     if array.dtype == BFLOAT16:
         return array.astype(np.float32)
-    return np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+    return np.asarray(array, dtype=array.dtype.newbyteorder("="), order="C")

@@ -1,0 +1,175 @@
+"""The .npy codec: every version and order, no pickle, headers checked against the payload."""
+
+import base64
+import io
+import pickle
+import struct
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from app.tensors.errors import TensorError
+from app.tensors.npy import decode_npy, decode_npy_base64, encode_npy, encode_npy_base64
+from tests.conftest import assert_same_bits
+
+SAMPLES = [
+    np.arange(12, dtype=np.float32).reshape(3, 4),
+    np.array(2.5),
+    np.zeros((0, 3), dtype=np.int8),
+    np.array([True, False, True]),
+    np.arange(6, dtype=np.uint64).reshape(1, 2, 3) * (2**62),
+    np.array([np.nan, -0.0, np.inf], dtype=np.float16),
+]
+
+
+def saved(array: Any, version: tuple[int, int] | None = None) -> bytes:
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.asanyarray(array), version=version)
+    return buffer.getvalue()
+
+
+def npy_bytes(header: str, payload: bytes, version: int = 1) -> bytes:
+    text = header.encode("latin-1")
+    if version == 1:
+        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + payload
+    return b"\x93NUMPY" + bytes((version, 0)) + struct.pack("<I", len(text)) + text + payload
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
+@pytest.mark.parametrize("sample", range(len(SAMPLES)))
+def test_reads_every_format_version(version: tuple[int, int], sample: int) -> None:
+    array = SAMPLES[sample]
+    assert_same_bits(decode_npy(saved(array, version)), array)
+
+
+@pytest.mark.parametrize("dtype", [">f4", ">i8", ">u2", ">f8", "<f4", "|i1"])
+def test_reads_either_byte_order(dtype: str) -> None:
+    array = np.arange(6, dtype=dtype).reshape(2, 3)
+    decoded = decode_npy(saved(array))
+    assert decoded.dtype == np.dtype(dtype)
+    assert decoded.tolist() == array.tolist()
+
+
+def test_reads_fortran_order() -> None:
+    array = np.asfortranarray(np.arange(24, dtype=np.int32).reshape(2, 3, 4))
+    decoded = decode_npy(saved(array))
+    assert decoded.tolist() == array.tolist()
+
+
+def test_decoding_does_not_copy_the_payload() -> None:
+    raw = saved(np.arange(1000, dtype=np.float64))
+    decoded = decode_npy(raw)
+    assert not decoded.flags.owndata
+    assert not decoded.flags.writeable
+
+
+@pytest.mark.parametrize("sample", range(len(SAMPLES)))
+def test_writes_what_numpy_reads(sample: int) -> None:
+    array = SAMPLES[sample]
+    loaded = np.load(io.BytesIO(bytes(encode_npy(array))))
+    assert_same_bits(loaded, array)
+
+
+def test_writes_big_endian_input_as_little_endian() -> None:
+    array = np.arange(4, dtype=">f4")
+    loaded = np.load(io.BytesIO(bytes(encode_npy(array))))
+    assert loaded.dtype == np.dtype("<f4")
+    assert loaded.tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_writes_bfloat16_as_two_byte_unsigned() -> None:
+    array = np.array([1.5, -2.0, np.nan], dtype=ml_dtypes.bfloat16)
+    loaded = np.load(io.BytesIO(bytes(encode_npy(array))))
+    assert loaded.dtype == np.dtype("<u2")
+    assert_same_bits(loaded.view(ml_dtypes.bfloat16), array)
+
+
+def test_header_is_aligned_to_64_bytes() -> None:
+    encoded = encode_npy(np.zeros((3, 5)))
+    header_length = struct.unpack("<H", encoded[8:10])[0]
+    assert (10 + header_length) % 64 == 0
+
+
+def test_base64_round_trip() -> None:
+    array = np.arange(10, dtype=np.int16)
+    text = encode_npy_base64(array)
+    assert base64.b64decode(text) == bytes(encode_npy(array))
+    assert decode_npy_base64(text).tolist() == array.tolist()
+
+
+def test_pickled_objects_are_never_loaded() -> None:
+    raw = saved(np.array([{"a": 1}, None], dtype=object))
+    with pytest.raises(TensorError, match="pickle") as caught:
+        decode_npy(raw)
+    assert caught.value.status == 400
+
+
+def test_a_raw_pickle_is_not_an_npy() -> None:
+    with pytest.raises(TensorError, match="magic") as caught:
+        decode_npy(pickle.dumps(np.arange(3)))
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize(
+    ("raw", "words"),
+    [
+        (b"", "magic"),
+        (b"\x93NUMPY", "magic"),
+        (b"\x93NUMPY\x04\x00\x10\x00", "version 4.0"),
+        (b"\x93NUMPY\x01\x00\xff\xff{}", "longer than"),
+        (b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'", "truncated"),
+        (npy_bytes("__import__('os').system('true')", b""), "dict literal"),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': False}", b""), "exactly the keys"),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", b""), "keys"),
+        (
+            npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", b"\0" * 8),
+            "16 bytes",
+        ),
+        (
+            npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", b"\0" * 8),
+            "4 bytes",
+        ),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}", b""), "negative"),
+        (
+            npy_bytes(
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (1180591620717411303424,)}", b""
+            ),
+            "bytes",
+        ),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': ('a',)}", b""), "integers"),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': 3}", b""), "tuple"),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': 1, 'shape': ()}", b"\0" * 4), "True or"),
+        (npy_bytes("{'descr': 'zz', 'fortran_order': False, 'shape': ()}", b""), "unknown"),
+        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': ()}", b"", 2), "0 bytes"),
+        (npy_bytes("(" * 5000 + ")" * 5000, b""), "dict literal"),
+    ],
+)
+def test_malformed_files_are_refused_with_400(raw: bytes, words: str) -> None:
+    with pytest.raises(TensorError, match=words) as caught:
+        decode_npy(raw)
+    assert caught.value.status == 400
+
+
+@pytest.mark.parametrize("descr", ["<c8", "<U3", "|S2", "<M8[s]", "[('a', '<f4')]", "<V4"])
+def test_unsupported_element_types_are_refused_with_422(descr: str) -> None:
+    literal = descr if descr.startswith("[") else repr(descr)
+    raw = npy_bytes(f"{{'descr': {literal}, 'fortran_order': False, 'shape': ()}}", b"\0" * 16)
+    with pytest.raises(TensorError) as caught:
+        decode_npy(raw)
+    assert caught.value.status == 422
+
+
+def test_rank_above_the_limit_is_refused() -> None:
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + "1," * 40 + ")}"
+    with pytest.raises(TensorError, match="rank 40") as caught:
+        decode_npy(npy_bytes(header, b"\0" * 4), max_rank=32)
+    assert caught.value.status == 422
+
+
+@pytest.mark.parametrize("text", ["QUJD=", "QUJ", "QU JD", "not base64!", "QUJD\n"])
+def test_bad_base64_is_refused(text: str) -> None:
+    with pytest.raises(TensorError) as caught:
+        decode_npy_base64(text)
+    assert caught.value.status == 400

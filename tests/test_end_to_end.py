@@ -1,0 +1,125 @@
+"""End to end: a real uvicorn process on 127.0.0.1, spoken to over TCP."""
+
+import base64
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
+
+pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    port = free_port()
+    env = {**os.environ, "TENSOR_OPS_MAX_BODY_BYTES": str(64 << 20)}
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                break
+        except httpx.TransportError:
+            time.sleep(0.1)
+    else:
+        process.kill()
+        raise RuntimeError(f"uvicorn did not start: {process.communicate()[0].decode()}")
+    yield url, process
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+def test_spec_examples_over_tcp(server: tuple[str, subprocess.Popen[bytes]]) -> None:
+    url, _ = server
+    with httpx.Client(base_url=url) as client:
+        for route, examples in (("/roll", ROLL_EXAMPLES), ("/gather", GATHER_EXAMPLES)):
+            for example in examples.values():
+                body = client.post(route, json=example["value"]).json()
+                data = body["data"]
+                if isinstance(data, str):
+                    data = np.load(io.BytesIO(base64.b64decode(data))).tolist()
+                assert data == example["x-expected-output"]
+
+
+def test_large_npy_roll_over_tcp(server: tuple[str, subprocess.Popen[bytes]]) -> None:
+    url, _ = server
+    data = np.random.default_rng(1).standard_normal((1024, 2048)).astype(np.float32)  # 8 MiB
+    buffer = io.BytesIO()
+    np.save(buffer, data)
+    request = {
+        "data": base64.b64encode(buffer.getvalue()).decode(),
+        "shift": [3, -5],
+        "axes": [0, 1],
+    }
+    with httpx.Client(base_url=url, timeout=60) as client:
+        response = client.post("/roll", json=request, headers={"accept": "application/x-npy"})
+        assert response.status_code == 200
+        output = np.load(io.BytesIO(response.content))
+        np.testing.assert_array_equal(output, np.roll(data, (3, -5), (0, 1)))
+        # The service keeps answering small requests after a large one.
+        assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_declared_oversize_body_is_refused_before_reading(
+    server: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    url, _ = server
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(
+            b"POST /roll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 1000000000\r\n\r\n{"
+        )
+        reply = b""
+        while b"}]}" not in reply:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 413")
+    assert b"TENSOR_OPS_MAX_BODY_BYTES" in reply
+
+
+def test_sigterm_stops_cleanly(server: tuple[str, subprocess.Popen[bytes]]) -> None:
+    url, process = server
+    assert httpx.get(f"{url}/health").status_code == 200
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=30)[0].decode()
+    assert process.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
+    assert "Traceback" not in output
