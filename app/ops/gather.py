@@ -105,49 +105,41 @@ def gather(
     indices = np.asarray(indices)
     plan = gather_plan(data.shape, indices.shape, indices.dtype, axis, batch_dims)
     source = as_raw(data)
-    out = np.empty(plan.output_shape, dtype=source.dtype)
-    if out.size:
-        _gather_into(source, indices, plan, out)
+    if math.prod(plan.output_shape) == 0:
+        out = np.empty(plan.output_shape, dtype=source.dtype)
+    else:
+        out = _gather_raw(source, indices, plan)
     return out.view(data.dtype)
 
 
-def _gather_into(
-    source: npt.NDArray[Any],
-    indices: npt.NDArray[Any],
-    plan: GatherPlan,
-    out: npt.NDArray[Any],
-) -> None:
+def _gather_raw(
+    source: npt.NDArray[Any], indices: npt.NDArray[Any], plan: GatherPlan
+) -> npt.NDArray[Any]:
     axis, batch = plan.axis, plan.batch_dims
     length = source.shape[axis]
     if length == 0:
         # Every index is outside the empty range [0, -1], so every output element is a zero.
-        out.fill(0)
-        return
+        return np.zeros(plan.output_shape, dtype=source.dtype)
     batches = math.prod(source.shape[:batch])
     outer = math.prod(source.shape[batch:axis])
     inner = math.prod(source.shape[axis + 1 :])
     count = math.prod(indices.shape[batch:])
     positions, valid = _normalise_indices(indices.reshape(batches, count), length)
     source4 = source.reshape(batches, outer, length, inner)
-    out4 = out.reshape(batches, outer, count, inner)
     if batches == 1:
-        np.take(source4[0], positions[0], axis=1, out=out4[0], mode="clip")
+        out4 = np.take(source4, positions[0], axis=2, mode="clip")
     else:
-        # Rows of source viewed as (batches * outer * length, inner), one per output row.
-        rows = (
-            np.arange(batches, dtype=np.int64)[:, None, None] * outer
-            + np.arange(outer, dtype=np.int64)[None, :, None]
-        ) * length + positions[:, None, :]
-        np.take(
-            source4.reshape(-1, inner),
-            rows.reshape(-1),
-            axis=0,
-            out=out.reshape(-1, inner),
-            mode="clip",
-        )
+        # Three broadcast index arrays pick (batch, outer, position) for each output row; NumPy
+        # iterates their broadcast without building it, so no index array is output-sized.
+        out4 = source4[
+            np.arange(batches)[:, None, None],
+            np.arange(outer)[None, :, None],
+            positions[:, None, :],
+        ]
     if valid is not None:
         batch_of, index_of = np.nonzero(~valid)
         out4[batch_of, :, index_of, :] = 0
+    return out4.reshape(plan.output_shape)
 
 
 def _normalise_indices(

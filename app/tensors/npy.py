@@ -62,6 +62,8 @@ def decode_npy(
         raise undecodable(
             f".npy header: fortran_order must be True or False, got {fortran_order!r}"
         )
+    if math.prod(size for size in shape if size) * dtype.itemsize >= 1 << 63:
+        raise undecodable(f".npy header announces shape {shape}, which overflows 64-bit sizes")
     count = math.prod(shape)
     expected = count * dtype.itemsize
     actual = len(view) - payload_start

@@ -136,7 +136,13 @@ def test_a_raw_pickle_is_not_an_npy() -> None:
             npy_bytes(
                 "{'descr': '<f4', 'fortran_order': False, 'shape': (1180591620717411303424,)}", b""
             ),
-            "bytes",
+            "overflows",
+        ),
+        (
+            npy_bytes(
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 2305843009213693952)}", b""
+            ),
+            "overflows",
         ),
         (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': ('a',)}", b""), "integers"),
         (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': 3}", b""), "tuple"),
