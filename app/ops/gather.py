@@ -126,6 +126,7 @@ def _gather_raw(
     count = math.prod(indices.shape[batch:])
     positions, valid = _normalise_indices(indices.reshape(batches, count), length)
     source4 = source.reshape(batches, outer, length, inner)
+    out4: npt.NDArray[Any]
     if batches == 1:
         out4 = np.take(source4, positions[0], axis=2, mode="clip")
     else:
