@@ -48,16 +48,20 @@ def roll_shifts(
             f"got shift of shape {shift.shape} and axes of shape {axes.shape}",
         )
     rank = len(data_shape)
+    # The spec gives no axes range for a scalar; OpenVINO's validation takes a scalar as rank 1
+    # (axes 0 and -1 allowed, the output being the input), and so does this kernel.
+    axes_rank = max(rank, 1)
     axes_flat = axes.astype(np.int64).reshape(-1)
-    outside = np.flatnonzero((axes_flat < -rank) | (axes_flat >= rank))
+    outside = np.flatnonzero((axes_flat < -axes_rank) | (axes_flat >= axes_rank))
     if outside.size:
         position = int(outside[0])
-        allowed = f"[{-rank}, {rank - 1}]" if rank else "none: data is a scalar"
         raise SpecError(
             "axes",
             f"{_describe('axes', axes, position)} = {int(axes_flat[position])} is out of range "
-            f"for data of rank {rank} (allowed values: {allowed})",
+            f"for data of rank {rank} (allowed values: [{-axes_rank}, {axes_rank - 1}])",
         )
+    if rank == 0:
+        return {}
     axes_flat = np.where(axes_flat < 0, axes_flat + rank, axes_flat)
     shifts_flat = np.broadcast_to(shift.astype(np.int64).reshape(-1), axes_flat.shape)
     if not axes_flat.size or 0 in data_shape:

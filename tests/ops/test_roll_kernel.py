@@ -155,6 +155,16 @@ def test_shift_and_axes_must_be_int32_or_int64(dtype: Any) -> None:
         roll(MATRIX, 1, np.array(0, dtype=dtype))
 
 
-def test_rank_0_data_refuses_any_axis() -> None:
-    with pytest.raises(SpecError, match="out of range for data of rank 0"):
-        roll(np.float32(1), 1, 0)
+@pytest.mark.parametrize("axes", [0, -1, [0, -1, 0]])
+def test_rank_0_data_takes_axes_0_and_minus_1_as_openvino_does(axes: Any) -> None:
+    out = roll(np.float32(1.5), np.int64(3), np.asarray(axes, dtype=np.int64))
+    assert out.shape == ()
+    assert out.item() == 1.5
+
+
+@pytest.mark.parametrize("axes", [1, -2])
+def test_rank_0_data_refuses_other_axes(axes: int) -> None:
+    with pytest.raises(
+        SpecError, match=r"out of range for data of rank 0 \(allowed values: \[-1, 0\]\)"
+    ):
+        roll(np.float32(1), 1, axes)
