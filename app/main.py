@@ -9,6 +9,8 @@ from fastapi_offline import FastAPIOffline
 from app.api.errors import install_error_handlers
 from app.api.models import SHARED_SCHEMAS, GatherRequest, RollRequest, link_shared_schemas
 from app.api.routes import build_router
+from app.api.v2 import build_v2_router
+from app.api.v2_models import InferenceRequest
 from app.settings import Settings
 
 DESCRIPTION = """
@@ -28,6 +30,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     install_error_handlers(app)
     app.include_router(build_router(settings))
+    app.include_router(build_v2_router(settings))
 
     @app.get("/health", summary="Liveness and readiness", tags=["service"])
     async def health() -> dict[str, str]:
@@ -43,7 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(SHARED_SCHEMAS)
-            for model in (RollRequest, GatherRequest):
+            for model in (RollRequest, GatherRequest, InferenceRequest):
                 components[model.__name__] = model.model_json_schema(
                     ref_template="#/components/schemas/{model}"
                 )

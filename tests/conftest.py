@@ -1,12 +1,19 @@
 """Fixtures shared by the test modules: the app, an ASGI client, helpers to compare bits."""
 
-from collections.abc import AsyncIterator
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
+from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
@@ -17,14 +24,14 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def settings() -> Settings:
-    return Settings()
+@pytest.fixture(scope="session")
+def app() -> FastAPI:
+    """The app with default settings, built once (tests needing other settings build their own)."""
+    return create_app(Settings())
 
 
 @pytest.fixture
-async def client(settings: Settings) -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(settings)
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         yield client
@@ -41,3 +48,58 @@ def assert_same_bits(actual: npt.NDArray[Any], expected: npt.NDArray[Any]) -> No
     assert actual.shape == expected.shape
     assert actual.dtype.newbyteorder("=") == expected.dtype.newbyteorder("=")
     np.testing.assert_array_equal(bits(actual), bits(expected))
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def launch_server(env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start ``python -m uvicorn app.main:app`` on a free port of 127.0.0.1; wait until healthy."""
+    port = free_port()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "app.main:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return url, process
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"uvicorn did not start: {process.communicate()[0].decode()}")
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def live_url() -> Iterator[str]:
+    """The URL of a real uvicorn serving the app, shared by the tests that need TCP."""
+    url, process = launch_server()
+    yield url
+    stop_server(process)

@@ -2,67 +2,26 @@
 
 import base64
 import io
-import os
 import signal
 import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 
 from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
+from tests.conftest import launch_server, stop_server
 
 pytestmark = pytest.mark.e2e
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    port = free_port()
-    env = {**os.environ, "TENSOR_OPS_MAX_BODY_BYTES": str(64 << 20)}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "app.main:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    else:
-        process.kill()
-        raise RuntimeError(f"uvicorn did not start: {process.communicate()[0].decode()}")
+    url, process = launch_server({"TENSOR_OPS_MAX_BODY_BYTES": str(64 << 20)})
     yield url, process
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+    stop_server(process)
 
 
 def test_spec_examples_over_tcp(server: tuple[str, subprocess.Popen[bytes]]) -> None:

@@ -9,6 +9,7 @@ from app.api.errors import ApiError
 
 JSON_TYPE = "application/json"
 NPY_TYPE = "application/x-npy"
+NPZ_TYPE = "application/x-npz"
 
 
 def media_type(request: Request) -> str:

@@ -70,21 +70,49 @@ def error_response(
     )
 
 
+def _is_v2(request: Request) -> bool:
+    return request.url.path == "/v2" or request.url.path.startswith("/v2/")
+
+
+def v2_error_response(
+    status: int, items: list[dict[str, Any]], headers: Mapping[str, str] | None = None
+) -> Response:
+    """The KServe V2 error shape, ``{"error": "..."}``, with the location in words."""
+    messages = []
+    for item in items:
+        where = ".".join(str(part) for part in item["loc"] if part != "body")
+        messages.append(f"{where}: {item['msg']}" if where else item["msg"])
+    return Response(
+        orjson.dumps({"error": "; ".join(messages)}),
+        status,
+        headers=headers,
+        media_type="application/json",
+    )
+
+
+def _respond(
+    request: Request, status: int, items: list[dict[str, Any]], headers: Mapping[str, str] | None
+) -> Response:
+    if _is_v2(request):
+        return v2_error_response(status, items, headers)
+    return error_response(status, items, headers)
+
+
 async def _on_api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
-    return error_response(exc.status, exc.items, exc.headers)
+    return _respond(request, exc.status, exc.items, exc.headers)
 
 
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    return error_response(
-        exc.status_code, [{"loc": [], "msg": str(exc.detail), "type": "http"}], exc.headers
-    )
+    items = [{"loc": [], "msg": str(exc.detail), "type": "http"}]
+    return _respond(request, exc.status_code, items, exc.headers)
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:
     # A bug: answer in the same shape, without leaking a traceback to the client.
-    return error_response(500, [{"loc": [], "msg": "internal server error", "type": "internal"}])
+    items = [{"loc": [], "msg": "internal server error", "type": "internal"}]
+    return _respond(request, 500, items, None)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -1,43 +1,48 @@
-"""The JSON routes ``/roll`` and ``/gather``: decode, run the kernel, encode. Nothing more."""
+"""The op routes ``/roll`` and ``/gather``: JSON bodies and raw ``.npz`` bodies, thin handlers."""
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import math
 from typing import Any, TypeVar
 
-import anyio.to_thread
 import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from app.api.body import JSON_TYPE, media_type, parse_json_object, read_body, wants_npy
-from app.api.errors import ApiError, ErrorBody, spec_error, validation_error
+from app.api.body import (
+    JSON_TYPE,
+    NPY_TYPE,
+    NPZ_TYPE,
+    media_type,
+    parse_json_object,
+    read_body,
+    wants_npy,
+)
+from app.api.errors import ApiError, ErrorBody, tensor_error, validation_error
 from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES, openapi_examples
 from app.api.models import GatherRequest, RollRequest, TensorResponse
+from app.api.ops import OPS, Job, Limits, Op
 from app.api.tensors import (
     Form,
-    Limits,
-    check_output_size,
+    check_json_text_size,
     decode_data,
     decode_index,
     encode_output,
+    settle_npy_type,
 )
-from app.ops import SpecError, gather, gather_plan, roll, roll_shifts
+from app.api.threads import run_sized
 from app.settings import Settings
+from app.tensors.dtypes import UnknownDTypeError, dtype_from_name
+from app.tensors.errors import TensorError
+from app.tensors.npy import encode_npy
+from app.tensors.npz import decode_npz
 
 Model = TypeVar("Model", bound=BaseModel)
 
-
-@dataclass(frozen=True)
-class Job:
-    """A request decoded and checked against the spec, its output not yet computed."""
-
-    compute: Callable[[], npt.NDArray[Any]]
-    form: Form
-    output_bytes: int
-
-    def run(self, raw_npy: bool) -> tuple[bytes | bytearray, str]:
-        return encode_output(self.compute(), self.form, raw_npy)
+REQUEST_MODELS: dict[str, type[RollRequest] | type[GatherRequest]] = {
+    "roll": RollRequest,
+    "gather": GatherRequest,
+}
+EXAMPLES = {"roll": ROLL_EXAMPLES, "gather": GATHER_EXAMPLES}
 
 
 def _validate(model: type[Model], payload: dict[str, Any]) -> Model:
@@ -47,39 +52,69 @@ def _validate(model: type[Model], payload: dict[str, Any]) -> Model:
         raise validation_error(error) from None
 
 
-def prepare_roll(body: bytes | bytearray, limits: Limits) -> Job:
-    """Decode a ``/roll`` body and check it against Roll-7."""
-    request = _validate(RollRequest, parse_json_object(body))
+def prepare_json(op: Op, body: bytes | bytearray, limits: Limits) -> tuple[Job, Form]:
+    """Decode a JSON body for ``op`` and check it against the spec."""
+    request = _validate(REQUEST_MODELS[op.name], parse_json_object(body))
     data, form = decode_data(request.data, request.dtype, limits)
-    shift = decode_index(request.shift, "shift", limits)
-    axes = decode_index(request.axes, "axes", limits)
-    try:
-        roll_shifts(data.shape, shift, axes)
-    except SpecError as error:
-        raise spec_error(error) from None
-    return Job(lambda: roll(data, shift, axes), form, data.nbytes)
+    arrays = {"data": data}
+    for name in op.inputs[1:]:
+        arrays[name] = decode_index(getattr(request, name), name, limits)
+    job = op.make_job(arrays, getattr(request, "batch_dims", 0), limits)
+    if form is Form.JSON:
+        check_json_text_size(math.prod(job.output_shape), limits)
+    return job, form
 
 
-def prepare_gather(body: bytes | bytearray, limits: Limits) -> Job:
-    """Decode a ``/gather`` body, check it against Gather-8 and size its output."""
-    request = _validate(GatherRequest, parse_json_object(body))
-    data, form = decode_data(request.data, request.dtype, limits)
-    indices = decode_index(request.indices, "indices", limits)
-    axis = decode_index(request.axis, "axis", limits)
+def prepare_npz(op: Op, body: bytes, query: dict[str, str], limits: Limits, max_bytes: int) -> Job:
+    """Decode an ``.npz`` body (and the query's ``batch_dims`` and ``dtype``) for ``op``."""
+    batch_dims = _query_batch_dims(op, query)
+    dtype = None
+    if "dtype" in query:
+        try:
+            dtype = dtype_from_name(query["dtype"])
+        except UnknownDTypeError as error:
+            raise ApiError(422, ["query", "dtype"], str(error), "tensor_type") from None
     try:
-        plan = gather_plan(data.shape, indices.shape, indices.dtype, axis, request.batch_dims)
-    except SpecError as error:
-        raise spec_error(error) from None
-    output_bytes = check_output_size(plan.output_shape, data.dtype, form, limits)
-    return Job(lambda: gather(data, indices, axis, request.batch_dims), form, output_bytes)
+        arrays = decode_npz(body, op.inputs, max_bytes=max_bytes, max_rank=limits.max_rank)
+    except TensorError as error:
+        raise tensor_error(error, "body") from None
+    try:
+        arrays["data"] = settle_npy_type(arrays["data"], dtype)
+    except TensorError as error:
+        raise tensor_error(error, "data") from None
+    return op.make_job(arrays, batch_dims, limits)
+
+
+def _query_batch_dims(op: Op, query: dict[str, str]) -> int:
+    text = query.get("batch_dims")
+    if text is None:
+        return 0
+    if not op.takes_batch_dims:
+        raise ApiError(422, ["query", "batch_dims"], f"{op.name} has no batch_dims", "extra")
+    stripped = text.removeprefix("-")
+    if not stripped.isdigit() or not stripped.isascii() or len(stripped) > 19:
+        raise ApiError(
+            422, ["query", "batch_dims"], "batch_dims must be an int64 integer", "int_parsing"
+        )
+    return int(text)
+
+
+def encode_json_route(job: Job, form: Form, raw_npy: bool) -> tuple[bytes | bytearray, str]:
+    return encode_output(job.compute(), form, raw_npy)
+
+
+def encode_raw(job: Job) -> bytearray:
+    output: npt.NDArray[Any] = job.compute()
+    return encode_npy(output)
 
 
 def _responses() -> dict[int | str, dict[str, Any]]:
     return {
         200: {
             "model": TensorResponse,
-            "description": "The output tensor (or its raw .npy with `Accept: application/x-npy`)",
-            "content": {"application/x-npy": {"schema": {"type": "string", "format": "binary"}}},
+            "description": "The output tensor: JSON for a JSON request (or its raw .npy with "
+            "`Accept: application/x-npy`), raw .npy for an .npz request",
+            "content": {NPY_TYPE: {"schema": {"type": "string", "format": "binary"}}},
         },
         400: {"model": ErrorBody, "description": "The body cannot be decoded"},
         413: {"model": ErrorBody, "description": "The body or the output is over a size limit"},
@@ -88,17 +123,47 @@ def _responses() -> dict[int | str, dict[str, Any]]:
     }
 
 
-def _request_body(model: type[BaseModel], examples: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def _openapi_extra(op: Op) -> dict[str, Any]:
+    model = REQUEST_MODELS[op.name]
+    members = ", ".join(f"`{name}.npy`" for name in op.inputs)
+    parameters = [
+        {
+            "name": "dtype",
+            "in": "query",
+            "required": False,
+            "description": "With an .npz body: `bfloat16` to read 2-byte `data` as bfloat16.",
+            "schema": {"type": "string", "enum": ["bfloat16", "bf16", "BF16"]},
+        }
+    ]
+    if op.takes_batch_dims:
+        parameters.insert(
+            0,
+            {
+                "name": "batch_dims",
+                "in": "query",
+                "required": False,
+                "description": "With an .npz body: Gather-8's batch_dims (default 0).",
+                "schema": {"type": "integer", "format": "int64", "default": 0},
+            },
+        )
     return {
+        "parameters": parameters,
         "requestBody": {
             "required": True,
             "content": {
                 JSON_TYPE: {
                     "schema": {"$ref": f"#/components/schemas/{model.__name__}"},
-                    "examples": openapi_examples(examples),
-                }
+                    "examples": openapi_examples(EXAMPLES[op.name]),
+                },
+                NPZ_TYPE: {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": f"An .npz archive (np.savez) with members {members}.",
+                    }
+                },
             },
-        }
+        },
     }
 
 
@@ -107,52 +172,63 @@ def build_router(settings: Settings) -> APIRouter:
     limits = Limits(settings.max_rank, settings.max_output_bytes)
     router = APIRouter()
 
-    async def serve(
-        request: Request, prepare: Callable[[bytes | bytearray, Limits], Job]
-    ) -> Response:
+    async def serve(request: Request, op: Op) -> Response:
         kind = media_type(request)
-        if kind not in (JSON_TYPE, ""):
+        if kind not in (JSON_TYPE, NPZ_TYPE, ""):
             raise ApiError(
                 415,
                 ["header", "content-type"],
-                f"content type {kind!r} is not accepted here; send {JSON_TYPE}",
+                f"content type {kind!r} is not accepted here; send {JSON_TYPE} or {NPZ_TYPE}",
                 "unsupported_media_type",
             )
         body = await read_body(request, settings.max_body_bytes)
-        if len(body) > settings.offload_bytes:
-            job = await anyio.to_thread.run_sync(prepare, body, limits)
+        large_body = len(body) > settings.offload_bytes
+        if kind == NPZ_TYPE:
+            query = dict(request.query_params)
+            job = await run_sized(
+                large_body, prepare_npz, op, bytes(body), query, limits, settings.max_body_bytes
+            )
+            offload = large_body or job.output_bytes > settings.offload_bytes
+            content: bytes | bytearray = await run_sized(offload, encode_raw, job)
+            media = NPY_TYPE
         else:
-            job = prepare(body, limits)
-        raw_npy = wants_npy(request)
-        if max(len(body), job.output_bytes) > settings.offload_bytes:
-            content, media = await anyio.to_thread.run_sync(job.run, raw_npy)
-        else:
-            content, media = job.run(raw_npy)
+            job, form = await run_sized(large_body, prepare_json, op, body, limits)
+            offload = large_body or job.output_bytes > settings.offload_bytes
+            content, media = await run_sized(
+                offload, encode_json_route, job, form, wants_npy(request)
+            )
         # A memoryview lets Starlette send a bytearray without copying it into bytes.
         return Response(content=memoryview(content), media_type=media)
 
-    @router.post(
-        "/roll",
-        summary="Roll-7: shift elements along axes, wrapping around",
-        responses=_responses(),
-        openapi_extra=_request_body(RollRequest, ROLL_EXAMPLES),
-    )
-    async def roll_route(request: Request) -> Response:
-        """Roll-7 over `data`: the output has the shape and type of `data`, its elements shifted
-        by `shift` along `axes` (repeated axes add their shifts; negative axes count from the
-        end)."""
-        return await serve(request, prepare_roll)
+    def add_route(op: Op, summary: str, description: str) -> None:
+        async def route(request: Request) -> Response:
+            return await serve(request, op)
 
-    @router.post(
-        "/gather",
-        summary="Gather-8: take slices along an axis at given indices",
-        responses=_responses(),
-        openapi_extra=_request_body(GatherRequest, GATHER_EXAMPLES),
-    )
-    async def gather_route(request: Request) -> Response:
-        """Gather-8 over `data`: output shape is
-        `data.shape[:axis] + indices.shape[batch_dims:] + data.shape[axis + 1:]`; indices
-        outside `[-data.shape[axis], data.shape[axis] - 1]` give zeros."""
-        return await serve(request, prepare_gather)
+        route.__doc__ = description
+        router.add_api_route(
+            f"/{op.name}",
+            route,
+            methods=["POST"],
+            name=op.name,
+            summary=summary,
+            description=description,
+            responses=_responses(),
+            openapi_extra=_openapi_extra(op),
+        )
 
+    add_route(
+        OPS["roll"],
+        "Roll-7: shift elements along axes, wrapping around",
+        "Roll-7 over `data`: the output has the shape and type of `data`, its elements shifted "
+        "by `shift` along `axes` (repeated axes add their shifts; negative axes count from the "
+        "end). Send JSON (tensors as nested arrays or base64 .npy) or an .npz archive.",
+    )
+    add_route(
+        OPS["gather"],
+        "Gather-8: take slices along an axis at given indices",
+        "Gather-8 over `data`: the output shape is "
+        "`data.shape[:axis] + indices.shape[batch_dims:] + data.shape[axis + 1:]`; indices "
+        "outside `[-data.shape[axis], data.shape[axis] - 1]` give zeros. Send JSON (tensors as "
+        "nested arrays or base64 .npy) or an .npz archive.",
+    )
     return router

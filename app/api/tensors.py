@@ -1,6 +1,5 @@
 """From request fields to arrays and from the output array to a response, errors located."""
 
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -9,6 +8,7 @@ import numpy.typing as npt
 import orjson
 
 from app.api.errors import ApiError, tensor_error
+from app.api.ops import Limits
 from app.tensors.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
 from app.tensors.errors import TensorError
 from app.tensors.json_form import decode_json_data, decode_json_indices, json_ready
@@ -20,14 +20,6 @@ class Form(Enum):
 
     JSON = "json"
     NPY = "npy"
-
-
-@dataclass(frozen=True)
-class Limits:
-    """The size limits a request is held to."""
-
-    max_rank: int
-    max_output_bytes: int
 
 
 def _check_rank(array: npt.NDArray[Any], field: str, limits: Limits) -> None:
@@ -49,7 +41,7 @@ def decode_data(
     try:
         if isinstance(value, str):
             array = decode_npy_base64(value)
-            array = _settle_npy_type(array, dtype)
+            array = settle_npy_type(array, dtype)
             form = Form.NPY
         else:
             array = decode_json_data(value, dtype)
@@ -60,7 +52,8 @@ def decode_data(
     return array, form
 
 
-def _settle_npy_type(array: npt.NDArray[Any], dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+def settle_npy_type(array: npt.NDArray[Any], dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+    """The element type of an npy ``data``: the header's, or bfloat16 over 2-byte elements."""
     if dtype == BFLOAT16 and array.dtype.itemsize == 2 and array.dtype.kind in "uiV":
         # 2-byte payload reinterpreted as bfloat16: bring it to native order, then retype.
         if array.dtype.byteorder == ">":
@@ -106,26 +99,20 @@ def decode_index(value: Any, field: str, limits: Limits) -> npt.NDArray[Any]:
     return array
 
 
-def check_output_size(
-    shape: tuple[int, ...], dtype: np.dtype[Any], form: Form, limits: Limits
-) -> int:
-    """The output's size in bytes; refused (413) above the limit, before the output exists."""
-    count = 1
-    for size in shape:
-        count *= size
-    nbytes = count * dtype.itemsize
-    if form is Form.JSON:
-        # As JSON text an element takes up to ~24 bytes: bound the text, not only the tensor.
-        nbytes = max(nbytes, count * 24)
-    if nbytes > limits.max_output_bytes:
+def check_json_text_size(count: int, limits: Limits) -> None:
+    """Refuse (413) a JSON-form output whose text could pass the output limit.
+
+    As JSON text an element takes up to about 24 bytes; large outputs belong in the npy form.
+    """
+    if count * 24 > limits.max_output_bytes:
         raise ApiError(
             413,
-            ["body"],
-            f"the output would be {nbytes} bytes ({form.value} form, shape {shape}), above the "
-            f"limit of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES)",
+            ["body", "data"],
+            f"the output has {count} elements, up to {count * 24} bytes as JSON text, above the "
+            f"limit of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES,"
+            " or send data in npy form)",
             "too_large",
         )
-    return count * dtype.itemsize
 
 
 def encode_output(

@@ -1,0 +1,117 @@
+"""The KServe V2 / Open Inference Protocol's messages, as pydantic models."""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.tensors.kserve import V2_DTYPES
+
+NonNegative = Annotated[int, Field(strict=True, ge=0)]
+Datatype = Annotated[
+    str,
+    Field(
+        strict=True,
+        description="The element type: " + ", ".join(V2_DTYPES) + " (BYTES is not supported).",
+        json_schema_extra={"enum": list(V2_DTYPES)},
+    ),
+]
+
+
+class RequestInput(BaseModel):
+    """One input tensor: JSON ``data``, or ``parameters.binary_data_size`` bytes of binary data."""
+
+    name: str = Field(
+        strict=True, description="`data`, `shift`, `axes` / `data`, `indices`, `axis`"
+    )
+    shape: list[NonNegative]
+    datatype: Datatype
+    parameters: dict[str, Any] | None = None
+    data: Any = Field(None, description="Flat or nested, in row-major order; absent when binary.")
+
+
+class RequestOutput(BaseModel):
+    """An output the client asks for, and whether it wants it as binary data."""
+
+    name: str = Field(strict=True, description="The only output is named `output`.")
+    parameters: dict[str, Any] | None = None
+
+
+class InferenceRequest(BaseModel):
+    """An inference request: ``parameters.batch_dims`` sets Gather's batch_dims."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "gather-example-2",
+                    "parameters": {"batch_dims": 1},
+                    "inputs": [
+                        {"name": "data", "shape": [2, 5], "datatype": "INT64",
+                         "data": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]},
+                        {"name": "indices", "shape": [2, 3], "datatype": "INT64",
+                         "data": [0, 0, 4, 4, 0, 0]},
+                        {"name": "axis", "shape": [], "datatype": "INT64", "data": [1]},
+                    ],
+                }
+            ]
+        }
+    )  # fmt: skip
+
+    id: str | None = Field(None, strict=True)
+    parameters: dict[str, Any] | None = None
+    inputs: list[RequestInput]
+    outputs: list[RequestOutput] | None = None
+
+
+class ResponseOutput(BaseModel):
+    """The output tensor: JSON ``data``, or ``parameters.binary_data_size`` bytes after the JSON."""
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
+
+
+class InferenceResponse(BaseModel):
+    """An inference response."""
+
+    model_name: str
+    model_version: str | None = None
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    outputs: list[ResponseOutput]
+
+
+class MetadataTensor(BaseModel):
+    """An input or output of a model: -1 marks a dimension of any size."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    parameters: dict[str, Any] | None = None
+
+
+class ModelMetadata(BaseModel):
+    """A model's metadata."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[MetadataTensor]
+    outputs: list[MetadataTensor]
+    parameters: dict[str, Any] | None = None
+
+
+class ServerMetadata(BaseModel):
+    """The server's metadata and the protocol extensions it supports."""
+
+    name: str
+    version: str
+    extensions: list[str]
+
+
+class V2Error(BaseModel):
+    """Every error of the ``/v2`` routes."""
+
+    error: str

@@ -1,0 +1,72 @@
+"""Tensors of the KServe V2 / Open Inference Protocol: JSON data and Triton's binary data."""
+
+import math
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.tensors.dtypes import BFLOAT16, ELEMENT_TYPES, element_type_of
+from app.tensors.errors import unacceptable, undecodable
+from app.tensors.json_form import decode_json_data, json_ready
+
+#: The protocol's datatypes this service takes (all but BYTES) and BF16, to NumPy dtypes.
+V2_DTYPES: dict[str, np.dtype[Any]] = {e.kserve: e.dtype for e in ELEMENT_TYPES}
+
+
+def v2_dtype(datatype: str) -> np.dtype[Any]:
+    """The NumPy dtype of a V2 datatype name; BYTES and unknown names are refused."""
+    dtype = V2_DTYPES.get(datatype)
+    if dtype is None:
+        shown = datatype if len(datatype) <= 16 else datatype[:16] + "..."
+        raise unacceptable(
+            f"datatype {shown!r} is not supported; use one of {', '.join(V2_DTYPES)}"
+        )
+    return dtype
+
+
+def v2_datatype(dtype: np.dtype[Any]) -> str:
+    """The V2 datatype name of a NumPy dtype."""
+    return element_type_of(dtype).kserve
+
+
+def _element_count(shape: list[int]) -> int:
+    return math.prod(shape)
+
+
+def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[Any]:
+    """A tensor from its ``data`` (flat or nested, in row-major order) and declared ``shape``."""
+    array = decode_json_data(data, v2_dtype(datatype))
+    expected = _element_count(shape)
+    if array.size != expected:
+        raise undecodable(f"shape {shape} holds {expected} elements but data has {array.size}")
+    return array.reshape(shape)
+
+
+def decode_v2_binary(chunk: memoryview, shape: list[int], datatype: str) -> npt.NDArray[Any]:
+    """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension)."""
+    dtype = v2_dtype(datatype)
+    expected = _element_count(shape) * dtype.itemsize
+    if len(chunk) != expected:
+        raise undecodable(
+            f"shape {shape} of {datatype} takes {expected} bytes but binary_data_size is "
+            f"{len(chunk)}"
+        )
+    wire = dtype if dtype == BFLOAT16 or dtype.itemsize == 1 else dtype.newbyteorder("<")
+    return np.frombuffer(chunk, dtype=wire).reshape(shape)
+
+
+def v2_json_data(array: npt.NDArray[Any]) -> npt.NDArray[Any] | Any:
+    """The flat, row-major ``data`` of an output tensor, ready for orjson."""
+    ready = json_ready(array)
+    return ready.reshape(-1)
+
+
+def v2_binary_data(array: npt.NDArray[Any]) -> bytes:
+    """The raw little-endian, row-major bytes of an output tensor."""
+    wire = (
+        array.dtype
+        if array.dtype.itemsize == 1 or array.dtype == BFLOAT16
+        else (array.dtype.newbyteorder("<"))
+    )
+    return np.ascontiguousarray(array, dtype=wire).tobytes()

@@ -1,0 +1,94 @@
+"""The NumPy ``.npz`` format (a zip of ``.npy`` members): read with sizes checked first, written."""
+
+import io
+import struct
+import zipfile
+import zlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.tensors.errors import too_large, unacceptable, undecodable
+from app.tensors.npy import MAX_RANK, decode_npy, encode_npy
+
+_LOCAL_HEADER = struct.Struct("<4s22xHH")
+_LOCAL_SIGNATURE = b"PK\x03\x04"
+
+
+def decode_npz(
+    body: bytes, names: tuple[str, ...], *, max_bytes: int, max_rank: int = MAX_RANK
+) -> dict[str, npt.NDArray[Any]]:
+    """The arrays of an ``.npz`` archive whose members are exactly ``names`` (``name.npy``).
+
+    Every member's size is read from the archive's directory and checked against ``max_bytes``
+    (all members together) before anything is decompressed; a member whose data does not match
+    its declared size or checksum is refused. Stored members are decoded without a copy.
+    """
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(body))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        raise undecodable("not an .npz archive: the body is not a readable zip file") from None
+    by_name: dict[str, zipfile.ZipInfo] = {}
+    for info in members:
+        name = info.filename.removesuffix(".npy")
+        if name in by_name:
+            raise undecodable(f".npz archive holds member {name!r} twice")
+        by_name[name] = info
+    unexpected = sorted(set(by_name) - set(names))
+    if unexpected:
+        raise unacceptable(
+            f".npz member {unexpected[0]!r} is not an input; expected {', '.join(names)}"
+        )
+    missing = [name for name in names if name not in by_name]
+    if missing:
+        raise unacceptable(f".npz archive has no member {missing[0]!r}")
+    total = sum(info.file_size for info in members)
+    if total > max_bytes:
+        raise too_large(
+            f".npz members hold {total} bytes uncompressed, above the limit of {max_bytes} bytes "
+            "(raise it with TENSOR_OPS_MAX_BODY_BYTES)"
+        )
+    return {
+        name: decode_npy(_member_bytes(archive, body, by_name[name]), max_rank=max_rank)
+        for name in names
+    }
+
+
+def _member_bytes(archive: zipfile.ZipFile, body: bytes, info: zipfile.ZipInfo) -> memoryview:
+    if info.flag_bits & 0x1:
+        raise unacceptable(f".npz member {info.filename!r} is encrypted")
+    if info.compress_type == zipfile.ZIP_STORED:
+        # Stored data lies in the body as is, after the member's local header: slice it.
+        start = info.header_offset
+        header = body[start : start + _LOCAL_HEADER.size]
+        if len(header) < _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
+            raise undecodable(f".npz member {info.filename!r} has no valid local header")
+        name_length, extra_length = _LOCAL_HEADER.unpack(header)[1:]
+        begin = start + _LOCAL_HEADER.size + name_length + extra_length
+        data = memoryview(body)[begin : begin + info.file_size]
+        if info.compress_size != info.file_size or len(data) != info.file_size:
+            raise undecodable(f".npz member {info.filename!r} is truncated")
+        if zlib.crc32(data) != info.CRC:
+            raise undecodable(f".npz member {info.filename!r} fails its CRC check")
+        return data
+    if info.compress_type != zipfile.ZIP_DEFLATED:
+        raise unacceptable(
+            f".npz member {info.filename!r} uses a compression other than deflate or none"
+        )
+    try:
+        # zipfile stops at the declared size and checks the CRC: a lying header cannot inflate.
+        return memoryview(archive.read(info))
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
+        raise undecodable(f".npz member {info.filename!r} is corrupt") from None
+
+
+def encode_npz(arrays: Mapping[str, npt.NDArray[Any]]) -> bytes:
+    """An uncompressed ``.npz`` archive (as ``np.savez`` writes) with one member per array."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in arrays.items():
+            archive.writestr(f"{name}.npy", bytes(encode_npy(np.asarray(array))))
+    return buffer.getvalue()

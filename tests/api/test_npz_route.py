@@ -1,0 +1,251 @@
+"""Raw bodies: an .npz in, the raw .npy of the output back, sizes checked before decompression."""
+
+import base64
+import io
+import struct
+import zipfile
+from typing import Any
+
+import httpx
+import ml_dtypes
+import numpy as np
+import pytest
+
+from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
+from app.main import create_app
+from app.ops import gather, roll
+from app.settings import Settings
+from app.tensors.npy import decode_npy
+from tests.conftest import assert_same_bits
+
+pytestmark = pytest.mark.anyio
+NPZ = {"content-type": "application/x-npz"}
+
+
+def savez(compressed: bool = False, **arrays: Any) -> bytes:
+    buffer = io.BytesIO()
+    (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def load(response: httpx.Response) -> Any:
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "application/x-npy"
+    return np.load(io.BytesIO(response.content), allow_pickle=False)
+
+
+def as_arrays(request: dict[str, Any]) -> dict[str, Any]:
+    dtype = request.get("dtype")
+    arrays = {"data": np.array(request["data"], dtype=dtype)}
+    for name in ("shift", "axes", "indices", "axis"):
+        if name in request:
+            arrays[name] = np.array(request[name])
+    return arrays
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["stored", "deflated"])
+@pytest.mark.parametrize(
+    ("route", "example"),
+    [("/roll", e) for n, e in ROLL_EXAMPLES.items() if "npy" not in n]
+    + [("/gather", e) for e in GATHER_EXAMPLES.values()],
+    ids=lambda x: x if isinstance(x, str) else x["summary"][:22],
+)
+async def test_spec_examples(
+    client: httpx.AsyncClient, route: str, example: dict[str, Any], compressed: bool
+) -> None:
+    request = example["value"]
+    params = {"batch_dims": request["batch_dims"]} if "batch_dims" in request else {}
+    body = savez(compressed, **as_arrays(request))
+    output = load(await client.post(route, content=body, headers=NPZ, params=params))
+    assert output.tolist() == example["x-expected-output"]
+
+
+async def test_bfloat16_by_query(client: httpx.AsyncClient) -> None:
+    data = np.array([[1.5, np.nan], [-0.0, 3e38]], dtype=ml_dtypes.bfloat16)
+    body = savez(data=data.view(np.uint16), shift=np.int32(1), axes=np.int32(1))
+    response = await client.post("/roll", content=body, headers=NPZ, params={"dtype": "bf16"})
+    output = load(response)
+    assert output.dtype == np.dtype("<u2")
+    assert_same_bits(output.view(ml_dtypes.bfloat16), roll(data, np.int32(1), np.int32(1)))
+
+
+async def test_every_element_type_bit_exact(client: httpx.AsyncClient) -> None:
+    rng = np.random.default_rng(11)
+    for dtype in ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", ">f8"]:
+        raw = rng.integers(0, 256, size=(3, 8 * np.dtype(dtype).itemsize), dtype=np.uint8)
+        data = raw.astype(bool) if dtype == "?" else raw.view(dtype)
+        indices = np.array([[7, -1], [9, 0]], dtype=np.int16)
+        body = savez(data=data, indices=indices, axis=np.array([1], dtype=np.uint8))
+        output = load(await client.post("/gather", content=body, headers=NPZ))
+        assert_same_bits(output, gather(data, indices, np.array([1], np.uint8)))
+
+
+async def test_batch_dims_query(client: httpx.AsyncClient) -> None:
+    data = np.arange(24).reshape(2, 3, 4)
+    indices = np.array([[3, -1], [0, 9]])
+    body = savez(data=data, indices=indices, axis=np.int64(2))
+    output = load(
+        await client.post("/gather", content=body, headers=NPZ, params={"batch_dims": -1})
+    )
+    assert_same_bits(output, gather(data, indices, np.int64(2), -1))
+
+
+def zip_with(members: dict[str, bytes], method: int = zipfile.ZIP_STORED) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    return buffer.getvalue()
+
+
+def npy(array: Any) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(array))
+    return buffer.getvalue()
+
+
+def bomb() -> bytes:
+    """A deflated member of 300 MiB of zeros, about 300 KiB on the wire."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open("data.npy", "w", force_zip64=True) as member:
+            chunk = b"\0" * (1 << 20)
+            for _ in range(300):
+                member.write(chunk)
+        archive.writestr("shift.npy", npy(1))
+        archive.writestr("axes.npy", npy(0))
+    return buffer.getvalue()
+
+
+def lying_size() -> bytes:
+    """A deflated member whose directory entry claims 10 bytes but inflates to 1 MiB."""
+    body = bytearray(
+        zip_with(
+            {"data.npy": npy(np.zeros(1 << 17)), "shift.npy": npy(1), "axes.npy": npy(0)},
+            zipfile.ZIP_DEFLATED,
+        )
+    )
+    position = body.find(b"PK\x01\x02")
+    while position != -1:
+        name_length = struct.unpack_from("<H", body, position + 28)[0]
+        if body[position + 46 : position + 46 + name_length] == b"data.npy":
+            struct.pack_into("<I", body, position + 24, 10)
+        position = body.find(b"PK\x01\x02", position + 4)
+    return bytes(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        (b"not a zip", 400, "not an .npz"),
+        (b"PK\x03\x04" + b"\0" * 40, 400, "not an .npz"),
+        (zip_with({"data.npy": npy([1, 2]), "shift.npy": npy(1)}), 422, "no member 'axes'"),
+        (
+            zip_with(
+                {"data.npy": npy([1]), "shift.npy": npy(1), "axes.npy": npy(0), "x.npy": npy(0)}
+            ),
+            422,
+            "'x' is not an input",
+        ),
+        (zip_with({"data.npy": b"garbage", "shift.npy": npy(1), "axes.npy": npy(0)}), 400, "magic"),
+        (
+            zip_with(
+                {
+                    "data.npy": npy(np.array([{}], dtype=object)),
+                    "shift.npy": npy(1),
+                    "axes.npy": npy(0),
+                }
+            ),
+            400,
+            "pickle",
+        ),
+        (
+            zip_with({"data.npy": npy([1, 2]), "shift.npy": npy(1.5), "axes.npy": npy(0)}),
+            422,
+            "int32 or int64",
+        ),
+        (
+            zip_with({"data.npy": npy([1, 2]), "shift.npy": npy(1), "axes.npy": npy(4)}),
+            422,
+            "axes = 4 is out of range",
+        ),
+        (bomb(), 413, "TENSOR_OPS_MAX_BODY_BYTES"),
+        (lying_size(), 400, "corrupt"),
+    ],
+    ids=[
+        "text",
+        "broken-zip",
+        "missing",
+        "extra",
+        "not-npy",
+        "pickle",
+        "float-shift",
+        "axes-range",
+        "zip-bomb",
+        "lying-size",
+    ],
+)
+async def test_refusals(client: httpx.AsyncClient, body: bytes, status: int, words: str) -> None:
+    response = await client.post("/roll", content=body, headers=NPZ)
+    assert response.status_code == status, response.text
+    detail = response.json()["detail"]
+    assert words in detail[0]["msg"], detail
+
+
+async def test_crc_mismatch_in_a_stored_member(client: httpx.AsyncClient) -> None:
+    body = bytearray(
+        savez(data=np.arange(100, dtype=np.int32), shift=np.int64(1), axes=np.int64(0))
+    )
+    body[body.find(b"\x00\x00\x00\x01\x00\x00\x00") + 3] ^= 0xFF
+    response = await client.post("/roll", content=bytes(body), headers=NPZ)
+    assert response.status_code == 400
+    assert "CRC" in response.json()["detail"][0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("params", "words"),
+    [
+        ({"batch_dims": "x"}, "int64"),
+        ({"batch_dims": "1.5"}, "int64"),
+        ({"dtype": "complex"}, "unknown"),
+    ],
+)
+async def test_bad_query(client: httpx.AsyncClient, params: dict[str, str], words: str) -> None:
+    body = savez(data=np.arange(3), indices=np.array([0]), axis=np.int64(0))
+    response = await client.post("/gather", content=body, headers=NPZ, params=params)
+    assert response.status_code == 422
+    assert words in response.json()["detail"][0]["msg"]
+
+
+async def test_roll_refuses_batch_dims(client: httpx.AsyncClient) -> None:
+    body = savez(data=np.arange(3), shift=np.int64(1), axes=np.int64(0))
+    response = await client.post("/roll", content=body, headers=NPZ, params={"batch_dims": 1})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["query", "batch_dims"]
+
+
+async def test_gather_output_limit_from_a_tiny_archive() -> None:
+    app = create_app(Settings(max_output_bytes=1 << 20))
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        body = savez(
+            True, data=np.zeros((1, 4096)), indices=np.zeros(4096, np.int64), axis=np.int64(0)
+        )
+        response = await client.post("/gather", content=body, headers=NPZ)
+        assert response.status_code == 413
+        assert "TENSOR_OPS_MAX_OUTPUT_BYTES" in response.json()["detail"][0]["msg"]
+
+
+async def test_npz_answer_equals_json_answer(client: httpx.AsyncClient) -> None:
+    data = np.random.default_rng(2).standard_normal((5, 6)).astype(np.float32)
+    raw = load(
+        await client.post(
+            "/roll",
+            content=savez(data=data, shift=np.array([2, -3]), axes=np.array([0, 1])),
+            headers=NPZ,
+        )
+    )
+    request = {"data": base64.b64encode(npy(data)).decode(), "shift": [2, -3], "axes": [0, 1]}
+    body = (await client.post("/roll", json=request)).json()
+    assert_same_bits(raw, decode_npy(base64.b64decode(body["data"])))
