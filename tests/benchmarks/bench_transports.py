@@ -22,8 +22,8 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.client import TensorOpsClient  # noqa: E402
-from tests.conftest import launch_server, stop_server  # noqa: E402
+from app.client import TensorOpsClient
+from tests.conftest import launch_server, stop_server
 
 
 def npy(array: np.ndarray) -> bytes:
