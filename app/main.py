@@ -1,8 +1,10 @@
 """The application: ``create_app(settings)`` builds it; ``app`` is what uvicorn serves."""
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
@@ -11,6 +13,8 @@ from app.api.models import SHARED_SCHEMAS, GatherRequest, RollRequest, link_shar
 from app.api.routes import build_router
 from app.api.v2 import build_v2_router
 from app.api.v2_models import InferenceRequest
+from app.metrics import render as render_metrics
+from app.observability import ObservabilityMiddleware, configure_logging
 from app.settings import Settings
 
 DESCRIPTION = """
@@ -25,16 +29,40 @@ Pick one of the specs' examples in a route's request body, then *Try it out* and
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
+    configure_logging(settings.log_level, settings.log_format)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.ready = True
+        yield
+        # Shutting down: in-flight requests finish, readiness turns away new work.
+        app.state.ready = False
+
     # FastAPIOffline is FastAPI with the docs UI's scripts and styles served from the package.
-    app = FastAPIOffline(title="tensor-ops", version="0.1.0", description=DESCRIPTION)
+    app = FastAPIOffline(
+        title="tensor-ops", version="0.1.0", description=DESCRIPTION, lifespan=lifespan
+    )
     app.state.settings = settings
+    app.state.ready = True
     install_error_handlers(app)
+    app.add_middleware(ObservabilityMiddleware)
     app.include_router(build_router(settings))
     app.include_router(build_v2_router(settings))
 
-    @app.get("/health", summary="Liveness and readiness", tags=["service"])
+    @app.get("/health", summary="Liveness: the process answers", tags=["service"])
     async def health() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/health/ready", summary="Readiness: the service takes work", tags=["service"])
+    async def ready() -> Response:
+        if app.state.ready:
+            return Response(b'{"status":"ready"}', 200, media_type="application/json")
+        return Response(b'{"status":"shutting down"}', 503, media_type="application/json")
+
+    @app.get("/metrics", summary="Prometheus metrics", tags=["service"])
+    async def metrics() -> Response:
+        body, media = render_metrics()
+        return Response(body, media_type=media)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

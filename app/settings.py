@@ -18,9 +18,15 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="port the server listens on")
     workers: int = Field(1, ge=1, description="number of worker processes")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
+    log_format: Literal["json", "text"] = Field(
+        "json", description="one JSON object a line, or text"
+    )
     max_body_bytes: int = Field(256 * MiB, ge=1, description="largest request body accepted")
     max_output_bytes: int = Field(1 * GiB, ge=1, description="largest output tensor produced")
     max_rank: int = Field(32, ge=1, le=64, description="largest rank of any tensor accepted")
+    graceful_timeout: float = Field(
+        30.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM"
+    )
     offload_bytes: int = Field(
         256 * 1024,
         ge=0,

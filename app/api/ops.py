@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.api.errors import ApiError, spec_error
+from app.metrics import ELEMENTS
 from app.ops import SpecError, gather, gather_plan, roll, roll_shifts
 
 Arrays = Mapping[str, npt.NDArray[Any]]
@@ -26,6 +27,7 @@ class Limits:
 class Job:
     """A request checked against the spec, its output sized but not yet computed."""
 
+    op: str
     compute: Callable[[], npt.NDArray[Any]]
     output_shape: tuple[int, ...]
     output_dtype: np.dtype[Any]
@@ -33,6 +35,12 @@ class Job:
     @property
     def output_bytes(self) -> int:
         return math.prod(self.output_shape) * self.output_dtype.itemsize
+
+    def output(self) -> npt.NDArray[Any]:
+        """Run the kernel (and count the elements it produced)."""
+        result = self.compute()
+        ELEMENTS.labels(self.op).inc(result.size)
+        return result
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ def roll_job(arrays: Arrays, batch_dims: int, limits: Limits) -> Job:
     except SpecError as error:
         raise spec_error(error) from None
     check_output_bytes(data.shape, data.dtype, limits)
-    return Job(lambda: roll(data, shift, axes), data.shape, data.dtype)
+    return Job("roll", lambda: roll(data, shift, axes), data.shape, data.dtype)
 
 
 def gather_job(arrays: Arrays, batch_dims: int, limits: Limits) -> Job:
@@ -80,7 +88,9 @@ def gather_job(arrays: Arrays, batch_dims: int, limits: Limits) -> Job:
     except SpecError as error:
         raise spec_error(error) from None
     check_output_bytes(plan.output_shape, data.dtype, limits)
-    return Job(lambda: gather(data, indices, axis, batch_dims), plan.output_shape, data.dtype)
+    return Job(
+        "gather", lambda: gather(data, indices, axis, batch_dims), plan.output_shape, data.dtype
+    )
 
 
 _ANY_INTEGER = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")

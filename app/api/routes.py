@@ -100,11 +100,11 @@ def _query_batch_dims(op: Op, query: dict[str, str]) -> int:
 
 
 def encode_json_route(job: Job, form: Form, raw_npy: bool) -> tuple[bytes | bytearray, str]:
-    return encode_output(job.compute(), form, raw_npy)
+    return encode_output(job.output(), form, raw_npy)
 
 
 def encode_raw(job: Job) -> bytearray:
-    output: npt.NDArray[Any] = job.compute()
+    output: npt.NDArray[Any] = job.output()
     return encode_npy(output)
 
 

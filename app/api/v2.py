@@ -217,7 +217,7 @@ def encode_infer(
     job: Job, op: Op, request: InferenceRequest, binary: bool
 ) -> tuple[bytes, dict[str, str]]:
     """The response body and its headers."""
-    output = job.compute()
+    output = job.output()
     tensor: dict[str, Any] = {
         "name": "output",
         "datatype": v2_datatype(output.dtype),

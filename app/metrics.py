@@ -1,0 +1,38 @@
+"""The service's Prometheus metrics, correct with one worker or several (multiprocess mode)."""
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.multiprocess import MultiProcessCollector
+
+REQUESTS = Counter(
+    "tensor_ops_requests_total", "HTTP requests answered, by route and status", ["route", "status"]
+)
+LATENCY = Histogram(
+    "tensor_ops_request_duration_seconds",
+    "Time from the request's arrival to the end of its response, by route",
+    ["route"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+BYTES_IN = Counter("tensor_ops_request_bytes_total", "Request body bytes received", ["route"])
+BYTES_OUT = Counter("tensor_ops_response_bytes_total", "Response body bytes sent", ["route"])
+ELEMENTS = Counter("tensor_ops_elements_total", "Output elements computed, by op", ["op"])
+
+
+def render() -> tuple[bytes, str]:
+    """The metrics in Prometheus text format, gathered from every worker when there are several.
+
+    With several workers ``PROMETHEUS_MULTIPROC_DIR`` names a directory every worker writes its
+    samples to (``python -m app`` sets it up); the sum over the directory is the service's.
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(), CONTENT_TYPE_LATEST
