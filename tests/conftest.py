@@ -60,22 +60,23 @@ def free_port() -> int:
         return port
 
 
-def launch_server(env: dict[str, str] | None = None) -> tuple[str, subprocess.Popen[bytes]]:
-    """Start ``python -m uvicorn app.main:app`` on a free port of 127.0.0.1; wait until healthy."""
+def launch_server(
+    env: dict[str, str] | None = None, command: list[str] | None = None
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start the service on a free port of 127.0.0.1 and wait until it is healthy.
+
+    By default ``python -m uvicorn app.main:app``; ``command=["-m", "app"]`` runs the launcher,
+    which reads host and port from the environment.
+    """
     port = free_port()
+    arguments = command or [
+        "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    settings = {"TENSOR_OPS_HOST": "127.0.0.1", "TENSOR_OPS_PORT": str(port)}
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "app.main:app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
+        [sys.executable, *arguments],
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, **settings, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )

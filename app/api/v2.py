@@ -259,8 +259,10 @@ def build_v2_router(settings: Settings) -> APIRouter:
         return {"live": True}
 
     @router.get("/health/ready", summary="Server readiness")
-    async def ready() -> dict[str, bool]:
-        return {"ready": True}
+    async def ready(request: Request) -> Response:
+        if getattr(request.app.state, "ready", True):
+            return Response(b'{"ready":true}', 200, media_type="application/json")
+        return Response(b'{"ready":false}', 503, media_type="application/json")
 
     @router.get("", summary="Server metadata", response_model=ServerMetadata)
     async def server_metadata() -> dict[str, Any]:

@@ -1,0 +1,138 @@
+"""Metrics, logs, request ids and readiness, in one process and across several workers."""
+
+import json
+import logging
+import os
+import re
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.settings import Settings
+from tests.conftest import launch_server, stop_server
+
+pytestmark = pytest.mark.anyio
+
+
+def sample(text: str, name: str, labels: str) -> float:
+    match = re.search(rf"^{re.escape(name)}\{{{re.escape(labels)}\}} (\S+)$", text, flags=re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+async def test_metrics_count_requests_bytes_latency_and_elements(client: httpx.AsyncClient) -> None:
+    before = (await client.get("/metrics")).text
+    request = {"data": [[1, 2, 3], [4, 5, 6]], "shift": 1, "axes": 0}
+    for _ in range(3):
+        assert (await client.post("/roll", json=request)).status_code == 200
+    assert (
+        await client.post("/roll", json={"data": [1], "shift": 1, "axes": 5})
+    ).status_code == 422
+    after = (await client.get("/metrics")).text
+    delta = lambda name, labels: sample(after, name, labels) - sample(before, name, labels)  # noqa: E731
+    assert delta("tensor_ops_requests_total", 'route="/roll",status="200"') == 3
+    assert delta("tensor_ops_requests_total", 'route="/roll",status="422"') == 1
+    assert delta("tensor_ops_elements_total", 'op="roll"') == 18
+    body_bytes = len(json.dumps(request, separators=(",", ":")))
+    assert delta("tensor_ops_request_bytes_total", 'route="/roll"') >= 3 * body_bytes
+    assert delta("tensor_ops_response_bytes_total", 'route="/roll"') > 0
+    assert delta("tensor_ops_request_duration_seconds_count", 'route="/roll"') == 4
+    assert "# TYPE tensor_ops_request_duration_seconds histogram" in after
+
+
+async def test_unknown_paths_share_one_label(client: httpx.AsyncClient) -> None:
+    await client.get("/no/such/path/123")
+    text = (await client.get("/metrics")).text
+    assert 'route="unmatched",status="404"' in text
+    assert "/no/such/path" not in text
+
+
+async def test_request_id_taken_or_made_and_returned(client: httpx.AsyncClient) -> None:
+    response = await client.get("/health", headers={"x-request-id": "trace-42"})
+    assert response.headers["x-request-id"] == "trace-42"
+    made = (await client.get("/health")).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", made)
+    hostile = (
+        await client.get("/health", headers={"x-request-id": "bad id\twith spaces"})
+    ).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", hostile)
+
+
+class Collector(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_one_log_record_per_request(client: httpx.AsyncClient) -> None:
+    collector = Collector()
+    logger = logging.getLogger("tensor_ops.access")
+    logger.addHandler(collector)
+    try:
+        await client.post(
+            "/gather",
+            json={"data": [1, 2, 3], "indices": [2], "axis": 0},
+            headers={"x-request-id": "abc"},
+        )
+    finally:
+        logger.removeHandler(collector)
+    records = collector.records
+    assert len(records) == 1
+    record = records[0].__dict__
+    assert record["request_id"] == "abc"
+    assert record["route"] == "/gather"
+    assert record["status"] == 200
+    assert record["bytes_in"] > 0
+    assert record["bytes_out"] > 0
+    assert record["duration_ms"] >= 0
+
+
+async def test_readiness_turns_off_at_shutdown() -> None:
+    app = create_app(Settings())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        assert (await client.get("/health/ready")).json() == {"status": "ready"}
+        app.state.ready = False
+        assert (await client.get("/health/ready")).status_code == 503
+        assert (await client.get("/v2/health/ready")).status_code == 503
+        assert (await client.get("/health")).status_code == 200
+
+
+def test_json_logs_and_metrics_summed_over_two_workers() -> None:
+    env = {"TENSOR_OPS_WORKERS": "2", "TENSOR_OPS_LOG_FORMAT": "json"}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    url, process = launch_server(env, command=["-m", "app"])
+    try:
+        with httpx.Client(base_url=url) as client:
+            for _ in range(40):  # new connections: both workers take some
+                with httpx.Client(base_url=url) as fresh:
+                    assert (
+                        fresh.post(
+                            "/roll", json={"data": [1, 2], "shift": 1, "axes": 0}
+                        ).status_code
+                        == 200
+                    )
+            text = client.get("/metrics").text
+        assert sample(text, "tensor_ops_requests_total", 'route="/roll",status="200"') == 40
+        assert sample(text, "tensor_ops_elements_total", 'op="roll"') == 80
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0].decode()
+        stop_server(process)
+    lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+    access = [
+        line
+        for line in lines
+        if line.get("logger") == "tensor_ops.access" and line.get("route") == "/roll"
+    ]
+    assert len(access) == 40
+    assert {"request_id", "route", "status", "duration_ms", "bytes_in", "bytes_out"} <= set(
+        access[0]
+    )
+    assert len({line["request_id"] for line in access}) == 40
+    assert "Traceback" not in output
+    assert os.environ.get("PROMETHEUS_MULTIPROC_DIR") is None
