@@ -8,6 +8,7 @@ from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
+from app.api.admission import MemoryBudget
 from app.api.errors import install_error_handlers
 from app.api.models import SHARED_SCHEMAS, GatherRequest, RollRequest, link_shared_schemas
 from app.api.routes import build_router
@@ -46,8 +47,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = True
     install_error_handlers(app)
     app.add_middleware(ObservabilityMiddleware)
-    app.include_router(build_router(settings))
-    app.include_router(build_v2_router(settings))
+    budget = MemoryBudget(settings.memory_budget_bytes, settings.admission_timeout)
+    app.state.budget = budget
+    app.include_router(build_router(settings, budget))
+    app.include_router(build_v2_router(settings, budget))
 
     @app.get("/health", summary="Liveness: the process answers", tags=["service"])
     async def health() -> dict[str, str]:

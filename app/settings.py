@@ -24,6 +24,17 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(256 * MiB, ge=1, description="largest request body accepted")
     max_output_bytes: int = Field(1 * GiB, ge=1, description="largest output tensor produced")
     max_rank: int = Field(32, ge=1, le=64, description="largest rank of any tensor accepted")
+    memory_budget_bytes: int = Field(
+        4 * GiB,
+        ge=1,
+        description="memory the requests of one worker may hold at once (bodies, outputs, copies)",
+    )
+    admission_timeout: float = Field(
+        10.0, gt=0, description="seconds a request waits for memory before a 503"
+    )
+    body_timeout: float = Field(
+        60.0, gt=0, description="seconds without a byte of the body before a 408"
+    )
     graceful_timeout: float = Field(
         30.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM"
     )

@@ -1,15 +1,23 @@
-"""Reading request bodies: content type, size limit before and while reading, JSON parsing."""
+"""Reading request bodies: content type, size limits before and while reading, a read timeout,
+gzip/deflate, memory reservation, and JSON parsing."""
 
+import zlib
 from typing import Any
 
+import anyio
 import orjson
 from fastapi import Request
+from starlette.requests import ClientDisconnect
 
+from app.api.admission import Reservation
 from app.api.errors import ApiError
+from app.api.threads import run_sized
+from app.settings import Settings
 
 JSON_TYPE = "application/json"
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
+_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 def media_type(request: Request) -> str:
@@ -32,24 +40,91 @@ def _too_large(size: str, limit: int) -> ApiError:
     )
 
 
-async def read_body(request: Request, limit: int) -> bytearray:
-    """The whole body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
+async def read_body(request: Request, settings: Settings, reservation: Reservation) -> bytearray:
+    """The whole body, decompressed, with its memory reserved before it is held.
+
+    413 as soon as the body (or what it inflates to) is known to pass the limit: from
+    ``Content-Length`` before reading, while reading a chunked body, while inflating. 408 when
+    the client sends nothing for ``TENSOR_OPS_BODY_TIMEOUT`` seconds.
+    """
+    limit = settings.max_body_bytes
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "") and encoding not in _ENCODINGS:
+        raise ApiError(
+            415,
+            ["header", "content-encoding"],
+            f"Content-Encoding {encoding[:32]!r} is not supported; use gzip, deflate or none",
+            "unsupported_encoding",
+        )
     declared = request.headers.get("content-length")
-    expected = 0
     if declared is not None:
         if not declared.isdigit():
             raise ApiError(
                 400, ["header", "content-length"], "Content-Length is not a number", "bad_header"
             )
-        expected = int(declared)
-        if expected > limit:
-            raise _too_large(f"{expected} bytes", limit)
+        if int(declared) > limit:
+            raise _too_large(f"{int(declared)} bytes", limit)
+        await reservation.grow_to(int(declared))
     body = bytearray()
-    async for chunk in request.stream():
+    chunks = request.stream()
+    while True:
+        try:
+            with anyio.fail_after(settings.body_timeout):
+                chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise ApiError(
+                408,
+                ["body"],
+                f"no part of the body arrived for {settings.body_timeout} s "
+                "(TENSOR_OPS_BODY_TIMEOUT)",
+                "timeout",
+            ) from None
+        except ClientDisconnect:
+            raise ApiError(400, ["body"], "the client went away mid-body", "disconnected") from None
         body += chunk
         if len(body) > limit:
             raise _too_large(f"more than {limit} bytes", limit)
+        if len(body) > reservation.held:
+            # A chunked body: reserve ahead, doubling, so waits and checks stay few.
+            await reservation.grow_to(min(limit, 2 * len(body)))
+    if encoding in _ENCODINGS:
+        await reservation.grow_to(len(body) + limit)
+        body = await run_sized(len(body) > settings.offload_bytes, _inflate, body, encoding, limit)
     return body
+
+
+def _inflate(body: bytearray, encoding: str, limit: int) -> bytearray:
+    inflater = zlib.decompressobj(_ENCODINGS[encoding])
+    try:
+        # Inflate at most limit + 1 bytes: a bomb is refused as soon as it passes the limit.
+        out = bytearray(inflater.decompress(body, limit + 1))
+    except zlib.error:
+        raise ApiError(
+            400, ["body"], f"the body is not valid {encoding} data", "bad_encoding"
+        ) from None
+    if len(out) > limit:
+        raise ApiError(
+            413,
+            ["body"],
+            f"the body inflates past the limit of {limit} bytes (raise it with "
+            "TENSOR_OPS_MAX_BODY_BYTES)",
+            "too_large",
+        )
+    if not inflater.eof:
+        raise ApiError(400, ["body"], f"the {encoding} body is truncated", "bad_encoding")
+    return out
+
+
+def parsing_bytes(body: bytes | bytearray) -> int:
+    """About how many bytes parsing a JSON body holds beyond the body itself.
+
+    A base64 string becomes a str and then its decoded bytes (about 2x its size); each element of
+    a JSON array becomes Python objects, an object array slot and its place in NumPy's copy,
+    some 64 bytes. Commas count the elements at C speed, and base64 has none.
+    """
+    return 2 * len(body) + 64 * body.count(b",")
 
 
 def parse_json_object(body: bytes | bytearray) -> dict[str, Any]:

@@ -8,12 +8,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
+from app.api.admission import MemoryBudget, ReleasingResponse
 from app.api.body import (
     JSON_TYPE,
     NPY_TYPE,
     NPZ_TYPE,
     media_type,
     parse_json_object,
+    parsing_bytes,
     read_body,
     wants_npy,
 )
@@ -34,7 +36,7 @@ from app.settings import Settings
 from app.tensors.dtypes import UnknownDTypeError, dtype_from_name
 from app.tensors.errors import TensorError
 from app.tensors.npy import encode_npy
-from app.tensors.npz import decode_npz
+from app.tensors.npz import decode_npz, inflated_size
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -97,6 +99,15 @@ def _query_batch_dims(op: Op, query: dict[str, str]) -> int:
             422, ["query", "batch_dims"], "batch_dims must be an int64 integer", "int_parsing"
         )
     return int(text)
+
+
+def _encoding_bytes(job: Job, form: Form, raw_npy: bool) -> int:
+    """About what the output and its encodings hold at their peak."""
+    if raw_npy:
+        return 2 * job.output_bytes
+    if form is Form.NPY:
+        return 4 * job.output_bytes  # the output, its .npy, the base64, the JSON text
+    return job.output_bytes + 32 * math.prod(job.output_shape)
 
 
 def encode_json_route(job: Job, form: Form, raw_npy: bool) -> tuple[bytes | bytearray, str]:
@@ -167,8 +178,8 @@ def _openapi_extra(op: Op) -> dict[str, Any]:
     }
 
 
-def build_router(settings: Settings) -> APIRouter:
-    """The op routes, bound to the settings' limits."""
+def build_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
+    """The op routes, bound to the settings' limits and the worker's memory budget."""
     limits = Limits(settings.max_rank, settings.max_output_bytes)
     router = APIRouter()
 
@@ -181,24 +192,32 @@ def build_router(settings: Settings) -> APIRouter:
                 f"content type {kind!r} is not accepted here; send {JSON_TYPE} or {NPZ_TYPE}",
                 "unsupported_media_type",
             )
-        body = await read_body(request, settings.max_body_bytes)
-        large_body = len(body) > settings.offload_bytes
-        if kind == NPZ_TYPE:
-            query = dict(request.query_params)
-            job = await run_sized(
-                large_body, prepare_npz, op, bytes(body), query, limits, settings.max_body_bytes
-            )
-            offload = large_body or job.output_bytes > settings.offload_bytes
-            content: bytes | bytearray = await run_sized(offload, encode_raw, job)
-            media = NPY_TYPE
-        else:
-            job, form = await run_sized(large_body, prepare_json, op, body, limits)
-            offload = large_body or job.output_bytes > settings.offload_bytes
-            content, media = await run_sized(
-                offload, encode_json_route, job, form, wants_npy(request)
-            )
+        reservation = budget.reserve()
+        try:
+            body = await read_body(request, settings, reservation)
+            large_body = len(body) > settings.offload_bytes
+            if kind == NPZ_TYPE:
+                await reservation.grow_to(len(body) + inflated_size(body))
+                query = dict(request.query_params)
+                job = await run_sized(
+                    large_body, prepare_npz, op, bytes(body), query, limits, settings.max_body_bytes
+                )
+                await reservation.grow_to(reservation.held + 2 * job.output_bytes)
+                offload = large_body or job.output_bytes > settings.offload_bytes
+                content: bytes | bytearray = await run_sized(offload, encode_raw, job)
+                media = NPY_TYPE
+            else:
+                await reservation.grow_to(len(body) + parsing_bytes(body))
+                job, form = await run_sized(large_body, prepare_json, op, body, limits)
+                raw_npy = wants_npy(request)
+                await reservation.grow_to(reservation.held + _encoding_bytes(job, form, raw_npy))
+                offload = large_body or job.output_bytes > settings.offload_bytes
+                content, media = await run_sized(offload, encode_json_route, job, form, raw_npy)
+        except BaseException:
+            await reservation.release()
+            raise
         # A memoryview lets Starlette send a bytearray without copying it into bytes.
-        return Response(content=memoryview(content), media_type=media)
+        return ReleasingResponse(reservation, content=memoryview(content), media_type=media)
 
     def add_route(op: Op, summary: str, description: str) -> None:
         async def route(request: Request) -> Response:

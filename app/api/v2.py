@@ -1,7 +1,6 @@
 """The KServe V2 / Open Inference Protocol under ``/v2``, with Triton's binary data extension."""
 
 import math
-import zlib
 from typing import Any
 
 import orjson
@@ -9,7 +8,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.api.body import read_body
+from app.api.admission import MemoryBudget, ReleasingResponse
+from app.api.body import parsing_bytes, read_body
 from app.api.errors import ApiError, tensor_error, validation_error
 from app.api.ops import OPS, Job, Limits, Op
 from app.api.tensors import check_json_text_size
@@ -39,7 +39,6 @@ MODEL_VERSION = "1"
 HEADER_LENGTH = "inference-header-content-length"
 EXTENSIONS = ["binary_tensor_data"]
 _DATA_TYPES = [e.kserve for e in ELEMENT_TYPES]
-_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
 def _v2_error(status: int, message: str) -> ApiError:
@@ -86,29 +85,6 @@ def model_metadata(op: Op) -> dict[str, Any]:
     if op.takes_batch_dims:
         metadata["parameters"] = {"batch_dims": "int64 request parameter, default 0"}
     return metadata
-
-
-def _decompress(body: bytearray, encoding: str, limit: int) -> bytearray:
-    wbits = _ENCODINGS.get(encoding)
-    if wbits is None:
-        raise _v2_error(
-            415, f"Content-Encoding {encoding[:32]!r} is not supported; use gzip or deflate"
-        )
-    inflater = zlib.decompressobj(wbits)
-    try:
-        # Inflate at most limit + 1 bytes: a bomb is refused as soon as it passes the limit.
-        out = bytearray(inflater.decompress(body, limit + 1))
-        if len(out) > limit:
-            raise _v2_error(
-                413,
-                f"decompressed body passes the limit of {limit} bytes "
-                "(raise it with TENSOR_OPS_MAX_BODY_BYTES)",
-            )
-        if not inflater.eof:
-            raise _v2_error(400, f"the {encoding} body is truncated")
-    except zlib.error:
-        raise _v2_error(400, f"the body is not valid {encoding} data") from None
-    return out
 
 
 def _split(body: bytearray, header_length: str | None) -> tuple[bytes | bytearray, memoryview]:
@@ -239,7 +215,7 @@ def encode_infer(
     return head + raw, headers
 
 
-def build_v2_router(settings: Settings) -> APIRouter:
+def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
     """The ``/v2`` routes."""
     limits = Limits(settings.max_rank, settings.max_output_bytes)
     router = APIRouter(prefix="/v2", tags=["KServe V2"])
@@ -314,17 +290,27 @@ def build_v2_router(settings: Settings) -> APIRouter:
 
     async def infer(request: Request, name: str, version: str | None = None) -> Response:
         op = _model(name, version)
-        body = await read_body(request, settings.max_body_bytes)
-        large = len(body) > settings.offload_bytes
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
-        if encoding != "identity":
-            body = await run_sized(large, _decompress, body, encoding, settings.max_body_bytes)
+        reservation = budget.reserve()
+        try:
+            body = await read_body(request, settings, reservation)
             large = len(body) > settings.offload_bytes
-        header_length = request.headers.get(HEADER_LENGTH)
-        job, parsed, binary = await run_sized(large, prepare_infer, op, body, header_length, limits)
-        offload = large or job.output_bytes > settings.offload_bytes
-        content, headers = await run_sized(offload, encode_infer, job, op, parsed, binary)
-        return Response(content=content, headers=headers)
+            header_length = request.headers.get(HEADER_LENGTH)
+            json_part = (
+                body[: int(header_length)] if header_length and header_length.isdigit() else body
+            )
+            await reservation.grow_to(len(body) + parsing_bytes(json_part))
+            job, parsed, binary = await run_sized(
+                large, prepare_infer, op, body, header_length, limits
+            )
+            count = math.prod(job.output_shape)
+            encoded = 2 * job.output_bytes if binary else 32 * count
+            await reservation.grow_to(reservation.held + job.output_bytes + encoded)
+            offload = large or job.output_bytes > settings.offload_bytes
+            content, headers = await run_sized(offload, encode_infer, job, op, parsed, binary)
+        except BaseException:
+            await reservation.release()
+            raise
+        return ReleasingResponse(reservation, content=content, headers=headers)
 
     for path, summary in (
         ("/models/{name}/infer", "Inference: run the op"),

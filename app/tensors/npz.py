@@ -57,6 +57,19 @@ def decode_npz(
     }
 
 
+def inflated_size(body: bytes | bytearray) -> int:
+    """What the compressed members of an ``.npz`` declare they inflate to (0 if not a zip).
+
+    Stored members are read in place and cost nothing more; the declared sizes bound the rest,
+    as ``decode_npz`` never inflates past them.
+    """
+    try:
+        members = zipfile.ZipFile(io.BytesIO(body)).infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        return 0
+    return sum(info.file_size for info in members if info.compress_type != zipfile.ZIP_STORED)
+
+
 def _member_bytes(archive: zipfile.ZipFile, body: bytes, info: zipfile.ZipInfo) -> memoryview:
     if info.flag_bits & 0x1:
         raise unacceptable(f".npz member {info.filename!r} is encrypted")

@@ -345,7 +345,7 @@ async def test_bad_json_and_encoding(client: httpx.AsyncClient) -> None:
     response = await client.post(
         "/v2/models/roll/infer", content=b"xx", headers={"content-encoding": "br"}
     )
-    assert_v2_error(response, 415, "gzip or deflate")
+    assert_v2_error(response, 415, "gzip, deflate")
     response = await client.post(
         "/v2/models/roll/infer", content=b"not gzip", headers={"content-encoding": "gzip"}
     )

@@ -1,0 +1,111 @@
+"""Memory admission: large requests share a byte budget, so the process never overcommits.
+
+Each request reserves what it will hold at its peak (its body, what decoding adds, its output
+and the encoded answer) before it holds it, in steps as each becomes known. A reservation that
+does not fit waits for others to finish; past the admission timeout it is
+answered 503 with ``Retry-After``. A request that could never fit is answered 413.
+"""
+
+import asyncio
+import math
+import time
+from types import TracebackType
+from typing import Any, Self
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from app.api.errors import ApiError
+
+
+class MemoryBudget:
+    """A byte budget shared by the requests of one worker process."""
+
+    def __init__(self, capacity: int, timeout: float) -> None:
+        self.capacity = capacity
+        self.timeout = timeout
+        self.in_use = 0
+        self._changed = asyncio.Condition()
+
+    def reserve(self) -> "Reservation":
+        """A reservation of this budget, empty until it grows."""
+        return Reservation(self)
+
+    async def _take(self, nbytes: int, deadline: float) -> None:
+        if nbytes > self.capacity:
+            raise ApiError(
+                413,
+                ["body"],
+                f"the request needs about {nbytes} bytes of memory, more than the budget of "
+                f"{self.capacity} bytes (raise it with TENSOR_OPS_MEMORY_BUDGET_BYTES)",
+                "too_large",
+            )
+        async with self._changed:
+            while self.in_use + nbytes > self.capacity:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    error = ApiError(
+                        503,
+                        [],
+                        f"the service is busy: {self.in_use} of {self.capacity} bytes of its "
+                        f"memory budget are in use and this request needs {nbytes}; retry later",
+                        "busy",
+                    )
+                    error.headers["Retry-After"] = str(max(1, math.ceil(self.timeout / 4)))
+                    raise error
+                try:
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+                except TimeoutError:
+                    continue
+            self.in_use += nbytes
+
+    async def _give_back(self, nbytes: int) -> None:
+        async with self._changed:
+            self.in_use -= nbytes
+            self._changed.notify_all()
+
+
+class Reservation:
+    """What one request holds of the budget; given back when the request is done."""
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self.budget = budget
+        self.held = 0
+        self._deadline = time.monotonic() + budget.timeout
+
+    async def grow_to(self, nbytes: int) -> None:
+        """Hold at least ``nbytes`` in all (waiting for room, or refused)."""
+        extra = nbytes - self.held
+        if extra > 0:
+            await self.budget._take(extra, self._deadline)
+            self.held += extra
+
+    async def release(self) -> None:
+        if self.held:
+            held, self.held = self.held, 0
+            await self.budget._give_back(held)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+
+class ReleasingResponse(Response):
+    """A response that gives its request's reservation back once it is sent (or abandoned)."""
+
+    def __init__(self, reservation: Reservation, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reservation = reservation
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.reservation.release()
