@@ -4,6 +4,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -51,6 +52,7 @@ def assert_same_bits(actual: npt.NDArray[Any], expected: npt.NDArray[Any]) -> No
 
 
 ROOT = Path(__file__).resolve().parent.parent
+_LOGS: dict[int, str] = {}  # server pid -> the file its output goes to
 
 
 def free_port() -> int:
@@ -73,13 +75,17 @@ def launch_server(
         "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
     settings = {"TENSOR_OPS_HOST": "127.0.0.1", "TENSOR_OPS_PORT": str(port)}
+    log = tempfile.NamedTemporaryFile(prefix="tensor-ops-server-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, *arguments],
         cwd=ROOT,
         env={**os.environ, **settings, **(env or {})},
-        stdout=subprocess.PIPE,
+        # A file, not a pipe: a pipe nobody reads fills up and stalls the server's logging.
+        stdout=log,
         stderr=subprocess.STDOUT,
     )
+    _LOGS[process.pid] = log.name
+    log.close()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -89,13 +95,19 @@ def launch_server(
         except httpx.TransportError:
             time.sleep(0.1)
     process.kill()
-    raise RuntimeError(f"uvicorn did not start: {process.communicate()[0].decode()}")
+    raise RuntimeError(f"uvicorn did not start: {server_output(process)}")
+
+
+def server_output(process: subprocess.Popen[bytes]) -> str:
+    """Everything the server has written to stdout and stderr so far."""
+    return Path(_LOGS[process.pid]).read_text(errors="replace")
 
 
 def stop_server(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.kill()
         process.wait()
+    Path(_LOGS.pop(process.pid, "/nonexistent")).unlink(missing_ok=True)
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
-from tests.conftest import launch_server, stop_server
+from tests.conftest import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -79,6 +79,7 @@ def test_sigterm_stops_cleanly(server: tuple[str, subprocess.Popen[bytes]]) -> N
     url, process = server
     assert httpx.get(f"{url}/health").status_code == 200
     process.send_signal(signal.SIGTERM)
-    output = process.communicate(timeout=30)[0].decode()
+    process.wait(timeout=30)
+    output = server_output(process)
     assert process.returncode in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
     assert "Traceback" not in output

@@ -10,7 +10,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import launch_server, stop_server
+from tests.conftest import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.anyio
 
@@ -121,7 +121,8 @@ def test_json_logs_and_metrics_summed_over_two_workers() -> None:
         assert sample(text, "tensor_ops_elements_total", 'op="roll"') == 80
     finally:
         process.terminate()
-        output = process.communicate(timeout=30)[0].decode()
+        process.wait(timeout=30)
+        output = server_output(process)
         stop_server(process)
     lines = [json.loads(line) for line in output.splitlines() if line.startswith("{")]
     access = [

@@ -49,8 +49,8 @@ def spec_error(error: SpecError) -> ApiError:
 
 
 def tensor_error(error: TensorError, field: str) -> ApiError:
-    """The status of a codec fault, located at the field that held the tensor."""
-    return ApiError(error.status, ["body", field], error.message, error.kind)
+    """The status of a codec fault, located at its input (or at the field that held it)."""
+    return ApiError(error.status, ["body", error.field or field], error.message, error.kind)
 
 
 def validation_error(error: ValidationError) -> ApiError:

@@ -8,10 +8,15 @@ import numpy.typing as npt
 import orjson
 
 from app.api.errors import ApiError, tensor_error
-from app.api.ops import Limits
+from app.api.ops import Limits, check_shape
 from app.tensors.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
 from app.tensors.errors import TensorError
-from app.tensors.json_form import decode_json_data, decode_json_indices, json_ready
+from app.tensors.json_form import (
+    decode_json_data,
+    decode_json_indices,
+    json_can_carry,
+    json_ready,
+)
 from app.tensors.npy import decode_npy_base64, encode_npy, encode_npy_base64
 
 
@@ -20,17 +25,6 @@ class Form(Enum):
 
     JSON = "json"
     NPY = "npy"
-
-
-def _check_rank(array: npt.NDArray[Any], field: str, limits: Limits) -> None:
-    if array.ndim > limits.max_rank:
-        raise ApiError(
-            413,
-            ["body", field],
-            f"{field} has rank {array.ndim}, above the limit of {limits.max_rank} "
-            "(raise it with TENSOR_OPS_MAX_RANK)",
-            "too_large",
-        )
 
 
 def decode_data(
@@ -48,7 +42,7 @@ def decode_data(
             form = Form.JSON
     except TensorError as error:
         raise tensor_error(error, "data") from None
-    _check_rank(array, "data", limits)
+    check_shape(array.shape, "data", limits)
     return array, form
 
 
@@ -95,7 +89,7 @@ def decode_index(value: Any, field: str, limits: Limits) -> npt.NDArray[Any]:
             array = decode_json_indices(value)
     except TensorError as error:
         raise tensor_error(error, field) from None
-    _check_rank(array, field, limits)
+    check_shape(array.shape, field, limits)
     return array
 
 
@@ -126,6 +120,13 @@ def encode_output(
     if form is Form.NPY:
         data = encode_npy_base64(output)
     else:
+        if not json_can_carry(output):
+            raise ApiError(
+                422,
+                ["body", "data"],
+                "the output holds NaN or infinity, which JSON cannot carry; send data in npy form",
+                "not_json",
+            )
         ready = json_ready(output)
         data = ready.item() if ready.ndim == 0 else ready
     body = orjson.dumps(

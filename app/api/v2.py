@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from app.api.admission import MemoryBudget, ReleasingResponse
 from app.api.body import parsing_bytes, read_body
 from app.api.errors import ApiError, tensor_error, validation_error
-from app.api.ops import OPS, Job, Limits, Op
+from app.api.ops import OPS, Job, Limits, Op, check_shape
 from app.api.tensors import check_json_text_size
 from app.api.threads import run_sized
 from app.api.v2_models import (
@@ -25,6 +25,7 @@ from app.api.v2_models import (
 from app.settings import Settings
 from app.tensors.dtypes import ELEMENT_TYPES
 from app.tensors.errors import TensorError
+from app.tensors.json_form import json_can_carry
 from app.tensors.kserve import (
     decode_v2_binary,
     decode_v2_json,
@@ -111,13 +112,7 @@ def _batch_dims(op: Op, parameters: dict[str, Any] | None) -> int:
 
 
 def _decode_input(item: RequestInput, chunk: memoryview | None, limits: Limits) -> Any:
-    if len(item.shape) > limits.max_rank:
-        raise ApiError(
-            413,
-            ["inputs", item.name],
-            f"rank {len(item.shape)} is above the limit of {limits.max_rank} (TENSOR_OPS_MAX_RANK)",
-            "too_large",
-        )
+    check_shape(item.shape, item.name, limits)
     try:
         if chunk is not None:
             return decode_v2_binary(chunk, item.shape, item.datatype)
@@ -204,6 +199,14 @@ def encode_infer(
         response["id"] = request.id
     response["outputs"] = [tensor]
     if not binary:
+        if not json_can_carry(output):
+            raise ApiError(
+                422,
+                ["outputs", "output"],
+                "the output holds NaN or infinity, which JSON cannot carry; ask for it as binary "
+                'data ("outputs": [{"name": "output", "parameters": {"binary_data": true}}])',
+                "not_json",
+            )
         tensor["data"] = v2_json_data(output)
         return orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY), {
             "content-type": "application/json"
@@ -217,7 +220,7 @@ def encode_infer(
 
 def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
     """The ``/v2`` routes."""
-    limits = Limits(settings.max_rank, settings.max_output_bytes)
+    limits = Limits.of(settings)
     router = APIRouter(prefix="/v2", tags=["KServe V2"])
     errors: dict[int | str, dict[str, Any]] = {
         status: {"model": V2Error, "description": words}

@@ -4,11 +4,15 @@
 class TensorError(ValueError):
     """A tensor on the wire cannot be read (400) or is of a form the service refuses (413, 422)."""
 
-    def __init__(self, message: str, status: int = 400, kind: str = "tensor_decode") -> None:
+    def __init__(
+        self, message: str, status: int = 400, kind: str = "tensor_decode", field: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.kind = kind
+        #: The input the fault is in, when the codec knows it (an .npz member, say).
+        self.field = field
 
 
 def undecodable(message: str) -> TensorError:

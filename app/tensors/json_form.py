@@ -7,7 +7,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.tensors.dtypes import BFLOAT16
-from app.tensors.errors import unacceptable, undecodable
+from app.tensors.errors import too_large, unacceptable, undecodable
 from app.tensors.npy import MAX_RANK
 
 JsonValue = Any
@@ -34,6 +34,11 @@ def _to_array(value: JsonValue) -> tuple[tuple[int, ...], list[Any]]:
     for _ in range(len(shape) - 1):
         leaves = list(chain.from_iterable(leaves))
     if any(type(leaf) is list for leaf in leaves):
+        if len(shape) >= MAX_RANK:
+            raise too_large(
+                f"arrays nested deeper than {MAX_RANK} levels (the most NumPy holds; the service's "
+                "own limit is TENSOR_OPS_MAX_RANK)"
+            )
         raise undecodable(
             "ragged array: the nested lists must all have the same length at each depth, "
             f"and hold numbers or booleans at depth {len(shape)}"
@@ -146,3 +151,11 @@ def json_ready(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     if array.dtype == BFLOAT16:
         return array.astype(np.float32)
     return np.asarray(array, dtype=array.dtype.newbyteorder("="), order="C")
+
+
+def json_can_carry(array: npt.NDArray[Any]) -> bool:
+    """False when ``array`` holds NaN or an infinity: JSON has no numbers for them."""
+    if array.dtype.kind != "f" and array.dtype != BFLOAT16:
+        return True
+    values = array.astype(np.float32) if array.dtype == BFLOAT16 else array
+    return bool(np.isfinite(values).all())

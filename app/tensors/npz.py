@@ -10,15 +10,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.tensors.errors import too_large, unacceptable, undecodable
-from app.tensors.npy import MAX_RANK, decode_npy, encode_npy
+from app.tensors.errors import TensorError, too_large, unacceptable, undecodable
+from app.tensors.npy import decode_npy, encode_npy
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 
 
 def decode_npz(
-    body: bytes, names: tuple[str, ...], *, max_bytes: int, max_rank: int = MAX_RANK
+    body: bytes, names: tuple[str, ...], *, max_bytes: int
 ) -> dict[str, npt.NDArray[Any]]:
     """The arrays of an ``.npz`` archive whose members are exactly ``names`` (``name.npy``).
 
@@ -51,10 +51,14 @@ def decode_npz(
             f".npz members hold {total} bytes uncompressed, above the limit of {max_bytes} bytes "
             "(raise it with TENSOR_OPS_MAX_BODY_BYTES)"
         )
-    return {
-        name: decode_npy(_member_bytes(archive, body, by_name[name]), max_rank=max_rank)
-        for name in names
-    }
+    arrays = {}
+    for name in names:
+        try:
+            arrays[name] = decode_npy(_member_bytes(archive, body, by_name[name]))
+        except TensorError as error:
+            error.field = name
+            raise
+    return arrays
 
 
 def inflated_size(body: bytes | bytearray) -> int:

@@ -385,3 +385,20 @@ async def test_openapi_documents_v2(client: httpx.AsyncClient) -> None:
         assert path in schema["paths"]
     roll_body = schema["paths"]["/roll"]["post"]["requestBody"]["content"]
     assert set(roll_body) == {"application/json", "application/x-npz"}
+
+
+async def test_json_output_cannot_carry_nan_or_infinity(client: httpx.AsyncClient) -> None:
+    data = np.array([np.inf, np.nan, 1.5], dtype=np.float32)
+    body, headers = binary_request(
+        [("data", data, "FP32"), ("shift", np.int64(1), "INT64"), ("axes", np.int64(0), "INT64")],
+        binary_output=False,
+    )
+    response = await client.post("/v2/models/roll/infer", content=body, headers=headers)
+    assert_v2_error(response, 422, "binary_data")
+    body, headers = binary_request(
+        [("data", data, "FP32"), ("shift", np.int64(1), "INT64"), ("axes", np.int64(0), "INT64")]
+    )
+    output, _ = read_binary(
+        await client.post("/v2/models/roll/infer", content=body, headers=headers)
+    )
+    assert_same_bits(output, np.roll(data, 1))
