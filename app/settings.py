@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(256 * MiB, ge=1, description="largest request body accepted")
     max_output_bytes: int = Field(1 * GiB, ge=1, description="largest output tensor produced")
     max_rank: int = Field(32, ge=1, le=64, description="largest rank of any tensor accepted")
+    max_dimension: int = Field(
+        1 << 31, ge=1, description="longest dimension of any tensor accepted (empty ones too)"
+    )
     memory_budget_bytes: int = Field(
         4 * GiB,
         ge=1,

@@ -21,6 +21,32 @@ class Limits:
 
     max_rank: int
     max_output_bytes: int
+    max_dimension: int
+
+    @classmethod
+    def of(cls, settings: Any) -> "Limits":
+        return cls(settings.max_rank, settings.max_output_bytes, settings.max_dimension)
+
+
+def check_shape(shape: tuple[int, ...] | list[int], field: str, limits: Limits) -> None:
+    """Refuse (413) a tensor of more dimensions, or a longer dimension, than the limits allow."""
+    if len(shape) > limits.max_rank:
+        raise ApiError(
+            413,
+            ["body", field],
+            f"{field} has rank {len(shape)}, above the limit of {limits.max_rank} "
+            "(raise it with TENSOR_OPS_MAX_RANK)",
+            "too_large",
+        )
+    longest = max(shape, default=0)
+    if longest > limits.max_dimension:
+        raise ApiError(
+            413,
+            ["body", field],
+            f"{field} has a dimension of {longest}, above the limit of {limits.max_dimension} "
+            "(raise it with TENSOR_OPS_MAX_DIMENSION)",
+            "too_large",
+        )
 
 
 @dataclass(frozen=True)

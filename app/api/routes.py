@@ -22,7 +22,7 @@ from app.api.body import (
 from app.api.errors import ApiError, ErrorBody, tensor_error, validation_error
 from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES, openapi_examples
 from app.api.models import GatherRequest, RollRequest, TensorResponse
-from app.api.ops import OPS, Job, Limits, Op
+from app.api.ops import OPS, Job, Limits, Op, check_shape
 from app.api.tensors import (
     Form,
     check_json_text_size,
@@ -77,9 +77,11 @@ def prepare_npz(op: Op, body: bytes, query: dict[str, str], limits: Limits, max_
         except UnknownDTypeError as error:
             raise ApiError(422, ["query", "dtype"], str(error), "tensor_type") from None
     try:
-        arrays = decode_npz(body, op.inputs, max_bytes=max_bytes, max_rank=limits.max_rank)
+        arrays = decode_npz(body, op.inputs, max_bytes=max_bytes)
     except TensorError as error:
         raise tensor_error(error, "body") from None
+    for name, array in arrays.items():
+        check_shape(array.shape, name, limits)
     try:
         arrays["data"] = settle_npy_type(arrays["data"], dtype)
     except TensorError as error:
@@ -180,7 +182,7 @@ def _openapi_extra(op: Op) -> dict[str, Any]:
 
 def build_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
     """The op routes, bound to the settings' limits and the worker's memory budget."""
-    limits = Limits(settings.max_rank, settings.max_output_bytes)
+    limits = Limits.of(settings)
     router = APIRouter()
 
     async def serve(request: Request, op: Op) -> Response:

@@ -90,9 +90,9 @@ def test_nesting_deeper_than_numpy_allows_is_refused() -> None:
     value: Any = 1
     for _ in range(80):
         value = [value]
-    with pytest.raises(TensorError) as caught:
+    with pytest.raises(TensorError, match="TENSOR_OPS_MAX_RANK") as caught:
         decode_json_data(value, None)
-    assert caught.value.status == 400
+    assert caught.value.status == 413
 
 
 @pytest.mark.parametrize(
