@@ -6,6 +6,7 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -23,6 +24,19 @@ LATENCY = Histogram(
 BYTES_IN = Counter("tensor_ops_request_bytes_total", "Request body bytes received", ["route"])
 BYTES_OUT = Counter("tensor_ops_response_bytes_total", "Response body bytes sent", ["route"])
 ELEMENTS = Counter("tensor_ops_elements_total", "Output elements computed, by op", ["op"])
+RESERVED = Gauge(
+    "tensor_ops_memory_reserved_bytes",
+    "Bytes of the memory budget held by requests in flight (summed over live workers)",
+    multiprocess_mode="livesum",
+)
+WAITING = Gauge(
+    "tensor_ops_admission_waiting",
+    "Requests waiting for room in the memory budget",
+    multiprocess_mode="livesum",
+)
+REFUSED_BUSY = Counter(
+    "tensor_ops_admission_refused_total", "Requests answered 503: no memory came free in time"
+)
 
 
 def render() -> tuple[bytes, str]:

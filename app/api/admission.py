@@ -16,6 +16,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.errors import ApiError
+from app.metrics import REFUSED_BUSY, RESERVED, WAITING
 
 
 class MemoryBudget:
@@ -31,19 +32,25 @@ class MemoryBudget:
         """A reservation of this budget, empty until it grows."""
         return Reservation(self)
 
-    async def _take(self, nbytes: int, deadline: float) -> None:
-        if nbytes > self.capacity:
+    async def _take(self, nbytes: int, total: int, deadline: float) -> None:
+        if total > self.capacity:
             raise ApiError(
                 413,
                 ["body"],
-                f"the request needs about {nbytes} bytes of memory, more than the budget of "
+                f"the request needs about {total} bytes of memory, more than the budget of "
                 f"{self.capacity} bytes (raise it with TENSOR_OPS_MEMORY_BUDGET_BYTES)",
                 "too_large",
             )
         async with self._changed:
+            waiting = False
             while self.in_use + nbytes > self.capacity:
+                if not waiting:
+                    waiting = True
+                    WAITING.inc()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
+                    WAITING.dec()
+                    REFUSED_BUSY.inc()
                     error = ApiError(
                         503,
                         [],
@@ -57,11 +64,15 @@ class MemoryBudget:
                     await asyncio.wait_for(self._changed.wait(), remaining)
                 except TimeoutError:
                     continue
+            if waiting:
+                WAITING.dec()
             self.in_use += nbytes
+            RESERVED.inc(nbytes)
 
     async def _give_back(self, nbytes: int) -> None:
         async with self._changed:
             self.in_use -= nbytes
+            RESERVED.dec(nbytes)
             self._changed.notify_all()
 
 
@@ -77,7 +88,7 @@ class Reservation:
         """Hold at least ``nbytes`` in all (waiting for room, or refused)."""
         extra = nbytes - self.held
         if extra > 0:
-            await self.budget._take(extra, self._deadline)
+            await self.budget._take(extra, nbytes, self._deadline)
             self.held += extra
 
     async def release(self) -> None:

@@ -1,0 +1,277 @@
+"""Clients that misbehave, memory admission and the event loop, against a real uvicorn.
+
+Each test checks that the misbehaviour gets its answer (or none, if the client left), that the
+same worker keeps serving everyone else, and that the memory it reserved comes back.
+"""
+
+import base64
+import io
+import re
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from tests.conftest import launch_server, server_output, stop_server
+
+pytestmark = pytest.mark.e2e
+
+
+def serve(env: dict[str, str]) -> Iterator[tuple[str, int]]:
+    url, process = launch_server(env)
+    yield url, process.pid
+    output = server_output(process)
+    stop_server(process)
+    assert "Traceback" not in output
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, int]]:
+    """Default limits, but a body timeout of 1 s."""
+    yield from serve({"TENSOR_OPS_BODY_TIMEOUT": "1"})
+
+
+@pytest.fixture(scope="module")
+def tight_server() -> Iterator[tuple[str, int]]:
+    """A memory budget of 300 MiB and an admission timeout of 1 s."""
+    yield from serve(
+        {
+            "TENSOR_OPS_MEMORY_BUDGET_BYTES": str(300 << 20),
+            "TENSOR_OPS_ADMISSION_TIMEOUT": "1",
+            "TENSOR_OPS_BODY_TIMEOUT": "5",
+        }
+    )
+
+
+def address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def metric(url: str, name: str) -> float:
+    text = httpx.get(f"{url}/metrics").text
+    match = re.search(rf"^{name} (\S+)$", text, flags=re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def wait_until_released(url: str) -> None:
+    deadline = time.monotonic() + 10
+    while metric(url, "tensor_ops_memory_reserved_bytes") != 0:
+        assert time.monotonic() < deadline, "the reservation was not given back"
+        time.sleep(0.05)
+
+
+def healthy(url: str, pid: int) -> None:
+    assert httpx.get(f"{url}/health", timeout=5).json() == {"status": "ok"}
+    reply = httpx.post(f"{url}/roll", json={"data": [1, 2, 3], "shift": 1, "axes": 0}, timeout=5)
+    assert reply.json()["data"] == [3, 1, 2]
+    assert Path(f"/proc/{pid}").exists(), "the worker died"
+
+
+def rss(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024  # type: ignore[union-attr]
+
+
+def request_head(path: str, length: int, content_type: str = "application/json") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def read_reply(connection: socket.socket) -> bytes:
+    reply = b""
+    connection.settimeout(10)
+    while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+    return reply
+
+
+def test_disconnect_in_the_middle_of_an_upload(server: tuple[str, int]) -> None:
+    url, pid = server
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/roll", 50 << 20) + b'{"data": "' + b"A" * (1 << 20))
+        time.sleep(0.3)
+    wait_until_released(url)
+    healthy(url, pid)
+
+
+def test_disconnect_in_the_middle_of_a_download(server: tuple[str, int]) -> None:
+    url, pid = server
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        data=np.zeros((1, 4096), np.float64),
+        indices=np.zeros(4096, np.int64),
+        axis=np.int64(0),
+    )
+    body = buffer.getvalue()  # 128 MiB of output from a 100 KiB body
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/gather", len(body), "application/x-npz") + body)
+        connection.settimeout(30)
+        first = connection.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+    wait_until_released(url)
+    healthy(url, pid)
+
+
+def test_a_client_that_stops_sending_gets_408(server: tuple[str, int]) -> None:
+    url, pid = server
+    with socket.create_connection(address(url)) as connection:
+        # Content-Length says 1000 bytes; 10 arrive, then nothing (a lie, or a stalled client).
+        connection.sendall(request_head("/roll", 1000) + b'{"data": [')
+        reply = read_reply(connection)
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert b"TENSOR_OPS_BODY_TIMEOUT" in reply
+    wait_until_released(url)
+    healthy(url, pid)
+
+
+def test_a_slow_but_steady_client_is_served(server: tuple[str, int]) -> None:
+    url, pid = server
+    body = b'{"data": [1, 2, 3, 4], "shift": 1, "axes": 0}'
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/roll", len(body)))
+        for start in range(0, len(body), 8):  # a trickle, each part well inside the timeout
+            connection.sendall(body[start : start + 8])
+            time.sleep(0.2)
+        reply = read_reply(connection)
+    assert reply.startswith(b"HTTP/1.1 200")
+    assert b'"data":[4,1,2,3]' in reply
+    healthy(url, pid)
+
+
+def test_content_length_shorter_than_the_body(server: tuple[str, int]) -> None:
+    url, pid = server
+    body = b'{"data": [1, 2, 3], "shift": 1, "axes": 0}'
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/roll", 10) + body)
+        reply = read_reply(connection)
+    # The first 10 bytes are the body (not JSON: 400); the rest is no valid request at all.
+    assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+    healthy(url, pid)
+
+
+def test_content_length_that_is_not_a_number(server: tuple[str, int]) -> None:
+    url, pid = server
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-Length: 1e9\r\n\r\n{}")
+        reply = read_reply(connection)
+    assert reply.startswith(b"HTTP/1.1 400")
+    healthy(url, pid)
+
+
+def test_memory_admission_waits_then_answers_503(tight_server: tuple[str, int]) -> None:
+    url, pid = tight_server
+    holder = socket.create_connection(address(url))
+    try:
+        # Declares 150 MiB: that much of the 300 MiB budget is reserved before reading.
+        holder.sendall(request_head("/roll", 150 << 20) + b'{"data": "')
+        time.sleep(0.2)
+        assert metric(url, "tensor_ops_memory_reserved_bytes") >= 150 << 20
+        # A second body of 160 MiB cannot fit beside it: it waits, then gets 503.
+        started = time.monotonic()
+        with socket.create_connection(address(url)) as second:
+            second.sendall(request_head("/roll", 160 << 20) + b'{"data": "')
+            reply = read_reply(second)
+        waited = time.monotonic() - started
+        assert reply.startswith(b"HTTP/1.1 503"), reply[:300]
+        assert re.search(rb"retry-after: \d+", reply, flags=re.I)
+        assert b"busy" in reply
+        assert waited >= 0.9, "it should wait for the admission timeout first"
+        # Small requests still pass: they fit in what is left.
+        healthy(url, pid)
+    finally:
+        holder.close()
+    wait_until_released(url)
+    assert metric(url, "tensor_ops_admission_refused_total") >= 1
+
+
+def test_a_request_that_can_never_fit_gets_413(tight_server: tuple[str, int]) -> None:
+    url, _ = tight_server
+    size = 120 << 20  # parsing it would hold about 3 x 120 MiB, more than the whole budget
+    body = b'{"data": "' + b"A" * (size - 12) + b'"}'
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/roll", len(body)) + body)
+        reply = read_reply(connection)
+    assert reply.startswith(b"HTTP/1.1 413"), reply[:300]
+    assert b"TENSOR_OPS_MEMORY_BUDGET_BYTES" in reply
+    wait_until_released(url)
+
+
+def npy_b64(array: np.ndarray) -> str:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_health_answers_promptly_while_a_64_mib_request_runs(server: tuple[str, int]) -> None:
+    url, pid = server
+    data = np.random.default_rng(0).standard_normal(16 << 20).astype(np.float32)  # 64 MiB
+    request = {"data": npy_b64(data), "shift": 12345, "axes": 0}
+    outcome: dict[str, object] = {}
+
+    def big() -> None:
+        reply = httpx.post(f"{url}/roll", json=request, timeout=120)
+        outcome["status"] = reply.status_code
+        out = np.load(io.BytesIO(base64.b64decode(reply.json()["data"])))
+        outcome["correct"] = bool(np.array_equal(out, np.roll(data, 12345)))
+
+    thread = threading.Thread(target=big)
+    thread.start()
+    latencies = []
+    with httpx.Client(base_url=url, timeout=10) as client:
+        while thread.is_alive():
+            started = time.perf_counter()
+            assert client.get("/health").status_code == 200
+            latencies.append(time.perf_counter() - started)
+            time.sleep(0.02)
+    thread.join()
+    assert outcome == {"status": 200, "correct": True}
+    assert len(latencies) >= 5
+    # Kernels and codecs run in worker threads; what little holds the interpreter lock is short.
+    assert max(latencies) < 1.0, f"slowest /health took {max(latencies):.3f} s"
+    healthy(url, pid)
+
+
+def test_memory_returns_near_its_baseline_after_a_burst(server: tuple[str, int]) -> None:
+    url, pid = server
+    data = np.random.default_rng(1).standard_normal(8 << 20).astype(np.float32)  # 32 MiB
+    buffer = io.BytesIO()
+    np.savez(buffer, data=data, shift=np.int64(7), axes=np.int64(0))
+    body = buffer.getvalue()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        client.post("/roll", content=body, headers={"content-type": "application/x-npz"})
+        time.sleep(0.5)
+        baseline = rss(pid)
+        peak = baseline
+        threads = []
+        for _ in range(6):
+            thread = threading.Thread(
+                target=lambda: client.post(
+                    "/roll", content=body, headers={"content-type": "application/x-npz"}
+                )
+            )
+            thread.start()
+            threads.append(thread)
+        for thread in threads:
+            while thread.is_alive():
+                peak = max(peak, rss(pid))
+                time.sleep(0.01)
+            thread.join()
+    wait_until_released(url)
+    time.sleep(0.5)
+    after = rss(pid)
+    assert after - baseline < 64 << 20, (
+        f"RSS {baseline >> 20} MiB before, {after >> 20} MiB after (peak {peak >> 20})"
+    )
+    healthy(url, pid)
