@@ -62,7 +62,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return Response(b'{"status":"ready"}', 200, media_type="application/json")
         return Response(b'{"status":"shutting down"}', 503, media_type="application/json")
 
-    @app.get("/metrics", summary="Prometheus metrics", tags=["service"])
+    @app.get(
+        "/metrics",
+        summary="Prometheus metrics",
+        tags=["service"],
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
     async def metrics() -> Response:
         body, media = render_metrics()
         return Response(body, media_type=media)
@@ -78,9 +84,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(SHARED_SCHEMAS)
             for model in (RollRequest, GatherRequest, InferenceRequest):
-                components[model.__name__] = model.model_json_schema(
-                    ref_template="#/components/schemas/{model}"
-                )
+                model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                components.update(model_schema.pop("$defs", {}))
+                components[model.__name__] = model_schema
             app.openapi_schema = link_shared_schemas(schema)
         return app.openapi_schema
 

@@ -36,8 +36,10 @@ SHARED_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "NpyBase64": {
         "title": "NpyBase64",
-        "description": "Standard base64 (RFC 4648, padded) of the bytes of a NumPy .npy file.",
+        "description": "Standard base64 (RFC 4648, padded) of the bytes of a NumPy .npy file "
+        "(which start with \\x93NUMPY, so their base64 with k05VTVBZ).",
         "type": "string",
+        "pattern": "^k05VTVBZ[A-Za-z0-9+/]*={0,2}$",
         "contentEncoding": "base64",
         "contentMediaType": "application/x-npy",
     },

@@ -209,6 +209,15 @@ def build_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
                 content: bytes | bytearray = await run_sized(offload, encode_raw, job)
                 media = NPY_TYPE
             else:
+                for name in ("dtype", "batch_dims"):
+                    if name in request.query_params:
+                        raise ApiError(
+                            422,
+                            ["query", name],
+                            f"the query parameter {name} is for .npz bodies; in a JSON body "
+                            "it is a field",
+                            "extra_forbidden",
+                        )
                 await reservation.grow_to(len(body) + parsing_bytes(body))
                 job, form = await run_sized(large_body, prepare_json, op, body, limits)
                 raw_npy = wants_npy(request)

@@ -1,10 +1,10 @@
 """The KServe V2 / Open Inference Protocol under ``/v2``, with Triton's binary data extension."""
 
 import math
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
@@ -40,6 +40,16 @@ MODEL_VERSION = "1"
 HEADER_LENGTH = "inference-header-content-length"
 EXTENSIONS = ["binary_tensor_data"]
 _DATA_TYPES = [e.kserve for e in ELEMENT_TYPES]
+
+
+# Documented as enums; checked by _model, so that an unknown name is the protocol's 404.
+ModelName = Annotated[
+    str, Path(description="The model: roll or gather", json_schema_extra={"enum": list(OPS)})
+]
+ModelVersion = Annotated[
+    str,
+    Path(description="The model's version: 1", json_schema_extra={"enum": [MODEL_VERSION]}),
+]
 
 
 def _v2_error(status: int, message: str) -> ApiError:
@@ -247,26 +257,30 @@ def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
     async def server_metadata() -> dict[str, Any]:
         return {"name": SERVER_NAME, "version": SERVER_VERSION, "extensions": EXTENSIONS}
 
-    @router.get(
-        "/models/{name}", summary="Model metadata", response_model=ModelMetadata, responses=errors
-    )
-    @router.get(
-        "/models/{name}/versions/{version}",
-        summary="Model metadata (one version)",
-        response_model=ModelMetadata,
-        responses=errors,
-    )
-    async def metadata(name: str, version: str | None = None) -> dict[str, Any]:
+    async def metadata(name: ModelName) -> dict[str, Any]:
+        return model_metadata(_model(name))
+
+    async def version_metadata(name: ModelName, version: ModelVersion) -> dict[str, Any]:
         return model_metadata(_model(name, version))
 
-    @router.get("/models/{name}/ready", summary="Model readiness", responses=errors)
-    @router.get(
-        "/models/{name}/versions/{version}/ready",
-        summary="Model readiness (one version)",
-        responses=errors,
-    )
-    async def model_ready(name: str, version: str | None = None) -> dict[str, Any]:
+    async def model_ready(name: ModelName) -> dict[str, Any]:
+        return {"name": _model(name).name, "ready": True}
+
+    async def version_ready(name: ModelName, version: ModelVersion) -> dict[str, Any]:
         return {"name": _model(name, version).name, "ready": True}
+
+    for path, handler, summary in (
+        ("/models/{name}", metadata, "Model metadata"),
+        ("/models/{name}/versions/{version}", version_metadata, "Model metadata (one version)"),
+    ):
+        router.add_api_route(
+            path, handler, summary=summary, response_model=ModelMetadata, responses=errors
+        )
+    for path, handler, summary in (
+        ("/models/{name}/ready", model_ready, "Model readiness"),
+        ("/models/{name}/versions/{version}/ready", version_ready, "Model readiness (one version)"),
+    ):
+        router.add_api_route(path, handler, summary=summary, responses=errors)
 
     infer_body = {
         "requestBody": {
@@ -291,8 +305,13 @@ def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
         **errors,
     }
 
-    async def infer(request: Request, name: str, version: str | None = None) -> Response:
-        op = _model(name, version)
+    async def infer(request: Request, name: ModelName) -> Response:
+        return await serve_infer(request, _model(name))
+
+    async def version_infer(request: Request, name: ModelName, version: ModelVersion) -> Response:
+        return await serve_infer(request, _model(name, version))
+
+    async def serve_infer(request: Request, op: Op) -> Response:
         reservation = budget.reserve()
         try:
             body = await read_body(request, settings, reservation)
@@ -315,13 +334,13 @@ def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
             raise
         return ReleasingResponse(reservation, content=content, headers=headers)
 
-    for path, summary in (
-        ("/models/{name}/infer", "Inference: run the op"),
-        ("/models/{name}/versions/{version}/infer", "Inference: run the op (one version)"),
+    for path, endpoint, summary in (
+        ("/models/{name}/infer", infer, "Inference: run the op"),
+        ("/models/{name}/versions/{version}/infer", version_infer, "Inference (one version)"),
     ):
         router.add_api_route(
             path,
-            infer,
+            endpoint,
             methods=["POST"],
             summary=summary,
             responses=infer_responses,
