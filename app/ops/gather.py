@@ -10,6 +10,9 @@ import numpy.typing as npt
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
+# Up to this many batches, each is gathered by its own take.
+_LOOPED_BATCHES = 4096
+
 
 @dataclass(frozen=True)
 class GatherPlan:
@@ -90,7 +93,11 @@ def gather_plan(
 
 
 def gather(
-    data: npt.ArrayLike, indices: npt.ArrayLike, axis: npt.ArrayLike, batch_dims: int = 0
+    data: npt.ArrayLike,
+    indices: npt.ArrayLike,
+    axis: npt.ArrayLike,
+    batch_dims: int = 0,
+    out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """Gather-8: the slices of ``data`` along ``axis`` at ``indices``, per batch.
 
@@ -99,40 +106,52 @@ def gather(
     end, and any value outside that range yields a slice of zeros. ``axis`` is a scalar or a
     one-element 1D tensor of any integer type. The first ``batch_dims`` dimensions of ``data`` and
     ``indices`` are batches gathered independently; a negative ``batch_dims`` counts from
-    ``indices.rank``.
+    ``indices.rank``. ``out``, if given, is a C-contiguous array of the output's shape and
+    ``data``'s item size that receives the output.
     """
     data = np.asarray(data)
     indices = np.asarray(indices)
     plan = gather_plan(data.shape, indices.shape, indices.dtype, axis, batch_dims)
-    source = as_raw(data)
-    if math.prod(plan.output_shape) == 0:
-        out = np.empty(plan.output_shape, dtype=source.dtype)
-    else:
-        out = _gather_raw(source, indices, plan)
-    return out.view(data.dtype)
+    if out is None:
+        out = np.empty(plan.output_shape, dtype=data.dtype)
+    if out.size:
+        _gather_into(as_raw(data), indices, plan, as_raw(out))
+    return out
 
 
-def _gather_raw(
-    source: npt.NDArray[Any], indices: npt.NDArray[Any], plan: GatherPlan
-) -> npt.NDArray[Any]:
+def _gather_into(
+    source: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    plan: GatherPlan,
+    out: npt.NDArray[Any],
+) -> None:
     axis, batch = plan.axis, plan.batch_dims
     length = source.shape[axis]
     if length == 0:
         # Every index is outside the empty range [0, -1], so every output element is a zero.
-        return np.zeros(plan.output_shape, dtype=source.dtype)
+        out.fill(0)
+        return
     batches = math.prod(source.shape[:batch])
     outer = math.prod(source.shape[batch:axis])
     inner = math.prod(source.shape[axis + 1 :])
     count = math.prod(indices.shape[batch:])
     positions, valid = _normalise_indices(indices.reshape(batches, count), length)
     source4 = source.reshape(batches, outer, length, inner)
-    out4: npt.NDArray[Any]
-    if batches == 1:
-        out4 = np.take(source4, positions[0], axis=2, mode="clip")
+    out4 = out.reshape(batches, outer, count, inner)
+    if batches <= _LOOPED_BATCHES:
+        # Each batch is one take into its part of the output (no temporary, no index mesh).
+        for batch_index in range(batches):
+            np.take(
+                source4[batch_index],
+                positions[batch_index],
+                axis=1,
+                out=out4[batch_index],
+                mode="clip",
+            )
     else:
-        # Three broadcast index arrays pick (batch, outer, position) for each output row; NumPy
-        # iterates their broadcast without building it, so no index array is output-sized.
-        out4 = source4[
+        # Many small batches: three broadcast index arrays pick (batch, outer, position) for
+        # each output row; NumPy iterates their broadcast without building it.
+        out4[...] = source4[
             np.arange(batches)[:, None, None],
             np.arange(outer)[None, :, None],
             positions[:, None, :],
@@ -140,7 +159,6 @@ def _gather_raw(
     if valid is not None:
         batch_of, index_of = np.nonzero(~valid)
         out4[batch_of, :, index_of, :] = 0
-    return out4.reshape(plan.output_shape)
 
 
 def _normalise_indices(
@@ -150,12 +168,18 @@ def _normalise_indices(
     if indices.dtype.kind == "u":
         # Unsigned values are compared as they are: 2**64 - 1 is far out of range, not -1.
         valid = indices < np.array(length, dtype=indices.dtype)
-        positions = np.where(valid, indices, 0).astype(np.int64)
+        positions = (
+            indices.astype(np.int64)
+            if valid.all()
+            else np.where(valid, indices, 0).astype(np.int64)
+        )
     else:
-        signed = indices.astype(np.int64)
-        valid = (signed >= -length) & (signed < length)
-        positions = np.where(signed < 0, signed + length, signed)
-        positions[~valid] = 0
+        positions = indices.astype(np.int64)
+        negative = positions < 0
+        if negative.any():
+            positions += negative * length
+        valid = (positions >= 0) & (positions < length)
     if valid.all():
         return positions, None
+    positions[~valid] = 0
     return positions, valid

@@ -1,6 +1,7 @@
 """Roll-7: shift the elements of a tensor along the given axes, wrapping around."""
 
 import itertools
+import math
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,12 @@ ROLL_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 # Rolling k axes by slices copies 2**k blocks; past this many rolled axes an index mesh is cheaper.
 _MAX_SLICED_AXES = 6
+# Up to this many axes entries, shifts are summed in Python integers.
+_SMALL = 64
+# Up to this many runs, a shifted flat copy is done run by run (each a memmove).
+_FEW_RUNS = 256
+# Tensors up to this many elements take the plain path: per-call overhead dominates there.
+_SMALL_TENSOR = 1 << 16
 
 
 def _describe(name: str, array: npt.NDArray[Any], position: int) -> str:
@@ -21,7 +28,7 @@ def _describe(name: str, array: npt.NDArray[Any], position: int) -> str:
 
 
 def _check_index_input(name: str, array: npt.NDArray[Any]) -> None:
-    if array.dtype.newbyteorder("=") not in ROLL_INDEX_TYPES:
+    if array.dtype.kind != "i" or array.dtype.itemsize not in (4, 8):
         raise SpecError(name, f"{name} must be of type int32 or int64, got {array.dtype.name}")
     if array.ndim > 1:
         raise SpecError(
@@ -51,20 +58,18 @@ def roll_shifts(
     # The spec gives no axes range for a scalar; OpenVINO's validation takes a scalar as rank 1
     # (axes 0 and -1 allowed, the output being the input), and so does this kernel.
     axes_rank = max(rank, 1)
+    if axes.size <= _SMALL:
+        return _net_shifts_small(data_shape, shift, axes, axes_rank)
     axes_flat = axes.astype(np.int64).reshape(-1)
     outside = np.flatnonzero((axes_flat < -axes_rank) | (axes_flat >= axes_rank))
     if outside.size:
         position = int(outside[0])
-        raise SpecError(
-            "axes",
-            f"{_describe('axes', axes, position)} = {int(axes_flat[position])} is out of range "
-            f"for data of rank {rank} (allowed values: [{-axes_rank}, {axes_rank - 1}])",
-        )
+        _out_of_range(axes, position, int(axes_flat[position]), rank)
     if rank == 0:
         return {}
     axes_flat = np.where(axes_flat < 0, axes_flat + rank, axes_flat)
     shifts_flat = np.broadcast_to(shift.astype(np.int64).reshape(-1), axes_flat.shape)
-    if not axes_flat.size or 0 in data_shape:
+    if 0 in data_shape:
         return {}
     lengths = np.asarray(data_shape, dtype=np.int64)[axes_flat]
     # Reduce each shift first: the sum of raw int64 shifts could overflow, the sum of remainders
@@ -79,33 +84,75 @@ def roll_shifts(
     return net
 
 
-def roll(data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike) -> npt.NDArray[Any]:
+def _out_of_range(axes: npt.NDArray[Any], position: int, value: int, rank: int) -> None:
+    axes_rank = max(rank, 1)
+    raise SpecError(
+        "axes",
+        f"{_describe('axes', axes, position)} = {value} is out of range "
+        f"for data of rank {rank} (allowed values: [{-axes_rank}, {axes_rank - 1}])",
+    )
+
+
+def _net_shifts_small(
+    data_shape: tuple[int, ...],
+    shift: npt.NDArray[Any],
+    axes: npt.NDArray[Any],
+    axes_rank: int,
+) -> dict[int, int]:
+    # Few axes: Python integers, exact at any size and cheaper than array calls.
+    axes_list = axes.reshape(-1).tolist()
+    shifts_list = shift.reshape(-1).tolist() if shift.ndim else [shift.item()] * len(axes_list)
+    for position, axis in enumerate(axes_list):
+        if not -axes_rank <= axis < axes_rank:
+            _out_of_range(axes, position, axis, len(data_shape))
+    rank = len(data_shape)
+    if rank == 0 or 0 in data_shape:
+        return {}
+    totals: dict[int, int] = {}
+    for axis, amount in zip(axes_list, shifts_list, strict=True):
+        normal = axis + rank if axis < 0 else axis
+        totals[normal] = (totals.get(normal, 0) + amount) % data_shape[normal]
+    return {axis: amount for axis, amount in totals.items() if amount}
+
+
+def roll(
+    data: npt.ArrayLike,
+    shift: npt.ArrayLike,
+    axes: npt.ArrayLike,
+    out: npt.NDArray[Any] | None = None,
+) -> npt.NDArray[Any]:
     """Roll-7: ``data`` with its elements shifted by ``shift`` along ``axes``.
 
     ``shift`` and ``axes`` are scalars or 1D tensors of int32 or int64. A scalar shift applies to
     every axis given; a 1D shift pairs with a 1D ``axes`` of the same size. Negative axes count
     from the end; an axis given several times is rolled by the sum of its shifts. The output has
-    the shape and type of ``data``.
+    the shape and type of ``data``; ``out``, if given, is a C-contiguous array of that shape and
+    item size that receives it (a response buffer, say).
     """
     data = np.asarray(data)
     net = roll_shifts(data.shape, shift, axes)
     source = as_raw(data)
-    out = np.empty(data.shape, dtype=source.dtype)
+    if out is None:
+        out = np.empty(data.shape, dtype=data.dtype)
+    target = as_raw(out)
     if not net:
-        np.copyto(out, source)
-    elif len(net) <= _MAX_SLICED_AXES:
-        _roll_by_blocks(source, out, net)
+        np.copyto(target, source)
+    elif len(net) > _MAX_SLICED_AXES:
+        _roll_by_mesh(source, target, net)
     else:
-        _roll_by_mesh(source, out, net)
-    return out.view(data.dtype)
+        _roll_by_blocks(source, target, net)
+    return out
 
 
 def _roll_by_blocks(source: npt.NDArray[Any], out: npt.NDArray[Any], net: dict[int, int]) -> None:
     # Along one axis of length n rolled by s, out[s:] = source[:n-s] and out[:s] = source[n-s:].
-    # Over k axes that is 2**k block copies, each written once: a single pass over the data.
+    # The outer rolled axes split the tensor into 2**(k-1) such blocks; within each, the innermost
+    # rolled axis is rolled by _roll_innermost. Every element is written once (a single pass),
+    # but for a small seam.
+    *outer, innermost = sorted(net)
     halves = []
-    for axis, amount in net.items():
-        length = source.shape[axis]
+    for axis in outer:
+        length, amount = source.shape[axis], net[axis]
         halves.append(
             [
                 (axis, slice(amount, None), slice(None, length - amount)),
@@ -118,7 +165,64 @@ def _roll_by_blocks(source: npt.NDArray[Any], out: npt.NDArray[Any], net: dict[i
         for axis, target_slice, origin_slice in combination:
             target[axis] = target_slice
             origin[axis] = origin_slice
-        out[tuple(target)] = source[tuple(origin)]
+        _roll_innermost(source[tuple(origin)], out[tuple(target)], innermost, net[innermost])
+
+
+def _roll_innermost(
+    source: npt.NDArray[Any], out: npt.NDArray[Any], axis: int, amount: int
+) -> None:
+    """Roll ``source`` into ``out`` along ``axis``, the last rolled one, by ``amount`` > 0.
+
+    Two block copies would each run in pieces of (length - amount) x inner elements, and NumPy
+    copies such strided pieces slowly when they are misaligned. Instead, where the dimensions
+    from ``axis - 1`` on are contiguous, the whole stretch is copied as one flat run shifted by
+    ``amount x inner`` elements, which is right everywhere but in the seam of ``min(amount,
+    length - amount)`` rows per step of ``axis``, copied again after.
+    """
+    length = source.shape[axis]
+    inner = math.prod(source.shape[axis + 1 :])
+    lead = source.shape[: max(axis - 1, 0)]
+    steps = source.shape[axis - 1] if axis > 0 else 1
+    flat_shape = (*lead, steps * length * inner)
+    seam_shape = (*lead, steps, length, inner)
+    try:
+        if source.size <= _SMALL_TENSOR:
+            raise ValueError  # small: two plain block copies cost fewer calls
+        source_flat = source.reshape(flat_shape, copy=False)
+        out_flat = out.reshape(flat_shape, copy=False)
+    except ValueError:
+        # A small or strided input: two block copies along the axis.
+        index = [slice(None)] * source.ndim
+        for out_part, source_part in (
+            (slice(amount, None), slice(None, length - amount)),
+            (slice(None, amount), slice(length - amount, None)),
+        ):
+            index[axis] = out_part
+            target = tuple(index)
+            index[axis] = source_part
+            out[target] = source[tuple(index)]
+        return
+    total = flat_shape[-1]
+    source_seam = source.reshape(seam_shape)
+    out_seam = out.reshape(seam_shape)
+    if amount <= length - amount:
+        offset = amount * inner
+        _copy_runs(out_flat[..., offset:], source_flat[..., : total - offset])
+        out_seam[..., :amount, :] = source_seam[..., length - amount :, :]
+    else:
+        offset = (length - amount) * inner
+        _copy_runs(out_flat[..., : total - offset], source_flat[..., offset:])
+        out_seam[..., amount:, :] = source_seam[..., : length - amount, :]
+
+
+def _copy_runs(out: npt.NDArray[Any], source: npt.NDArray[Any]) -> None:
+    # A 1D copy is a memmove; NumPy's 2D copies of misaligned runs are several times slower,
+    # so a few long runs are copied one by one.
+    if out.ndim > 1 and math.prod(out.shape[:-1]) <= _FEW_RUNS:
+        for index in np.ndindex(out.shape[:-1]):
+            out[index] = source[index]
+    else:
+        out[...] = source
 
 
 def _roll_by_mesh(source: npt.NDArray[Any], out: npt.NDArray[Any], net: dict[int, int]) -> None:
