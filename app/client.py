@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TensorOpsError as error:
             print(f"tensor-ops: {error}", file=sys.stderr)
             return 1
-    encoded = encode_npy(output)
+    encoded = encode_npy(output).data
     if args.output == "-":
         sys.stdout.buffer.write(encoded)
     else:

@@ -10,10 +10,7 @@ import asyncio
 import math
 import time
 from types import TracebackType
-from typing import Any, Self
-
-from starlette.responses import Response
-from starlette.types import Receive, Scope, Send
+from typing import Self
 
 from app.api.errors import ApiError
 from app.metrics import REFUSED_BUSY, RESERVED, WAITING
@@ -106,17 +103,3 @@ class Reservation:
         trace: TracebackType | None,
     ) -> None:
         await self.release()
-
-
-class ReleasingResponse(Response):
-    """A response that gives its request's reservation back once it is sent (or abandoned)."""
-
-    def __init__(self, reservation: Reservation, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.reservation = reservation
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.reservation.release()

@@ -1,11 +1,9 @@
 """Reading request bodies: content type, size limits before and while reading, a read timeout,
-gzip/deflate, memory reservation, and JSON parsing."""
+gzip/deflate and memory reservation."""
 
 import zlib
-from typing import Any
 
 import anyio
-import orjson
 from fastapi import Request
 from starlette.requests import ClientDisconnect
 
@@ -115,26 +113,3 @@ def _inflate(body: bytearray, encoding: str, limit: int) -> bytearray:
     if not inflater.eof:
         raise ApiError(400, ["body"], f"the {encoding} body is truncated", "bad_encoding")
     return out
-
-
-def parsing_bytes(body: bytes | bytearray) -> int:
-    """About how many bytes parsing a JSON body holds beyond the body itself.
-
-    A base64 string becomes a str and then its decoded bytes (about 2x its size); each element of
-    a JSON array becomes Python objects, an object array slot and its place in NumPy's copy,
-    some 64 bytes. Commas count the elements at C speed, and base64 has none.
-    """
-    return 2 * len(body) + 64 * body.count(b",")
-
-
-def parse_json_object(body: bytes | bytearray) -> dict[str, Any]:
-    """The body as a JSON object; 400 when it is not JSON, 422 when it is not an object."""
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise ApiError(400, ["body"], f"body is not valid JSON: {error}", "json_invalid") from None
-    if not isinstance(payload, dict):
-        raise ApiError(
-            422, ["body"], f"body must be a JSON object, got {type(payload).__name__}", "model_type"
-        )
-    return payload

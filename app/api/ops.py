@@ -54,7 +54,8 @@ class Job:
     """A request checked against the spec, its output sized but not yet computed."""
 
     op: str
-    compute: Callable[[], npt.NDArray[Any]]
+    #: The kernel call; it writes into the array it is given, or into a new one for None.
+    compute: Callable[[npt.NDArray[Any] | None], npt.NDArray[Any]]
     output_shape: tuple[int, ...]
     output_dtype: np.dtype[Any]
 
@@ -62,9 +63,17 @@ class Job:
     def output_bytes(self) -> int:
         return math.prod(self.output_shape) * self.output_dtype.itemsize
 
-    def output(self) -> npt.NDArray[Any]:
-        """Run the kernel (and count the elements it produced)."""
-        result = self.compute()
+    def output(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        """Run the kernel, into ``out`` if given (a response buffer), and count its elements.
+
+        The kernels move bits, so they write in the input's byte order; a big-endian input
+        is computed aside and converted into ``out``.
+        """
+        if out is not None and self.output_dtype.byteorder == ">":
+            np.copyto(out, self.compute(None), casting="equiv")
+            result = out
+        else:
+            result = self.compute(out)
         ELEMENTS.labels(self.op).inc(result.size)
         return result
 
@@ -103,7 +112,7 @@ def roll_job(arrays: Arrays, batch_dims: int, limits: Limits) -> Job:
     except SpecError as error:
         raise spec_error(error) from None
     check_output_bytes(data.shape, data.dtype, limits)
-    return Job("roll", lambda: roll(data, shift, axes), data.shape, data.dtype)
+    return Job("roll", lambda out: roll(data, shift, axes, out), data.shape, data.dtype)
 
 
 def gather_job(arrays: Arrays, batch_dims: int, limits: Limits) -> Job:
@@ -115,7 +124,10 @@ def gather_job(arrays: Arrays, batch_dims: int, limits: Limits) -> Job:
         raise spec_error(error) from None
     check_output_bytes(plan.output_shape, data.dtype, limits)
     return Job(
-        "gather", lambda: gather(data, indices, axis, batch_dims), plan.output_shape, data.dtype
+        "gather",
+        lambda out: gather(data, indices, axis, batch_dims, out),
+        plan.output_shape,
+        data.dtype,
     )
 
 

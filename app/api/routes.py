@@ -3,26 +3,25 @@
 import math
 from typing import Any, TypeVar
 
-import numpy.typing as npt
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from app.api.admission import MemoryBudget, ReleasingResponse
+from app.api.admission import MemoryBudget
 from app.api.body import (
     JSON_TYPE,
     NPY_TYPE,
     NPZ_TYPE,
     media_type,
-    parse_json_object,
-    parsing_bytes,
     read_body,
     wants_npy,
 )
 from app.api.errors import ApiError, ErrorBody, tensor_error, validation_error
 from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES, openapi_examples
+from app.api.json_body import JsonBody, split_json_body
 from app.api.models import GatherRequest, RollRequest, TensorResponse
 from app.api.ops import OPS, Job, Limits, Op, check_shape
+from app.api.responses import BuffersResponse
 from app.api.tensors import (
     Form,
     check_json_text_size,
@@ -35,7 +34,7 @@ from app.api.threads import run_sized
 from app.settings import Settings
 from app.tensors.dtypes import UnknownDTypeError, dtype_from_name
 from app.tensors.errors import TensorError
-from app.tensors.npy import encode_npy
+from app.tensors.npy import npy_buffer
 from app.tensors.npz import decode_npz, inflated_size
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -54,9 +53,9 @@ def _validate(model: type[Model], payload: dict[str, Any]) -> Model:
         raise validation_error(error) from None
 
 
-def prepare_json(op: Op, body: bytes | bytearray, limits: Limits) -> tuple[Job, Form]:
+def prepare_json(op: Op, body: JsonBody, limits: Limits) -> tuple[Job, Form]:
     """Decode a JSON body for ``op`` and check it against the spec."""
-    request = _validate(REQUEST_MODELS[op.name], parse_json_object(body))
+    request = _validate(REQUEST_MODELS[op.name], body.parse())
     data, form = decode_data(request.data, request.dtype, limits)
     arrays = {"data": data}
     for name in op.inputs[1:]:
@@ -112,13 +111,11 @@ def _encoding_bytes(job: Job, form: Form, raw_npy: bool) -> int:
     return job.output_bytes + 32 * math.prod(job.output_shape)
 
 
-def encode_json_route(job: Job, form: Form, raw_npy: bool) -> tuple[bytes | bytearray, str]:
-    return encode_output(job.output(), form, raw_npy)
-
-
-def encode_raw(job: Job) -> bytearray:
-    output: npt.NDArray[Any] = job.output()
-    return encode_npy(output)
+def encode_raw(job: Job) -> list[Any]:
+    """The raw ``.npy`` of the output, the kernel writing straight into it."""
+    buffer, target = npy_buffer(job.output_shape, job.output_dtype)
+    job.output(target)
+    return [buffer]
 
 
 def _responses() -> dict[int | str, dict[str, Any]]:
@@ -206,7 +203,7 @@ def build_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
                 )
                 await reservation.grow_to(reservation.held + 2 * job.output_bytes)
                 offload = large_body or job.output_bytes > settings.offload_bytes
-                content: bytes | bytearray = await run_sized(offload, encode_raw, job)
+                buffers = await run_sized(offload, encode_raw, job)
                 media = NPY_TYPE
             else:
                 for name in ("dtype", "batch_dims"):
@@ -218,17 +215,17 @@ def build_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
                             "it is a field",
                             "extra_forbidden",
                         )
-                await reservation.grow_to(len(body) + parsing_bytes(body))
-                job, form = await run_sized(large_body, prepare_json, op, body, limits)
+                json_body = split_json_body(body)
+                await reservation.grow_to(len(body) + json_body.parsing_bytes())
+                job, form = await run_sized(large_body, prepare_json, op, json_body, limits)
                 raw_npy = wants_npy(request)
                 await reservation.grow_to(reservation.held + _encoding_bytes(job, form, raw_npy))
                 offload = large_body or job.output_bytes > settings.offload_bytes
-                content, media = await run_sized(offload, encode_json_route, job, form, raw_npy)
+                buffers, media = await run_sized(offload, encode_output, job, form, raw_npy)
         except BaseException:
             await reservation.release()
             raise
-        # A memoryview lets Starlette send a bytearray without copying it into bytes.
-        return ReleasingResponse(reservation, content=memoryview(content), media_type=media)
+        return BuffersResponse(buffers, reservation, media)
 
     def add_route(op: Op, summary: str, description: str) -> None:
         async def route(request: Request) -> Response:

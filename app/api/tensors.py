@@ -8,7 +8,7 @@ import numpy.typing as npt
 import orjson
 
 from app.api.errors import ApiError, tensor_error
-from app.api.ops import Limits, check_shape
+from app.api.ops import Job, Limits, check_shape
 from app.tensors.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
 from app.tensors.errors import TensorError
 from app.tensors.json_form import (
@@ -17,7 +17,7 @@ from app.tensors.json_form import (
     json_can_carry,
     json_ready,
 )
-from app.tensors.npy import decode_npy_base64, encode_npy, encode_npy_base64
+from app.tensors.npy import base64_bytes, decode_npy_base64, npy_buffer
 
 
 class Form(Enum):
@@ -33,7 +33,7 @@ def decode_data(
     """The ``data`` tensor and the form it came in, its element type settled."""
     dtype = dtype_from_name(dtype_name) if dtype_name is not None else None
     try:
-        if isinstance(value, str):
+        if isinstance(value, str | memoryview):
             array = decode_npy_base64(value)
             array = settle_npy_type(array, dtype)
             form = Form.NPY
@@ -77,7 +77,7 @@ def decode_index(value: Any, field: str, limits: Limits) -> npt.NDArray[Any]:
     The element type of an npy index is judged by the op, whose spec says which it accepts.
     """
     try:
-        if isinstance(value, str):
+        if isinstance(value, str | memoryview):
             array = decode_npy_base64(value)
             if array.dtype.kind not in "biuf":
                 raise TensorError(
@@ -109,28 +109,34 @@ def check_json_text_size(count: int, limits: Limits) -> None:
         )
 
 
-def encode_output(
-    output: npt.NDArray[Any], form: Form, raw_npy: bool
-) -> tuple[bytes | bytearray, str]:
-    """The response body and its media type for ``output``."""
-    if raw_npy:
-        return encode_npy(output), "application/x-npy"
-    name = element_type_of(output.dtype).numpy
-    data: Any
-    if form is Form.NPY:
-        data = encode_npy_base64(output)
-    else:
-        if not json_can_carry(output):
-            raise ApiError(
-                422,
-                ["body", "data"],
-                "the output holds NaN or infinity, which JSON cannot carry; send data in npy form",
-                "not_json",
-            )
-        ready = json_ready(output)
-        data = ready.item() if ready.ndim == 0 else ready
+def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
+    """Run ``job`` and give the response body (as buffers to send in turn) and its media type.
+
+    The raw and base64 ``.npy`` answers are written in place: the kernel fills the data part of
+    a ready ``.npy`` buffer, and the JSON around the base64 is sent as separate small buffers.
+    """
+    if raw_npy or form is Form.NPY:
+        buffer, target = npy_buffer(job.output_shape, job.output_dtype)
+        job.output(target)
+        if raw_npy:
+            return [buffer], "application/x-npy"
+        encoded = base64_bytes(buffer)
+        del buffer, target
+        name = element_type_of(job.output_dtype).numpy
+        suffix = orjson.dumps({"dtype": name, "shape": list(job.output_shape)})
+        return [b'{"data":"', encoded, b'",' + suffix[1:]], "application/json"
+    output = job.output()
+    if not json_can_carry(output):
+        raise ApiError(
+            422,
+            ["body", "data"],
+            "the output holds NaN or infinity, which JSON cannot carry; send data in npy form",
+            "not_json",
+        )
+    ready = json_ready(output)
+    data = ready.item() if ready.ndim == 0 else ready
     body = orjson.dumps(
-        {"data": data, "dtype": name, "shape": list(output.shape)},
+        {"data": data, "dtype": element_type_of(output.dtype).numpy, "shape": list(output.shape)},
         option=orjson.OPT_SERIALIZE_NUMPY,
     )
-    return body, "application/json"
+    return [body], "application/json"

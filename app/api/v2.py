@@ -8,10 +8,12 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.api.admission import MemoryBudget, ReleasingResponse
-from app.api.body import parsing_bytes, read_body
+from app.api.admission import MemoryBudget
+from app.api.body import read_body
 from app.api.errors import ApiError, tensor_error, validation_error
+from app.api.json_body import split_json_body
 from app.api.ops import OPS, Job, Limits, Op, check_shape
+from app.api.responses import BuffersResponse
 from app.api.tensors import check_json_text_size
 from app.api.threads import run_sized
 from app.api.v2_models import (
@@ -29,9 +31,9 @@ from app.tensors.json_form import json_can_carry
 from app.tensors.kserve import (
     decode_v2_binary,
     decode_v2_json,
-    v2_binary_data,
     v2_datatype,
     v2_json_data,
+    v2_output_buffer,
 )
 
 SERVER_NAME = "tensor-ops"
@@ -196,9 +198,9 @@ def prepare_infer(
 
 def encode_infer(
     job: Job, op: Op, request: InferenceRequest, binary: bool
-) -> tuple[bytes, dict[str, str]]:
-    """The response body and its headers."""
-    output = job.output()
+) -> tuple[list[Any], dict[str, str]]:
+    """The response body (buffers to send in turn) and its headers."""
+    output = job.output(v2_output_buffer(job.output_shape, job.output_dtype) if binary else None)
     tensor: dict[str, Any] = {
         "name": "output",
         "datatype": v2_datatype(output.dtype),
@@ -218,14 +220,12 @@ def encode_infer(
                 "not_json",
             )
         tensor["data"] = v2_json_data(output)
-        return orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY), {
-            "content-type": "application/json"
-        }
-    raw = v2_binary_data(output)
-    tensor["parameters"] = {"binary_data_size": len(raw)}
+        body = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+        return [body], {"content-type": "application/json"}
+    tensor["parameters"] = {"binary_data_size": output.nbytes}
     head = orjson.dumps(response)
     headers = {"content-type": "application/octet-stream", HEADER_LENGTH: str(len(head))}
-    return head + raw, headers
+    return [head, output], headers
 
 
 def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
@@ -320,7 +320,7 @@ def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
             json_part = (
                 body[: int(header_length)] if header_length and header_length.isdigit() else body
             )
-            await reservation.grow_to(len(body) + parsing_bytes(json_part))
+            await reservation.grow_to(len(body) + split_json_body(json_part).parsing_bytes())
             job, parsed, binary = await run_sized(
                 large, prepare_infer, op, body, header_length, limits
             )
@@ -332,7 +332,8 @@ def build_v2_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
         except BaseException:
             await reservation.release()
             raise
-        return ReleasingResponse(reservation, content=content, headers=headers)
+        media = headers.pop("content-type")
+        return BuffersResponse(content, reservation, media, headers)
 
     for path, endpoint, summary in (
         ("/models/{name}/infer", infer, "Inference: run the op"),

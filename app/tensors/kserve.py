@@ -62,11 +62,7 @@ def v2_json_data(array: npt.NDArray[Any]) -> npt.NDArray[Any] | Any:
     return ready.reshape(-1)
 
 
-def v2_binary_data(array: npt.NDArray[Any]) -> bytes:
-    """The raw little-endian, row-major bytes of an output tensor."""
-    wire = (
-        array.dtype
-        if array.dtype.itemsize == 1 or array.dtype == BFLOAT16
-        else (array.dtype.newbyteorder("<"))
-    )
-    return np.ascontiguousarray(array, dtype=wire).tobytes()
+def v2_output_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """An array for an output sent as binary data: little-endian, row-major, sent as it is."""
+    wire = dtype if dtype.itemsize == 1 or dtype == BFLOAT16 else dtype.newbyteorder("<")
+    return np.empty(shape, dtype=wire)

@@ -126,21 +126,34 @@ def _header_shape(shape: object, max_rank: int) -> tuple[int, ...]:
     return shape
 
 
-def encode_npy(array: npt.NDArray[Any]) -> bytearray:
-    """The bytes of an ``.npy`` file (format 1.0, or 2.0 for very long headers) holding ``array``.
+def npy_buffer(
+    shape: tuple[int, ...], dtype: np.dtype[Any]
+) -> tuple[npt.NDArray[np.uint8], npt.NDArray[Any]]:
+    """The bytes of an ``.npy`` file with its header written, and the array its data goes in.
 
-    Written little-endian and in C order, with one copy of the data. bfloat16 is written as
-    ``<u2``: 2-byte elements every ``.npy`` reader can load, to be viewed as bfloat16.
+    A kernel can write its output straight into the returned array: the file is then complete,
+    with no copy. Data is little-endian and in C order; bfloat16 is written as ``<u2`` (2-byte
+    elements every ``.npy`` reader can load, to be viewed as bfloat16).
     """
-    descr = "<u2" if array.dtype == BFLOAT16 else array.dtype.newbyteorder("<").str
-    if array.dtype.itemsize == 1:
-        descr = array.dtype.str
-    header = _header_bytes(descr, array.shape)
-    out = bytearray(len(header) + array.nbytes)
-    out[: len(header)] = header
-    target = np.frombuffer(out, dtype=array.dtype.newbyteorder("<"), offset=len(header))
-    np.copyto(target.reshape(array.shape), array, casting="equiv")
-    return out
+    if dtype == BFLOAT16:
+        descr, layout = "<u2", dtype
+    elif dtype.itemsize == 1:
+        descr, layout = dtype.str, dtype
+    else:
+        layout = dtype.newbyteorder("<")
+        descr = layout.str
+    header = _header_bytes(descr, shape)
+    buffer = np.empty(len(header) + math.prod(shape) * dtype.itemsize, dtype=np.uint8)
+    buffer[: len(header)] = np.frombuffer(header, dtype=np.uint8)
+    return buffer, buffer[len(header) :].view(layout).reshape(shape)
+
+
+def encode_npy(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
+    """The bytes of an ``.npy`` file (format 1.0, or 2.0 for very long headers) holding ``array``,
+    written with one copy of the data."""
+    buffer, target = npy_buffer(array.shape, array.dtype)
+    np.copyto(target, array, casting="equiv")
+    return buffer
 
 
 def _header_bytes(descr: str, shape: tuple[int, ...]) -> bytes:
@@ -155,7 +168,7 @@ def _header_bytes(descr: str, shape: tuple[int, ...]) -> bytes:
     raise AssertionError("unreachable: a version 2.0 header always fits")
 
 
-def decode_npy_base64(text: str, *, max_rank: int = MAX_RANK) -> npt.NDArray[Any]:
+def decode_npy_base64(text: str | memoryview, *, max_rank: int = MAX_RANK) -> npt.NDArray[Any]:
     """The array in a standard base64 (RFC 4648, padded) ``.npy`` string."""
     try:
         raw = pybase64.b64decode(text, validate=True)
@@ -168,8 +181,14 @@ def decode_npy_base64(text: str, *, max_rank: int = MAX_RANK) -> npt.NDArray[Any
 
 def encode_npy_base64(array: npt.NDArray[Any]) -> str:
     """The standard base64 of the ``.npy`` bytes of ``array``."""
-    encoded: bytes = pybase64.b64encode(encode_npy(array))
+    encoded: bytes = pybase64.b64encode(encode_npy(array).data)
     return encoded.decode("ascii")
+
+
+def base64_bytes(buffer: npt.NDArray[np.uint8]) -> bytes:
+    """The standard base64 of ``buffer``, as ASCII bytes (no ``str`` made)."""
+    encoded: bytes = pybase64.b64encode(buffer.data)
+    return encoded
 
 
 __all__ = [
