@@ -1,6 +1,8 @@
 """Fixtures shared by the test modules: the app, an ASGI client, helpers to compare bits."""
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -83,6 +85,8 @@ def launch_server(
         # A file, not a pipe: a pipe nobody reads fills up and stalls the server's logging.
         stdout=log,
         stderr=subprocess.STDOUT,
+        # Its own process group: stopping it stops the workers a supervisor started too.
+        start_new_session=True,
     )
     _LOGS[process.pid] = log.name
     log.close()
@@ -104,9 +108,17 @@ def server_output(process: subprocess.Popen[bytes]) -> str:
 
 
 def stop_server(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.kill()
-        process.wait()
+    """Stop the server and every process of its group (workers included), then drop its log."""
+    for signal_number, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal_number)
+        try:
+            process.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers a supervisor left behind
     Path(_LOGS.pop(process.pid, "/nonexistent")).unlink(missing_ok=True)
 
 
