@@ -15,7 +15,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_schemathesis_finds_nothing(live_url: str) -> None:
+def test_schemathesis_finds_nothing(live_url: str, tmp_path: Path) -> None:
     command = [
         str(Path(sys.executable).parent / "schemathesis"),
         "run",
@@ -34,7 +34,9 @@ def test_schemathesis_finds_nothing(live_url: str) -> None:
         "1",
         "--no-color",
     ]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+    )
     summary = result.stdout[result.stdout.rfind("SUMMARY") :]
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "passed" in summary
