@@ -15,6 +15,9 @@ from typing import Self
 from app.api.errors import ApiError
 from app.metrics import REFUSED_BUSY, RESERVED, WAITING
 
+#: Below this, a request's memory is not reserved at all.
+UNCOUNTED_BYTES = 256 * 1024
+
 
 class MemoryBudget:
     """A byte budget shared by the requests of one worker process."""
@@ -82,7 +85,13 @@ class Reservation:
         self._deadline = time.monotonic() + budget.timeout
 
     async def grow_to(self, nbytes: int) -> None:
-        """Hold at least ``nbytes`` in all (waiting for room, or refused)."""
+        """Hold at least ``nbytes`` in all (waiting for room, or refused).
+
+        Requests that stay below ``UNCOUNTED_BYTES`` are not counted: their memory is lost in the
+        noise of the process, and taking the budget's lock would cost more than their work.
+        """
+        if nbytes <= UNCOUNTED_BYTES:
+            return
         extra = nbytes - self.held
         if extra > 0:
             await self.budget._take(extra, nbytes, self._deadline)
