@@ -164,20 +164,20 @@ def _gather_into(
 def _normalise_indices(
     indices: npt.NDArray[Any], length: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_] | None]:
-    """Map indices to positions in ``[0, length)``; also return which were in range (None: all)."""
+    """Map indices to positions in ``[0, length)``; also return which were in range (None: all).
+
+    The common case, every index already in ``[0, length)``, costs two reductions and no copy.
+    """
+    if indices.size == 0 or (indices.min() >= 0 and indices.max() < length):
+        return indices.astype(np.int64, copy=False), None
     if indices.dtype.kind == "u":
         # Unsigned values are compared as they are: 2**64 - 1 is far out of range, not -1.
         valid = indices < np.array(length, dtype=indices.dtype)
-        positions = (
-            indices.astype(np.int64)
-            if valid.all()
-            else np.where(valid, indices, 0).astype(np.int64)
-        )
+        positions = np.where(valid, indices, 0).astype(np.int64)
     else:
-        positions = indices.astype(np.int64)
+        positions = indices.astype(np.int64)  # a copy: it is changed below
         negative = positions < 0
-        if negative.any():
-            positions += negative * length
+        positions += negative * length
         valid = (positions >= 0) & (positions < length)
     if valid.all():
         return positions, None
