@@ -1,0 +1,1540 @@
+"""Performance benchmark of tensor-ops: kernels, codecs, HTTP transports, small requests, memory.
+
+    .venv/bin/python tests/benchmarks/bench.py                    # full run (tensors up to 64 MiB)
+    .venv/bin/python tests/benchmarks/bench.py --big              # and 256 MiB kernels
+    .venv/bin/python tests/benchmarks/bench.py --smoke            # CI: every section, small sizes
+    .venv/bin/python tests/benchmarks/bench.py --json bench.json  # all figures as JSON too
+    .venv/bin/python tests/benchmarks/bench.py --only kernels,codecs  # some sections only
+    .venv/bin/python tests/benchmarks/bench.py --replot bench.json    # redraw the plot only
+
+The full run takes about 3-4 minutes on the 2-core development machine and writes the plot
+``docs/benchmark.png``; ``--smoke`` takes under 30 s and writes its plot to the temporary
+directory instead (``--plot PATH`` chooses).
+
+Every figure is a median of measurements taken side by side with its anchor in one run,
+interleaved (a thing, its anchor, the next thing, ...; the order reversed every other round),
+so that the noise of a shared machine hits both alike. It prints tables and ratios, writes the
+plot and never asserts a time; every loop is bounded in count and time.
+
+1. Kernels (``app.ops.roll``, ``app.ops.gather``, OpenVINO's CPU plugin) against ``a.copy()``,
+   ``np.copyto``, ``np.roll`` and ``np.take`` on 2-D tensors of 4 KiB to 64 MiB.
+2. Codecs (.npy raw and base64) on a 64 MiB float32 tensor against ``np.copyto``.
+3. A 64 MiB float32 roll over HTTP through each transport against a bare FastAPI echo of the
+   same bytes (``tests/benchmarks/echo_app.py``), with a sweep of sizes and the server-side stages
+   timed in process.
+4. Small requests (3-element roll) under ``wrk`` against the echo app's ``/constant``.
+5. Peak RSS of a fresh single-worker server for one large request of each transport.
+6. The plot: throughput against size.
+
+The HTTP client is a minimal HTTP/1.1 client over a raw socket written here (keep-alive,
+``sendall`` of the body, ``recv_into`` a preallocated buffer): it costs the client almost no CPU,
+which on a 2-core machine would otherwise be taken from the server.
+"""
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import functools
+import io
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from app.api.json_body import split_json_body  # noqa: E402
+from app.api.ops import OPS, Limits  # noqa: E402
+from app.api.routes import encode_raw, prepare_json, prepare_npz  # noqa: E402
+from app.api.tensors import encode_output  # noqa: E402
+from app.api.v2 import encode_infer, prepare_infer  # noqa: E402
+from app.ops import gather, roll  # noqa: E402
+from app.settings import Settings  # noqa: E402
+from app.tensors.npy import (  # noqa: E402
+    base64_bytes,
+    decode_npy,
+    decode_npy_base64,
+    encode_npy,
+    npy_buffer,
+)
+from app.tensors.npz import inflated_size  # noqa: E402
+from tests.conftest import launch_server, server_output, stop_server  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+Array = npt.NDArray[Any]
+Thunk = Callable[[], object]
+
+SERVICE_ENV = {
+    "TENSOR_OPS_LOG_LEVEL": "warning",
+    "TENSOR_OPS_MAX_BODY_BYTES": str(1 << 30),
+    "TENSOR_OPS_MAX_OUTPUT_BYTES": str(1 << 31),
+    "TENSOR_OPS_MEMORY_BUDGET_BYTES": str(8 << 30),
+}
+SMALL_BODY = b'{"data":[1,2,3],"shift":1,"axes":0}'
+SMALL_ANSWER = {"data": [3, 1, 2], "dtype": "int64", "shape": [3]}
+WRK = "/usr/bin/wrk"
+#: Targets, printed beside the figures (never asserted).
+SMALL_KERNEL_TARGET_US = 10.0
+JSON_TARGET, RAW_TARGET = 1.5, 1.3
+RPS_TARGET, P99_TARGET = 0.8, 1.5
+
+
+def size_label(nbytes: int) -> str:
+    if nbytes >= MiB:
+        return f"{nbytes // MiB} MiB"
+    return f"{nbytes // KiB} KiB"
+
+
+def time_label(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def table(headers: list[str], rows: list[list[str]], first_width: int = 0, left: int = 1) -> str:
+    """Rows under headers, the first ``left`` columns left-aligned, the others right-aligned."""
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+    widths[0] = max(widths[0], first_width)
+    lines = []
+    for row in [headers, *rows]:
+        cells = [
+            str(cell).ljust(width) if column < left else str(cell).rjust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    lines.insert(1, "-" * len(lines[0]))
+    return "\n".join(lines)
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "MISSED"
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing: interleaved rounds, medians
+
+
+def interleaved(
+    cases: list[tuple[str, Thunk]],
+    *,
+    number: int,
+    rounds: int,
+    min_rounds: int,
+    budget: float,
+) -> dict[str, float]:
+    """The median seconds per call of each case, over at most ``rounds`` rounds.
+
+    A round times ``number`` calls of each case in turn (reversed order every other round);
+    rounds stop after ``min_rounds`` once ``budget`` seconds have passed. One untimed call of
+    each case warms it up first.
+    """
+    for _, call in cases:
+        call()
+    samples: dict[str, list[float]] = {name: [] for name, _ in cases}
+    deadline = time.monotonic() + budget
+    for round_ in range(rounds):
+        for name, call in cases if round_ % 2 == 0 else cases[::-1]:
+            start = time.perf_counter()
+            for _ in range(number):
+                call()
+            samples[name].append((time.perf_counter() - start) / number)
+        if round_ + 1 >= min_rounds and time.monotonic() > deadline:
+            break
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 1: kernels
+
+
+def square_shape(nbytes: int, itemsize: int) -> tuple[int, int]:
+    """A 2-D shape of ``nbytes``: rows a power of two, as square as powers of two allow."""
+    count = nbytes // itemsize
+    rows = 1 << ((count.bit_length() - 1) // 2)
+    return rows, count // rows
+
+
+@dataclass
+class Indices:
+    """Indices for our gather (some negative, some out of range) and their in-range twins."""
+
+    ours: Array  # int64, as the service reads JSON indices
+    positions: Array  # in [0, length): what np.take and OpenVINO get
+    valid: Array  # False where ``ours`` is out of range (our output is zeros there)
+
+
+def make_indices(rng: np.random.Generator, length: int, shape: tuple[int, ...]) -> Indices:
+    if len(shape) == 1:
+        positions = rng.permutation(length)[: shape[0]].astype(np.int64)
+    else:
+        positions = rng.integers(0, length, size=shape, dtype=np.int64)
+    ours = positions.copy()
+    negative = rng.random(shape) < 0.25
+    ours[negative] -= length
+    outside = rng.random(shape) < 0.01
+    chosen = positions[outside]
+    ours[outside] = np.where(chosen % 2 == 0, length + chosen, -length - 1 - chosen)
+    return Indices(ours, positions, ~outside)
+
+
+class OpenVino:
+    """Roll-7 and Gather-8 compiled for the CPU plugin, one model per shape, outside timing."""
+
+    def __init__(self, threads: int) -> None:
+        # Imported here: it takes a second, and its absence only drops the OpenVINO rows.
+        import openvino as ov  # noqa: PLC0415
+        from openvino import opset7, opset8  # noqa: PLC0415
+
+        self.ov, self.opset7, self.opset8 = ov, opset7, opset8
+        self.core = ov.Core()
+        self.config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+        self.types = {np.dtype(np.float32): ov.Type.f32, np.dtype(np.int32): ov.Type.i32}
+
+    def _compile(self, outputs: list[Any], parameters: list[Any]) -> Any:
+        model = self.ov.Model(outputs, parameters)
+        return self.core.compile_model(model, "CPU", self.config).create_infer_request()
+
+    def _parameter(self, array: Array) -> Any:
+        return self.opset8.parameter(list(array.shape), self.types[array.dtype])
+
+    def roll(self, data: Array, shifts: list[int], axes: list[int]) -> Callable[[], Array]:
+        """Roll with non-negative axes and reduced shifts, as 1D int32 constants."""
+        parameter = self._parameter(data)
+        reduced = [shift % data.shape[axis] for shift, axis in zip(shifts, axes, strict=True)]
+        node = self.opset7.roll(
+            parameter,
+            self.opset8.constant(np.array(reduced, dtype=np.int32)),
+            self.opset8.constant(np.array(axes, dtype=np.int32)),
+        )
+        request = self._compile([node], [parameter])
+
+        def run() -> Array:
+            result = request.infer({0: data}, share_inputs=True, share_outputs=True)
+            output: Array = result[0]
+            return output
+
+        return run
+
+    def gather(
+        self, data: Array, positions: Array, axis: int, batch_dims: int
+    ) -> Callable[[], Array]:
+        """Gather with in-range int32 indices (the plugin reads past the data for others)."""
+        indices = positions.astype(np.int32)
+        data_parameter = self._parameter(data)
+        indices_parameter = self._parameter(indices)
+        node = self.opset8.gather(
+            data_parameter,
+            indices_parameter,
+            self.opset8.constant(np.array(axis, dtype=np.int32)),
+            batch_dims,
+        )
+        request = self._compile([node], [data_parameter, indices_parameter])
+
+        def run() -> Array:
+            result = request.infer({0: data, 1: indices}, share_inputs=True, share_outputs=True)
+            output: Array = result[0]
+            return output
+
+        return run
+
+
+def expected_gather(data: Array, indices: Indices, axis: int, batch_dims: int) -> Array:
+    if batch_dims:
+        out = np.take_along_axis(data, indices.positions, axis=axis)
+        out[~indices.valid] = 0
+        return out
+    out = np.take(data, indices.positions, axis=axis)
+    index: list[Any] = [slice(None)] * data.ndim
+    index[axis] = ~indices.valid
+    out[tuple(index)] = 0
+    return out
+
+
+#: Row labels of the kernel tables, in order: (key, label, kind) with kind anchor/ours/openvino.
+KERNEL_CASES = [
+    ("copy", "a.copy()", "anchor"),
+    ("copyto", "np.copyto(pre, a)", "anchor"),
+    ("np_roll", "np.roll, axes 0 and 1", "anchor"),
+    ("np_take0", "np.take, axis 0", "anchor"),
+    ("np_take1", "np.take, axis 1 (inner)", "anchor"),
+    ("np_take_along", "np.take_along_axis, axis 1", "anchor"),
+    ("roll0", "roll, axis 0", "ours"),
+    ("roll_last", "roll, last axis", "ours"),
+    ("roll_both", "roll, both axes", "ours"),
+    ("roll_out", "roll, both axes, out=", "ours"),
+    ("gather0", "gather, axis 0", "ours"),
+    ("gather1", "gather, axis 1 (inner)", "ours"),
+    ("gather_bd1", "gather, axis 1, batch_dims=1", "ours"),
+    ("ov_roll", "OpenVINO roll, both axes", "openvino"),
+    ("ov_gather0", "OpenVINO gather, axis 0", "openvino"),
+    ("ov_gather1", "OpenVINO gather, axis 1", "openvino"),
+    ("ov_gather_bd1", "OpenVINO gather, batch_dims=1", "openvino"),
+]
+
+
+def kernel_cases(
+    data: Array, rng: np.random.Generator, openvino: OpenVino | None
+) -> list[tuple[str, Thunk]]:
+    """The calls to time on ``data`` (2-D), each checked once against NumPy first."""
+    rows, cols = data.shape
+    shifts = [rows // 3 + 1, -(cols // 5 + 1)]
+    pre = np.empty_like(data)
+    rows_indices = make_indices(rng, rows, (rows,))
+    cols_indices = make_indices(rng, cols, (cols,))
+    batch_indices = make_indices(rng, cols, (rows, cols))
+    expected_roll = np.roll(data, shifts, (0, 1))
+
+    cases: list[tuple[str, Thunk, Array | None]] = [
+        ("copy", data.copy, None),
+        ("copyto", lambda: np.copyto(pre, data), None),
+        ("np_roll", lambda: np.roll(data, shifts, (0, 1)), None),
+        ("np_take0", lambda: np.take(data, rows_indices.positions, axis=0), None),
+        ("np_take1", lambda: np.take(data, cols_indices.positions, axis=1), None),
+        (
+            "np_take_along",
+            lambda: np.take_along_axis(data, batch_indices.positions, axis=1),
+            None,
+        ),
+        ("roll0", lambda: roll(data, shifts[0], 0), np.roll(data, shifts[0], 0)),
+        ("roll_last", lambda: roll(data, shifts[1], -1), np.roll(data, shifts[1], 1)),
+        ("roll_both", lambda: roll(data, shifts, [0, -1]), expected_roll),
+        ("roll_out", lambda: roll(data, shifts, [0, -1], out=pre), expected_roll),
+        (
+            "gather0",
+            lambda: gather(data, rows_indices.ours, 0),
+            expected_gather(data, rows_indices, 0, 0),
+        ),
+        (
+            "gather1",
+            lambda: gather(data, cols_indices.ours, 1),
+            expected_gather(data, cols_indices, 1, 0),
+        ),
+        (
+            "gather_bd1",
+            lambda: gather(data, batch_indices.ours, 1, batch_dims=1),
+            expected_gather(data, batch_indices, 1, 1),
+        ),
+    ]
+    if openvino is not None and data.dtype in openvino.types:
+        cases += [
+            ("ov_roll", openvino.roll(data, shifts, [0, 1]), expected_roll),
+            (
+                "ov_gather0",
+                openvino.gather(data, rows_indices.positions, 0, 0),
+                np.take(data, rows_indices.positions, axis=0),
+            ),
+            (
+                "ov_gather1",
+                openvino.gather(data, cols_indices.positions, 1, 0),
+                np.take(data, cols_indices.positions, axis=1),
+            ),
+            (
+                "ov_gather_bd1",
+                openvino.gather(data, batch_indices.positions, 1, 1),
+                np.take_along_axis(data, batch_indices.positions, axis=1),
+            ),
+        ]
+    for name, call, expected in cases:
+        if expected is not None:
+            actual = np.asarray(call())
+            if actual.shape != expected.shape or not np.array_equal(
+                actual.view(np.uint8), expected.view(np.uint8)
+            ):
+                raise AssertionError(f"{name} on {data.dtype} {data.shape} gave a wrong answer")
+    return [(name, call) for name, call, _ in cases]
+
+
+def bench_kernels(config: "Config", openvino: OpenVino | None) -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    columns: list[tuple[np.dtype[Any], int]] = [
+        (np.dtype(np.float32), size) for size in config.kernel_sizes
+    ]
+    columns += [(np.dtype(dtype), config.typed_size) for dtype in ("int8", "float64")]
+    results: dict[str, Any] = {}
+    for dtype, nbytes in columns:
+        shape = square_shape(nbytes, dtype.itemsize)
+        if dtype.kind == "f":
+            data = rng.standard_normal(shape).astype(dtype)
+        else:
+            data = rng.integers(-128, 128, size=shape).astype(dtype)
+        cases = kernel_cases(data, rng, openvino)
+        small = nbytes <= 64 * KiB
+        number = max(1, min(500, (2 * MiB) // nbytes))
+        medians = interleaved(
+            cases,
+            number=number,
+            rounds=config.small_rounds if small else config.kernel_rounds,
+            min_rounds=3,
+            budget=config.kernel_budget,
+        )
+        key = f"{dtype.name} {size_label(nbytes)}"
+        results[key] = {
+            "dtype": dtype.name,
+            "nbytes": nbytes,
+            "shape": list(shape),
+            "calls_per_sample": number,
+            "seconds": medians,
+        }
+        print(f"  kernels {key:>16} {shape}: done", file=sys.stderr, flush=True)
+        del data, cases
+    return results
+
+
+def print_kernels(results: dict[str, Any]) -> None:
+    keys = list(results)
+    labels = [label for _, label, _ in KERNEL_CASES]
+    width = max(map(len, labels))
+    medians, ratios = [], []
+    for case, label, _ in KERNEL_CASES:
+        row_m, row_r = [label], [label]
+        for key in keys:
+            seconds = results[key]["seconds"]
+            if case in seconds:
+                row_m.append(time_label(seconds[case]))
+                row_r.append(f"{seconds[case] / seconds['copy']:.2f}x")
+            else:
+                row_m += ["-"]
+                row_r += ["-"]
+        medians.append(row_m)
+        ratios.append(row_r)
+    print("\nMedian time per call")
+    print(table(["case", *keys], medians, width))
+    print("\nRatio to a.copy() of the same tensor (1.00x = as fast as a copy)")
+    print(table(["case", *keys], ratios, width))
+
+
+def print_small_kernels(results: dict[str, Any]) -> list[dict[str, Any]]:
+    key = next((k for k in results if results[k]["nbytes"] == 4 * KiB), None)
+    if key is None:
+        return []
+    seconds = results[key]["seconds"]
+    rows, targets = [], []
+    for case, label, kind in KERNEL_CASES:
+        if case not in seconds:
+            continue
+        micro = seconds[case] * 1e6
+        target = ""
+        if kind == "ours":
+            met = micro <= SMALL_KERNEL_TARGET_US
+            target = f"<= {SMALL_KERNEL_TARGET_US:.0f} us: {verdict(met)}"
+            targets.append(
+                {
+                    "target": f"small kernel {label} <= 10 us",
+                    "figure": f"{micro:.1f} us",
+                    "met": met,
+                }
+            )
+        rows.append([label, f"{micro:.1f}", target])
+    print(
+        f"\nSmall tensors: {key} {tuple(results[key]['shape'])}, microseconds per call "
+        f"(median of samples of {results[key]['calls_per_sample']} calls)"
+    )
+    print(table(["case", "us/call", "target"], rows))
+    return targets
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 2: codecs
+
+
+def npy_bytes(array: Array) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def bench_codecs(config: "Config") -> dict[str, Any]:
+    shape = square_shape(config.large_size, 4)
+    data = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    raw = npy_bytes(data)
+    text = base64.b64encode(raw)
+    pre = np.empty_like(data)
+    assert np.array_equal(decode_npy_base64(memoryview(text)), data)
+    assert np.array_equal(decode_npy(raw), data)
+
+    def encode_base64() -> bytes:
+        # The service's path (app/api/tensors.py encode_output): the kernel fills the data part
+        # of a ready .npy buffer (here a copy), then the whole buffer is base64-encoded.
+        buffer, target = npy_buffer(data.shape, data.dtype)
+        np.copyto(target, data)
+        return base64_bytes(buffer)
+
+    assert encode_base64() == text
+    cases: list[tuple[str, Thunk]] = [
+        ("copyto", lambda: np.copyto(pre, data)),
+        ("b64_decode", lambda: decode_npy_base64(memoryview(text))),
+        ("b64_encode", encode_base64),
+        ("npy_decode", lambda: decode_npy(raw)),
+        ("npy_encode", lambda: encode_npy(data)),
+    ]
+    medians = interleaved(
+        cases, number=1, rounds=config.kernel_rounds, min_rounds=3, budget=config.kernel_budget
+    )
+    return {"nbytes": data.nbytes, "shape": list(shape), "seconds": medians}
+
+
+CODEC_LABELS = {
+    "copyto": "np.copyto(pre, a) (anchor)",
+    "b64_decode": "base64 .npy decode (decode_npy_base64)",
+    "b64_encode": "base64 .npy encode (npy_buffer, fill, base64_bytes)",
+    "npy_decode": "raw .npy decode (decode_npy, zero-copy)",
+    "npy_encode": "raw .npy encode (npy_buffer, fill = encode_npy)",
+}
+
+
+def print_codecs(results: dict[str, Any]) -> None:
+    seconds = results["seconds"]
+    rows = []
+    for key, label in CODEC_LABELS.items():
+        value = seconds[key]
+        rows.append(
+            [
+                label,
+                time_label(value),
+                f"{results['nbytes'] / value / 1e6:.0f}",
+                f"{value / seconds['copyto']:.2f}x",
+            ]
+        )
+    print(f"\nCodecs on {size_label(results['nbytes'])} float32 {tuple(results['shape'])}")
+    print(table(["codec", "median", "MB/s", "vs np.copyto"], rows))
+
+
+# ----------------------------------------------------------------------------------------------
+# Servers and the raw HTTP client
+
+
+class RawHttp:
+    """One keep-alive HTTP/1.1 connection: requests sent with ``sendall``, answers read with
+    ``recv_into`` a buffer kept from one request to the next (Content-Length answers only)."""
+
+    def __init__(self, url: str, timeout: float = 300) -> None:
+        parts = urlsplit(url)
+        self.address = (parts.hostname or "127.0.0.1", parts.port or 80)
+        self.timeout = timeout
+        self.sock: socket.socket | None = None
+        self.buffer = bytearray(64 * KiB)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def _connect(self) -> socket.socket:
+        if self.sock is None:
+            self.sock = socket.create_connection(self.address, timeout=self.timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return self.sock
+
+    def post(
+        self, path: str, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], memoryview]:
+        """Send one POST and read the whole answer; the body view is valid until the next call."""
+        sock = self._connect()
+        lines = [f"POST {path} HTTP/1.1", f"Host: {self.address[0]}:{self.address[1]}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append(f"Content-Length: {len(body)}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        try:
+            if len(body) <= 64 * KiB:
+                sock.sendall(head + body)
+            else:
+                sock.sendall(head)
+                sock.sendall(body)
+            return self._read(sock)
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self, sock: socket.socket) -> tuple[int, dict[str, str], memoryview]:
+        received = b""
+        for _ in range(1024):  # the head is at most 64 KiB
+            end = received.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            chunk = sock.recv(64 * KiB)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            received += chunk
+        else:
+            raise ConnectionError("no end of the response head")
+        status_line, *header_lines = received[:end].decode("latin-1").split("\r\n")
+        headers = {}
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if "content-length" not in headers:
+            raise ConnectionError(f"no Content-Length in the answer: {status_line}")
+        length = int(headers["content-length"])
+        if len(self.buffer) < length:
+            self.buffer = bytearray(length)
+        view = memoryview(self.buffer)[:length]
+        rest = received[end + 4 :]
+        view[: len(rest)] = rest
+        got = len(rest)
+        while got < length:
+            count = sock.recv_into(view[got:], min(length - got, 4 * MiB))
+            if count == 0:
+                raise ConnectionError("the server closed the connection mid-answer")
+            got += count
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return int(status_line.split()[1]), headers, view
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes ``pid`` started, and theirs (from /proc)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending and len(found) < 256:
+        current = pending.pop()
+        for children in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in children.read_text().split():
+                    found.append(int(child))
+                    pending.append(int(child))
+    return found
+
+
+@contextlib.contextmanager
+def server(env: dict[str, str], command: list[str] | None = None) -> Iterator[tuple[str, int]]:
+    """A server started by ``launch_server``; yields its URL and pid. Stopped with SIGTERM (then
+    SIGKILL), and so are the worker processes it started."""
+    url, process = launch_server(env, command)
+    try:
+        yield url, process.pid
+    finally:
+        children = descendants(process.pid)
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(10)
+        output = server_output(process)
+        stop_server(process)
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if "Traceback" in output:
+            print(f"server {command or 'uvicorn'} wrote a traceback:\n{output[-3000:]}")
+
+
+def echo_command(*options: str) -> list[str]:
+    """The echo app under ``python -m uvicorn``'s own command line (see echo_app.main)."""
+    return ["-m", "tests.benchmarks.echo_app", *options]
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 3: end to end over HTTP
+
+
+@dataclass
+class Transport:
+    key: str
+    label: str
+    path: str
+    body: bytes
+    headers: dict[str, str]
+    decode: Callable[[dict[str, str], memoryview], Array]
+    target: float
+
+
+def npz_bytes(arrays: dict[str, Array]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
+        for name, array in arrays.items():
+            archive.writestr(f"{name}.npy", npy_bytes(array))
+    return buffer.getvalue()
+
+
+ROLL_SHIFT, ROLL_AXES = [3, -7], [0, 1]
+
+
+def transports(data: Array) -> list[Transport]:
+    """The roll of ``data`` by (3, -7) along (0, 1) as each transport sends it."""
+    shift, axes = np.array(ROLL_SHIFT), np.array(ROLL_AXES)
+    json_body = orjson.dumps(
+        {
+            "data": base64.b64encode(npy_bytes(data)).decode(),
+            "shift": ROLL_SHIFT,
+            "axes": ROLL_AXES,
+        }
+    )
+    head = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "data",
+                    "shape": list(data.shape),
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": data.nbytes},
+                },
+                {
+                    "name": "shift",
+                    "shape": [2],
+                    "datatype": "INT64",
+                    "parameters": {"binary_data_size": 16},
+                },
+                {
+                    "name": "axes",
+                    "shape": [2],
+                    "datatype": "INT64",
+                    "parameters": {"binary_data_size": 16},
+                },
+            ],
+            "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
+        }
+    )
+
+    def from_json(_: dict[str, str], body: memoryview) -> Array:
+        answer = orjson.loads(body)
+        array: Array = np.load(io.BytesIO(base64.b64decode(answer["data"])), allow_pickle=False)
+        return array
+
+    def from_npy(_: dict[str, str], body: memoryview) -> Array:
+        array: Array = np.load(io.BytesIO(bytes(body)), allow_pickle=False)
+        return array
+
+    def from_v2(headers: dict[str, str], body: memoryview) -> Array:
+        length = int(headers["inference-header-content-length"])
+        return np.frombuffer(bytes(body[length:]), dtype="<f4").reshape(data.shape)
+
+    json_type = {"content-type": "application/json"}
+    return [
+        Transport(
+            "json", "JSON, base64 .npy in and out", "/roll", json_body, json_type, from_json,
+            JSON_TARGET,
+        ),
+        Transport(
+            "json_npy", "JSON, base64 .npy in, Accept: .npy", "/roll", json_body,
+            {**json_type, "accept": "application/x-npy"}, from_npy, JSON_TARGET,
+        ),
+        Transport(
+            "npz", ".npz in, raw .npy out", "/roll",
+            npz_bytes({"data": data, "shift": shift, "axes": axes}),
+            {"content-type": "application/x-npz"}, from_npy, RAW_TARGET,
+        ),
+        Transport(
+            "v2", "/v2 binary tensors", "/v2/models/roll/infer",
+            head + data.tobytes() + shift.tobytes() + axes.tobytes(),
+            {"content-type": "application/octet-stream",
+             "inference-header-content-length": str(len(head))},
+            from_v2, RAW_TARGET,
+        ),
+    ]  # fmt: skip
+
+
+def time_request(client: RawHttp, path: str, body: bytes, headers: dict[str, str]) -> float:
+    start = time.perf_counter()
+    status, _, _ = client.post(path, body, headers)
+    elapsed = time.perf_counter() - start
+    if status != 200:
+        raise AssertionError(f"POST {path} answered {status}")
+    return elapsed
+
+
+def check_transport(service: RawHttp, echo: RawHttp, transport: Transport, data: Array) -> int:
+    """Check the service's answer and the echo once (untimed); return the answer's size."""
+    status, headers, body = service.post(transport.path, transport.body, transport.headers)
+    if status != 200:
+        raise AssertionError(f"{transport.label}: {status} {bytes(body[:300])!r}")
+    answer = transport.decode(headers, body)
+    if not np.array_equal(answer, np.roll(data, ROLL_SHIFT, ROLL_AXES)):
+        raise AssertionError(f"{transport.label}: wrong answer")
+    size = len(body)
+    status, _, echoed = echo.post("/echo", transport.body, transport.headers)
+    if status != 200 or echoed != transport.body:
+        raise AssertionError(f"echo of {transport.label}: not the same bytes")
+    return size
+
+
+def bench_http(config: "Config") -> dict[str, Any]:
+    results: dict[str, Any] = {"client": "raw-socket HTTP/1.1 keep-alive (this file's RawHttp)"}
+    sweep: dict[str, Any] = {}
+    rng = np.random.default_rng(11)
+    with (
+        server(SERVICE_ENV) as (service_url, _),
+        server(SERVICE_ENV, echo_command()) as (echo_url, _),
+    ):
+        service, echo = RawHttp(service_url), RawHttp(echo_url)
+        for nbytes in config.http_sizes:
+            data = rng.standard_normal(square_shape(nbytes, 4)).astype(np.float32)
+            cases = transports(data)
+            answer_bytes = {t.key: check_transport(service, echo, t, data) for t in cases}
+            samples: dict[str, list[float]] = {f"{t.key}{s}": [] for t in cases for s in ("", "@")}
+            main = nbytes == config.large_size
+            rounds = config.http_rounds if main else config.http_sweep_rounds
+            deadline = time.monotonic() + (config.http_budget if main else config.sweep_budget)
+            for round_ in range(rounds):
+                for transport in cases if round_ % 2 == 0 else cases[::-1]:
+                    pair = [
+                        (transport.key, service, transport.path),
+                        (transport.key + "@", echo, "/echo"),
+                    ]
+                    for key, client, path in pair if round_ % 2 == 0 else pair[::-1]:
+                        samples[key].append(
+                            time_request(client, path, transport.body, transport.headers)
+                        )
+                if round_ >= 2 and time.monotonic() > deadline:
+                    break
+            entry: dict[str, Any] = {"shape": list(data.shape), "rounds": round_ + 1}
+            for transport in cases:
+                entry[transport.key] = {
+                    "label": transport.label,
+                    "request_bytes": len(transport.body),
+                    "answer_bytes": answer_bytes[transport.key],
+                    "seconds": statistics.median(samples[transport.key]),
+                    "echo_seconds": statistics.median(samples[transport.key + "@"]),
+                    "target": transport.target,
+                }
+            sweep[str(nbytes)] = entry
+            print(f"  http {size_label(nbytes)}: done", file=sys.stderr, flush=True)
+        service.close()
+        echo.close()
+    results["sizes"] = sweep
+    return results
+
+
+def print_http(results: dict[str, Any], config: "Config") -> list[dict[str, Any]]:
+    entry = results["sizes"][str(config.large_size)]
+    keys = [key for key in entry if isinstance(entry[key], dict)]
+    rows, targets = [], []
+    for key in keys:
+        item = entry[key]
+        ratio = item["seconds"] / item["echo_seconds"]
+        met = ratio <= item["target"]
+        rows.append(
+            [
+                item["label"],
+                f"{item['request_bytes'] / MiB:.1f}",
+                f"{item['answer_bytes'] / MiB:.1f}",
+                f"{item['seconds'] * 1e3:.0f}",
+                f"{item['echo_seconds'] * 1e3:.0f}",
+                f"{ratio:.2f}x",
+                f"<= {item['target']}x: {verdict(met)}",
+            ]
+        )
+        targets.append(
+            {
+                "target": f"HTTP {item['label']} <= {item['target']}x echo",
+                "figure": f"{ratio:.2f}x ({item['seconds'] * 1e3:.0f} ms vs echo "
+                f"{item['echo_seconds'] * 1e3:.0f} ms)",
+                "met": met,
+            }
+        )
+    print(
+        f"\nEnd to end: roll of {size_label(config.large_size)} float32 {tuple(entry['shape'])} "
+        f"by {ROLL_SHIFT} along {ROLL_AXES}, one uvicorn worker, median of {entry['rounds']} "
+        "(send + full answer read;\n  the client's decoding excluded); echo = POST /echo of the "
+        f"same request bytes to the bare FastAPI app. Client: {results['client']}"
+    )
+    print(table(["transport", "in MiB", "out MiB", "ms", "echo ms", "vs echo", "target"], rows))
+    rows = []
+    for nbytes, item in results["sizes"].items():
+        row = [size_label(int(nbytes))]
+        for key in keys:
+            row.append(
+                f"{time_label(item[key]['seconds'])} / {item[key]['seconds'] / item[key]['echo_seconds']:.2f}x"
+            )
+        rows.append(row)
+    print("\nSizes sweep: median time / ratio to the echo of the same bytes")
+    print(table(["size", *[entry[key]["label"] for key in keys]], rows))
+    return targets
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 3b: the server-side stages of the same requests, timed in this process
+
+
+def chunked(body: bytes, size: int = 256 * KiB) -> list[bytes]:
+    """``body`` in the pieces uvicorn hands over (uvloop reads up to 256 KiB at a time)."""
+    return [body[start : start + size] for start in range(0, len(body), size)]
+
+
+def grow(chunks: list[bytes]) -> bytearray:
+    """What read_body (app/api/body.py) does with the chunks: one growing bytearray."""
+    body = bytearray()
+    for chunk in chunks:
+        body += chunk
+    return body
+
+
+def bench_stages(config: "Config") -> dict[str, Any]:
+    data = np.random.default_rng(5).standard_normal(square_shape(config.large_size, 4))
+    data = data.astype(np.float32)
+    settings = Settings(max_body_bytes=1 << 30, max_output_bytes=1 << 31)
+    limits = Limits.of(settings)
+    op = OPS["roll"]
+    bodies = {t.key: t for t in transports(data)}
+    chunks = {key: chunked(bodies[key].body) for key in ("json", "npz", "v2")}
+    json_body = bytearray(bodies["json"].body)
+    npz_body = bytearray(bodies["npz"].body)
+    npz_bytes_ = bytes(npz_body)
+    v2 = bodies["v2"]
+    v2_body = bytearray(v2.body)
+    header_length = v2.headers["inference-header-content-length"]
+    job, form = prepare_json(op, split_json_body(json_body), limits)
+    npz_job = prepare_npz(op, npz_bytes_, {}, limits, settings.max_body_bytes)
+    v2_job, v2_request, _ = prepare_infer(op, v2_body, header_length, limits)
+    pre = np.empty_like(data)
+    cases: list[tuple[str, Thunk]] = [
+        ("kernel", lambda: roll(data, ROLL_SHIFT, ROLL_AXES)),
+        ("copyto", lambda: np.copyto(pre, data)),
+        ("json_parse", lambda: prepare_json(op, split_json_body(json_body), limits)),
+        ("json_encode", lambda: encode_output(job, form, False)),
+        ("json_encode_npy", lambda: encode_output(job, form, True)),
+        ("npz_inflated", lambda: inflated_size(npz_body)),
+        ("npz_bytes", lambda: bytes(npz_body)),
+        ("npz_parse", lambda: prepare_npz(op, npz_bytes_, {}, limits, 1 << 30)),
+        ("npz_encode", lambda: encode_raw(npz_job)),
+        ("v2_parse", lambda: prepare_infer(op, v2_body, header_length, limits)),
+        ("v2_encode", lambda: encode_infer(v2_job, op, v2_request, True)),
+    ]
+    for key, pieces in chunks.items():
+        cases.append((f"{key}_grow", functools.partial(grow, pieces)))
+        cases.append((f"{key}_join", functools.partial(b"".join, pieces)))
+    medians = interleaved(
+        cases, number=1, rounds=config.kernel_rounds, min_rounds=3, budget=config.kernel_budget
+    )
+    return {"nbytes": data.nbytes, "seconds": medians}
+
+
+GROW = "(simulated) read_body: bytearray += 256 KiB chunks"
+STAGES = {
+    "json": [
+        ("json_grow", GROW),
+        ("json_parse", "split_json_body + prepare_json (JSON envelope, base64 decode, checks)"),
+        ("json_encode", "encode_output (kernel into .npy buffer, base64 encode)"),
+    ],
+    "json_npy": [
+        ("json_grow", GROW),
+        ("json_parse", "split_json_body + prepare_json"),
+        ("json_encode_npy", "encode_output raw (kernel into .npy buffer)"),
+    ],
+    "npz": [
+        ("npz_grow", GROW),
+        ("npz_inflated", "inflated_size(body) (io.BytesIO copies the bytearray; on the loop)"),
+        ("npz_bytes", "bytes(body) (routes.py, on the event loop)"),
+        ("npz_parse", "prepare_npz (zip directory, CRC-32, zero-copy .npy)"),
+        ("npz_encode", "encode_raw (kernel into .npy buffer)"),
+    ],
+    "v2": [
+        ("v2_grow", GROW),
+        ("v2_parse", "prepare_infer (JSON header, zero-copy binary)"),
+        ("v2_encode", "encode_infer (kernel into the output buffer)"),
+    ],
+}
+
+
+def print_stages(stages: dict[str, Any], http: dict[str, Any], config: "Config") -> None:
+    seconds = stages["seconds"]
+    entry = http["sizes"][str(config.large_size)]
+    print(
+        f"\nWhere the time goes ({size_label(config.large_size)}): the server's stages timed in "
+        "this process (medians); the rest of the HTTP time is the\nsocket reads and writes "
+        "and the framework, which the echo pays too (its own body handling is one b''.join "
+        "of the chunks).\n"
+        f"Kernel alone (roll, 2 axes): {time_label(seconds['kernel'])}; "
+        f"np.copyto: {time_label(seconds['copyto'])}"
+    )
+    rows = []
+    for key, stages_of in STAGES.items():
+        total = 0.0
+        for stage, label in stages_of:
+            rows.append(
+                [entry[key]["label"] if not total else "", label, time_label(seconds[stage])]
+            )
+            total += seconds[stage]
+        body = stages_of[0][0].replace("_grow", "_join")
+        http_time, echo_time = entry[key]["seconds"], entry[key]["echo_seconds"]
+        rows += [
+            ["", "= stages in process", time_label(total)],
+            ["", "HTTP total - stages", time_label(http_time - total)],
+            ["", "echo: HTTP total", time_label(echo_time)],
+            ["", "echo: (simulated) b''.join of the chunks", time_label(seconds[body])],
+            ["", "echo: HTTP total - join", time_label(echo_time - seconds[body])],
+        ]
+    print(table(["transport", "stage", "median"], rows, left=2))
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 4: small requests under load
+
+
+WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = '{body}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0}
+
+
+def parse_wrk(output: str) -> dict[str, float]:
+    def seconds(text: str) -> float:
+        match = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+        if match is None:
+            raise ValueError(f"unexpected wrk duration {text!r}")
+        return float(match[1]) * _UNITS[match[2]]
+
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    p50 = re.search(r"^\s+50%\s+(\S+)", output, re.MULTILINE)
+    p99 = re.search(r"^\s+99%\s+(\S+)", output, re.MULTILINE)
+    if rps is None or p50 is None or p99 is None:
+        raise ValueError(f"cannot read wrk's output:\n{output}")
+    errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    socket_errors = re.search(r"Socket errors:.*", output)
+    return {
+        "rps": float(rps[1]),
+        "p50": seconds(p50[1]),
+        "p99": seconds(p99[1]),
+        "non_2xx": float(errors[1]) if errors else 0.0,
+        "socket_errors": 1.0 if socket_errors else 0.0,
+    }
+
+
+def run_wrk(url: str, seconds: int, connections: int, script: str) -> dict[str, float]:
+    command = [
+        WRK, "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "5s",
+        "-s", script, url,
+    ]  # fmt: skip
+    done = subprocess.run(
+        command, check=False, capture_output=True, text=True, timeout=seconds + 30
+    )
+    return parse_wrk(done.stdout)
+
+
+def run_httpx_load(url: str, seconds: int, connections: int) -> dict[str, float]:
+    """The fallback without wrk: ``connections`` asyncio httpx clients for ``seconds``."""
+
+    async def load() -> tuple[list[float], float, int]:
+        latencies: list[float] = []
+        failures = 0
+        limits = httpx.Limits(max_connections=connections)
+        async with httpx.AsyncClient(limits=limits, timeout=5) as client:
+            deadline = time.monotonic() + seconds
+
+            async def worker() -> None:
+                nonlocal failures
+                for _ in range(1_000_000):
+                    if time.monotonic() > deadline:
+                        return
+                    start = time.perf_counter()
+                    reply = await client.post(
+                        url, content=SMALL_BODY, headers={"content-type": "application/json"}
+                    )
+                    latencies.append(time.perf_counter() - start)
+                    failures += reply.status_code != 200
+
+            start = time.perf_counter()
+            await asyncio.gather(*(worker() for _ in range(connections)))
+            return latencies, time.perf_counter() - start, failures
+
+    latencies, elapsed, failures = asyncio.run(load())
+    latencies.sort()
+    return {
+        "rps": len(latencies) / elapsed,
+        "p50": latencies[len(latencies) // 2],
+        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "non_2xx": float(failures),
+        "socket_errors": 0.0,
+    }
+
+
+def bench_small(config: "Config") -> dict[str, Any]:
+    use_wrk = Path(WRK).exists()
+    results: dict[str, Any] = {
+        "tool": f"wrk -t1 -c{config.connections} -d{config.load_seconds}s --latency"
+        if use_wrk
+        else f"asyncio httpx, {config.connections} connections, {config.load_seconds} s",
+        "workers": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="tensor-ops-bench-") as folder:
+        script = str(Path(folder) / "post.lua")
+        Path(script).write_text(WRK_SCRIPT.format(body=SMALL_BODY.decode()))
+        for workers in (1, 2):
+            env = {**SERVICE_ENV, "TENSOR_OPS_WORKERS": str(workers)}
+            options = ["--workers", str(workers), "--no-access-log", "--log-level", "warning",
+                       "--no-server-header"]  # fmt: skip
+            with (
+                server(env, ["-m", "app"]) as (service_url, _),
+                server(SERVICE_ENV, echo_command(*options)) as (echo_url, _),
+            ):
+                status, _, answer = RawHttp(service_url).post(
+                    "/roll", SMALL_BODY, {"content-type": "application/json"}
+                )
+                if status != 200 or orjson.loads(answer) != SMALL_ANSWER:
+                    raise AssertionError(f"small roll: {status} {bytes(answer)!r}")
+                runs: dict[str, list[dict[str, float]]] = {"roll": [], "constant": []}
+                targets = [("roll", service_url + "/roll"), ("constant", echo_url + "/constant")]
+                for round_ in range(config.load_rounds):
+                    for name, url in targets if round_ % 2 == 0 else targets[::-1]:
+                        if use_wrk:
+                            run = run_wrk(url, config.load_seconds, config.connections, script)
+                        else:
+                            run = run_httpx_load(url, config.load_seconds, config.connections)
+                        runs[name].append(run)
+                summary: dict[str, Any] = {}
+                for name, values in runs.items():
+                    summary[name] = {
+                        metric: statistics.median(run[metric] for run in values)
+                        for metric in values[0]
+                    }
+                summary["rounds"] = config.load_rounds
+                results["workers"][str(workers)] = summary
+            print(f"  small requests, {workers} worker(s): done", file=sys.stderr, flush=True)
+    return results
+
+
+def print_small(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows, targets = [], []
+    for workers, summary in results["workers"].items():
+        roll_, constant = summary["roll"], summary["constant"]
+        rps_ratio = roll_["rps"] / constant["rps"]
+        p99_ratio = roll_["p99"] / constant["p99"]
+        for name, run in (("3-element roll", roll_), ("echo /constant", constant)):
+            rows.append(
+                [
+                    workers if name.startswith("3") else "",
+                    name,
+                    f"{run['rps']:.0f}",
+                    f"{run['p50'] * 1e3:.2f}",
+                    f"{run['p99'] * 1e3:.2f}",
+                    f"{run['non_2xx']:.0f}",
+                ]
+            )
+        rows.append(
+            [
+                "",
+                "roll / constant",
+                f"{rps_ratio:.2f}x ({verdict(rps_ratio >= RPS_TARGET)})",
+                f"{roll_['p50'] / constant['p50']:.2f}x",
+                f"{p99_ratio:.2f}x ({verdict(p99_ratio <= P99_TARGET)})",
+                "",
+            ]
+        )
+        targets.append(
+            {
+                "target": f"small roll, {workers} worker(s): >= {RPS_TARGET}x RPS of /constant",
+                "figure": f"{rps_ratio:.2f}x ({roll_['rps']:.0f} vs {constant['rps']:.0f} req/s)",
+                "met": rps_ratio >= RPS_TARGET,
+            }
+        )
+        targets.append(
+            {
+                "target": f"small roll, {workers} worker(s): p99 <= {P99_TARGET}x /constant",
+                "figure": f"{p99_ratio:.2f}x ({roll_['p99'] * 1e3:.2f} vs "
+                f"{constant['p99'] * 1e3:.2f} ms)",
+                "met": p99_ratio <= P99_TARGET,
+            }
+        )
+    print(
+        f"\nSmall requests: {SMALL_BODY.decode()} to POST /roll vs the same body to POST "
+        f"/constant of the echo app; {results['tool']}, medians of "
+        f"{next(iter(results['workers'].values()))['rounds']} runs each, interleaved. "
+        f"Targets: RPS >= {RPS_TARGET}x, p99 <= {P99_TARGET}x"
+    )
+    print(table(["workers", "server", "req/s", "p50 ms", "p99 ms", "non-2xx"], rows, left=2))
+    return targets
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 5: memory
+
+
+def status_kib(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def reset_peak(pid: int) -> bool:
+    """Reset VmHWM to the current RSS (Linux's clear_refs 5); False when not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def bench_memory(config: "Config") -> dict[str, Any]:
+    data = np.random.default_rng(13).standard_normal(square_shape(config.large_size, 4))
+    cases = transports(data.astype(np.float32))
+    warm_ups = transports(np.ones(square_shape(4 * KiB, 4), dtype=np.float32))
+    results: dict[str, Any] = {"nbytes": config.large_size, "rows": []}
+    kinds = [("service", None)] + ([] if config.smoke else [("echo", echo_command())])
+    for transport, warm_up in zip(cases, warm_ups, strict=True):
+        for kind, command in kinds:
+            with server(SERVICE_ENV, command) as (url, pid):
+                client = RawHttp(url)
+                path = transport.path if kind == "service" else "/echo"
+                # One 4 KiB request of the same transport first: its one-time imports and
+                # caches are not the large request's memory.
+                client.post(path, warm_up.body, warm_up.headers)
+                time.sleep(0.2)
+                idle = status_kib(pid, "VmRSS") * KiB
+                reset = reset_peak(pid)
+                status, _, answer = client.post(path, transport.body, transport.headers)
+                client.close()
+                if status != 200:
+                    raise AssertionError(f"memory, {transport.label}: {status}")
+                peak = status_kib(pid, "VmHWM") * KiB
+            results["rows"].append(
+                {
+                    "transport": transport.label,
+                    "server": kind,
+                    "idle_rss": idle,
+                    "peak_rss": peak,
+                    "peak_reset": reset,
+                    "request_bytes": len(transport.body),
+                    "answer_bytes": len(answer),
+                    "bound": len(transport.body) + len(answer) + 64 * MiB,
+                }
+            )
+        print(f"  memory, {transport.label}: done", file=sys.stderr, flush=True)
+    return results
+
+
+def print_memory(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows, targets = [], []
+    for row in results["rows"]:
+        delta = row["peak_rss"] - row["idle_rss"]
+        ratio = delta / row["bound"]
+        rows.append(
+            [
+                row["transport"],
+                row["server"],
+                f"{row['idle_rss'] / MiB:.1f}",
+                f"{delta / MiB:.1f}",
+                f"{row['request_bytes'] / MiB:.1f} + {row['answer_bytes'] / MiB:.1f} + 64",
+                f"{ratio:.2f}x",
+                verdict(ratio <= 1) if row["server"] == "service" else "",
+            ]
+        )
+        if row["server"] == "service":
+            targets.append(
+                {
+                    "target": f"memory, {row['transport']}: peak - idle <= in + out + 64 MiB",
+                    "figure": f"{delta / MiB:.1f} MiB vs {row['bound'] / MiB:.1f} MiB",
+                    "met": ratio <= 1,
+                }
+            )
+    print(
+        f"\nMemory: one {size_label(results['nbytes'])} float32 roll on a fresh single-worker "
+        "server (after one 4 KiB warm-up\nrequest), peak RSS (VmHWM, reset by clear_refs) minus idle "
+        "RSS (VmRSS), in MiB; target: peak - idle <= in + out + 64 MiB"
+    )
+    headers = ["transport", "server", "idle", "peak - idle", "in + out + 64", "ratio", ""]
+    print(table(headers, rows, left=2))
+    return targets
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 6: the plot
+
+
+def plot(kernels: dict[str, Any], http: dict[str, Any], path: Path) -> None:
+    # Imported here: only the plot needs it (the `test` extra), and it must get Agg first.
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    figure, axes = plt.subplots(1, 3, figsize=(19, 6.5), constrained_layout=True)
+    f32 = sorted(
+        (item for item in kernels.values() if item["dtype"] == "float32"),
+        key=lambda item: item["nbytes"],
+    )
+    colors = [plt.get_cmap("tab10")(index) for index in range(10)]
+
+    def throughput(nbytes: int, seconds: float) -> float:
+        return nbytes / seconds / 1e6
+
+    def kernel_line(ax: Any, case: str, label: str, style: str, color: Any, width: float) -> None:
+        points = [(i["nbytes"], i["seconds"][case]) for i in f32 if case in i["seconds"]]
+        if points:
+            ax.plot(
+                [p[0] for p in points],
+                [throughput(*p) for p in points],
+                style,
+                color=color,
+                label=label,
+                linewidth=width,
+                markersize=5,
+            )
+
+    panels = [
+        (
+            "Roll kernels, float32 2-D",
+            [
+                ("copy", "a.copy() (anchor)", "--", "black", 2.2),
+                ("copyto", "np.copyto into a ready array", "--", "darkgrey", 1.4),
+                ("np_roll", "np.roll, axes 0,1", "-.", "grey", 1.4),
+                ("roll0", "roll, axis 0", "o-", colors[0], 1.6),
+                ("roll_last", "roll, last axis", "s-", colors[1], 1.6),
+                ("roll_both", "roll, both axes", "^-", colors[2], 1.6),
+                ("roll_out", "roll, both axes, out=", "v-", colors[3], 1.6),
+                ("ov_roll", "OpenVINO CPU roll, both axes", "x:", colors[2], 1.6),
+            ],
+        ),
+        (
+            "Gather kernels, float32 2-D",
+            [
+                ("copy", "a.copy() (anchor)", "--", "black", 2.2),
+                ("copyto", "np.copyto into a ready array", "--", "darkgrey", 1.4),
+                ("np_take0", "np.take, axis 0", "--", colors[0], 1.0),
+                ("np_take1", "np.take, axis 1", "--", colors[1], 1.0),
+                ("np_take_along", "np.take_along_axis", "--", colors[2], 1.0),
+                ("gather0", "gather, axis 0", "o-", colors[0], 1.6),
+                ("gather1", "gather, axis 1", "s-", colors[1], 1.6),
+                ("gather_bd1", "gather, batch_dims=1", "^-", colors[2], 1.6),
+                ("ov_gather0", "OpenVINO gather, axis 0", "x:", colors[0], 1.6),
+                ("ov_gather1", "OpenVINO gather, axis 1", "x:", colors[1], 1.6),
+                ("ov_gather_bd1", "OpenVINO gather, batch_dims=1", "x:", colors[2], 1.6),
+            ],
+        ),
+    ]
+    for ax, (title, lines) in zip(axes[:2], panels, strict=True):
+        for line in lines:
+            kernel_line(ax, *line)
+        ax.set_title(title)
+    ax = axes[2]
+    sizes = sorted(http["sizes"].items(), key=lambda item: int(item[0]))
+    keys = [key for key, value in sizes[0][1].items() if isinstance(value, dict)]
+    for index, key in enumerate(keys):
+        label = sizes[0][1][key]["label"]
+        x = [int(size) for size, _ in sizes]
+        ax.plot(
+            x,
+            [throughput(int(size), entry[key]["seconds"]) for size, entry in sizes],
+            "o-",
+            color=colors[index],
+            label=label,
+            linewidth=1.6,
+        )
+        ax.plot(
+            x,
+            [throughput(int(size), entry[key]["echo_seconds"]) for size, entry in sizes],
+            "--",
+            color=colors[index],
+            label=f"echo of the same bytes ({label.split(',')[0]})",
+            linewidth=1.2,
+            alpha=0.8,
+        )
+    ax.set_title("Roll over HTTP (1 worker) vs a bare FastAPI echo (dashed)")
+    kernel_ticks = sorted(i["nbytes"] for i in f32)
+    http_ticks = sorted(int(size) for size in http["sizes"])
+    for ax, ticks in zip(axes, [kernel_ticks, kernel_ticks, http_ticks], strict=True):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(ticks, [size_label(t) for t in ticks], rotation=30)
+        ax.set_xlabel("tensor size (float32)")
+        ax.set_ylabel("throughput, MB/s of tensor (higher is better)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
+    figure.suptitle(
+        f"tensor-ops benchmark ({os.cpu_count()} cores, {platform.machine()}); medians, "
+        "measured side by side with the anchors in one run"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration and main
+
+
+@dataclass
+class Config:
+    smoke: bool
+    kernel_sizes: list[int]
+    typed_size: int  # int8 and float64 kernels
+    large_size: int  # codecs, the main HTTP table, memory
+    http_sizes: list[int]
+    kernel_rounds: int
+    small_rounds: int
+    kernel_budget: float
+    http_rounds: int
+    http_sweep_rounds: int
+    http_budget: float
+    sweep_budget: float
+    load_seconds: int
+    load_rounds: int
+    connections: int
+    openvino_threads: int
+    plot_path: Path
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "Config":
+        if args.smoke:
+            return cls(
+                smoke=True,
+                kernel_sizes=[4 * KiB, 64 * KiB, 1 * MiB],
+                typed_size=1 * MiB,
+                large_size=1 * MiB,
+                http_sizes=[4 * KiB, 64 * KiB, 1 * MiB],
+                kernel_rounds=3,
+                small_rounds=5,
+                kernel_budget=1.0,
+                http_rounds=3,
+                http_sweep_rounds=3,
+                http_budget=2.0,
+                sweep_budget=1.0,
+                load_seconds=1,
+                load_rounds=1,
+                connections=args.connections,
+                openvino_threads=args.openvino_threads,
+                plot_path=args.plot,
+            )
+        sizes = [4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB] + ([256 * MiB] if args.big else [])
+        return cls(
+            smoke=False,
+            kernel_sizes=sizes,
+            typed_size=64 * MiB,
+            large_size=64 * MiB,
+            http_sizes=[4 * KiB, 64 * KiB, 1 * MiB, 16 * MiB, 64 * MiB],
+            kernel_rounds=args.repeat,
+            small_rounds=max(args.repeat, 25),
+            kernel_budget=20.0,
+            http_rounds=args.repeat,
+            http_sweep_rounds=max(args.repeat, 15),
+            http_budget=90.0,
+            sweep_budget=20.0,
+            load_seconds=args.seconds,
+            load_rounds=3,
+            connections=args.connections,
+            openvino_threads=args.openvino_threads,
+            plot_path=args.plot,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="small sizes, < 60 s (CI)")
+    parser.add_argument("--big", action="store_true", help="also 256 MiB kernels")
+    parser.add_argument("--json", type=Path, help="write every figure to this file")
+    parser.add_argument("--repeat", type=int, default=7, help="rounds of large measurements")
+    parser.add_argument("--seconds", type=int, default=5, help="duration of each wrk run")
+    parser.add_argument("--connections", type=int, default=8, help="wrk connections")
+    parser.add_argument(
+        "--openvino-threads", type=int, default=1, help="CPU plugin threads (NumPy uses 1)"
+    )
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help="where to write the plot (docs/benchmark.png; with --smoke, the temp directory)",
+    )
+    parser.add_argument(
+        "--only",
+        default="kernels,codecs,http,small,memory",
+        help="comma-separated sections to run (the plot needs kernels and http)",
+    )
+    parser.add_argument(
+        "--replot", type=Path, help="only redraw the plot from the figures of an earlier --json"
+    )
+    args = parser.parse_args()
+    if args.replot:
+        figures = json.loads(args.replot.read_text())
+        plot(figures["kernels"], figures["http"], args.plot or ROOT / "docs" / "benchmark.png")
+        return
+    if args.plot is None:
+        smoke_plot = Path(tempfile.gettempdir()) / "tensor-ops-benchmark-smoke.png"
+        args.plot = smoke_plot if args.smoke else ROOT / "docs" / "benchmark.png"
+    config = Config.from_args(args)
+    sections = set(args.only.split(","))
+    started = time.monotonic()
+    load_before = os.getloadavg()
+    report: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(),
+            "numpy": np.__version__,
+        },
+    }
+    targets: list[dict[str, Any]] = []
+    print(
+        f"tensor-ops benchmark{' (smoke)' if config.smoke else ''}: {os.cpu_count()} CPUs, "
+        f"load average {load_before[0]:.2f}, NumPy {np.__version__}, Python "
+        f"{platform.python_version()}"
+    )
+    if "kernels" in sections:
+        openvino = None
+        try:
+            openvino = OpenVino(config.openvino_threads)
+            report["machine"]["openvino"] = openvino.ov.__version__
+        except ImportError:
+            print("openvino is not installed: its rows are left out")
+        report["kernels"] = bench_kernels(config, openvino)
+        print(
+            "\n== 1. Kernels: 2-D tensors (rows x cols, powers of two), roll shifts "
+            "(rows//3+1, -(cols//5+1));\n   gather indices: a permutation (axes 0, 1) or random "
+            "(batch_dims=1), 25% negative and 1% out of range for ours,\n   in range for np.take "
+            f"and OpenVINO (CPU plugin, {config.openvino_threads} thread(s), f32 precision; "
+            "its infer() call included)."
+        )
+        print_kernels(report["kernels"])
+        targets += print_small_kernels(report["kernels"])
+    if "codecs" in sections:
+        report["codecs"] = bench_codecs(config)
+        print("\n== 2. Codecs")
+        print_codecs(report["codecs"])
+    if "http" in sections:
+        report["http"] = bench_http(config)
+        report["stages"] = bench_stages(config)
+        print("\n== 3. End to end over HTTP")
+        targets += print_http(report["http"], config)
+        print_stages(report["stages"], report["http"], config)
+    if "small" in sections:
+        report["small"] = bench_small(config)
+        print("\n== 4. Small requests")
+        targets += print_small(report["small"])
+    if "memory" in sections:
+        report["memory"] = bench_memory(config)
+        print("\n== 5. Memory")
+        targets += print_memory(report["memory"])
+    if "kernels" in report and "http" in report:
+        plot(report["kernels"], report["http"], config.plot_path)
+        print(f"\n== 6. Plot written to {config.plot_path}")
+    print("\nTargets (printed, never asserted)")
+    print(
+        table(
+            ["target", "figure", ""],
+            [[t["target"], t["figure"], verdict(t["met"])] for t in targets],
+        )
+    )
+    report["targets"] = targets
+    report["seconds"] = time.monotonic() - started
+    report["load_average"] = {"before": load_before, "after": os.getloadavg()}
+    print(
+        f"\nDone in {report['seconds']:.0f} s; load average before {load_before[0]:.2f}, "
+        f"after {os.getloadavg()[0]:.2f}"
+    )
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str) + "\n")
+        print(f"Figures written to {args.json}")
+
+
+if __name__ == "__main__":
+    main()
