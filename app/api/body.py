@@ -64,29 +64,28 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
             raise _too_large(f"{int(declared)} bytes", limit)
         await reservation.grow_to(int(declared))
     body = bytearray()
-    chunks = request.stream()
-    while True:
+    # One cancel scope for the whole body, its deadline pushed back at each chunk: a client
+    # that stops sending for TENSOR_OPS_BODY_TIMEOUT seconds is cut off.
+    with anyio.CancelScope() as waiting:
+        waiting.deadline = anyio.current_time() + settings.body_timeout
         try:
-            with anyio.fail_after(settings.body_timeout):
-                chunk = await chunks.__anext__()
-        except StopAsyncIteration:
-            break
-        except TimeoutError:
-            raise ApiError(
-                408,
-                ["body"],
-                f"no part of the body arrived for {settings.body_timeout} s "
-                "(TENSOR_OPS_BODY_TIMEOUT)",
-                "timeout",
-            ) from None
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise _too_large(f"more than {limit} bytes", limit)
+                if len(body) > reservation.held:
+                    # A chunked body: reserve ahead, doubling, so waits and checks stay few.
+                    await reservation.grow_to(min(limit, 2 * len(body)))
+                waiting.deadline = anyio.current_time() + settings.body_timeout
         except ClientDisconnect:
             raise ApiError(400, ["body"], "the client went away mid-body", "disconnected") from None
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(f"more than {limit} bytes", limit)
-        if len(body) > reservation.held:
-            # A chunked body: reserve ahead, doubling, so waits and checks stay few.
-            await reservation.grow_to(min(limit, 2 * len(body)))
+    if waiting.cancelled_caught:
+        raise ApiError(
+            408,
+            ["body"],
+            f"no part of the body arrived for {settings.body_timeout} s (TENSOR_OPS_BODY_TIMEOUT)",
+            "timeout",
+        )
     if encoding in _ENCODINGS:
         await reservation.grow_to(len(body) + limit)
         body = await run_sized(len(body) > settings.offload_bytes, _inflate, body, encoding, limit)

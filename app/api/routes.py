@@ -66,7 +66,9 @@ def prepare_json(op: Op, body: JsonBody, limits: Limits) -> tuple[Job, Form]:
     return job, form
 
 
-def prepare_npz(op: Op, body: bytes, query: dict[str, str], limits: Limits, max_bytes: int) -> Job:
+def prepare_npz(
+    op: Op, body: bytes | bytearray, query: dict[str, str], limits: Limits, max_bytes: int
+) -> Job:
     """Decode an ``.npz`` body (and the query's ``batch_dims`` and ``dtype``) for ``op``."""
     batch_dims = _query_batch_dims(op, query)
     dtype = None
@@ -196,10 +198,11 @@ def build_router(settings: Settings, budget: MemoryBudget) -> APIRouter:
             body = await read_body(request, settings, reservation)
             large_body = len(body) > settings.offload_bytes
             if kind == NPZ_TYPE:
-                await reservation.grow_to(len(body) + inflated_size(body))
+                inflated = await run_sized(large_body, inflated_size, body)
+                await reservation.grow_to(len(body) + inflated)
                 query = dict(request.query_params)
                 job = await run_sized(
-                    large_body, prepare_npz, op, bytes(body), query, limits, settings.max_body_bytes
+                    large_body, prepare_npz, op, body, query, limits, settings.max_body_bytes
                 )
                 await reservation.grow_to(reservation.held + 2 * job.output_bytes)
                 offload = large_body or job.output_bytes > settings.offload_bytes

@@ -17,8 +17,37 @@ _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
 
 
+class _ViewFile(io.RawIOBase):
+    """A read-only file over a buffer, without the copy ``io.BytesIO`` makes of a bytearray."""
+
+    def __init__(self, data: bytes | bytearray) -> None:
+        super().__init__()
+        self._view = memoryview(data).cast("B")
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self._view)}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._view[self._position : self._position + len(buffer)]
+        buffer[: len(chunk)] = chunk
+        self._position += len(chunk)
+        return len(chunk)
+
+
 def decode_npz(
-    body: bytes, names: tuple[str, ...], *, max_bytes: int
+    body: bytes | bytearray, names: tuple[str, ...], *, max_bytes: int
 ) -> dict[str, npt.NDArray[Any]]:
     """The arrays of an ``.npz`` archive whose members are exactly ``names`` (``name.npy``).
 
@@ -27,7 +56,7 @@ def decode_npz(
     its declared size or checksum is refused. Stored members are decoded without a copy.
     """
     try:
-        archive = zipfile.ZipFile(io.BytesIO(body))
+        archive = zipfile.ZipFile(_ViewFile(body))
         members = archive.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
         raise undecodable("not an .npz archive: the body is not a readable zip file") from None
@@ -68,13 +97,15 @@ def inflated_size(body: bytes | bytearray) -> int:
     as ``decode_npz`` never inflates past them.
     """
     try:
-        members = zipfile.ZipFile(io.BytesIO(body)).infolist()
+        members = zipfile.ZipFile(_ViewFile(body)).infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
         return 0
     return sum(info.file_size for info in members if info.compress_type != zipfile.ZIP_STORED)
 
 
-def _member_bytes(archive: zipfile.ZipFile, body: bytes, info: zipfile.ZipInfo) -> memoryview:
+def _member_bytes(
+    archive: zipfile.ZipFile, body: bytes | bytearray, info: zipfile.ZipInfo
+) -> memoryview:
     if info.flag_bits & 0x1:
         raise unacceptable(f".npz member {info.filename!r} is encrypted")
     if info.compress_type == zipfile.ZIP_STORED:
