@@ -8,6 +8,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.admission import Reservation
+from app.tensors.npy import Base64Stream
 
 Buffer = bytes | bytearray | memoryview | Any  # anything with the buffer protocol
 
@@ -31,7 +32,9 @@ class BuffersResponse(Response):
         media_type: str,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        self.buffers = [_as_bytes(buffer) for buffer in buffers]
+        self.buffers = [
+            buffer if isinstance(buffer, Base64Stream) else _as_bytes(buffer) for buffer in buffers
+        ]
         self.reservation = reservation
         super().__init__(content=b"", media_type=media_type, headers=headers)
         self.headers["content-length"] = str(sum(len(buffer) for buffer in self.buffers))
@@ -45,13 +48,11 @@ class BuffersResponse(Response):
                     "headers": self.raw_headers,
                 }
             )
-            last = len(self.buffers) - 1
-            for position, buffer in enumerate(self.buffers):
-                await send(
-                    {"type": "http.response.body", "body": buffer, "more_body": position < last}
-                )
-            if not self.buffers:
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            for buffer in self.buffers:
+                pieces = buffer if isinstance(buffer, Base64Stream) else (buffer,)
+                for piece in pieces:
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self.buffers = []
             await self.reservation.release()

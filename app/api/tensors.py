@@ -17,7 +17,7 @@ from app.tensors.json_form import (
     json_can_carry,
     json_ready,
 )
-from app.tensors.npy import base64_bytes, decode_npy_base64, npy_buffer
+from app.tensors.npy import Base64Stream, decode_npy_base64, npy_buffer
 
 
 class Form(Enum):
@@ -120,11 +120,9 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         job.output(target)
         if raw_npy:
             return [buffer], "application/x-npy"
-        encoded = base64_bytes(buffer)
-        del buffer, target
         name = element_type_of(job.output_dtype).numpy
         suffix = orjson.dumps({"dtype": name, "shape": list(job.output_shape)})
-        return [b'{"data":"', encoded, b'",' + suffix[1:]], "application/json"
+        return [b'{"data":"', Base64Stream(buffer), b'",' + suffix[1:]], "application/json"
     output = job.output()
     if not json_can_carry(output):
         raise ApiError(

@@ -2,6 +2,7 @@
 
 import ast
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -9,7 +10,7 @@ import numpy.typing as npt
 import pybase64
 
 from app.tensors.dtypes import BFLOAT16
-from app.tensors.errors import TensorError, unacceptable, undecodable
+from app.tensors.errors import unacceptable, undecodable
 
 MAGIC = b"\x93NUMPY"
 #: The longest header accepted, as NumPy's own ``max_header_size`` default.
@@ -18,6 +19,9 @@ MAX_HEADER_BYTES = 10_000
 MAX_RANK = 64
 _HEADER_KEYS = {"descr", "fortran_order", "shape"}
 _ALIGNMENT = 64
+# base64 is handled in pieces of this many characters (a multiple of 4), i.e. _RAW_PIECE bytes.
+_BASE64_PIECE = 1 << 19
+_RAW_PIECE = _BASE64_PIECE // 4 * 3
 
 
 def decode_npy(
@@ -170,32 +174,54 @@ def _header_bytes(descr: str, shape: tuple[int, ...]) -> bytes:
 
 def decode_npy_base64(text: str | memoryview, *, max_rank: int = MAX_RANK) -> npt.NDArray[Any]:
     """The array in a standard base64 (RFC 4648, padded) ``.npy`` string."""
+    raw = _decode_base64(text)
+    return decode_npy(raw.data if isinstance(raw, np.ndarray) else raw, max_rank=max_rank)
+
+
+def _decode_base64(text: str | memoryview) -> npt.NDArray[np.uint8] | bytes:
+    # Piece by piece into one NumPy buffer: each piece's bytes object is small and reused by the
+    # allocator, and NumPy's large buffer takes huge pages, where one large bytes object would
+    # take a page fault every 4 KiB (as long as the decoding itself, on this kind of machine).
     try:
-        raw = pybase64.b64decode(text, validate=True)
+        if isinstance(text, str) or len(text) <= _BASE64_PIECE:
+            decoded: bytes = pybase64.b64decode(text, validate=True)
+            return decoded
+        out = np.empty(len(text) // 4 * 3, dtype=np.uint8)
+        filled = 0
+        for start in range(0, len(text), _BASE64_PIECE):
+            piece = text[start : start + _BASE64_PIECE]
+            if start + _BASE64_PIECE < len(text) and piece[-1] == ord("="):
+                raise ValueError("padding before the end")
+            decoded = pybase64.b64decode(piece, validate=True)
+            out[filled : filled + len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
+            filled += len(decoded)
     except (ValueError, TypeError):
         raise undecodable(
             "not valid base64: expected the standard alphabet (A-Z a-z 0-9 + /) with '=' padding"
         ) from None
-    return decode_npy(raw, max_rank=max_rank)
+    return out[:filled]
+
+
+class Base64Stream:
+    """The standard base64 of a buffer, encoded piece by piece as it is sent.
+
+    Never the whole encoding at once: its pieces (512 KiB each) are made as the response goes
+    out, so they cost neither the memory of the full text nor a page fault every 4 KiB of it.
+    """
+
+    def __init__(self, buffer: npt.NDArray[np.uint8]) -> None:
+        self.data = buffer.data
+
+    def __len__(self) -> int:
+        return 4 * math.ceil(len(self.data) / 3)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for start in range(0, len(self.data), _RAW_PIECE):
+            encoded: bytes = pybase64.b64encode(self.data[start : start + _RAW_PIECE])
+            yield encoded
 
 
 def encode_npy_base64(array: npt.NDArray[Any]) -> str:
     """The standard base64 of the ``.npy`` bytes of ``array``."""
     encoded: bytes = pybase64.b64encode(encode_npy(array).data)
     return encoded.decode("ascii")
-
-
-def base64_bytes(buffer: npt.NDArray[np.uint8]) -> bytes:
-    """The standard base64 of ``buffer``, as ASCII bytes (no ``str`` made)."""
-    encoded: bytes = pybase64.b64encode(buffer.data)
-    return encoded
-
-
-__all__ = [
-    "MAX_RANK",
-    "TensorError",
-    "decode_npy",
-    "decode_npy_base64",
-    "encode_npy",
-    "encode_npy_base64",
-]

@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 
 from app.tensors.errors import TensorError
-from app.tensors.npy import decode_npy, decode_npy_base64, encode_npy, encode_npy_base64
+from app.tensors.npy import (
+    Base64Stream,
+    decode_npy,
+    decode_npy_base64,
+    encode_npy,
+    encode_npy_base64,
+)
 from tests.conftest import assert_same_bits
 
 SAMPLES = [
@@ -179,3 +185,26 @@ def test_bad_base64_is_refused(text: str) -> None:
     with pytest.raises(TensorError) as caught:
         decode_npy_base64(text)
     assert caught.value.status == 400
+
+
+def test_large_base64_decodes_piece_by_piece_exactly() -> None:
+    array = np.random.default_rng(4).standard_normal(300_000)  # 2.4 MB: several pieces
+    text = base64.b64encode(saved(array)).decode()
+    assert_same_bits(decode_npy_base64(memoryview(text.encode())), array)
+
+
+def test_padding_inside_a_long_base64_string_is_refused() -> None:
+    # "QQ==" is valid alone; at the end of one 512 KiB piece with more after it, it is not.
+    text = b"A" * ((1 << 19) - 4) + b"QQ==" + b"QUJD" * 10
+    with pytest.raises(TensorError, match="base64") as caught:
+        decode_npy_base64(memoryview(text))
+    assert caught.value.status == 400
+
+
+def test_base64_stream_equals_one_piece_encoding() -> None:
+    raw = np.random.default_rng(5).integers(0, 256, (1 << 20) + 7, dtype=np.uint8)
+    stream = Base64Stream(raw)
+    pieces = list(stream)
+    assert len(pieces) > 1
+    assert b"".join(pieces) == base64.b64encode(raw.tobytes())
+    assert len(stream) == len(b"".join(pieces))
