@@ -52,9 +52,9 @@ def main() -> None:
         calls.append(("Python client (.npz)", lambda: client.roll(data, ROLL_SHIFT, ROLL_AXES)))
         times: dict[str, list[float]] = {name: [] for name, _ in calls}
         for round_ in range(args.repeat + 1):
-            for name, call in calls:  # interleaved, so noise hits all alike
+            for name, run in calls:  # interleaved, so noise hits all alike
                 start = time.perf_counter()
-                output = call()
+                output = run()
                 elapsed = time.perf_counter() - start
                 if round_ == 0:
                     np.testing.assert_array_equal(output, expected)
