@@ -6,10 +6,13 @@ with ``bytes.find`` (memchr) and cut out of the body; only the small envelope le
 and each long string reaches the base64 decoder as a ``memoryview`` of the body.
 """
 
+import ctypes
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 
 from app.api.errors import ApiError
@@ -26,15 +29,15 @@ _MARK = f"tensor-ops-view-{secrets.token_hex(8)}:"
 class JsonBody:
     """A JSON body ready to parse: the text orjson will see, and the long strings cut out of it."""
 
-    body: bytes | bytearray
-    text: bytes | bytearray
+    body: bytes | bytearray | memoryview
+    text: bytes | bytearray | memoryview
     views: list[memoryview]
 
     def parsing_bytes(self) -> int:
         """About what parsing holds beyond the body: the parsed envelope (some 64 bytes per
         element of a JSON array, counted by its commas) and the decoded long strings."""
         decoded = sum(3 * len(view) // 4 for view in self.views)
-        return 2 * len(self.text) + 64 * self.text.count(b",") + decoded
+        return 2 * len(self.text) + 64 * _count(self.text, ord(",")) + decoded
 
     def parse(self) -> dict[str, Any]:
         """The body as a JSON object; 400 when it is not JSON, 422 when it is not an object."""
@@ -62,7 +65,7 @@ class JsonBody:
         return payload
 
 
-def split_json_body(body: bytes | bytearray) -> JsonBody:
+def split_json_body(body: bytes | bytearray | memoryview) -> JsonBody:
     """Find the long strings of a JSON body (memchr speed) and cut them out of what is parsed."""
     cut = _cut_long_strings(body)
     if cut is None:
@@ -71,17 +74,20 @@ def split_json_body(body: bytes | bytearray) -> JsonBody:
     return JsonBody(body, envelope, views)
 
 
-def _cut_long_strings(body: bytes | bytearray) -> tuple[bytes, list[memoryview]] | None:
+def _cut_long_strings(
+    body: bytes | bytearray | memoryview,
+) -> tuple[bytes, list[memoryview]] | None:
     """The body with each long string replaced by a mark, and the strings; None if none."""
     if len(body) < LONG_STRING:
         return None
+    find = _finder(body, ord('"'))
     quotes = []
-    position = body.find(b'"')
+    position = find(0)
     while position != -1:
         quotes.append(position)
         if len(quotes) > _MAX_QUOTES:
             return None
-        position = body.find(b'"', position + 1)
+        position = find(position + 1)
     if len(quotes) % 2:
         return None
     parts: list[bytes] = []
@@ -101,6 +107,54 @@ def _cut_long_strings(body: bytes | bytearray) -> tuple[bytes, list[memoryview]]
     if b"\\" in envelope:
         return None  # escapes could hide quotes the pairing above did not see
     return envelope, views
+
+
+def _finder(data: bytes | bytearray | memoryview, byte: int) -> Callable[[int], int]:
+    """``find(start)``: the next position of ``byte`` in ``data`` from ``start``, or -1.
+
+    bytes and bytearray have ``find`` (memchr); a view of a NumPy buffer gets libc's memchr
+    through ctypes, at the same speed, with no copy.
+    """
+    if not isinstance(data, memoryview) or _MEMCHR is None:
+        needle = bytes((byte,))
+        whole = data if not isinstance(data, memoryview) else data.tobytes()
+        return lambda start: whole.find(needle, start)
+    base = np.frombuffer(data, dtype=np.uint8).ctypes.data
+    size = len(data)
+    memchr = _MEMCHR
+
+    def find(start: int) -> int:
+        if start >= size:
+            return -1
+        hit = memchr(base + start, byte, size - start)
+        return -1 if hit is None else int(hit) - base
+
+    return find
+
+
+def _count(data: bytes | bytearray | memoryview, byte: int) -> int:
+    if not isinstance(data, memoryview):
+        return data.count(bytes((byte,)))
+    values = np.frombuffer(data, dtype=np.uint8)
+    step = 1 << 22  # a bounded temporary per step
+    return sum(
+        int(np.count_nonzero(values[start : start + step] == byte))
+        for start in range(0, len(values), step)
+    )
+
+
+def _load_memchr() -> Any:
+    try:
+        libc = ctypes.CDLL(None)
+        memchr = libc.memchr
+    except (OSError, AttributeError):
+        return None
+    memchr.restype = ctypes.c_void_p
+    memchr.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+    return memchr
+
+
+_MEMCHR = _load_memchr()
 
 
 def _restore(node: Any, views: list[memoryview]) -> Any:
