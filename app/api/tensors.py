@@ -109,6 +109,17 @@ def check_json_text_size(count: int, limits: Limits) -> None:
         )
 
 
+def require_json_can_carry(output: npt.NDArray[Any], loc: list[str | int], advice: str) -> None:
+    """422 when ``output`` holds NaN or infinity, which JSON has no numbers for."""
+    if not json_can_carry(output):
+        raise ApiError(
+            422,
+            loc,
+            f"the output holds NaN or infinity, which JSON cannot carry; {advice}",
+            "not_json",
+        )
+
+
 def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
     """Run ``job`` and give the response body (as buffers to send in turn) and its media type.
 
@@ -124,13 +135,7 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         suffix = orjson.dumps({"dtype": name, "shape": list(job.output_shape)})
         return [b'{"data":"', Base64Stream(buffer), b'",' + suffix[1:]], "application/json"
     output = job.output()
-    if not json_can_carry(output):
-        raise ApiError(
-            422,
-            ["body", "data"],
-            "the output holds NaN or infinity, which JSON cannot carry; send data in npy form",
-            "not_json",
-        )
+    require_json_can_carry(output, ["body", "data"], "send data in npy form")
     ready = json_ready(output)
     data = ready.item() if ready.ndim == 0 else ready
     body = orjson.dumps(

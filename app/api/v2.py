@@ -14,7 +14,7 @@ from app.api.errors import ApiError, tensor_error, validation_error
 from app.api.json_body import split_json_body
 from app.api.ops import OPS, Job, Limits, Op, check_shape
 from app.api.responses import BuffersResponse
-from app.api.tensors import check_json_text_size
+from app.api.tensors import check_json_text_size, require_json_can_carry
 from app.api.threads import run_sized
 from app.api.v2_models import (
     InferenceRequest,
@@ -27,7 +27,6 @@ from app.api.v2_models import (
 from app.settings import Settings
 from app.tensors.dtypes import ELEMENT_TYPES
 from app.tensors.errors import TensorError
-from app.tensors.json_form import json_can_carry
 from app.tensors.kserve import (
     decode_v2_binary,
     decode_v2_json,
@@ -211,14 +210,12 @@ def encode_infer(
         response["id"] = request.id
     response["outputs"] = [tensor]
     if not binary:
-        if not json_can_carry(output):
-            raise ApiError(
-                422,
-                ["outputs", "output"],
-                "the output holds NaN or infinity, which JSON cannot carry; ask for it as binary "
-                'data ("outputs": [{"name": "output", "parameters": {"binary_data": true}}])',
-                "not_json",
-            )
+        require_json_can_carry(
+            output,
+            ["outputs", "output"],
+            'ask for it as binary data ("outputs": [{"name": "output", "parameters": '
+            '{"binary_data": true}}])',
+        )
         tensor["data"] = v2_json_data(output)
         body = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
         return [body], {"content-type": "application/json"}

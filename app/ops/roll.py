@@ -12,6 +12,8 @@ from app.ops.raw import as_raw
 
 #: T_IND_1 and T_IND_2 of the spec: the element types ``shift`` and ``axes`` may have.
 ROLL_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
+# Their type numbers, the same in either byte order: a cheap membership test.
+_ROLL_INDEX_NUMBERS = frozenset(dtype.num for dtype in ROLL_INDEX_TYPES)
 
 # Rolling k axes by slices copies 2**k blocks; past this many rolled axes an index mesh is cheaper.
 _MAX_SLICED_AXES = 6
@@ -28,7 +30,7 @@ def _describe(name: str, array: npt.NDArray[Any], position: int) -> str:
 
 
 def _check_index_input(name: str, array: npt.NDArray[Any]) -> None:
-    if array.dtype.kind != "i" or array.dtype.itemsize not in (4, 8):
+    if array.dtype.num not in _ROLL_INDEX_NUMBERS:
         raise SpecError(name, f"{name} must be of type int32 or int64, got {array.dtype.name}")
     if array.ndim > 1:
         raise SpecError(
