@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from app.client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
+from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
 from app.ops import gather, roll
 from tests.conftest import assert_same_bits, free_port, launch_server, stop_server
 

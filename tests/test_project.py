@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 from app.settings import Settings
-from app.tensors.dtypes import ELEMENT_TYPES
+from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.ops.errors import SpecError
-from app.tensors.errors import TensorError
+from tensor_ops_wire.errors import TensorError
 
 
 class ErrorItem(BaseModel):

@@ -4,7 +4,7 @@ from typing import Any
 
 import numpy as np
 
-from app.tensors.npy import encode_npy_base64
+from tensor_ops_wire.npy import encode_npy_base64
 
 _MATRIX = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]
 _BATCHES = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]

@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from app.tensors.dtypes import BY_NAME, DTYPE_NAMES, ELEMENT_TYPES
+from tensor_ops_wire.dtypes import BY_NAME, DTYPE_NAMES, ELEMENT_TYPES
 
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1

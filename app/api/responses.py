@@ -8,7 +8,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.api.admission import Reservation
-from app.tensors.npy import Base64Stream
+from tensor_ops_wire.npy import Base64Stream
 
 Buffer = bytes | bytearray | memoryview | Any  # anything with the buffer protocol
 

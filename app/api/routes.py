@@ -18,7 +18,7 @@ from app.api.body import (
 )
 from app.api.errors import ApiError, ErrorBody, tensor_error, validation_error
 from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES, openapi_examples
-from app.api.json_body import JsonBody, split_json_body
+from app.pipeline.json_body import JsonBody, split_json_body
 from app.api.models import GatherRequest, RollRequest, TensorResponse
 from app.api.ops import OPS, Job, Limits, Op, check_shape
 from app.api.responses import BuffersResponse
@@ -32,10 +32,10 @@ from app.api.tensors import (
 )
 from app.api.threads import run_sized
 from app.settings import Settings
-from app.tensors.dtypes import UnknownDTypeError, dtype_from_name
-from app.tensors.errors import TensorError
-from app.tensors.npy import npy_buffer
-from app.tensors.npz import decode_npz, inflated_size
+from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.npy import npy_buffer
+from tensor_ops_wire.npz import decode_npz, inflated_size
 
 Model = TypeVar("Model", bound=BaseModel)
 

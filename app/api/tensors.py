@@ -9,15 +9,15 @@ import orjson
 
 from app.api.errors import ApiError, tensor_error
 from app.api.ops import Job, Limits, check_shape
-from app.tensors.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
-from app.tensors.errors import TensorError
+from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.errors import TensorError
 from app.tensors.json_form import (
     decode_json_data,
     decode_json_indices,
     json_can_carry,
     json_ready,
 )
-from app.tensors.npy import Base64Stream, decode_npy_base64, npy_buffer
+from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, npy_buffer
 
 
 class Form(Enum):

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from app.api.admission import MemoryBudget
 from app.api.body import read_body
 from app.api.errors import ApiError, tensor_error, validation_error
-from app.api.json_body import split_json_body
+from app.pipeline.json_body import split_json_body
 from app.api.ops import OPS, Job, Limits, Op, check_shape
 from app.api.responses import BuffersResponse
 from app.api.tensors import check_json_text_size, require_json_can_carry
@@ -25,8 +25,8 @@ from app.api.v2_models import (
     V2Error,
 )
 from app.settings import Settings
-from app.tensors.dtypes import ELEMENT_TYPES
-from app.tensors.errors import TensorError
+from tensor_ops_wire.dtypes import ELEMENT_TYPES
+from tensor_ops_wire.errors import TensorError
 from app.tensors.kserve import (
     decode_v2_binary,
     decode_v2_json,

@@ -6,9 +6,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.tensors.dtypes import BFLOAT16
-from app.tensors.errors import too_large, unacceptable, undecodable
-from app.tensors.npy import MAX_RANK
+from tensor_ops_wire.dtypes import BFLOAT16
+from tensor_ops_wire.errors import too_large, unacceptable, undecodable
+from tensor_ops_wire.npy import MAX_RANK
 
 JsonValue = Any
 _INT64 = np.dtype(np.int64)

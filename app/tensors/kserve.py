@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.tensors.dtypes import BFLOAT16, ELEMENT_TYPES, element_type_of
-from app.tensors.errors import unacceptable, undecodable
+from tensor_ops_wire.dtypes import BFLOAT16, ELEMENT_TYPES, element_type_of
+from tensor_ops_wire.errors import unacceptable, undecodable
 from app.tensors.json_form import decode_json_data, json_ready
 
 #: The protocol's datatypes this service takes (all but BYTES) and BF16, to NumPy dtypes.

@@ -15,7 +15,7 @@ from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
 from app.main import create_app
 from app.ops import gather, roll
 from app.settings import Settings
-from app.tensors.npy import decode_npy
+from tensor_ops_wire.npy import decode_npy
 from tests.conftest import assert_same_bits
 
 pytestmark = pytest.mark.anyio

@@ -17,8 +17,8 @@ import orjson
 import pytest
 
 from app.ops import gather, roll
-from app.tensors.dtypes import element_type_of
-from app.tensors.npy import encode_npy
+from tensor_ops_wire.dtypes import element_type_of
+from tensor_ops_wire.npy import encode_npy
 from tests.conftest import assert_same_bits
 from tests.ops.test_differential_openvino import GATHER_CASES, ROLL_CASES
 

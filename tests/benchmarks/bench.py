@@ -63,21 +63,21 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.api.json_body import split_json_body  # noqa: E402
+from app.pipeline.json_body import split_json_body  # noqa: E402
 from app.api.ops import OPS, Limits  # noqa: E402
 from app.api.routes import encode_raw, prepare_json, prepare_npz  # noqa: E402
 from app.api.tensors import encode_output  # noqa: E402
 from app.api.v2 import encode_infer, prepare_infer  # noqa: E402
 from app.ops import gather, roll  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.tensors.npy import (  # noqa: E402
+from tensor_ops_wire.npy import (  # noqa: E402
     Base64Stream,
     decode_npy,
     decode_npy_base64,
     encode_npy,
     npy_buffer,
 )
-from app.tensors.npz import inflated_size  # noqa: E402
+from tensor_ops_wire.npz import inflated_size  # noqa: E402
 from tests.conftest import launch_server, server_output, stop_server  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20

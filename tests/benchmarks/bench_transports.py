@@ -20,7 +20,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.client import TensorOpsClient
+from tensor_ops_client import TensorOpsClient
 from tests.benchmarks.bench import ROLL_AXES, ROLL_SHIFT, Transport, transports
 from tests.conftest import launch_server, stop_server
 

@@ -6,8 +6,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app.tensors.dtypes import BY_NAME, ELEMENT_TYPES, dtype_from_name, element_type_of
-from app.tensors.errors import TensorError
+from tensor_ops_wire.dtypes import BY_NAME, ELEMENT_TYPES, dtype_from_name, element_type_of
+from tensor_ops_wire.errors import TensorError
 from app.tensors.json_form import decode_json_data, decode_json_indices, json_ready
 
 

@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app.tensors.errors import TensorError
-from app.tensors.npy import (
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.npy import (
     Base64Stream,
     decode_npy,
     decode_npy_base64,

@@ -7,10 +7,11 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import pybase64
 
-from app.tensors.dtypes import BFLOAT16
-from app.tensors.errors import unacceptable, undecodable
+from tensor_ops_wire.b64 import b64decode, b64encode
+
+from tensor_ops_wire.dtypes import BFLOAT16
+from tensor_ops_wire.errors import unacceptable, undecodable
 
 MAGIC = b"\x93NUMPY"
 #: The longest header accepted, as NumPy's own ``max_header_size`` default.
@@ -184,7 +185,7 @@ def _decode_base64(text: str | memoryview) -> npt.NDArray[np.uint8] | bytes:
     # take a page fault every 4 KiB (as long as the decoding itself, on this kind of machine).
     try:
         if isinstance(text, str) or len(text) <= _BASE64_PIECE:
-            decoded: bytes = pybase64.b64decode(text, validate=True)
+            decoded: bytes = b64decode(text, validate=True)
             return decoded
         out = np.empty(len(text) // 4 * 3, dtype=np.uint8)
         filled = 0
@@ -192,7 +193,7 @@ def _decode_base64(text: str | memoryview) -> npt.NDArray[np.uint8] | bytes:
             piece = text[start : start + _BASE64_PIECE]
             if start + _BASE64_PIECE < len(text) and piece[-1] == ord("="):
                 raise ValueError("padding before the end")
-            decoded = pybase64.b64decode(piece, validate=True)
+            decoded = b64decode(piece, validate=True)
             out[filled : filled + len(decoded)] = np.frombuffer(decoded, dtype=np.uint8)
             filled += len(decoded)
     except (ValueError, TypeError):
@@ -217,11 +218,11 @@ class Base64Stream:
 
     def __iter__(self) -> Iterator[bytes]:
         for start in range(0, len(self.data), _RAW_PIECE):
-            encoded: bytes = pybase64.b64encode(self.data[start : start + _RAW_PIECE])
+            encoded: bytes = b64encode(self.data[start : start + _RAW_PIECE])
             yield encoded
 
 
 def encode_npy_base64(array: npt.NDArray[Any]) -> str:
     """The standard base64 of the ``.npy`` bytes of ``array``."""
-    encoded: bytes = pybase64.b64encode(encode_npy(array).data)
+    encoded: bytes = b64encode(encode_npy(array).data)
     return encoded.decode("ascii")

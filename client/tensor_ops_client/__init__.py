@@ -12,9 +12,9 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from app.tensors.dtypes import BFLOAT16
-from app.tensors.npy import decode_npy, encode_npy, encode_npy_base64
-from app.tensors.npz import encode_npz
+from tensor_ops_wire.dtypes import BFLOAT16
+from tensor_ops_wire.npy import decode_npy, encode_npy, encode_npy_base64
+from tensor_ops_wire.npz import encode_npz
 
 Transport = Literal["npz", "json"]
 DEFAULT_URL = "http://127.0.0.1:8000"

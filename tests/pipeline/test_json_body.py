@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from app.api.errors import ApiError
-from app.api.json_body import LONG_STRING, split_json_body
+from app.pipeline.json_body import LONG_STRING, split_json_body
 
 
 def npy_b64(array: np.ndarray) -> str:

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.tensors.errors import TensorError, too_large, unacceptable, undecodable
-from app.tensors.npy import decode_npy, encode_npy
+from tensor_ops_wire.errors import TensorError, too_large, unacceptable, undecodable
+from tensor_ops_wire.npy import decode_npy, encode_npy
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"

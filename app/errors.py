@@ -1,0 +1,193 @@
+"""The one error root of the service: a fault kind (which fixes the status), a location, a message.
+
+Kernels raise ``SpecError`` and the wire codecs ``TensorError``; both are mapped to a
+``ServiceError`` here and nowhere else. Each transport renders a ``ServiceError`` once, in its
+own shape (FastAPI's ``detail`` list, V2's ``{"error"}``, a gRPC status).
+"""
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.ops.errors import SpecError
+from tensor_ops_wire.errors import TensorError, WireFault
+
+#: A location: where in the request the fault is (``("body", "axes")``, ``("query", "dtype")``).
+Loc = tuple[str | int, ...]
+
+#: Client-supplied text quoted in a message is cut to this many characters.
+QUOTE_LIMIT = 64
+
+
+class Fault(StrEnum):
+    """Every kind of fault a request can have; the kind alone fixes the HTTP status."""
+
+    # 400: the request cannot be read
+    JSON_INVALID = "json_invalid"
+    TENSOR_DECODE = "tensor_decode"
+    BAD_HEADER = "bad_header"
+    BAD_ENCODING = "bad_encoding"
+    BAD_LENGTH = "bad_length"
+    DISCONNECTED = "disconnected"
+    # 401: no valid key
+    UNAUTHENTICATED = "unauthenticated"
+    # 404: no such model or route
+    NOT_FOUND = "not_found"
+    # 405: a method the route does not take
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    # 408: the body did not arrive in time
+    TIMEOUT = "timeout"
+    # 413: over a size limit
+    TOO_LARGE = "too_large"
+    # 415: a content type or encoding the route does not take
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
+    # 422: readable, but breaks the contract or the spec
+    MISSING_INPUT = "missing"
+    UNKNOWN_INPUT = "extra_forbidden"
+    INVALID_FIELD = "invalid_field"
+    TENSOR_TYPE = "tensor_type"
+    SPEC_VIOLATION = "spec_violation"
+    NOT_JSON = "not_json"
+    # 503: the memory budget is busy, or the service is shutting down
+    BUSY = "busy"
+    SHUTTING_DOWN = "shutting_down"
+    # 500: a bug
+    INTERNAL = "internal"
+
+    @property
+    def status(self) -> int:
+        return _STATUS[self]
+
+
+_STATUS: dict[Fault, int] = {
+    Fault.JSON_INVALID: 400,
+    Fault.TENSOR_DECODE: 400,
+    Fault.BAD_HEADER: 400,
+    Fault.BAD_ENCODING: 400,
+    Fault.BAD_LENGTH: 400,
+    Fault.DISCONNECTED: 400,
+    Fault.UNAUTHENTICATED: 401,
+    Fault.NOT_FOUND: 404,
+    Fault.METHOD_NOT_ALLOWED: 405,
+    Fault.TIMEOUT: 408,
+    Fault.TOO_LARGE: 413,
+    Fault.UNSUPPORTED_MEDIA_TYPE: 415,
+    Fault.UNSUPPORTED_ENCODING: 415,
+    Fault.MISSING_INPUT: 422,
+    Fault.UNKNOWN_INPUT: 422,
+    Fault.INVALID_FIELD: 422,
+    Fault.TENSOR_TYPE: 422,
+    Fault.SPEC_VIOLATION: 422,
+    Fault.NOT_JSON: 422,
+    Fault.BUSY: 503,
+    Fault.SHUTTING_DOWN: 503,
+    Fault.INTERNAL: 500,
+}
+
+_FROM_WIRE = {
+    WireFault.UNDECODABLE: Fault.TENSOR_DECODE,
+    WireFault.UNACCEPTABLE: Fault.TENSOR_TYPE,
+    WireFault.TOO_LARGE: Fault.TOO_LARGE,
+}
+
+
+class Problem:
+    """One broken rule: its kind, where it is, and what it says."""
+
+    __slots__ = ("kind", "loc", "msg", "type")
+
+    def __init__(self, kind: Fault, loc: Sequence[str | int], msg: str, type_: str = "") -> None:
+        self.kind = kind
+        self.loc: Loc = tuple(_cut(part) for part in loc)
+        self.msg = msg
+        #: The machine-readable ``type`` shown to clients: the kind, or pydantic's finer name.
+        self.type = type_ or kind.value
+
+    def as_item(self) -> dict[str, Any]:
+        return {"loc": list(self.loc), "msg": self.msg, "type": self.type}
+
+    def in_words(self) -> str:
+        """The problem as one line: ``"axes: axis 3 is out of range ..."``."""
+        where = ".".join(str(part) for part in self.loc if part not in ("body", "header", "query"))
+        return f"{where}: {self.msg}" if where else self.msg
+
+
+class ServiceError(Exception):
+    """A request the service refuses: one or more problems, the first one's kind fixing the status."""
+
+    def __init__(
+        self,
+        kind: Fault,
+        loc: Sequence[str | int],
+        msg: str,
+        *,
+        headers: dict[str, str] | None = None,
+        more: Sequence[Problem] = (),
+    ) -> None:
+        super().__init__(msg)
+        self.problems = [Problem(kind, loc, msg), *more]
+        self.headers = headers or {}
+
+    @classmethod
+    def of(cls, problems: Sequence[Problem]) -> "ServiceError":
+        first, *rest = problems
+        error = cls(first.kind, first.loc, first.msg, more=rest)
+        error.problems[0] = first
+        return error
+
+    @property
+    def kind(self) -> Fault:
+        return self.problems[0].kind
+
+    @property
+    def status(self) -> int:
+        return self.kind.status
+
+    @property
+    def message(self) -> str:
+        """Every problem in words, joined: the text of ``{"error"}`` and of a gRPC status."""
+        return "; ".join(problem.in_words() for problem in self.problems)
+
+
+def quote(text: str) -> str:
+    """``text`` as a message may show it: cut to a short prefix, its full length said."""
+    if len(text) <= QUOTE_LIMIT:
+        return repr(text)
+    return f"{text[:QUOTE_LIMIT]!r}... ({len(text)} characters)"
+
+
+def _cut(part: str | int) -> str | int:
+    # A location may hold a client's key (an unknown field): never more than a short prefix.
+    if isinstance(part, str) and len(part) > QUOTE_LIMIT:
+        return f"{part[:QUOTE_LIMIT]}... ({len(part)} characters)"
+    return part
+
+
+def from_spec(error: SpecError, loc_root: str = "body") -> ServiceError:
+    """An input that breaks the op's spec: 422, located at that input."""
+    return ServiceError(Fault.SPEC_VIOLATION, (loc_root, error.field), error.message)
+
+
+def from_wire(error: TensorError, field: str, loc_root: str = "body") -> ServiceError:
+    """A codec's fault, located at its input (or at the field that held it)."""
+    return ServiceError(_FROM_WIRE[error.kind], (loc_root, error.field or field), error.message)
+
+
+_PYDANTIC_KINDS = {"missing": Fault.MISSING_INPUT, "extra_forbidden": Fault.UNKNOWN_INPUT}
+
+
+def from_validation(error: ValidationError, loc_root: str = "body") -> ServiceError:
+    """An envelope pydantic refused: 422 for each field, the input never echoed back."""
+    problems = [
+        Problem(
+            _PYDANTIC_KINDS.get(item["type"], Fault.INVALID_FIELD),
+            (loc_root, *item["loc"]),
+            item["msg"],
+            item["type"],
+        )
+        for item in error.errors(include_url=False, include_input=False, include_context=False)
+    ]
+    return ServiceError.of(problems)

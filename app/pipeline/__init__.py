@@ -1,0 +1,1 @@
+"""Running a request, whatever its transport: admission, body, decode, compute, encode."""

@@ -1,0 +1,1 @@
+"""The transports: thin adapters of the request pipeline, one per protocol."""
