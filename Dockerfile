@@ -12,15 +12,22 @@ RUN python -m venv /opt/venv
 ENV PATH="/opt/venv/bin:$PATH"
 WORKDIR /build
 
-# Dependencies first, in their own layer: it is rebuilt only when pyproject.toml changes.
+# Dependencies first, in their own layer: it is rebuilt only when a pyproject.toml changes. The
+# server depends on tensor-ops-client (the wire codecs), which is installed from client/. The
+# empty packages go afterwards with the build/ directories setuptools leaves: files there newer
+# than the real code would be installed in its place.
 COPY pyproject.toml README.md ./
-RUN mkdir app && touch app/__init__.py \
-    && pip install --no-compile . \
-    && pip uninstall --yes tensor-ops
+COPY client/pyproject.toml ./client/
+RUN mkdir app client/tensor_ops_client client/tensor_ops_wire \
+    && touch app/__init__.py client/tensor_ops_client/__init__.py client/tensor_ops_wire/__init__.py \
+    && pip install --no-compile ./client . \
+    && pip uninstall --yes tensor-ops tensor-ops-client \
+    && rm -rf app build ./*.egg-info client
 
-# Then the code.
+# Then the code: the client's distribution and the server's.
+COPY client ./client
 COPY app ./app
-RUN pip install --no-compile --no-deps . \
+RUN pip install --no-compile --no-deps ./client . \
     && find /opt/venv -name '__pycache__' -type d -prune -exec rm -rf {} +
 
 # ---- final stage: the runtime and the virtual environment, nothing else ----

@@ -1,4 +1,4 @@
-"""app.client against a real server: sync and async clients, both transports, and the CLI."""
+"""tensor_ops_client against a real server: sync and async clients, both transports, and the CLI."""
 
 import asyncio
 import io
@@ -15,8 +15,8 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
 from app.ops import gather, roll
+from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
 from tests.conftest import assert_same_bits, free_port, launch_server, stop_server
 
 pytestmark = pytest.mark.e2e

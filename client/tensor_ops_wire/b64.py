@@ -5,11 +5,13 @@ dependencies to httpx and numpy, and takes pybase64 with its ``fast`` extra.
 """
 
 import base64
+from types import ModuleType
 from typing import Any
 
 #: Anything with the buffer protocol (collections.abc.Buffer from Python 3.12).
 Buffer = bytes | bytearray | memoryview | Any
 
+pybase64: ModuleType | None
 try:
     import pybase64
 except ImportError:  # the client without its fast extra

@@ -9,7 +9,6 @@ import numpy as np
 import numpy.typing as npt
 
 from tensor_ops_wire.b64 import b64decode, b64encode
-
 from tensor_ops_wire.dtypes import BFLOAT16
 from tensor_ops_wire.errors import unacceptable, undecodable
 
