@@ -5,6 +5,7 @@ Kernels raise ``SpecError`` and the wire codecs ``TensorError``; both are mapped
 own shape (FastAPI's ``detail`` list, V2's ``{"error"}``, a gRPC status).
 """
 
+import logging
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any
@@ -13,6 +14,8 @@ from pydantic import ValidationError
 
 from app.ops.errors import SpecError
 from tensor_ops_wire.errors import TensorError, WireFault
+
+LOG = logging.getLogger("tensor_ops.errors")
 
 #: A location: where in the request the fault is (``("body", "axes")``, ``("query", "dtype")``).
 Loc = tuple[str | int, ...]
@@ -91,23 +94,24 @@ _FROM_WIRE = {
     WireFault.UNDECODABLE: Fault.TENSOR_DECODE,
     WireFault.UNACCEPTABLE: Fault.TENSOR_TYPE,
     WireFault.TOO_LARGE: Fault.TOO_LARGE,
+    WireFault.MISSING: Fault.MISSING_INPUT,
+    WireFault.UNEXPECTED: Fault.UNKNOWN_INPUT,
 }
 
 
 class Problem:
     """One broken rule: its kind, where it is, and what it says."""
 
-    __slots__ = ("kind", "loc", "msg", "type")
+    __slots__ = ("kind", "loc", "msg")
 
-    def __init__(self, kind: Fault, loc: Sequence[str | int], msg: str, type_: str = "") -> None:
+    def __init__(self, kind: Fault, loc: Sequence[str | int], msg: str) -> None:
         self.kind = kind
         self.loc: Loc = tuple(_cut(part) for part in loc)
         self.msg = msg
-        #: The machine-readable ``type`` shown to clients: the kind, or pydantic's finer name.
-        self.type = type_ or kind.value
 
     def as_item(self) -> dict[str, Any]:
-        return {"loc": list(self.loc), "msg": self.msg, "type": self.type}
+        """FastAPI's shape of one error; ``type`` is the kind, the same on every transport."""
+        return {"loc": list(self.loc), "msg": self.msg, "type": self.kind.value}
 
     def in_words(self) -> str:
         """The problem as one line: ``"axes: axis 3 is out of range ..."``."""
@@ -116,7 +120,7 @@ class Problem:
 
 
 class ServiceError(Exception):
-    """A request the service refuses: one or more problems, the first one's kind fixing the status."""
+    """A refused request: one or more problems, the first one's kind fixing the status."""
 
     def __init__(
         self,
@@ -171,9 +175,11 @@ def from_spec(error: SpecError, loc_root: str = "body") -> ServiceError:
     return ServiceError(Fault.SPEC_VIOLATION, (loc_root, error.field), error.message)
 
 
-def from_wire(error: TensorError, field: str, loc_root: str = "body") -> ServiceError:
-    """A codec's fault, located at its input (or at the field that held it)."""
-    return ServiceError(_FROM_WIRE[error.kind], (loc_root, error.field or field), error.message)
+def from_wire(error: TensorError, field: str | None, loc_root: str = "body") -> ServiceError:
+    """A codec's fault, located at its input (or at the field that held it, or at the body)."""
+    where = error.field or field
+    loc = (loc_root, where) if where else (loc_root,)
+    return ServiceError(_FROM_WIRE[error.kind], loc, error.message)
 
 
 _PYDANTIC_KINDS = {"missing": Fault.MISSING_INPUT, "extra_forbidden": Fault.UNKNOWN_INPUT}
@@ -186,8 +192,13 @@ def from_validation(error: ValidationError, loc_root: str = "body") -> ServiceEr
             _PYDANTIC_KINDS.get(item["type"], Fault.INVALID_FIELD),
             (loc_root, *item["loc"]),
             item["msg"],
-            item["type"],
         )
         for item in error.errors(include_url=False, include_input=False, include_context=False)
     ]
     return ServiceError.of(problems)
+
+
+def internal_error(error: BaseException) -> ServiceError:
+    """A bug: logged with its traceback, answered without one."""
+    LOG.error("unexpected error", exc_info=error)
+    return ServiceError(Fault.INTERNAL, (), "internal server error")

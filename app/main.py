@@ -1,7 +1,5 @@
 """The application: ``create_app(settings)`` builds it; ``app`` is what uvicorn serves."""
 
-import ctypes
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -9,18 +7,20 @@ from typing import Any
 from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
+from pydantic import BaseModel
 
-from app.api.admission import MemoryBudget
-from app.api.errors import install_error_handlers
-from app.api.models import SHARED_SCHEMAS, GatherRequest, RollRequest, link_shared_schemas
-from app.api.routes import build_router
-from app.api.v2 import build_v2_router
-from app.api.v2_models import InferenceRequest
 from app.metrics import render as render_metrics
 from app.observability import ObservabilityMiddleware, configure_logging
+from app.pipeline.admission import MemoryBudget
+from app.pipeline.run import Pipeline
+from app.registry import REGISTRY
 from app.settings import Settings
-
-_M_MMAP_THRESHOLD = -3  # mallopt's parameter number, from glibc's malloc.h
+from app.transports.errors import install_error_handlers
+from app.transports.http import build_router
+from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
+from app.transports.v2 import build_v2_router
+from app.transports.v2_models import InferenceRequest
+from app.version import VERSION
 
 DESCRIPTION = """
 Executes OpenVINO's **Roll-7** and **Gather-8** exactly as their specifications say, on tensors
@@ -31,26 +31,9 @@ Pick one of the specs' examples in a route's request body, then *Try it out* and
 """
 
 
-def _return_freed_memory_to_the_system() -> None:
-    """Make glibc serve large blocks by mmap at a fixed threshold, and so give them back.
-
-    Its default threshold grows to the size of the largest block freed (up to 32 MiB); after a
-    few large requests, blocks of many megabytes then come from heaps that are not given back,
-    and an idle worker keeps hundreds of MiB. A fixed 1 MiB threshold keeps RSS near its baseline.
-    """
-    if sys.platform != "linux":
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return
-    libc.mallopt(_M_MMAP_THRESHOLD, 1 << 20)
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
-    _return_freed_memory_to_the_system()
     configure_logging(settings.log_level, settings.log_format)
 
     @asynccontextmanager
@@ -62,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # FastAPIOffline is FastAPI with the docs UI's scripts and styles served from the package.
     app = FastAPIOffline(
-        title="tensor-ops", version="0.1.0", description=DESCRIPTION, lifespan=lifespan
+        title="tensor-ops", version=VERSION, description=DESCRIPTION, lifespan=lifespan
     )
     app.state.settings = settings
     app.state.ready = True
@@ -70,8 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ObservabilityMiddleware)
     budget = MemoryBudget(settings.memory_budget_bytes, settings.admission_timeout)
     app.state.budget = budget
-    app.include_router(build_router(settings, budget))
-    app.include_router(build_v2_router(settings, budget))
+    pipeline = Pipeline(settings, budget)
+    app.include_router(build_router(pipeline))
+    app.include_router(build_v2_router(pipeline))
 
     @app.get("/health", summary="Liveness: the process answers", tags=["service"])
     async def health() -> dict[str, str]:
@@ -104,7 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             components.update(SHARED_SCHEMAS)
-            for model in (RollRequest, GatherRequest, InferenceRequest):
+            models: list[type[BaseModel]] = [request_model(op) for op in REGISTRY.values()]
+            models.append(InferenceRequest)
+            for model in models:
                 model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(model_schema.pop("$defs", {}))
                 components[model.__name__] = model_schema

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pytest
 
-from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
+from app.registry import REGISTRY
 from tests.conftest import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
@@ -27,8 +27,9 @@ def server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 def test_spec_examples_over_tcp(server: tuple[str, subprocess.Popen[bytes]]) -> None:
     url, _ = server
     with httpx.Client(base_url=url) as client:
-        for route, examples in (("/roll", ROLL_EXAMPLES), ("/gather", GATHER_EXAMPLES)):
-            for example in examples.values():
+        for op in REGISTRY.values():
+            route = f"/{op.name}"
+            for example in op.examples.values():
                 body = client.post(route, json=example["value"]).json()
                 data = body["data"]
                 if isinstance(data, str):

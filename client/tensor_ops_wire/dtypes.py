@@ -56,9 +56,10 @@ def dtype_from_name(name: str) -> np.dtype[Any]:
     """The NumPy dtype a user's type name means (``"f32"``, ``"FP32"`` and ``"float32"`` alike)."""
     element = BY_NAME.get(name)
     if element is None:
+        shown = name if len(name) <= 32 else f"{name[:32]}... ({len(name)} characters)"
         raise UnknownDTypeError(
-            f"unknown element type {name!r}; supported: {', '.join(e.numpy for e in ELEMENT_TYPES)}"
-            " (or their OpenVINO and KServe names)"
+            f"unknown element type {shown!r}; supported: "
+            f"{', '.join(e.numpy for e in ELEMENT_TYPES)} (or their OpenVINO and KServe names)"
         )
     return element.dtype
 

@@ -12,6 +12,10 @@ class WireFault(StrEnum):
     UNACCEPTABLE = "tensor_type"
     #: A tensor beyond a size the codec can hold.
     TOO_LARGE = "too_large"
+    #: A container (an .npz archive) lacks a tensor it must hold.
+    MISSING = "missing"
+    #: A container holds a tensor that is not one of the expected ones.
+    UNEXPECTED = "unexpected"
 
 
 class TensorError(ValueError):

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tensor_ops_wire.errors import TensorError, too_large, unacceptable, undecodable
+from tensor_ops_wire.errors import TensorError, WireFault, too_large, unacceptable, undecodable
 from tensor_ops_wire.npy import decode_npy, encode_npy
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
@@ -20,7 +20,7 @@ _LOCAL_SIGNATURE = b"PK\x03\x04"
 class _ViewFile(io.RawIOBase):
     """A read-only file over a buffer, without the copy ``io.BytesIO`` makes of a bytearray."""
 
-    def __init__(self, data: bytes | bytearray) -> None:
+    def __init__(self, data: bytes | bytearray | memoryview) -> None:
         super().__init__()
         self._view = memoryview(data).cast("B")
         self._position = 0
@@ -47,7 +47,7 @@ class _ViewFile(io.RawIOBase):
 
 
 def decode_npz(
-    body: bytes | bytearray, names: tuple[str, ...], *, max_bytes: int
+    body: bytes | bytearray | memoryview, names: tuple[str, ...], *, max_bytes: int
 ) -> dict[str, npt.NDArray[Any]]:
     """The arrays of an ``.npz`` archive whose members are exactly ``names`` (``name.npy``).
 
@@ -68,12 +68,17 @@ def decode_npz(
         by_name[name] = info
     unexpected = sorted(set(by_name) - set(names))
     if unexpected:
-        raise unacceptable(
-            f".npz member {unexpected[0]!r} is not an input; expected {', '.join(names)}"
+        shown = unexpected[0] if len(unexpected[0]) <= 64 else unexpected[0][:64] + "..."
+        raise TensorError(
+            f".npz member {shown!r} is not an input; expected {', '.join(names)}",
+            WireFault.UNEXPECTED,
+            field=shown,
         )
     missing = [name for name in names if name not in by_name]
     if missing:
-        raise unacceptable(f".npz archive has no member {missing[0]!r}")
+        raise TensorError(
+            f".npz archive has no member {missing[0]!r}", WireFault.MISSING, field=missing[0]
+        )
     total = sum(info.file_size for info in members)
     if total > max_bytes:
         raise too_large(
@@ -90,7 +95,7 @@ def decode_npz(
     return arrays
 
 
-def inflated_size(body: bytes | bytearray) -> int:
+def inflated_size(body: bytes | bytearray | memoryview) -> int:
     """What the compressed members of an ``.npz`` declare they inflate to (0 if not a zip).
 
     Stored members are read in place and cost nothing more; the declared sizes bound the rest,
@@ -104,7 +109,7 @@ def inflated_size(body: bytes | bytearray) -> int:
 
 
 def _member_bytes(
-    archive: zipfile.ZipFile, body: bytes | bytearray, info: zipfile.ZipInfo
+    archive: zipfile.ZipFile, body: bytes | bytearray | memoryview, info: zipfile.ZipInfo
 ) -> memoryview:
     if info.flag_bits & 0x1:
         raise unacceptable(f".npz member {info.filename!r} is encrypted")

@@ -10,15 +10,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
 from app.main import create_app
+from app.registry import REGISTRY
 from app.settings import Settings
 from tests.conftest import assert_same_bits
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = [("/roll", name, ex) for name, ex in ROLL_EXAMPLES.items()] + [
-    ("/gather", name, ex) for name, ex in GATHER_EXAMPLES.items()
+EXAMPLES = [
+    (f"/{op.name}", name, ex) for op in REGISTRY.values() for name, ex in op.examples.items()
 ]
 
 
@@ -82,12 +82,14 @@ async def test_spec_examples_in_npy_form(
 
 async def test_accept_npy_returns_the_raw_npy(client: httpx.AsyncClient) -> None:
     response = await client.post(
-        "/roll", json=ROLL_EXAMPLES["example_2"]["value"], headers={"accept": "application/x-npy"}
+        "/roll",
+        json=REGISTRY["roll"].examples["example_2"]["value"],
+        headers={"accept": "application/x-npy"},
     )
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/x-npy"
     output = np.load(io.BytesIO(response.content), allow_pickle=False)
-    assert output.tolist() == ROLL_EXAMPLES["example_2"]["x-expected-output"]
+    assert output.tolist() == REGISTRY["roll"].examples["example_2"]["x-expected-output"]
 
 
 @pytest.mark.parametrize("name", ["float32", "f32", "FP32"])
@@ -354,8 +356,11 @@ async def test_health(client: httpx.AsyncClient) -> None:
 
 async def test_openapi_documents_both_routes_examples_and_types(client: httpx.AsyncClient) -> None:
     schema = (await client.get("/openapi.json")).json()
-    for route, examples in (("/roll", ROLL_EXAMPLES), ("/gather", GATHER_EXAMPLES)):
-        content = schema["paths"][route]["post"]["requestBody"]["content"]["application/json"]
+    for op in REGISTRY.values():
+        examples = op.examples
+        content = schema["paths"][f"/{op.name}"]["post"]["requestBody"]["content"][
+            "application/json"
+        ]
         assert set(content["examples"]) == set(examples)
         for name, example in examples.items():
             assert content["examples"][name]["value"] == example["value"]

@@ -10,7 +10,7 @@ import numpy as np
 import orjson
 import pytest
 
-from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
+from app.registry import REGISTRY
 
 pytestmark = pytest.mark.anyio
 
@@ -22,8 +22,9 @@ def npy_b64(array: Any) -> str:
 
 
 def seeds() -> list[tuple[str, bytes]]:
-    bodies = [("/roll", ex["value"]) for ex in ROLL_EXAMPLES.values()]
-    bodies += [("/gather", ex["value"]) for ex in GATHER_EXAMPLES.values()]
+    bodies = [
+        (f"/{op.name}", ex["value"]) for op in REGISTRY.values() for ex in op.examples.values()
+    ]
     bodies.append(
         (
             "/roll",

@@ -11,9 +11,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from app.api.examples import GATHER_EXAMPLES, ROLL_EXAMPLES
 from app.main import create_app
 from app.ops import gather, roll
+from app.registry import REGISTRY
 from app.settings import Settings
 from tensor_ops_wire.npy import decode_npy
 from tests.conftest import assert_same_bits
@@ -46,8 +46,12 @@ def as_arrays(request: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("compressed", [False, True], ids=["stored", "deflated"])
 @pytest.mark.parametrize(
     ("route", "example"),
-    [("/roll", e) for n, e in ROLL_EXAMPLES.items() if "npy" not in n]
-    + [("/gather", e) for e in GATHER_EXAMPLES.values()],
+    [
+        (f"/{op.name}", e)
+        for op in REGISTRY.values()
+        for n, e in op.examples.items()
+        if "npy" not in n
+    ],
     ids=lambda x: x if isinstance(x, str) else x["summary"][:22],
 )
 async def test_spec_examples(

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from app.ops import gather, roll
-from app.tensors.kserve import V2_DTYPES
+from app.transports.kserve import V2_DTYPES
 from tests.conftest import assert_same_bits
 
 pytestmark = pytest.mark.anyio
@@ -256,17 +256,17 @@ def roll_inputs(**changes: Any) -> dict[str, Any]:
         (roll_inputs(axes={"data": [5]}), 422, "axes = 5 is out of range"),
         (roll_inputs(shift={"datatype": "INT16"}), 422, "int32 or int64"),
         (roll_inputs(shift={"data": [1.5]}), 422, "integers"),
-        (roll_inputs(axes=None), 400, "missing input 'axes'"),
+        (roll_inputs(axes=None), 422, "missing input 'axes'"),
         (
             roll_inputs(bogus={"shape": [1], "datatype": "INT64", "data": [1]}),
-            400,
+            422,
             "unknown input 'bogus'",
         ),
         (roll_inputs(data={"data": None}), 400, "neither data nor"),
         (roll_inputs(data={"shape": [-1, 4]}), 422, "shape"),
         (roll_inputs(data={"data": [1, 2, 3, [4]]}), 400, "ragged"),
-        ({**roll_inputs(), "parameters": {"batch_dims": 1}}, 400, "no batch_dims"),
-        ({**roll_inputs(), "outputs": [{"name": "other"}]}, 400, "unknown output"),
+        ({**roll_inputs(), "parameters": {"batch_dims": 1}}, 422, "no batch_dims"),
+        ({**roll_inputs(), "outputs": [{"name": "other"}]}, 422, "unknown output"),
         ({"inputs": "x"}, 422, "inputs"),
         ({}, 422, "inputs"),
     ],

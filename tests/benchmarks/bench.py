@@ -63,13 +63,13 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.pipeline.json_body import split_json_body  # noqa: E402
-from app.api.ops import OPS, Limits  # noqa: E402
-from app.api.routes import encode_raw, prepare_json, prepare_npz  # noqa: E402
-from app.api.tensors import encode_output  # noqa: E402
-from app.api.v2 import encode_infer, prepare_infer  # noqa: E402
 from app.ops import gather, roll  # noqa: E402
+from app.pipeline.jobs import Limits  # noqa: E402
+from app.pipeline.run import Exchange  # noqa: E402
+from app.registry import REGISTRY  # noqa: E402
 from app.settings import Settings  # noqa: E402
+from app.transports.http import JsonExchange, NpzExchange  # noqa: E402
+from app.transports.v2 import V2Exchange  # noqa: E402
 from tensor_ops_wire.npy import (  # noqa: E402
     Base64Stream,
     decode_npy,
@@ -77,7 +77,6 @@ from tensor_ops_wire.npy import (  # noqa: E402
     encode_npy,
     npy_buffer,
 )
-from tensor_ops_wire.npz import inflated_size  # noqa: E402
 from tests.conftest import launch_server, server_output, stop_server  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -878,7 +877,7 @@ def chunked(body: bytes, size: int = 256 * KiB) -> list[bytes]:
 
 
 def grow(chunks: list[bytes]) -> bytearray:
-    """What read_body (app/api/body.py) does with the chunks: one growing bytearray."""
+    """What read_body (app/pipeline/body.py) does with the chunks: one growing bytearray."""
     body = bytearray()
     for chunk in chunks:
         body += chunk
@@ -890,31 +889,36 @@ def bench_stages(config: "Config") -> dict[str, Any]:
     data = data.astype(np.float32)
     settings = Settings(max_body_bytes=1 << 30, max_output_bytes=1 << 31)
     limits = Limits.of(settings)
-    op = OPS["roll"]
+    op = REGISTRY["roll"]
     bodies = {t.key: t for t in transports(data)}
     chunks = {key: chunked(bodies[key].body) for key in ("json", "npz", "v2")}
     json_body = bytearray(bodies["json"].body)
     npz_body = bytearray(bodies["npz"].body)
-    npz_bytes_ = bytes(npz_body)
     v2 = bodies["v2"]
     v2_body = bytearray(v2.body)
     header_length = v2.headers["inference-header-content-length"]
-    job, form = prepare_json(op, split_json_body(json_body), limits)
-    npz_job = prepare_npz(op, npz_bytes_, {}, limits, settings.max_body_bytes)
-    v2_job, v2_request, _ = prepare_infer(op, v2_body, header_length, limits)
+
+    def decoded(exchange: Exchange, body: Any) -> Any:
+        # The pipeline's first stages, as it runs them: a first look, then decode and check.
+        exchange.prepare(body)
+        return exchange, exchange.decode(limits)
+
+    json_exchange, job = decoded(JsonExchange(op, raw_npy=False), json_body)
+    json_npy_exchange, _ = decoded(JsonExchange(op, raw_npy=True), json_body)
+    npz_exchange, npz_job = decoded(NpzExchange(op, {}, settings.max_body_bytes), npz_body)
+    v2_exchange, v2_job = decoded(V2Exchange(op, header_length), v2_body)
     pre = np.empty_like(data)
     cases: list[tuple[str, Thunk]] = [
         ("kernel", lambda: roll(data, ROLL_SHIFT, ROLL_AXES)),
         ("copyto", lambda: np.copyto(pre, data)),
-        ("json_parse", lambda: prepare_json(op, split_json_body(json_body), limits)),
-        ("json_encode", lambda: encode_output(job, form, False)),
-        ("json_encode_npy", lambda: encode_output(job, form, True)),
-        ("npz_inflated", lambda: inflated_size(npz_body)),
-        ("npz_bytes", lambda: bytes(npz_body)),
-        ("npz_parse", lambda: prepare_npz(op, npz_bytes_, {}, limits, 1 << 30)),
-        ("npz_encode", lambda: encode_raw(npz_job)),
-        ("v2_parse", lambda: prepare_infer(op, v2_body, header_length, limits)),
-        ("v2_encode", lambda: encode_infer(v2_job, op, v2_request, True)),
+        ("json_parse", lambda: decoded(JsonExchange(op, raw_npy=False), json_body)),
+        ("json_encode", lambda: json_exchange.encode(job)),
+        ("json_encode_npy", lambda: json_npy_exchange.encode(job)),
+        ("npz_inflated", lambda: NpzExchange(op, {}, 1 << 30).prepare(npz_body)),
+        ("npz_parse", lambda: decoded(NpzExchange(op, {}, 1 << 30), npz_body)),
+        ("npz_encode", lambda: npz_exchange.encode(npz_job)),
+        ("v2_parse", lambda: decoded(V2Exchange(op, header_length), v2_body)),
+        ("v2_encode", lambda: v2_exchange.encode(v2_job)),
     ]
     for key, pieces in chunks.items():
         cases.append((f"{key}_grow", functools.partial(grow, pieces)))
@@ -929,25 +933,24 @@ GROW = "(simulated) read_body: bytearray += 256 KiB chunks"
 STAGES = {
     "json": [
         ("json_grow", GROW),
-        ("json_parse", "split_json_body + prepare_json (JSON envelope, base64 decode, checks)"),
-        ("json_encode", "encode_output (kernel into .npy buffer, base64 encode)"),
+        ("json_parse", "JsonExchange prepare + decode (JSON envelope, base64 decode, checks)"),
+        ("json_encode", "JsonExchange.encode (kernel into .npy buffer, base64 encode)"),
     ],
     "json_npy": [
         ("json_grow", GROW),
-        ("json_parse", "split_json_body + prepare_json"),
-        ("json_encode_npy", "encode_output raw (kernel into .npy buffer)"),
+        ("json_parse", "JsonExchange prepare + decode"),
+        ("json_encode_npy", "JsonExchange.encode, raw .npy (kernel into .npy buffer)"),
     ],
     "npz": [
         ("npz_grow", GROW),
-        ("npz_inflated", "inflated_size(body) (io.BytesIO copies the bytearray; on the loop)"),
-        ("npz_bytes", "bytes(body) (routes.py, on the event loop)"),
-        ("npz_parse", "prepare_npz (zip directory, CRC-32, zero-copy .npy)"),
-        ("npz_encode", "encode_raw (kernel into .npy buffer)"),
+        ("npz_inflated", "NpzExchange.prepare (the zip directory's declared sizes)"),
+        ("npz_parse", "NpzExchange prepare + decode (zip directory, CRC-32, zero-copy .npy)"),
+        ("npz_encode", "NpzExchange.encode (kernel into .npy buffer)"),
     ],
     "v2": [
         ("v2_grow", GROW),
-        ("v2_parse", "prepare_infer (JSON header, zero-copy binary)"),
-        ("v2_encode", "encode_infer (kernel into the output buffer)"),
+        ("v2_parse", "V2Exchange prepare + decode (JSON header, zero-copy binary)"),
+        ("v2_encode", "V2Exchange.encode (kernel into the output buffer)"),
     ],
 }
 

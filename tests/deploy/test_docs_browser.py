@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.api.examples import ROLL_EXAMPLES
+from app.registry import REGISTRY
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # Flags for a machine with no internet: nothing may reach out, so nothing waits on it.
@@ -59,6 +59,6 @@ def test_roll_example_runs_in_the_docs_ui(live_url: str, tmp_path: Path) -> None
         finally:
             browser.close()
     assert statuses == ["200"]
-    assert shown["data"] == ROLL_EXAMPLES["example_1"]["x-expected-output"]
+    assert shown["data"] == REGISTRY["roll"].examples["example_1"]["x-expected-output"]
     assert shown["shape"] == [4, 3]
     assert requests_elsewhere == [], "the docs page must not load anything from elsewhere"

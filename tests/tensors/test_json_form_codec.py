@@ -6,9 +6,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from app.errors import from_wire
+from app.transports.json_form import decode_json_data, decode_json_indices, json_ready
 from tensor_ops_wire.dtypes import BY_NAME, ELEMENT_TYPES, dtype_from_name, element_type_of
 from tensor_ops_wire.errors import TensorError
-from app.tensors.json_form import decode_json_data, decode_json_indices, json_ready
 
 
 @pytest.mark.parametrize(
@@ -83,7 +84,7 @@ def test_floats_round_to_the_named_type() -> None:
 def test_refusals(value: Any, dtype: str | None, status: int, words: str) -> None:
     with pytest.raises(TensorError, match=words) as caught:
         decode_json_data(value, dtype_from_name(dtype) if dtype else None)
-    assert caught.value.status == status
+    assert from_wire(caught.value, None).status == status
 
 
 def test_nesting_deeper_than_numpy_allows_is_refused() -> None:
@@ -92,7 +93,7 @@ def test_nesting_deeper_than_numpy_allows_is_refused() -> None:
         value = [value]
     with pytest.raises(TensorError, match="TENSOR_OPS_MAX_RANK") as caught:
         decode_json_data(value, None)
-    assert caught.value.status == 413
+    assert from_wire(caught.value, None).status == 413
 
 
 @pytest.mark.parametrize(
@@ -119,7 +120,7 @@ def test_indices_are_int64(value: Any, expected: Any) -> None:
 def test_indices_refusals(value: Any, words: str) -> None:
     with pytest.raises(TensorError, match=words) as caught:
         decode_json_indices(["1"] if value == "1" else value)
-    assert caught.value.status == 422
+    assert from_wire(caught.value, None).status == 422
 
 
 def test_json_ready_widens_bfloat16_exactly() -> None:

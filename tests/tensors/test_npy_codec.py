@@ -10,6 +10,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from app.errors import from_wire
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import (
     Base64Stream,
@@ -109,13 +110,13 @@ def test_pickled_objects_are_never_loaded() -> None:
     raw = saved(np.array([{"a": 1}, None], dtype=object))
     with pytest.raises(TensorError, match="pickle") as caught:
         decode_npy(raw)
-    assert caught.value.status == 400
+    assert from_wire(caught.value, None).status == 400
 
 
 def test_a_raw_pickle_is_not_an_npy() -> None:
     with pytest.raises(TensorError, match="magic") as caught:
         decode_npy(pickle.dumps(np.arange(3)))
-    assert caught.value.status == 400
+    assert from_wire(caught.value, None).status == 400
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,7 @@ def test_a_raw_pickle_is_not_an_npy() -> None:
 def test_malformed_files_are_refused_with_400(raw: bytes, words: str) -> None:
     with pytest.raises(TensorError, match=words) as caught:
         decode_npy(raw)
-    assert caught.value.status == 400
+    assert from_wire(caught.value, None).status == 400
 
 
 @pytest.mark.parametrize("descr", ["<c8", "<U3", "|S2", "<M8[s]", "[('a', '<f4')]", "<V4"])
@@ -170,21 +171,21 @@ def test_unsupported_element_types_are_refused_with_422(descr: str) -> None:
     raw = npy_bytes(f"{{'descr': {literal}, 'fortran_order': False, 'shape': ()}}", b"\0" * 16)
     with pytest.raises(TensorError) as caught:
         decode_npy(raw)
-    assert caught.value.status == 422
+    assert from_wire(caught.value, None).status == 422
 
 
 def test_rank_above_the_limit_is_refused() -> None:
     header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + "1," * 40 + ")}"
     with pytest.raises(TensorError, match="rank 40") as caught:
         decode_npy(npy_bytes(header, b"\0" * 4), max_rank=32)
-    assert caught.value.status == 422
+    assert from_wire(caught.value, None).status == 422
 
 
 @pytest.mark.parametrize("text", ["QUJD=", "QUJ", "QU JD", "not base64!", "QUJD\n"])
 def test_bad_base64_is_refused(text: str) -> None:
     with pytest.raises(TensorError) as caught:
         decode_npy_base64(text)
-    assert caught.value.status == 400
+    assert from_wire(caught.value, None).status == 400
 
 
 def test_large_base64_decodes_piece_by_piece_exactly() -> None:
@@ -198,7 +199,7 @@ def test_padding_inside_a_long_base64_string_is_refused() -> None:
     text = b"A" * ((1 << 19) - 4) + b"QQ==" + b"QUJD" * 10
     with pytest.raises(TensorError, match="base64") as caught:
         decode_npy_base64(memoryview(text))
-    assert caught.value.status == 400
+    assert from_wire(caught.value, None).status == 400
 
 
 def test_base64_stream_equals_one_piece_encoding() -> None:

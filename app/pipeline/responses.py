@@ -1,16 +1,18 @@
-"""Responses made of buffers sent as they are: no joining, no copying into one ``bytes``."""
+"""HTTP answers from the pipeline: buffers sent as they are (no joining, no copy), errors rendered
+once by the transport that owns the route."""
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from app.api.admission import Reservation
+from app.errors import ServiceError, internal_error
+from app.pipeline.admission import Reservation
+from app.pipeline.body import read_body
+from app.pipeline.run import Buffer, Exchange, Pipeline
 from tensor_ops_wire.npy import Base64Stream
-
-Buffer = bytes | bytearray | memoryview | Any  # anything with the buffer protocol
 
 
 def _as_bytes(buffer: Buffer) -> memoryview:
@@ -56,3 +58,25 @@ class BuffersResponse(Response):
         finally:
             self.buffers = []
             await self.reservation.release()
+
+
+async def serve_http(
+    pipeline: Pipeline,
+    request: Request,
+    exchange: Callable[[], Exchange],
+    render: Callable[[ServiceError], Response],
+) -> Response:
+    """Run one HTTP request through the pipeline; any refusal is rendered by ``render``.
+
+    ``exchange`` makes the transport's view of the request (checking what it can from the
+    headers alone, before a byte of the body is read).
+    """
+    try:
+        answer, reservation = await pipeline.run(
+            lambda reservation: read_body(request, pipeline.settings, reservation), exchange()
+        )
+    except ServiceError as error:
+        return render(error)
+    except Exception as error:
+        return render(internal_error(error))
+    return BuffersResponse(answer.buffers, reservation, answer.media_type, answer.headers)

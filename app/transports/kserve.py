@@ -6,9 +6,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.transports.json_form import decode_json_data, json_ready
 from tensor_ops_wire.dtypes import BFLOAT16, ELEMENT_TYPES, element_type_of
 from tensor_ops_wire.errors import unacceptable, undecodable
-from app.tensors.json_form import decode_json_data, json_ready
 
 #: The protocol's datatypes this service takes (all but BYTES) and BF16, to NumPy dtypes.
 V2_DTYPES: dict[str, np.dtype[Any]] = {e.kserve: e.dtype for e in ELEMENT_TYPES}

@@ -9,10 +9,8 @@ answered 503 with ``Retry-After``. A request that could never fit is answered 41
 import asyncio
 import math
 import time
-from types import TracebackType
-from typing import Self
 
-from app.api.errors import ApiError
+from app.errors import Fault, ServiceError
 from app.metrics import REFUSED_BUSY, RESERVED, WAITING
 
 #: Below this, a request's memory is not reserved at all.
@@ -34,12 +32,11 @@ class MemoryBudget:
 
     async def _take(self, nbytes: int, total: int, deadline: float) -> None:
         if total > self.capacity:
-            raise ApiError(
-                413,
-                ["body"],
+            raise ServiceError(
+                Fault.TOO_LARGE,
+                ("body",),
                 f"the request needs about {total} bytes of memory, more than the budget of "
                 f"{self.capacity} bytes (raise it with TENSOR_OPS_MEMORY_BUDGET_BYTES)",
-                "too_large",
             )
         async with self._changed:
             waiting = False
@@ -51,15 +48,13 @@ class MemoryBudget:
                 if remaining <= 0:
                     WAITING.dec()
                     REFUSED_BUSY.inc()
-                    error = ApiError(
-                        503,
-                        [],
+                    raise ServiceError(
+                        Fault.BUSY,
+                        (),
                         f"the service is busy: {self.in_use} of {self.capacity} bytes of its "
                         f"memory budget are in use and this request needs {nbytes}; retry later",
-                        "busy",
+                        headers={"Retry-After": str(max(1, math.ceil(self.timeout / 4)))},
                     )
-                    error.headers["Retry-After"] = str(max(1, math.ceil(self.timeout / 4)))
-                    raise error
                 try:
                     await asyncio.wait_for(self._changed.wait(), remaining)
                 except TimeoutError:
@@ -101,14 +96,3 @@ class Reservation:
         if self.held:
             held, self.held = self.held, 0
             await self.budget._give_back(held)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        await self.release()

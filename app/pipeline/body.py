@@ -5,12 +5,11 @@ import zlib
 
 import anyio
 import numpy as np
-from fastapi import Request
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 
-from app.api.admission import Reservation
-from app.api.errors import ApiError
-from app.api.threads import run_sized
+from app.errors import Fault, ServiceError, quote
+from app.pipeline.admission import Reservation
+from app.pipeline.threads import run_sized
 from app.settings import Settings
 
 JSON_TYPE = "application/json"
@@ -33,13 +32,12 @@ def wants_npy(request: Request) -> bool:
     return NPY_TYPE in request.headers.get("accept", "").lower()
 
 
-def _too_large(size: str, limit: int) -> ApiError:
-    return ApiError(
-        413,
-        ["body"],
+def _too_large(size: str, limit: int) -> ServiceError:
+    return ServiceError(
+        Fault.TOO_LARGE,
+        ("body",),
         f"request body of {size} is larger than the limit of {limit} bytes "
         "(raise it with TENSOR_OPS_MAX_BODY_BYTES)",
-        "too_large",
     )
 
 
@@ -53,17 +51,16 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
     limit = settings.max_body_bytes
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "") and encoding not in _ENCODINGS:
-        raise ApiError(
-            415,
-            ["header", "content-encoding"],
-            f"Content-Encoding {encoding[:32]!r} is not supported; use gzip, deflate or none",
-            "unsupported_encoding",
+        raise ServiceError(
+            Fault.UNSUPPORTED_ENCODING,
+            ("header", "content-encoding"),
+            f"Content-Encoding {quote(encoding)} is not supported; use gzip, deflate or none",
         )
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
-            raise ApiError(
-                400, ["header", "content-length"], "Content-Length is not a number", "bad_header"
+            raise ServiceError(
+                Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
             )
         if int(declared) > limit:
             raise _too_large(f"{int(declared)} bytes", limit)
@@ -92,14 +89,16 @@ async def _read_declared(request: Request, length: int, timeout: float) -> memor
         try:
             async for chunk in request.stream():
                 if filled + len(chunk) > length:
-                    raise ApiError(
-                        400, ["body"], "the body is longer than its Content-Length", "bad_length"
+                    raise ServiceError(
+                        Fault.BAD_LENGTH, ("body",), "the body is longer than its Content-Length"
                     )
                 view[filled : filled + len(chunk)] = chunk
                 filled += len(chunk)
                 waiting.deadline = anyio.current_time() + timeout
         except ClientDisconnect:
-            raise ApiError(400, ["body"], "the client went away mid-body", "disconnected") from None
+            raise ServiceError(
+                Fault.DISCONNECTED, ("body",), "the client went away mid-body"
+            ) from None
     if waiting.cancelled_caught:
         raise _timed_out(timeout)
     return view[:filled]
@@ -123,18 +122,19 @@ async def _read_growing(
                     await reservation.grow_to(min(limit, 2 * len(body)))
                 waiting.deadline = anyio.current_time() + timeout
         except ClientDisconnect:
-            raise ApiError(400, ["body"], "the client went away mid-body", "disconnected") from None
+            raise ServiceError(
+                Fault.DISCONNECTED, ("body",), "the client went away mid-body"
+            ) from None
     if waiting.cancelled_caught:
         raise _timed_out(timeout)
     return body
 
 
-def _timed_out(timeout: float) -> ApiError:
-    return ApiError(
-        408,
-        ["body"],
+def _timed_out(timeout: float) -> ServiceError:
+    return ServiceError(
+        Fault.TIMEOUT,
+        ("body",),
         f"no part of the body arrived for {timeout} s (TENSOR_OPS_BODY_TIMEOUT)",
-        "timeout",
     )
 
 
@@ -144,17 +144,16 @@ def _inflate(body: Body, encoding: str, limit: int) -> bytearray:
         # Inflate at most limit + 1 bytes: a bomb is refused as soon as it passes the limit.
         out = bytearray(inflater.decompress(body, limit + 1))
     except zlib.error:
-        raise ApiError(
-            400, ["body"], f"the body is not valid {encoding} data", "bad_encoding"
+        raise ServiceError(
+            Fault.BAD_ENCODING, ("body",), f"the body is not valid {encoding} data"
         ) from None
     if len(out) > limit:
-        raise ApiError(
-            413,
-            ["body"],
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            ("body",),
             f"the body inflates past the limit of {limit} bytes (raise it with "
             "TENSOR_OPS_MAX_BODY_BYTES)",
-            "too_large",
         )
     if not inflater.eof:
-        raise ApiError(400, ["body"], f"the {encoding} body is truncated", "bad_encoding")
+        raise ServiceError(Fault.BAD_ENCODING, ("body",), f"the {encoding} body is truncated")
     return out

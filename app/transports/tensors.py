@@ -1,4 +1,4 @@
-"""From request fields to arrays and from the output array to a response, errors located."""
+"""Tensors in a JSON body (nested arrays or base64 ``.npy``), to arrays and back, errors located."""
 
 from enum import Enum
 from typing import Any
@@ -7,16 +7,16 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from app.api.errors import ApiError, tensor_error
-from app.api.ops import Job, Limits, check_shape
-from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
-from tensor_ops_wire.errors import TensorError
-from app.tensors.json_form import (
+from app.errors import Fault, ServiceError, from_wire
+from app.pipeline.jobs import Job
+from app.transports.json_form import (
     decode_json_data,
     decode_json_indices,
     json_can_carry,
     json_ready,
 )
+from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.errors import TensorError, unacceptable
 from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, npy_buffer
 
 
@@ -27,11 +27,12 @@ class Form(Enum):
     NPY = "npy"
 
 
-def decode_data(
-    value: Any, dtype_name: str | None, limits: Limits
-) -> tuple[npt.NDArray[Any], Form]:
+def decode_data(value: Any, dtype_name: str | None) -> tuple[npt.NDArray[Any], Form]:
     """The ``data`` tensor and the form it came in, its element type settled."""
-    dtype = dtype_from_name(dtype_name) if dtype_name is not None else None
+    try:
+        dtype = dtype_from_name(dtype_name) if dtype_name is not None else None
+    except UnknownDTypeError as error:
+        raise ServiceError(Fault.TENSOR_TYPE, ("body", "dtype"), str(error)) from None
     try:
         if isinstance(value, str | memoryview):
             array = decode_npy_base64(value)
@@ -41,8 +42,7 @@ def decode_data(
             array = decode_json_data(value, dtype)
             form = Form.JSON
     except TensorError as error:
-        raise tensor_error(error, "data") from None
-    check_shape(array.shape, "data", limits)
+        raise from_wire(error, "data") from None
     return array, form
 
 
@@ -61,17 +61,15 @@ def settle_npy_type(array: npt.NDArray[Any], dtype: np.dtype[Any] | None) -> npt
             if array.dtype.kind == "V"
             else ""
         )
-        raise TensorError(f"{error}{hint}", 422, "tensor_type") from None
+        raise unacceptable(f"{error}{hint}") from None
     if dtype is not None and dtype != element.dtype:
-        raise TensorError(
-            f"dtype {dtype.name!r} does not match the .npy payload, which holds {element.numpy}",
-            422,
-            "tensor_type",
+        raise unacceptable(
+            f"dtype {dtype.name!r} does not match the .npy payload, which holds {element.numpy}"
         )
     return array
 
 
-def decode_index(value: Any, field: str, limits: Limits) -> npt.NDArray[Any]:
+def decode_index(value: Any, field: str) -> npt.NDArray[Any]:
     """An index input (shift, axes, indices, axis): int64 in JSON form, as sent in npy form.
 
     The element type of an npy index is judged by the op, whose spec says which it accepts.
@@ -80,43 +78,36 @@ def decode_index(value: Any, field: str, limits: Limits) -> npt.NDArray[Any]:
         if isinstance(value, str | memoryview):
             array = decode_npy_base64(value)
             if array.dtype.kind not in "biuf":
-                raise TensorError(
-                    f"{field} must be of an integer type, got {array.dtype.str!r}",
-                    422,
-                    "tensor_type",
-                )
+                raise unacceptable(f"{field} must be of an integer type, got {array.dtype.str!r}")
         else:
             array = decode_json_indices(value)
     except TensorError as error:
-        raise tensor_error(error, field) from None
-    check_shape(array.shape, field, limits)
+        raise from_wire(error, field) from None
     return array
 
 
-def check_json_text_size(count: int, limits: Limits) -> None:
+def check_json_text_size(count: int, max_output_bytes: int) -> None:
     """Refuse (413) a JSON-form output whose text could pass the output limit.
 
     As JSON text an element takes up to about 24 bytes; large outputs belong in the npy form.
     """
-    if count * 24 > limits.max_output_bytes:
-        raise ApiError(
-            413,
-            ["body", "data"],
+    if count * 24 > max_output_bytes:
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            ("body", "data"),
             f"the output has {count} elements, up to {count * 24} bytes as JSON text, above the "
-            f"limit of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES,"
+            f"limit of {max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES,"
             " or send data in npy form)",
-            "too_large",
         )
 
 
-def require_json_can_carry(output: npt.NDArray[Any], loc: list[str | int], advice: str) -> None:
+def require_json_can_carry(output: npt.NDArray[Any], loc: tuple[str, ...], advice: str) -> None:
     """422 when ``output`` holds NaN or infinity, which JSON has no numbers for."""
     if not json_can_carry(output):
-        raise ApiError(
-            422,
+        raise ServiceError(
+            Fault.NOT_JSON,
             loc,
             f"the output holds NaN or infinity, which JSON cannot carry; {advice}",
-            "not_json",
         )
 
 
@@ -135,7 +126,7 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         suffix = orjson.dumps({"dtype": name, "shape": list(job.output_shape)})
         return [b'{"data":"', Base64Stream(buffer), b'",' + suffix[1:]], "application/json"
     output = job.output()
-    require_json_can_carry(output, ["body", "data"], "send data in npy form")
+    require_json_can_carry(output, ("body", "data"), "send data in npy form")
     ready = json_ready(output)
     data = ready.item() if ready.ndim == 0 else ready
     body = orjson.dumps(

@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.tensors.kserve import V2_DTYPES
+from app.transports.kserve import V2_DTYPES
 
 NonNegative = Annotated[int, Field(strict=True, ge=0)]
 Datatype = Annotated[

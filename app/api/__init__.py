@@ -1,1 +1,0 @@
-"""The HTTP layer: request models, error responses and thin route handlers."""

@@ -1,0 +1,82 @@
+"""A request's life on any transport: reserve, read, decode, check, compute, encode, release.
+
+A transport supplies an ``Exchange``: how to read its body, how its inputs and attributes are
+decoded (and the memory that costs), how its answer is encoded (and what that costs). The
+pipeline runs the stages in order, reserves each stage's memory before the stage holds it,
+moves large work off the event loop, and gives the reservation back when the answer has been
+sent or the request has failed. It knows nothing of URLs, headers or protocols.
+"""
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.pipeline.admission import MemoryBudget, Reservation
+from app.pipeline.jobs import Job, Limits
+from app.pipeline.threads import run_sized
+from app.settings import Settings
+
+#: A request body: bytes as they came, or a view of the buffer they were read into.
+Body = bytes | bytearray | memoryview
+#: Anything with the buffer protocol, or an iterable of byte pieces made as they are sent.
+Buffer = Any
+
+
+@dataclass
+class Answer:
+    """An encoded answer: buffers to send one after the other, unjoined, and their metadata."""
+
+    buffers: Sequence[Buffer]
+    media_type: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Exchange(Protocol):
+    """One request of one transport, as the pipeline drives it."""
+
+    def prepare(self, body: Body) -> int:
+        """A cheap first look at the body (framing, the JSON envelope, an archive's directory);
+        returns the bytes decoding will hold beyond the body itself."""
+
+    def decode(self, limits: Limits) -> Job:
+        """The inputs and attributes, decoded and checked against the limits and the spec."""
+
+    def encoding_bytes(self, job: Job) -> int:
+        """The bytes the output and its encoding will hold at their peak."""
+
+    def encode(self, job: Job) -> Answer:
+        """Run the job and encode its answer."""
+
+
+#: Reads the body, growing the reservation as its bytes arrive.
+BodyReader = Callable[[Reservation], Awaitable[Body]]
+
+
+class Pipeline:
+    """Runs requests of every transport within one worker's settings and memory budget."""
+
+    def __init__(self, settings: Settings, budget: MemoryBudget) -> None:
+        self.settings = settings
+        self.budget = budget
+        self.limits = Limits.of(settings)
+
+    async def run(self, read: BodyReader, exchange: Exchange) -> tuple[Answer, Reservation]:
+        """The answer to one request, and the reservation the caller releases once it is sent.
+
+        Any failure releases the reservation and propagates (a ``ServiceError`` for the client's
+        faults), for the transport to render.
+        """
+        reservation = self.budget.reserve()
+        try:
+            body = await read(reservation)
+            large = len(body) > self.settings.offload_bytes
+            decoding = await run_sized(large, exchange.prepare, body)
+            await reservation.grow_to(len(body) + decoding)
+            job = await run_sized(large, exchange.decode, self.limits)
+            await reservation.grow_to(reservation.held + exchange.encoding_bytes(job))
+            offload = large or job.output_bytes > self.settings.offload_bytes
+            answer = await run_sized(offload, exchange.encode, job)
+        except BaseException:
+            await reservation.release()
+            raise
+        return answer, reservation

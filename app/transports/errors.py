@@ -1,0 +1,69 @@
+"""Rendering a ``ServiceError`` over HTTP: FastAPI's ``detail`` list, or the V2 ``{"error"}``."""
+
+from collections.abc import Mapping
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.errors import Fault, ServiceError, internal_error
+
+_FRAMEWORK_FAULTS = {404: Fault.NOT_FOUND, 405: Fault.METHOD_NOT_ALLOWED}
+
+
+class ErrorItem(BaseModel):
+    """One broken rule: where (``loc``), what (``msg``) and its kind (``type``)."""
+
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(BaseModel):
+    """The body of every client error on the plain routes."""
+
+    detail: list[ErrorItem]
+
+
+def render_detail(error: ServiceError) -> Response:
+    """The plain routes' shape: ``{"detail": [{"loc", "msg", "type"}, ...]}``."""
+    items = [problem.as_item() for problem in error.problems]
+    return Response(
+        orjson.dumps({"detail": items}),
+        error.status,
+        headers=error.headers,
+        media_type="application/json",
+    )
+
+
+def render_v2(error: ServiceError) -> Response:
+    """The KServe V2 shape, ``{"error": "..."}``, each problem's location in words."""
+    return Response(
+        orjson.dumps({"error": error.message}),
+        error.status,
+        headers=error.headers,
+        media_type="application/json",
+    )
+
+
+def framework_error(status: int, detail: str, headers: Mapping[str, str] | None) -> ServiceError:
+    """An error the framework raised before any route ran (no such route, wrong method)."""
+    fault = _FRAMEWORK_FAULTS.get(status, Fault.NOT_FOUND)
+    return ServiceError(fault, (), detail, headers=dict(headers or {}))
+
+
+async def _on_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    return render_detail(framework_error(exc.status_code, str(exc.detail), exc.headers))
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
+    return render_detail(internal_error(exc))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Errors outside the transports' routes (no route matched, a bug) in the plain shape."""
+    app.add_exception_handler(StarletteHTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,257 @@
+"""The op routes (``POST /roll``, ``POST /gather``...): JSON bodies and raw ``.npz`` bodies.
+
+Adapters only: where the inputs and attributes are, what decoding and encoding cost, how the
+answer is written. The request's life is the pipeline's.
+"""
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from app.errors import Fault, ServiceError, from_validation, from_wire, quote
+from app.pipeline.jobs import Job, Limits, make_job
+from app.pipeline.json_body import JsonBody, split_json_body
+from app.pipeline.responses import serve_http
+from app.pipeline.run import Answer, Body, Exchange, Pipeline
+from app.registry import ATTRIBUTE_NAMES, REGISTRY, Op
+from app.transports.errors import ErrorBody, render_detail
+from app.transports.schemas import TensorResponse, request_model
+from app.transports.tensors import (
+    Form,
+    check_json_text_size,
+    decode_data,
+    decode_index,
+    encode_output,
+    settle_npy_type,
+)
+from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.npy import npy_buffer
+from tensor_ops_wire.npz import decode_npz, inflated_size
+
+JSON_TYPE = "application/json"
+NPY_TYPE = "application/x-npy"
+NPZ_TYPE = "application/x-npz"
+_INT64_DIGITS = 19
+
+
+def media_type(request: Request) -> str:
+    """The request's media type, lower-cased, without parameters ('' when absent)."""
+    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+def wants_npy(request: Request) -> bool:
+    """True when the client asked for the raw ``.npy`` of the output."""
+    return NPY_TYPE in request.headers.get("accept", "").lower()
+
+
+class JsonExchange:
+    """A JSON body: tensors as nested arrays or base64 ``.npy``, attributes as fields."""
+
+    def __init__(self, op: Op, raw_npy: bool) -> None:
+        self.op = op
+        self.raw_npy = raw_npy
+        self.form = Form.JSON
+        self.json: JsonBody | None = None
+
+    def prepare(self, body: Body) -> int:
+        self.json = split_json_body(body)
+        return self.json.parsing_bytes()
+
+    def decode(self, limits: Limits) -> Job:
+        assert self.json is not None
+        try:
+            fields = dict(request_model(self.op).model_validate(self.json.parse()))
+        except ValidationError as error:
+            raise from_validation(error) from None
+        data, self.form = decode_data(fields["data"], fields["dtype"])
+        arrays = {"data": data}
+        for item in self.op.inputs[1:]:
+            arrays[item.name] = decode_index(fields[item.name], item.name)
+        attributes = {item.name: fields[item.name] for item in self.op.attributes}
+        job = make_job(self.op, arrays, attributes, limits)
+        if self.form is Form.JSON and not self.raw_npy:
+            check_json_text_size(job.output_count, limits.max_output_bytes)
+        return job
+
+    def encoding_bytes(self, job: Job) -> int:
+        if self.raw_npy:
+            return 2 * job.output_bytes
+        if self.form is Form.NPY:
+            return 4 * job.output_bytes  # the output, its .npy, the base64, the JSON text
+        return job.output_bytes + 32 * job.output_count
+
+    def encode(self, job: Job) -> Answer:
+        buffers, media = encode_output(job, self.form, self.raw_npy)
+        return Answer(buffers, media)
+
+
+class NpzExchange:
+    """An ``.npz`` archive of the inputs; attributes and ``dtype`` in the query."""
+
+    def __init__(self, op: Op, query: Mapping[str, str], max_body_bytes: int) -> None:
+        self.op = op
+        self.max_bytes = max_body_bytes
+        self.attributes = {
+            item.name: _query_integer(query, item.name, op) for item in op.attributes
+        }
+        for name in ATTRIBUTE_NAMES.difference(self.attributes).intersection(query):
+            raise ServiceError(Fault.UNKNOWN_INPUT, ("query", name), f"{op.name} has no {name}")
+        self.dtype = None
+        if "dtype" in query:
+            try:
+                self.dtype = dtype_from_name(query["dtype"])
+            except UnknownDTypeError as error:
+                raise ServiceError(Fault.TENSOR_TYPE, ("query", "dtype"), str(error)) from None
+        self.body: Body = b""
+
+    def prepare(self, body: Body) -> int:
+        self.body = body
+        # Stored members are read in place; compressed ones cost what they inflate to.
+        return inflated_size(body)
+
+    def decode(self, limits: Limits) -> Job:
+        try:
+            arrays = decode_npz(self.body, self.op.input_names, max_bytes=self.max_bytes)
+        except TensorError as error:
+            raise from_wire(error, None) from None
+        try:
+            arrays["data"] = settle_npy_type(arrays["data"], self.dtype)
+        except TensorError as error:
+            raise from_wire(error, "data") from None
+        return make_job(self.op, arrays, self.attributes, limits)
+
+    def encoding_bytes(self, job: Job) -> int:
+        return 2 * job.output_bytes
+
+    def encode(self, job: Job) -> Answer:
+        buffer, target = npy_buffer(job.output_shape, job.output_dtype)
+        job.output(target)
+        return Answer([buffer], NPY_TYPE)
+
+
+def _query_integer(query: Mapping[str, str], name: str, op: Op) -> int:
+    text = query.get(name)
+    if text is None:
+        return op.attribute_defaults()[name]
+    digits = text.removeprefix("-")
+    if not digits.isascii() or not digits.isdigit() or len(digits) > _INT64_DIGITS:
+        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
+    value = int(text)
+    if not -(1 << 63) <= value < 1 << 63:
+        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
+    return value
+
+
+def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
+    """The adapter for the request's content type; 415 for a type the op routes do not take."""
+    kind = media_type(request)
+    if kind == NPZ_TYPE:
+        return NpzExchange(op, request.query_params, max_body_bytes)
+    if kind in (JSON_TYPE, ""):
+        for name in ("dtype", *sorted(ATTRIBUTE_NAMES)):
+            if name in request.query_params:
+                raise ServiceError(
+                    Fault.UNKNOWN_INPUT,
+                    ("query", name),
+                    f"the query parameter {name} is for .npz bodies; in a JSON body it is a field",
+                )
+        return JsonExchange(op, wants_npy(request))
+    raise ServiceError(
+        Fault.UNSUPPORTED_MEDIA_TYPE,
+        ("header", "content-type"),
+        f"content type {quote(kind)} is not accepted here; send {JSON_TYPE} or {NPZ_TYPE}",
+    )
+
+
+def _responses() -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {
+            "model": TensorResponse,
+            "description": "The output tensor: JSON for a JSON request (or its raw .npy with "
+            "`Accept: application/x-npy`), raw .npy for an .npz request",
+            "content": {NPY_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        },
+        400: {"model": ErrorBody, "description": "The body cannot be decoded"},
+        413: {"model": ErrorBody, "description": "The body or the output is over a size limit"},
+        415: {"model": ErrorBody, "description": "A content type the route does not take"},
+        422: {"model": ErrorBody, "description": "The request breaks the spec or the types"},
+        503: {"model": ErrorBody, "description": "The memory budget is busy; retry later"},
+    }
+
+
+def _openapi_extra(op: Op) -> dict[str, Any]:
+    members = ", ".join(f"`{name}.npy`" for name in op.input_names)
+    parameters: list[dict[str, Any]] = [
+        {
+            "name": item.name,
+            "in": "query",
+            "required": False,
+            "description": f"With an .npz body: {op.spec}'s {item.name} (default {item.default}).",
+            "schema": {"type": "integer", "format": "int64", "default": item.default},
+        }
+        for item in op.attributes
+    ]
+    parameters.append(
+        {
+            "name": "dtype",
+            "in": "query",
+            "required": False,
+            "description": "With an .npz body: `bfloat16` to read 2-byte `data` as bfloat16.",
+            "schema": {"type": "string", "enum": ["bfloat16", "bf16", "BF16"]},
+        }
+    )
+    examples = {
+        name: {"summary": example["summary"], "value": example["value"]}
+        for name, example in op.examples.items()
+    }
+    return {
+        "parameters": parameters,
+        "requestBody": {
+            "required": True,
+            "content": {
+                JSON_TYPE: {
+                    "schema": {"$ref": f"#/components/schemas/{request_model(op).__name__}"},
+                    "examples": examples,
+                },
+                NPZ_TYPE: {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "description": f"An .npz archive (np.savez) with members {members}.",
+                    }
+                },
+            },
+        },
+    }
+
+
+def build_router(pipeline: Pipeline) -> APIRouter:
+    """A ``POST /<op>`` route for every op of the registry."""
+    router = APIRouter()
+    max_body_bytes = pipeline.settings.max_body_bytes
+
+    def add_route(op: Op) -> None:
+        async def route(request: Request) -> Response:
+            return await serve_http(
+                pipeline, request, lambda: exchange_for(op, request, max_body_bytes), render_detail
+            )
+
+        route.__doc__ = op.description
+        router.add_api_route(
+            f"/{op.name}",
+            route,
+            methods=["POST"],
+            name=op.name,
+            summary=op.summary,
+            description=op.description,
+            responses=_responses(),
+            openapi_extra=_openapi_extra(op),
+        )
+
+    for op in REGISTRY.values():
+        add_route(op)
+    return router

@@ -1,0 +1,125 @@
+"""The JSON routes' request and response models, made from the registry with the specs' types."""
+
+import functools
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
+
+from app.registry import ALL_TYPES, DATA_CONSTRAINT, Input, Op
+from tensor_ops_wire.dtypes import DTYPE_NAMES
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+#: Marks a reference to one of SHARED_SCHEMAS; pydantic cannot resolve such references itself,
+#: so `link_shared_schemas` turns each marker into a ``$ref`` once the document is built.
+SCHEMA_REF = "x-shared-schema"
+
+#: Schemas referenced by the tensor fields, added to the OpenAPI components.
+SHARED_SCHEMAS: dict[str, dict[str, Any]] = {
+    "JsonTensor": {
+        "title": "JsonTensor",
+        "description": "A number, a boolean, or a rectangular nested array of them.",
+        "anyOf": [
+            {"type": "number"},
+            {"type": "boolean"},
+            {"type": "array", "items": {"$ref": "#/components/schemas/JsonTensor"}},
+        ],
+    },
+    "JsonIntTensor": {
+        "title": "JsonIntTensor",
+        "description": "An int64 integer, or a rectangular nested array of them.",
+        "anyOf": [
+            {"type": "integer", "format": "int64", "minimum": INT64_MIN, "maximum": INT64_MAX},
+            {"type": "array", "items": {"$ref": "#/components/schemas/JsonIntTensor"}},
+        ],
+    },
+    "NpyBase64": {
+        "title": "NpyBase64",
+        "description": "Standard base64 (RFC 4648, padded) of the bytes of a NumPy .npy file "
+        "(which start with \\x93NUMPY, so their base64 with k05VTVBZ).",
+        "type": "string",
+        "pattern": "^k05VTVBZ[A-Za-z0-9+/]*={0,2}$",
+        "contentEncoding": "base64",
+        "contentMediaType": "application/x-npy",
+    },
+}
+
+
+def _tensor_schema(description: str, element_types: list[str], integers_only: bool) -> Any:
+    json_form = "JsonIntTensor" if integers_only else "JsonTensor"
+    return WithJsonSchema(
+        {
+            "description": description,
+            "x-element-types": element_types,
+            "anyOf": [
+                {SCHEMA_REF: json_form},
+                {SCHEMA_REF: "NpyBase64"},
+            ],
+        }
+    )
+
+
+DTypeName = Annotated[
+    str,
+    # Checked by the decoder, as every transport's type names are: one fault kind for all.
+    Field(strict=True),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "enum": list(DTYPE_NAMES),
+            "description": "The element type of `data`, by its NumPy, OpenVINO or KServe name.",
+        }
+    ),
+]
+
+
+def _tensor_field(item: Input) -> Any:
+    schema = _tensor_schema(item.constraint, list(item.element_types), integers_only=item.is_index)
+    return (Annotated[Any, schema], Field(description=item.description))
+
+
+@functools.cache
+def request_model(op: Op) -> type[BaseModel]:
+    """The JSON request body of ``op`` (``RollRequest``...), made from its registry entry."""
+    fields: dict[str, Any] = {item.name: _tensor_field(item) for item in op.inputs}
+    for attribute in op.attributes:
+        fields[attribute.name] = (
+            int,
+            Field(
+                attribute.default,
+                strict=True,
+                ge=INT64_MIN,
+                le=INT64_MAX,
+                description=attribute.description,
+            ),
+        )
+    fields["dtype"] = (DTypeName | None, Field(None, description="The element type of `data`."))
+    model: type[BaseModel] = create_model(
+        f"{op.name.capitalize()}Request",
+        __config__=ConfigDict(extra="forbid"),
+        __doc__=op.request_doc,
+        **fields,
+    )
+    return model
+
+
+class TensorResponse(BaseModel):
+    """The output tensor, in the form the request's `data` used."""
+
+    data: Annotated[Any, _tensor_schema(DATA_CONSTRAINT, list(ALL_TYPES), integers_only=False)] = (
+        Field(description="The output: JSON form or base64 .npy, as `data` came.")
+    )
+    dtype: str = Field(description="NumPy name of the output's element type", examples=["int64"])
+    shape: list[int] = Field(description="The output's shape", examples=[[4, 3]])
+
+
+def link_shared_schemas(node: Any) -> Any:
+    """Replace every ``{SCHEMA_REF: name}`` marker in an OpenAPI document by its ``$ref``."""
+    if isinstance(node, dict):
+        if SCHEMA_REF in node:
+            return {"$ref": f"#/components/schemas/{node[SCHEMA_REF]}"}
+        return {key: link_shared_schemas(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [link_shared_schemas(item) for item in node]
+    return node
