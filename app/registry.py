@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import ROLL_INDEX_TYPES, gather, gather_plan, roll, roll_shifts
+from app.ops.gather import gather, gather_plan
+from app.ops.roll import ROLL_INDEX_TYPES, roll, roll_shifts
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 from tensor_ops_wire.npy import encode_npy_base64
 
@@ -36,6 +37,8 @@ class Input:
     constraint: str
     #: The element types (NumPy names) the spec allows.
     element_types: tuple[str, ...]
+    #: The ranks the spec allows, in words (V2 model metadata shows it).
+    rank: str = "any"
 
     @property
     def type_words(self) -> str:
@@ -216,6 +219,7 @@ GATHER = Op(
             "T_AXIS: any integer type, a scalar or a 1D tensor of one element, in "
             "[-data.rank, data.rank - 1]. JSON form is int64.",
             INTEGER_TYPES,
+            rank="0 or 1",
         ),
     ),
     attributes=(
@@ -290,5 +294,8 @@ GATHER = Op(
 
 #: Every op the service offers, by name (the route /name and the V2 model name).
 REGISTRY: dict[str, Op] = {op.name: op for op in (ROLL, GATHER)}
-#: The attributes of every op: a transport that names one for an op without it refuses it.
-ATTRIBUTE_NAMES = frozenset(item.name for op in REGISTRY.values() for item in op.attributes)
+
+
+def attribute_names() -> frozenset[str]:
+    """The attributes of every op: a transport that names one for an op without it refuses it."""
+    return frozenset(item.name for op in REGISTRY.values() for item in op.attributes)

@@ -16,7 +16,7 @@ from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.json_body import JsonBody, split_json_body
 from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
-from app.registry import ATTRIBUTE_NAMES, REGISTRY, Op
+from app.registry import REGISTRY, Op, attribute_names
 from app.transports.errors import ErrorBody, render_detail
 from app.transports.schemas import TensorResponse, request_model
 from app.transports.tensors import (
@@ -98,7 +98,7 @@ class NpzExchange:
         self.attributes = {
             item.name: _query_integer(query, item.name, op) for item in op.attributes
         }
-        for name in ATTRIBUTE_NAMES.difference(self.attributes).intersection(query):
+        for name in attribute_names().difference(self.attributes).intersection(query):
             raise ServiceError(Fault.UNKNOWN_INPUT, ("query", name), f"{op.name} has no {name}")
         self.dtype = None
         if "dtype" in query:
@@ -152,7 +152,7 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     if kind == NPZ_TYPE:
         return NpzExchange(op, request.query_params, max_body_bytes)
     if kind in (JSON_TYPE, ""):
-        for name in ("dtype", *sorted(ATTRIBUTE_NAMES)):
+        for name in ("dtype", *sorted(attribute_names())):
             if name in request.query_params:
                 raise ServiceError(
                     Fault.UNKNOWN_INPUT,

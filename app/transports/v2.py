@@ -19,7 +19,7 @@ from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.json_body import split_json_body
 from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Pipeline
-from app.registry import ATTRIBUTE_NAMES, REGISTRY, Op
+from app.registry import REGISTRY, Op, attribute_names
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
 from app.transports.kserve import (
@@ -97,10 +97,7 @@ def model_metadata(op: Op) -> dict[str, Any]:
         "name": op.name,
         "versions": [MODEL_VERSION],
         "platform": "openvino_opset",
-        "inputs": [
-            tensor(item.name, item.element_types, "0 or 1" if item.name == "axis" else "any")
-            for item in op.inputs
-        ],
+        "inputs": [tensor(item.name, item.element_types, item.rank) for item in op.inputs],
         "outputs": [tensor("output", op.inputs[0].element_types, "any")],
     }
     if op.attributes:
@@ -215,7 +212,7 @@ class V2Exchange:
     def _attributes(self, request: InferenceRequest) -> dict[str, int]:
         parameters = request.parameters or {}
         attributes = self.op.attribute_defaults()
-        for name in ATTRIBUTE_NAMES.intersection(parameters):
+        for name in attribute_names().intersection(parameters):
             value = parameters[name]
             if name not in attributes:
                 raise ServiceError(
