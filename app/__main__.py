@@ -1,13 +1,32 @@
 """``python -m app``: serve tensor-ops with uvicorn as its settings say (host, port, workers)."""
 
 import os
-import shutil
-import tempfile
-from typing import Any
+import sys
 
-import uvicorn
+#: glibc serves blocks from this size on by mmap, and so gives them back when they are freed.
+#: Its default threshold grows to the largest block freed (up to 32 MiB): after a few large
+#: requests an idle worker would keep hundreds of MiB of heap. The Docker image and the
+#: deployment files set the same variable; it is read once, when the process starts.
+MMAP_THRESHOLD = "MALLOC_MMAP_THRESHOLD_"
 
-from app.settings import Settings
+
+def _with_allocator_settings() -> None:
+    """Start afresh with the allocator's setting when the environment does not give it."""
+    if sys.platform == "linux" and MMAP_THRESHOLD not in os.environ:
+        os.environ[MMAP_THRESHOLD] = str(1 << 20)
+        os.execv(sys.executable, [sys.executable, "-m", "app", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    _with_allocator_settings()
+
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from typing import Any  # noqa: E402
+
+import uvicorn  # noqa: E402
+
+from app.settings import Settings  # noqa: E402
 
 
 def main() -> None:
