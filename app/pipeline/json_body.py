@@ -1,28 +1,38 @@
-"""Parsing JSON bodies whose tensors are long base64 strings, without copying those strings.
-
-``orjson.loads`` would turn a 90 MB base64 string into a 90 MB ``str`` (a copy, with the
-interpreter lock held all along) before base64 could even start. Here the long strings are found
-with ``bytes.find`` (memchr) and cut out of the body; only the small envelope left is parsed,
-and each long string reaches the base64 decoder as a ``memoryview`` of the body.
-"""
+"""Parses JSON request bodies, handing their long strings (base64 tensors) over as views."""
 
 import ctypes
+import re
 import secrets
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
 
-from app.api.errors import ApiError
+from app.errors import Fault, ServiceError
+
+# ``orjson.loads`` would turn a 90 MB base64 string into a 90 MB ``str`` (a copy, with the
+# interpreter lock held all along) before base64 could even start. So the string delimiters are
+# found with memchr, the long string values are cut out of the body and replaced by marks, only
+# the small envelope left is parsed, and each mark is then replaced by a view of its string. The
+# result must be exactly what ``orjson.loads(body)`` gives (or the same error): wherever the
+# shortcut meets something it does not model, it parses the whole body plainly instead.
 
 #: Strings at least this long are left in the body and handed over as views.
 LONG_STRING = 1 << 16
 # Past this many quotes a body is no envelope around a few tensors: parse it plainly.
 _MAX_QUOTES = 4096
-# Marks where a long string was cut; the random part keeps a body from forging one.
-_MARK = f"tensor-ops-view-{secrets.token_hex(8)}:"
+_QUOTE = ord('"')
+_BACKSLASH = ord("\\")
+_COMMA = ord(",")
+# What may follow a string's closing quote for the string to be an object key.
+_KEY_END = re.compile(rb"[ \t\n\r]*:")
+# Scans of a NumPy buffer without libc's memchr go this many bytes at a time (bounded temporaries).
+_STEP = 1 << 20
+# orjson's messages quote no input, but a message never grows past this anyway.
+_MESSAGE_LIMIT = 200
 
 
 @dataclass(frozen=True)
@@ -31,105 +41,214 @@ class JsonBody:
 
     body: bytes | bytearray | memoryview
     text: bytes | bytearray | memoryview
+    #: The long string values cut out of ``text``, without their quotes.
     views: list[memoryview]
+    #: For each view, whether it holds a backslash (an escape: JSON must decode it, not base64).
+    escaped: tuple[bool, ...] = ()
+    #: Each view widened onto the quotes around it in the body: a JSON string in place.
+    quoted: tuple[memoryview, ...] = ()
+    #: What each cut string was replaced by in ``text``, followed by its index in ``views``.
+    mark: str = ""
 
     def parsing_bytes(self) -> int:
         """About what parsing holds beyond the body: the parsed envelope (some 64 bytes per
-        element of a JSON array, counted by its commas) and the decoded long strings."""
+        element of a JSON array, counted by its commas), the decoded long strings, and the
+        ``str`` JSON makes of each escaped one."""
         decoded = sum(3 * len(view) // 4 for view in self.views)
-        return 2 * len(self.text) + 64 * _count(self.text, ord(",")) + decoded
+        unescaped = sum(
+            len(view) for view, escaped in zip(self.views, self.escaped, strict=True) if escaped
+        )
+        return 2 * len(self.text) + 64 * _count(self.text, _COMMA) + decoded + unescaped
 
     def parse(self) -> dict[str, Any]:
-        """The body as a JSON object; 400 when it is not JSON, 422 when it is not an object."""
+        """The body as a JSON object, exactly as ``orjson.loads`` reads it (long strings as views
+        of the body, or ``str`` when they hold escapes); 400 when it is not JSON, 422 when it is
+        not an object."""
         if self.views:
-            try:
-                payload = orjson.loads(self.text)
-            except orjson.JSONDecodeError:
-                payload = None  # the cut met something it does not model: parse plainly
-            if isinstance(payload, dict):
-                restored: dict[str, Any] = _restore(payload, self.views)
-                return restored
+            payload = self._parse_cut()
+            if payload is not None:
+                return payload
         try:
             payload = orjson.loads(self.body)
         except orjson.JSONDecodeError as error:
-            raise ApiError(
-                400, ["body"], f"body is not valid JSON: {error}", "json_invalid"
-            ) from None
+            message = f"body is not valid JSON: {error}"[:_MESSAGE_LIMIT]
+            raise ServiceError(Fault.JSON_INVALID, ("body",), message) from None
         if not isinstance(payload, dict):
-            raise ApiError(
-                422,
-                ["body"],
+            raise ServiceError(
+                Fault.INVALID_FIELD,
+                ("body",),
                 f"body must be a JSON object, got {type(payload).__name__}",
-                "model_type",
             )
+        return payload
+
+    def _parse_cut(self) -> dict[str, Any] | None:
+        """The envelope with its marks replaced by the long strings; None where the cut does not
+        fit the body (the plain parse then gives the answer, or the error)."""
+        try:
+            payload = orjson.loads(self.text)
+            values = [
+                _string_value(quoted, escaped)
+                for quoted, escaped in zip(self.quoted, self.escaped, strict=True)
+            ]
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(payload, dict) or not _restore(payload, self.mark, values):
+            return None
         return payload
 
 
 def split_json_body(body: bytes | bytearray | memoryview) -> JsonBody:
-    """Find the long strings of a JSON body (memchr speed) and cut them out of what is parsed."""
-    cut = _cut_long_strings(body)
-    if cut is None:
-        return JsonBody(body, body, [])
-    envelope, views = cut
-    return JsonBody(body, envelope, views)
-
-
-def _cut_long_strings(
-    body: bytes | bytearray | memoryview,
-) -> tuple[bytes, list[memoryview]] | None:
-    """The body with each long string replaced by a mark, and the strings; None if none."""
-    if len(body) < LONG_STRING:
-        return None
-    find = _finder(body, ord('"'))
-    quotes = []
-    position = find(0)
-    while position != -1:
-        quotes.append(position)
-        if len(quotes) > _MAX_QUOTES:
-            return None
-        position = find(position + 1)
-    if len(quotes) % 2:
-        return None
-    parts: list[bytes] = []
-    views: list[memoryview] = []
+    """Find the long string values of a JSON body (memchr speed) and cut them out of what is
+    parsed."""
     whole = memoryview(body)
+    if whole.ndim != 1 or whole.format != "B":
+        whole = whole.cast("B")  # positions count bytes, and indexing gives them as ints
+    if len(whole) < LONG_STRING:
+        return JsonBody(body, body, [])
+    search = _Search(whole)
+    quotes = search.quotes()
+    if quotes is None:
+        return JsonBody(body, body, [])
+    # Without a backslash anywhere no quote is escaped: each one opens or closes a string.
+    backslashes = search.find(_BACKSLASH, 0, len(whole)) != -1
+    if backslashes:
+        quotes = [quote for quote in quotes if _backslashes_before(search.values, quote) % 2 == 0]
+    if len(quotes) % 2:
+        return JsonBody(body, body, [])  # not JSON: the plain parse says where
+    spans = [
+        (opening + 1, closing)
+        for opening, closing in zip(quotes[::2], quotes[1::2], strict=True)
+        if closing - opening - 1 >= LONG_STRING and not _KEY_END.match(whole, closing + 1)
+    ]
+    if not spans:
+        return JsonBody(body, body, [])
+    # A fresh mark each time: a client cannot learn it, so cannot write one into its body.
+    mark = f"tensor-ops-view-{secrets.token_hex(16)}-"
+    parts: list[bytes] = []
     start = 0
-    for opening, closing in zip(quotes[::2], quotes[1::2], strict=True):
-        if closing - opening - 1 >= LONG_STRING:
-            parts.append(bytes(whole[start : opening + 1]))
-            parts.append(f"{_MARK}{len(views)}".encode())
-            views.append(whole[opening + 1 : closing])
-            start = closing
-    if not views:
-        return None
+    for index, (opening, closing) in enumerate(spans):
+        parts.append(bytes(whole[start:opening]))
+        parts.append(f"{mark}{index}".encode())
+        start = closing
     parts.append(bytes(whole[start:]))
-    envelope = b"".join(parts)
-    if b"\\" in envelope:
-        return None  # escapes could hide quotes the pairing above did not see
-    return envelope, views
+    escaped = tuple(
+        backslashes and search.find(_BACKSLASH, opening, closing) != -1
+        for opening, closing in spans
+    )
+    views = [whole[opening:closing] for opening, closing in spans]
+    quoted = tuple(whole[opening - 1 : closing + 1] for opening, closing in spans)
+    return JsonBody(body, b"".join(parts), views, escaped, quoted, mark)
 
 
-def _finder(data: bytes | bytearray | memoryview, byte: int) -> Callable[[int], int]:
-    """``find(start)``: the next position of ``byte`` in ``data`` from ``start``, or -1.
+def _backslashes_before(values: np.ndarray[Any, np.dtype[np.uint8]], position: int) -> int:
+    """How many backslashes directly precede ``position``: an odd count escapes the byte there.
 
-    bytes and bytearray have ``find`` (memchr); a view of a NumPy buffer gets libc's memchr
-    through ctypes, at the same speed, with no copy.
+    Windows doubling up to a bounded size: the cost is that of the run, never a step per
+    backslash, however long a run a client sends.
     """
-    if not isinstance(data, memoryview) or _MEMCHR is None:
-        needle = bytes((byte,))
-        whole = data if not isinstance(data, memoryview) else data.tobytes()
-        return lambda start: whole.find(needle, start)
-    base = np.frombuffer(data, dtype=np.uint8).ctypes.data
-    size = len(data)
-    memchr = _MEMCHR
+    if position == 0 or values[position - 1] != _BACKSLASH:
+        return 0
+    end = position
+    width = 64
+    while end > 0:
+        start = max(0, end - width)
+        others = np.flatnonzero(values[start:end] != _BACKSLASH)
+        if others.size:
+            return position - (start + int(others[-1]) + 1)
+        end = start
+        width = min(2 * width, _STEP)
+    return position
 
-    def find(start: int) -> int:
-        if start >= size:
+
+def _string_value(quoted: memoryview, escaped: bool) -> memoryview | str:
+    """A long string's value: a view of it when JSON would read it byte for byte (no escape,
+    printable ASCII only), else what JSON decodes it to (raises on what JSON refuses)."""
+    view = quoted[1:-1]
+    # As int8, bytes past 0x7f are negative: one reduction finds control characters and
+    # non-ASCII bytes (whose UTF-8 JSON must check) at once.
+    if not escaped and int(np.frombuffer(view, dtype=np.int8).min()) >= 0x20:
+        return view
+    # The quotes are the body's own: JSON reads the string in place, no copy of it made.
+    text: str = orjson.loads(quoted)
+    return text
+
+
+def _restore(payload: dict[str, Any], mark: str, values: list[memoryview | str]) -> bool:
+    """Put each value where its mark is; False unless every mark is there exactly once.
+
+    Breadth first, stopping once all are back: marks are normally top-level values, so the
+    arrays nested below them (a tensor written as JSON numbers) are never walked.
+    """
+    left = len(values)
+    seen = [False] * left
+    pending: deque[dict[str, Any] | list[Any]] = deque([payload])
+    while pending:
+        node = pending.popleft()
+        items: Iterable[tuple[Any, Any]] = (
+            node.items() if isinstance(node, dict) else enumerate(node)
+        )
+        for key, value in items:
+            if isinstance(value, dict | list):
+                pending.append(value)
+            elif isinstance(value, str) and value.startswith(mark):
+                index = _mark_index(value, mark, len(values))
+                if index is None or seen[index]:
+                    return False
+                seen[index] = True
+                node[key] = values[index]
+                left -= 1
+                if not left:
+                    return True
+    return False
+
+
+def _mark_index(value: str, mark: str, count: int) -> int | None:
+    digits = value[len(mark) :]
+    if not digits.isdigit() or not digits.isascii():
+        return None
+    index = int(digits)
+    return index if index < count and f"{mark}{index}" == value else None
+
+
+class _Search:
+    """memchr over a body: ``bytes.find`` for bytes, libc's memchr (through ctypes) for a view of
+    any other buffer (a NumPy array), with no copy."""
+
+    def __init__(self, whole: memoryview) -> None:
+        self.whole = whole
+        obj = whole.obj
+        self.exact: bytes | bytearray | None = (
+            obj if isinstance(obj, bytes | bytearray) and len(obj) == len(whole) else None
+        )
+        self.values = np.frombuffer(whole, dtype=np.uint8)
+        self.base: int = self.values.ctypes.data
+
+    def find(self, byte: int, start: int, end: int) -> int:
+        """The first position of ``byte`` in ``[start, end)``, or -1."""
+        if start >= end:
             return -1
-        hit = memchr(base + start, byte, size - start)
-        return -1 if hit is None else int(hit) - base
+        if self.exact is not None:
+            return self.exact.find(bytes((byte,)), start, end)
+        if _MEMCHR is not None:
+            hit = _MEMCHR(self.base + start, byte, end - start)
+            return -1 if hit is None else int(hit) - self.base
+        for step in range(start, end, _STEP):
+            hits = np.flatnonzero(self.values[step : min(step + _STEP, end)] == byte)
+            if hits.size:
+                return step + int(hits[0])
+        return -1
 
-    return find
+    def quotes(self) -> list[int] | None:
+        """Every quote's position; None past ``_MAX_QUOTES``."""
+        quotes: list[int] = []
+        size = len(self.whole)
+        position = self.find(_QUOTE, 0, size)
+        while position != -1:
+            quotes.append(position)
+            if len(quotes) > _MAX_QUOTES:
+                return None
+            position = self.find(_QUOTE, position + 1, size)
+        return quotes
 
 
 def _count(data: bytes | bytearray | memoryview, byte: int) -> int:
@@ -155,13 +274,3 @@ def _load_memchr() -> Any:
 
 
 _MEMCHR = _load_memchr()
-
-
-def _restore(node: Any, views: list[memoryview]) -> Any:
-    if isinstance(node, str) and node.startswith(_MARK):
-        return views[int(node[len(_MARK) :])]
-    if isinstance(node, dict):
-        return {key: _restore(value, views) for key, value in node.items()}
-    if isinstance(node, list) and len(node) < 64:
-        return [_restore(item, views) for item in node]
-    return node

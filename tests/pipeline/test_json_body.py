@@ -2,12 +2,13 @@
 
 import base64
 import io
+from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
-from app.api.errors import ApiError
+from app.errors import Fault, ServiceError
 from app.pipeline.json_body import LONG_STRING, split_json_body
 
 
@@ -35,12 +36,13 @@ def test_long_strings_come_back_as_views_of_the_body() -> None:
 
 def test_same_result_as_a_plain_parse_for_every_shape_of_body() -> None:
     long = "A" * LONG_STRING
-    for document in [
+    documents: list[dict[str, Any]] = [
         {"a": long, "b": long, "c": 1},
         {"nested": {"x": long}, "list": [long, 1]},
         {"short": "x", "n": [1.5, True, None]},
         {'key with "quote"': 1, "data": long},
-    ]:
+    ]
+    for document in documents:
         body = orjson.dumps(document)
         payload = split_json_body(body).parse()
         restored = {
@@ -53,20 +55,29 @@ def test_same_result_as_a_plain_parse_for_every_shape_of_body() -> None:
         assert restored == document
 
 
-def test_escaped_quotes_fall_back_to_a_plain_parse() -> None:
+def test_escaped_quotes_read_as_a_plain_parse_reads_them() -> None:
     text = "A" * LONG_STRING + '\\"' + "B" * 10
     body = b'{"data": "' + text.encode() + b'", "shift": 1}'
-    payload = split_json_body(body).parse()
+    parsed = split_json_body(body)
+    assert parsed.escaped == (True,)  # cut out, but JSON decodes it: not a view
+    payload = parsed.parse()
     assert payload["data"] == orjson.loads(body)["data"]
+    assert payload["shift"] == 1
 
 
 @pytest.mark.parametrize(
-    "body", [b'{"data": "' + b"A" * LONG_STRING + b'"', b"[" + b'"' + b"A" * LONG_STRING + b'"]']
+    ("body", "kind", "status"),
+    [
+        (b'{"data": "' + b"A" * LONG_STRING + b'"', Fault.JSON_INVALID, 400),
+        (b"[" + b'"' + b"A" * LONG_STRING + b'"]', Fault.INVALID_FIELD, 422),
+    ],
 )
-def test_errors_are_those_of_a_plain_parse(body: bytes) -> None:
-    with pytest.raises(ApiError) as caught:
+def test_errors_are_those_of_a_plain_parse(body: bytes, kind: Fault, status: int) -> None:
+    with pytest.raises(ServiceError) as caught:
         split_json_body(body).parse()
-    assert caught.value.status in (400, 422)
+    assert caught.value.kind is kind
+    assert caught.value.status == status
+    assert caught.value.problems[0].loc == ("body",)
 
 
 def test_a_view_of_a_numpy_buffer_is_cut_the_same_way() -> None:
