@@ -36,7 +36,16 @@ class Settings(BaseSettings):
         10.0, gt=0, description="seconds a request waits for memory before a 503"
     )
     body_timeout: float = Field(
-        60.0, gt=0, description="seconds without a byte of the body before a 408"
+        300.0, gt=0, description="seconds a request body may take in all before a 408"
+    )
+    min_transfer_rate: int = Field(
+        16 * 1024,
+        ge=0,
+        description="bytes a second a client must send its body at, and read its answer at, "
+        "over every rate window (408 for a body, cut off for an answer)",
+    )
+    rate_window: float = Field(
+        10.0, gt=0, description="seconds over which the minimum transfer rate is measured"
     )
     graceful_timeout: float = Field(
         30.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM"

@@ -1,5 +1,5 @@
-"""Reading request bodies: content type, size limits before and while reading, a read timeout,
-gzip/deflate and memory reservation."""
+"""Reading request bodies: size limits, memory reserved as bytes arrive, a minimum transfer rate
+and a total time limit, gzip and deflate (every member)."""
 
 import zlib
 
@@ -12,24 +12,14 @@ from app.pipeline.admission import Reservation
 from app.pipeline.threads import run_sized
 from app.settings import Settings
 
-JSON_TYPE = "application/json"
-NPY_TYPE = "application/x-npy"
-NPZ_TYPE = "application/x-npz"
 #: A request body: bytes as they came, or a view of the buffer they were read into.
 Body = bytes | bytearray | memoryview
 # Bodies of a declared length from this size on are read into one preallocated buffer.
 _PREALLOCATED = 1 << 20
+# Inflated bodies grow by pieces of this size, each reserved before it is made.
+_INFLATE_STEP = 8 << 20
+_GZIP_MAGIC = b"\x1f\x8b"
 _ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
-
-
-def media_type(request: Request) -> str:
-    """The request's media type, lower-cased, without parameters ('' when absent)."""
-    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-
-
-def wants_npy(request: Request) -> bool:
-    """True when the client asked for the raw ``.npy`` of the output."""
-    return NPY_TYPE in request.headers.get("accept", "").lower()
 
 
 def _too_large(size: str, limit: int) -> ServiceError:
@@ -42,11 +32,12 @@ def _too_large(size: str, limit: int) -> ServiceError:
 
 
 async def read_body(request: Request, settings: Settings, reservation: Reservation) -> Body:
-    """The whole body, decompressed, with its memory reserved before it is held.
+    """The whole body, decompressed, its memory reserved as it arrives (never as announced).
 
     413 as soon as the body (or what it inflates to) is known to pass the limit: from
     ``Content-Length`` before reading, while reading a chunked body, while inflating. 408 when
-    the client sends nothing for ``TENSOR_OPS_BODY_TIMEOUT`` seconds.
+    the client sends less than ``TENSOR_OPS_MIN_TRANSFER_RATE`` bytes a second over any
+    ``TENSOR_OPS_RATE_WINDOW`` seconds, or takes longer than ``TENSOR_OPS_BODY_TIMEOUT`` in all.
     """
     limit = settings.max_body_bytes
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
@@ -57,103 +48,175 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
             f"Content-Encoding {quote(encoding)} is not supported; use gzip, deflate or none",
         )
     declared = request.headers.get("content-length")
+    length = None
     if declared is not None:
-        if not declared.isdigit():
+        if not (declared.isascii() and declared.isdigit()):
             raise ServiceError(
                 Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
             )
-        if int(declared) > limit:
-            raise _too_large(f"{int(declared)} bytes", limit)
-        await reservation.grow_to(int(declared))
-    if declared is not None and int(declared) >= _PREALLOCATED:
-        body: Body = await _read_declared(request, int(declared), settings.body_timeout)
+        length = int(declared)
+        if length > limit:
+            raise _too_large(f"{length} bytes", limit)
+    chunks = _PacedBody(request, settings)
+    if length is not None and length >= _PREALLOCATED:
+        body: Body = await _read_declared(chunks, length, reservation)
     else:
-        body = await _read_growing(request, limit, reservation, settings.body_timeout)
+        body = await _read_growing(chunks, limit, reservation)
     if encoding in _ENCODINGS:
-        await reservation.grow_to(len(body) + limit)
-        inflated = await run_sized(
-            len(body) > settings.offload_bytes, _inflate, body, encoding, limit
-        )
-        return inflated
+        return await _inflate(body, encoding, settings, reservation)
     return body
 
 
-async def _read_declared(request: Request, length: int, timeout: float) -> memoryview:
+class _PacedBody:
+    """The body's chunks, cut off (408) when they come too slowly or take too long in all.
+
+    Every window of ``rate_window`` seconds must bring ``min_transfer_rate * rate_window``
+    bytes: once a window's quota has arrived a new window starts, so a stalled client is cut at
+    the end of its window, and one byte a minute never keeps a request alive. Time the service
+    spends waiting for its own memory budget is not counted against the client.
+    """
+
+    def __init__(self, request: Request, settings: Settings) -> None:
+        self._chunks = request.stream().__aiter__()
+        self._settings = settings
+        self._window = settings.rate_window
+        self._quota = settings.min_transfer_rate * settings.rate_window
+        now = anyio.current_time()
+        self._last_call = now + settings.body_timeout
+        self._window_end = min(now + self._window, self._last_call)
+        self._arrived = 0
+
+    async def next(self) -> bytes | None:
+        """The next chunk, or None at the end of the body."""
+        with anyio.CancelScope(deadline=self._window_end) as waiting:
+            try:
+                chunk = await self._chunks.__anext__()
+            except StopAsyncIteration:
+                return None
+            except ClientDisconnect:
+                raise ServiceError(
+                    Fault.DISCONNECTED, ("body",), "the client went away mid-body"
+                ) from None
+        if waiting.cancelled_caught:
+            raise self._timed_out()
+        self._arrived += len(chunk)
+        if self._arrived >= self._quota:
+            self._arrived = 0
+            self._window_end = min(anyio.current_time() + self._window, self._last_call)
+        return chunk
+
+    async def reserve(self, reservation: Reservation, arrived: int, ceiling: int) -> None:
+        """Grow the reservation ahead of the bytes by a quarter of what has arrived: few waits
+        on the budget's lock, and never much more held than has come."""
+        if arrived > reservation.held:
+            started = anyio.current_time()
+            await reservation.grow_to(min(ceiling, arrived + arrived // 4))
+            self._window_end += anyio.current_time() - started
+
+    def _timed_out(self) -> ServiceError:
+        settings = self._settings
+        if anyio.current_time() >= self._last_call:
+            message = (
+                f"the body took longer than {settings.body_timeout} s in all "
+                "(TENSOR_OPS_BODY_TIMEOUT)"
+            )
+        else:
+            message = (
+                f"the body came slower than {settings.min_transfer_rate} bytes/s over "
+                f"{settings.rate_window} s (TENSOR_OPS_MIN_TRANSFER_RATE, TENSOR_OPS_RATE_WINDOW)"
+            )
+        return ServiceError(Fault.TIMEOUT, ("body",), message)
+
+
+async def _read_declared(chunks: _PacedBody, length: int, reservation: Reservation) -> memoryview:
     # A body of known length goes into one NumPy buffer, which takes huge pages: a bytearray
     # grown chunk by chunk takes a page fault every 4 KiB (~50 ms per 64 MiB on this kind of VM).
+    # Its pages are only touched as bytes arrive, and only those are reserved.
     buffer = np.empty(length, dtype=np.uint8)
     view = buffer.data
     filled = 0
-    with anyio.CancelScope() as waiting:
-        waiting.deadline = anyio.current_time() + timeout
-        try:
-            async for chunk in request.stream():
-                if filled + len(chunk) > length:
-                    raise ServiceError(
-                        Fault.BAD_LENGTH, ("body",), "the body is longer than its Content-Length"
-                    )
-                view[filled : filled + len(chunk)] = chunk
-                filled += len(chunk)
-                waiting.deadline = anyio.current_time() + timeout
-        except ClientDisconnect:
+    while (chunk := await chunks.next()) is not None:
+        if filled + len(chunk) > length:
             raise ServiceError(
-                Fault.DISCONNECTED, ("body",), "the client went away mid-body"
-            ) from None
-    if waiting.cancelled_caught:
-        raise _timed_out(timeout)
+                Fault.BAD_LENGTH, ("body",), "the body is longer than its Content-Length"
+            )
+        await chunks.reserve(reservation, filled + len(chunk), length)
+        view[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
     return view[:filled]
 
 
-async def _read_growing(
-    request: Request, limit: int, reservation: Reservation, timeout: float
-) -> bytearray:
+async def _read_growing(chunks: _PacedBody, limit: int, reservation: Reservation) -> bytearray:
     body = bytearray()
-    # One cancel scope for the whole body, its deadline pushed back at each chunk: a client
-    # that stops sending for TENSOR_OPS_BODY_TIMEOUT seconds is cut off.
-    with anyio.CancelScope() as waiting:
-        waiting.deadline = anyio.current_time() + timeout
-        try:
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    raise _too_large(f"more than {limit} bytes", limit)
-                if len(body) > reservation.held:
-                    # A chunked body: reserve ahead, doubling, so waits and checks stay few.
-                    await reservation.grow_to(min(limit, 2 * len(body)))
-                waiting.deadline = anyio.current_time() + timeout
-        except ClientDisconnect:
-            raise ServiceError(
-                Fault.DISCONNECTED, ("body",), "the client went away mid-body"
-            ) from None
-    if waiting.cancelled_caught:
-        raise _timed_out(timeout)
+    while (chunk := await chunks.next()) is not None:
+        if len(body) + len(chunk) > limit:
+            raise _too_large(f"more than {limit} bytes", limit)
+        # A bytearray may hold an eighth more than its length, as CPython grows it.
+        await chunks.reserve(reservation, (len(body) + len(chunk)) * 9 // 8, limit * 9 // 8)
+        body += chunk
     return body
 
 
-def _timed_out(timeout: float) -> ServiceError:
-    return ServiceError(
-        Fault.TIMEOUT,
-        ("body",),
-        f"no part of the body arrived for {timeout} s (TENSOR_OPS_BODY_TIMEOUT)",
-    )
+async def _inflate(
+    body: Body, encoding: str, settings: Settings, reservation: Reservation
+) -> bytearray:
+    """Every member of a gzip (RFC 1952) or zlib (RFC 1950) body, inflated piece by piece.
 
-
-def _inflate(body: Body, encoding: str, limit: int) -> bytearray:
+    Input goes in by slices and output comes out by pieces, each reserved before it is made;
+    the limit holds over all members together. Bytes after the last member that do not begin
+    another gzip member are refused (a deflate body has one stream).
+    """
+    limit = settings.max_body_bytes
+    view = memoryview(body).cast("B")
+    offload = len(view) > settings.offload_bytes
+    out = bytearray()
     inflater = zlib.decompressobj(_ENCODINGS[encoding])
+    position = 0
+    tail: bytes | memoryview = b""
+    produced = True
+    while True:
+        if inflater.eof:
+            rest = len(inflater.unused_data) + len(view) - position
+            if not rest:
+                return out
+            head = (inflater.unused_data + view[position : position + 2].tobytes())[:2]
+            if encoding == "deflate" or head != _GZIP_MAGIC:
+                raise ServiceError(
+                    Fault.BAD_ENCODING,
+                    ("body",),
+                    f"the {encoding} body has {rest} bytes after its last member",
+                )
+            tail = inflater.unused_data
+            inflater = zlib.decompressobj(_ENCODINGS[encoding])
+        if not tail:
+            if position < len(view):
+                tail = view[position : position + _INFLATE_STEP]
+                position += len(tail)
+            elif not produced:  # nothing left to feed, and the last call made nothing
+                raise ServiceError(
+                    Fault.BAD_ENCODING, ("body",), f"the {encoding} body is truncated"
+                )
+        step = min(limit + 1 - len(out), _INFLATE_STEP)
+        await reservation.grow_to(len(view) + len(out) + step + _INFLATE_STEP)
+        piece = await run_sized(offload, _inflate_piece, inflater, tail, step, encoding)
+        produced = bool(piece)
+        out += piece
+        if len(out) > limit:
+            raise ServiceError(
+                Fault.TOO_LARGE,
+                ("body",),
+                f"the body inflates past the limit of {limit} bytes (raise it with "
+                "TENSOR_OPS_MAX_BODY_BYTES)",
+            )
+        tail = inflater.unconsumed_tail
+
+
+def _inflate_piece(
+    inflater: "zlib._Decompress", data: bytes | memoryview, most: int, encoding: str
+) -> bytes:
     try:
-        # Inflate at most limit + 1 bytes: a bomb is refused as soon as it passes the limit.
-        out = bytearray(inflater.decompress(body, limit + 1))
+        return inflater.decompress(data, most)
     except zlib.error:
         raise ServiceError(
             Fault.BAD_ENCODING, ("body",), f"the body is not valid {encoding} data"
         ) from None
-    if len(out) > limit:
-        raise ServiceError(
-            Fault.TOO_LARGE,
-            ("body",),
-            f"the body inflates past the limit of {limit} bytes (raise it with "
-            "TENSOR_OPS_MAX_BODY_BYTES)",
-        )
-    if not inflater.eof:
-        raise ServiceError(Fault.BAD_ENCODING, ("body",), f"the {encoding} body is truncated")
-    return out

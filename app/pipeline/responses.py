@@ -1,8 +1,10 @@
 """HTTP answers from the pipeline: buffers sent as they are (no joining, no copy), errors rendered
 once by the transport that owns the route."""
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
+import anyio
 import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,6 +15,10 @@ from app.pipeline.admission import Reservation
 from app.pipeline.body import read_body
 from app.pipeline.run import Buffer, Exchange, Pipeline
 from tensor_ops_wire.npy import Base64Stream
+
+LOG = logging.getLogger("tensor_ops.responses")
+# Answers go out in pieces of at most this size, so that a reader's progress shows.
+_SEND_PIECE = 1 << 20
 
 
 def _as_bytes(buffer: Buffer) -> memoryview:
@@ -25,7 +31,11 @@ def _as_bytes(buffer: Buffer) -> memoryview:
 class BuffersResponse(Response):
     """A response whose body is ``buffers`` one after the other (a JSON prefix, a base64 tensor
     and a suffix, say), sent without joining them; the request's memory reservation is given
-    back once they are sent, or abandoned."""
+    back once they are sent, or abandoned.
+
+    A client must read at ``min_rate`` bytes a second over every ``window`` seconds: one that
+    stops reading is cut off at the end of its window, and its memory comes back.
+    """
 
     def __init__(
         self,
@@ -33,28 +43,53 @@ class BuffersResponse(Response):
         reservation: Reservation,
         media_type: str,
         headers: Mapping[str, str] | None = None,
+        *,
+        min_rate: int = 0,
+        window: float = 10.0,
     ) -> None:
         self.buffers = [
             buffer if isinstance(buffer, Base64Stream) else _as_bytes(buffer) for buffer in buffers
         ]
         self.reservation = reservation
+        self.min_rate = min_rate
+        self.window = window
         super().__init__(content=b"", media_type=media_type, headers=headers)
         self.headers["content-length"] = str(sum(len(buffer) for buffer in self.buffers))
 
+    def _pieces(self) -> Iterator[memoryview | bytes]:
+        for buffer in self.buffers:
+            if isinstance(buffer, Base64Stream):
+                yield from buffer
+            else:
+                for start in range(0, len(buffer), _SEND_PIECE):
+                    yield buffer[start : start + _SEND_PIECE]
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        quota = self.min_rate * self.window
+        window_end = anyio.current_time() + self.window
+        sent = 0
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": self.status_code,
-                    "headers": self.raw_headers,
-                }
-            )
-            for buffer in self.buffers:
-                pieces = buffer if isinstance(buffer, Base64Stream) else (buffer,)
-                for piece in pieces:
+            with anyio.CancelScope(deadline=window_end) as pacing:
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": self.status_code,
+                        "headers": self.raw_headers,
+                    }
+                )
+                for piece in self._pieces():
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+                    sent += len(piece)
+                    if sent >= quota:
+                        sent = 0
+                        pacing.deadline = anyio.current_time() + self.window
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            if pacing.cancelled_caught:
+                # The answer is left incomplete: the server closes the connection.
+                LOG.warning(
+                    "client stopped reading its answer",
+                    extra={"min_rate": self.min_rate, "window": self.window},
+                )
         finally:
             self.buffers = []
             await self.reservation.release()
@@ -79,4 +114,12 @@ async def serve_http(
         return render(error)
     except Exception as error:
         return render(internal_error(error))
-    return BuffersResponse(answer.buffers, reservation, answer.media_type, answer.headers)
+    settings = pipeline.settings
+    return BuffersResponse(
+        answer.buffers,
+        reservation,
+        answer.media_type,
+        answer.headers,
+        min_rate=settings.min_transfer_rate,
+        window=settings.rate_window,
+    )

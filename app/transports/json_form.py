@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tensor_ops_wire.dtypes import BFLOAT16
+from tensor_ops_wire.dtypes import BFLOAT16, shown
 from tensor_ops_wire.errors import too_large, unacceptable, undecodable
 from tensor_ops_wire.npy import MAX_RANK
 
@@ -110,7 +110,7 @@ def _convert(
             info = np.iinfo(dtype.type)
             bad = next(x for x in leaves if not info.min <= x <= info.max)
             raise unacceptable(
-                f"value {bad} is out of range for {dtype.name} [{info.min}, {info.max}]"
+                f"value {shown(bad)} is out of range for {dtype.name} [{info.min}, {info.max}]"
             ) from None
     if types - _NUMBER_TYPES:
         raise unacceptable(
@@ -143,7 +143,7 @@ def decode_json_indices(value: JsonValue) -> npt.NDArray[np.int64]:
         return np.array(leaves, dtype=_INT64).reshape(shape)
     except OverflowError:
         bad = next(x for x in leaves if not -(1 << 63) <= x < 1 << 63)
-        raise unacceptable(f"value {bad} does not fit in int64") from None
+        raise unacceptable(f"value {shown(bad)} does not fit in int64") from None
 
 
 def json_ready(array: npt.NDArray[Any]) -> npt.NDArray[Any]:

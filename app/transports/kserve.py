@@ -7,8 +7,15 @@ import numpy as np
 import numpy.typing as npt
 
 from app.transports.json_form import decode_json_data, json_ready
-from tensor_ops_wire.dtypes import BFLOAT16, ELEMENT_TYPES, element_type_of
-from tensor_ops_wire.errors import unacceptable, undecodable
+from tensor_ops_wire.dtypes import (
+    BFLOAT16,
+    ELEMENT_TYPES,
+    TYPE_NAME_LIMIT,
+    element_type_of,
+    shown,
+)
+from tensor_ops_wire.errors import too_large, unacceptable, undecodable
+from tensor_ops_wire.npy import MAX_RANK
 
 #: The protocol's datatypes this service takes (all but BYTES) and BF16, to NumPy dtypes.
 V2_DTYPES: dict[str, np.dtype[Any]] = {e.kserve: e.dtype for e in ELEMENT_TYPES}
@@ -18,9 +25,9 @@ def v2_dtype(datatype: str) -> np.dtype[Any]:
     """The NumPy dtype of a V2 datatype name; BYTES and unknown names are refused."""
     dtype = V2_DTYPES.get(datatype)
     if dtype is None:
-        shown = datatype if len(datatype) <= 16 else datatype[:16] + "..."
         raise unacceptable(
-            f"datatype {shown!r} is not supported; use one of {', '.join(V2_DTYPES)}"
+            f"datatype {shown(datatype, TYPE_NAME_LIMIT)} is not supported; use one of "
+            f"{', '.join(V2_DTYPES)}"
         )
     return dtype
 
@@ -31,6 +38,10 @@ def v2_datatype(dtype: np.dtype[Any]) -> str:
 
 
 def _element_count(shape: list[int]) -> int:
+    # The transport checks shapes against the service's limits first; this guards the codec's
+    # own callers from NumPy's hard limit (a ValueError, a 500, past it).
+    if len(shape) > MAX_RANK:
+        raise too_large(f"shape has rank {len(shape)}; at most {MAX_RANK} is supported")
     return math.prod(shape)
 
 
@@ -39,7 +50,9 @@ def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[An
     array = decode_json_data(data, v2_dtype(datatype))
     expected = _element_count(shape)
     if array.size != expected:
-        raise undecodable(f"shape {shape} holds {expected} elements but data has {array.size}")
+        raise undecodable(
+            f"shape {shown(shape)} holds {expected} elements but data has {array.size}"
+        )
     return array.reshape(shape)
 
 
@@ -49,8 +62,8 @@ def decode_v2_binary(chunk: memoryview, shape: list[int], datatype: str) -> npt.
     expected = _element_count(shape) * dtype.itemsize
     if len(chunk) != expected:
         raise undecodable(
-            f"shape {shape} of {datatype} takes {expected} bytes but binary_data_size is "
-            f"{len(chunk)}"
+            f"shape {shown(shape)} of {datatype} takes {expected} bytes but binary_data_size "
+            f"is {len(chunk)}"
         )
     wire = dtype if dtype == BFLOAT16 or dtype.itemsize == 1 else dtype.newbyteorder("<")
     return np.frombuffer(chunk, dtype=wire).reshape(shape)

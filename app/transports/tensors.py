@@ -15,7 +15,13 @@ from app.transports.json_form import (
     json_can_carry,
     json_ready,
 )
-from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.dtypes import (
+    BFLOAT16,
+    UnknownDTypeError,
+    dtype_from_name,
+    element_type_of,
+    shown,
+)
 from tensor_ops_wire.errors import TensorError, unacceptable
 from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, npy_buffer
 
@@ -78,7 +84,9 @@ def decode_index(value: Any, field: str) -> npt.NDArray[Any]:
         if isinstance(value, str | memoryview):
             array = decode_npy_base64(value)
             if array.dtype.kind not in "biuf":
-                raise unacceptable(f"{field} must be of an integer type, got {array.dtype.str!r}")
+                raise unacceptable(
+                    f"{field} must be of an integer type, got {shown(array.dtype.str)}"
+                )
         else:
             array = decode_json_indices(value)
     except TensorError as error:

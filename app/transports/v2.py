@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
-from app.pipeline.jobs import Job, Limits, make_job
+from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.json_body import split_json_body
 from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Pipeline
@@ -153,14 +153,14 @@ class V2Exchange:
         except ValidationError as error:
             raise from_validation(error) from None
         self.request = request
-        arrays = self._inputs(request)
+        arrays = self._inputs(request, limits)
         self.binary_output = _wants_binary(request)
         job = make_job(self.op, arrays, self._attributes(request), limits)
         if not self.binary_output:
             check_json_text_size(job.output_count, limits.max_output_bytes)
         return job
 
-    def _inputs(self, request: InferenceRequest) -> dict[str, Any]:
+    def _inputs(self, request: InferenceRequest, limits: Limits) -> dict[str, Any]:
         op = self.op
         arrays = {}
         offset = 0
@@ -177,6 +177,7 @@ class V2Exchange:
                     Fault.TENSOR_DECODE, ("body", item.name), f"input {item.name!r} is given twice"
                 )
             size = (item.parameters or {}).get("binary_data_size")
+            check_shape(item.shape, item.name, limits)
             chunk = None
             if size is not None:
                 if isinstance(size, bool) or not isinstance(size, int) or size < 0:

@@ -8,6 +8,35 @@ import numpy as np
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
+#: Client-supplied text quoted in a message is cut to this many characters (as the server's
+#: ``app.errors.QUOTE_LIMIT``: this package does not import the server).
+QUOTE_LIMIT = 64
+#: An element type name is cut shorter: the longest valid one has 8 characters, so a typo shows
+#: in full and anything longer is not a type name.
+TYPE_NAME_LIMIT = 32
+
+
+def shown(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``value`` as an error message may quote it: never more than a short prefix of it.
+
+    A string is shown as its ``repr``, any other value (a shape, a header's value) as its
+    ``repr`` unquoted; either is cut to ``limit`` characters, its full length said. Only the
+    first ``limit`` items of a long list or tuple are ever turned into text.
+    """
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    if isinstance(value, list | tuple) and len(value) > limit:
+        return f"{repr(value[:limit])[:limit]}... ({len(value)} items)"
+    try:
+        text = repr(value)
+    except ValueError:  # an integer of more digits than Python converts to text
+        return f"<{type(value).__name__} too long to show>"
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
+
 
 @dataclass(frozen=True)
 class ElementType:
@@ -56,9 +85,8 @@ def dtype_from_name(name: str) -> np.dtype[Any]:
     """The NumPy dtype a user's type name means (``"f32"``, ``"FP32"`` and ``"float32"`` alike)."""
     element = BY_NAME.get(name)
     if element is None:
-        shown = name if len(name) <= 32 else f"{name[:32]}... ({len(name)} characters)"
         raise UnknownDTypeError(
-            f"unknown element type {shown!r}; supported: "
+            f"unknown element type {shown(name, TYPE_NAME_LIMIT)}; supported: "
             f"{', '.join(e.numpy for e in ELEMENT_TYPES)} (or their OpenVINO and KServe names)"
         )
     return element.dtype
@@ -69,7 +97,7 @@ def element_type_of(dtype: np.dtype[Any]) -> ElementType:
     element = _BY_DTYPE.get(dtype.newbyteorder("="))
     if element is None:
         raise UnknownDTypeError(
-            f"element type {dtype.str!r} ({dtype.name}) is not supported; supported: "
+            f"element type {shown(dtype.str)} ({dtype.name}) is not supported; supported: "
             f"{', '.join(e.numpy for e in ELEMENT_TYPES)}"
         )
     return element

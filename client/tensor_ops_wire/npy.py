@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tensor_ops_wire.b64 import b64decode, b64encode
-from tensor_ops_wire.dtypes import BFLOAT16
+from tensor_ops_wire.dtypes import BFLOAT16, shown
 from tensor_ops_wire.errors import unacceptable, undecodable
 
 MAGIC = b"\x93NUMPY"
@@ -64,16 +64,19 @@ def decode_npy(
     fortran_order = header["fortran_order"]
     if not isinstance(fortran_order, bool):
         raise undecodable(
-            f".npy header: fortran_order must be True or False, got {fortran_order!r}"
+            f".npy header: fortran_order must be True or False, got {shown(fortran_order)}"
         )
     if math.prod(size for size in shape if size) * dtype.itemsize >= 1 << 63:
-        raise undecodable(f".npy header announces shape {shape}, which overflows 64-bit sizes")
+        raise undecodable(
+            f".npy header announces shape {shown(shape)}, which overflows 64-bit sizes"
+        )
     count = math.prod(shape)
     expected = count * dtype.itemsize
     actual = len(view) - payload_start
     if actual != expected:
         raise undecodable(
-            f".npy header announces shape {shape} of {dtype.name}, which is {expected} bytes, "
+            f".npy header announces shape {shown(shape)} of {dtype.name}, which is {expected} "
+            "bytes, "
             f"but the payload has {actual} bytes"
         )
     flat = np.frombuffer(view, dtype=dtype, count=count, offset=payload_start)
@@ -98,13 +101,14 @@ def _parse_header(raw: bytes, encoding: str) -> dict[str, object]:
 def _header_dtype(descr: object) -> np.dtype[Any]:
     if not isinstance(descr, str):
         raise unacceptable(
-            f".npy element type {descr!r} is a structured type; only plain numeric types and bool "
+            f".npy element type {shown(descr)} is a structured type; only plain numeric types and "
+            "bool "
             "are supported"
         )
     try:
         dtype = np.dtype(descr)
     except (TypeError, ValueError):
-        raise undecodable(f".npy header names an unknown element type {descr!r}") from None
+        raise undecodable(f".npy header names an unknown element type {shown(descr)}") from None
     if dtype.hasobject:
         raise undecodable(
             ".npy file holds Python objects, which are pickled; pickles are never loaded"
@@ -112,7 +116,8 @@ def _header_dtype(descr: object) -> np.dtype[Any]:
     plain_void = dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None
     if (dtype.kind not in "biuf" and not plain_void) or dtype.subdtype is not None:
         raise unacceptable(
-            f".npy element type {descr!r} is not supported; supported: bool, int8-64, uint8-64, "
+            f".npy element type {shown(descr)} is not supported; supported: bool, int8-64, "
+            "uint8-64, "
             "float16, float32, float64, and bfloat16 as 2-byte elements"
         )
     return dtype
@@ -122,11 +127,11 @@ def _header_shape(shape: object, max_rank: int) -> tuple[int, ...]:
     if not isinstance(shape, tuple) or not all(
         isinstance(size, int) and not isinstance(size, bool) for size in shape
     ):
-        raise undecodable(f".npy header: shape must be a tuple of integers, got {shape!r}")
+        raise undecodable(f".npy header: shape must be a tuple of integers, got {shown(shape)}")
     if len(shape) > max_rank:
         raise unacceptable(f".npy shape has rank {len(shape)}; at most {max_rank} is supported")
     if any(size < 0 for size in shape):
-        raise undecodable(f".npy header: shape {shape} has a negative dimension")
+        raise undecodable(f".npy header: shape {shown(shape)} has a negative dimension")
     return shape
 
 

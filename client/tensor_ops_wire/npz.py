@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.errors import TensorError, WireFault, too_large, unacceptable, undecodable
 from tensor_ops_wire.npy import decode_npy, encode_npy
 
@@ -64,15 +65,14 @@ def decode_npz(
     for info in members:
         name = info.filename.removesuffix(".npy")
         if name in by_name:
-            raise undecodable(f".npz archive holds member {name!r} twice")
+            raise undecodable(f".npz archive holds member {shown(name)} twice")
         by_name[name] = info
     unexpected = sorted(set(by_name) - set(names))
     if unexpected:
-        shown = unexpected[0] if len(unexpected[0]) <= 64 else unexpected[0][:64] + "..."
         raise TensorError(
-            f".npz member {shown!r} is not an input; expected {', '.join(names)}",
+            f".npz member {shown(unexpected[0])} is not an input; expected {', '.join(names)}",
             WireFault.UNEXPECTED,
-            field=shown,
+            field=unexpected[0],  # a location: the server cuts it as it cuts every one
         )
     missing = [name for name in names if name not in by_name]
     if missing:
@@ -112,30 +112,30 @@ def _member_bytes(
     archive: zipfile.ZipFile, body: bytes | bytearray | memoryview, info: zipfile.ZipInfo
 ) -> memoryview:
     if info.flag_bits & 0x1:
-        raise unacceptable(f".npz member {info.filename!r} is encrypted")
+        raise unacceptable(f".npz member {shown(info.filename)} is encrypted")
     if info.compress_type == zipfile.ZIP_STORED:
         # Stored data lies in the body as is, after the member's local header: slice it.
         start = info.header_offset
         header = body[start : start + _LOCAL_HEADER.size]
         if len(header) < _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
-            raise undecodable(f".npz member {info.filename!r} has no valid local header")
+            raise undecodable(f".npz member {shown(info.filename)} has no valid local header")
         name_length, extra_length = _LOCAL_HEADER.unpack(header)[1:]
         begin = start + _LOCAL_HEADER.size + name_length + extra_length
         data = memoryview(body)[begin : begin + info.file_size]
         if info.compress_size != info.file_size or len(data) != info.file_size:
-            raise undecodable(f".npz member {info.filename!r} is truncated")
+            raise undecodable(f".npz member {shown(info.filename)} is truncated")
         if zlib.crc32(data) != info.CRC:
-            raise undecodable(f".npz member {info.filename!r} fails its CRC check")
+            raise undecodable(f".npz member {shown(info.filename)} fails its CRC check")
         return data
     if info.compress_type != zipfile.ZIP_DEFLATED:
         raise unacceptable(
-            f".npz member {info.filename!r} uses a compression other than deflate or none"
+            f".npz member {shown(info.filename)} uses a compression other than deflate or none"
         )
     try:
         # zipfile stops at the declared size and checks the CRC: a lying header cannot inflate.
         return memoryview(archive.read(info))
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError):
-        raise undecodable(f".npz member {info.filename!r} is corrupt") from None
+        raise undecodable(f".npz member {shown(info.filename)} is corrupt") from None
 
 
 def encode_npz(arrays: Mapping[str, npt.NDArray[Any]]) -> bytes:
