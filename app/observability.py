@@ -103,6 +103,7 @@ class ObservabilityMiddleware:
                     "duration_ms": round(duration * 1000, 3),
                     "bytes_in": counts["in"],
                     "bytes_out": counts["out"],
+                    "reserved_bytes": _reserved(scope),
                 },
             )
 
@@ -123,6 +124,12 @@ def _route_metrics(route: str, status: int) -> _RouteMetrics:
         BYTES_IN.labels(route),
         BYTES_OUT.labels(route),
     )
+
+
+def _reserved(scope: Scope) -> int:
+    # The request's memory estimate at its peak, when the pipeline served it.
+    reservation = scope.get("state", {}).get("reservation")
+    return int(getattr(reservation, "peak", 0))
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

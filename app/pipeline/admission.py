@@ -77,6 +77,8 @@ class Reservation:
     def __init__(self, budget: MemoryBudget) -> None:
         self.budget = budget
         self.held = 0
+        #: The most this request asked for, counted or not: its memory estimate, logged.
+        self.peak = 0
         self._deadline = time.monotonic() + budget.timeout
 
     async def grow_to(self, nbytes: int) -> None:
@@ -85,6 +87,7 @@ class Reservation:
         Requests that stay below ``UNCOUNTED_BYTES`` are not counted: their memory is lost in the
         noise of the process, and taking the budget's lock would cost more than their work.
         """
+        self.peak = max(self.peak, nbytes)
         if nbytes <= UNCOUNTED_BYTES:
             return
         extra = nbytes - self.held

@@ -2,7 +2,7 @@
 once by the transport that owns the route."""
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
 import anyio
 import numpy as np
@@ -13,7 +13,7 @@ from starlette.types import Receive, Scope, Send
 from app.errors import ServiceError, internal_error
 from app.pipeline.admission import Reservation
 from app.pipeline.body import read_body
-from app.pipeline.run import Buffer, Exchange, Pipeline
+from app.pipeline.run import Body, Buffer, Exchange, Pipeline
 from tensor_ops_wire.npy import Base64Stream
 
 LOG = logging.getLogger("tensor_ops.responses")
@@ -106,10 +106,13 @@ async def serve_http(
     ``exchange`` makes the transport's view of the request (checking what it can from the
     headers alone, before a byte of the body is read).
     """
+    def read(reservation: Reservation) -> Awaitable[Body]:
+        # The access log reports what the request reserved at its peak (its memory estimate).
+        request.state.reservation = reservation
+        return read_body(request, pipeline.settings, reservation)
+
     try:
-        answer, reservation = await pipeline.run(
-            lambda reservation: read_body(request, pipeline.settings, reservation), exchange()
-        )
+        answer, reservation = await pipeline.run(read, exchange())
     except ServiceError as error:
         return render(error)
     except Exception as error:
