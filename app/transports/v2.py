@@ -52,6 +52,20 @@ _DATA_TYPES = [e.kserve for e in ELEMENT_TYPES]
 #: What the V2 routes read: JSON, or JSON then binary tensors (tritonclient sends no type).
 _READABLE = (JSON_TYPE, BINARY_TYPE, "")
 
+#: The kind of a protocol parameter of a wrong type or of an extension not served (400).
+#: ``Fault`` has no kind of its own for these yet; a dedicated ``Fault.BAD_PARAMETER`` (400)
+#: would replace it here, and only here.
+PARAMETER_FAULT = Fault.JSON_INVALID
+_SHARED_MEMORY = "Triton's shared memory extension"
+#: Parameters of extensions this service does not implement, to the extension they belong to.
+#: Any other parameter is the client's own and is ignored, as the protocol allows.
+_INPUT_EXTENSIONS = {
+    "shared_memory_region": _SHARED_MEMORY,
+    "shared_memory_byte_size": _SHARED_MEMORY,
+    "shared_memory_offset": _SHARED_MEMORY,
+}
+_OUTPUT_EXTENSIONS = {**_INPUT_EXTENSIONS, "classification": "Triton's classification extension"}
+
 
 # Documented as enums; checked by _model, so that an unknown name is the protocol's 404.
 ModelName = Annotated[
@@ -176,16 +190,10 @@ class V2Exchange:
                 raise ServiceError(
                     Fault.TENSOR_DECODE, ("body", item.name), f"input {item.name!r} is given twice"
                 )
-            size = (item.parameters or {}).get("binary_data_size")
+            size = _binary_data_size(item)
             check_shape(item.shape, item.name, limits)
             chunk = None
             if size is not None:
-                if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-                    raise ServiceError(
-                        Fault.TENSOR_DECODE,
-                        ("body", item.name),
-                        "binary_data_size must be a non-negative integer",
-                    )
                 chunk = self.binary[offset : offset + size]
                 if len(chunk) != size:
                     raise ServiceError(
@@ -267,7 +275,81 @@ def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:
         raise from_wire(error, item.name) from None
 
 
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null"
+
+
+def _refuse_extensions(
+    parameters: dict[str, Any], extensions: dict[str, str], loc: tuple[str, ...], advice: str
+) -> None:
+    # A parameter of an extension not served here is refused, never ignored: ignoring it would
+    # answer something other than what the client asked for (the tensor from shared memory).
+    refused = sorted(extensions.keys() & parameters.keys())
+    if refused:
+        name = refused[0]
+        raise ServiceError(
+            PARAMETER_FAULT,
+            (*loc, name),
+            f"{name} is a parameter of {extensions[name]}, which is not supported here; {advice}",
+        )
+
+
+def _boolean(parameters: dict[str, Any], name: str, loc: tuple[str, ...]) -> bool | None:
+    """The boolean parameter ``name`` (None when absent); any other JSON value is refused (a
+    string "false" is not false)."""
+    if name not in parameters:
+        return None
+    value = parameters[name]
+    if not isinstance(value, bool):
+        raise ServiceError(
+            PARAMETER_FAULT,
+            (*loc, name),
+            f"{name} must be a boolean (true or false), got {_json_kind(value)}",
+        )
+    return value
+
+
+def _binary_data_size(item: RequestInput) -> int | None:
+    """The input's ``binary_data_size`` (None when its data is JSON), its parameters checked."""
+    parameters = item.parameters or {}
+    loc = ("body", item.name, "parameters")
+    _refuse_extensions(
+        parameters,
+        _INPUT_EXTENSIONS,
+        loc,
+        "send the tensor in the request, as JSON data or as binary data (binary_data_size)",
+    )
+    if "binary_data_size" not in parameters:
+        return None
+    size = parameters["binary_data_size"]
+    if isinstance(size, bool) or not isinstance(size, int):
+        got = _json_kind(size)
+    elif size < 0:
+        got = "a negative one"
+    else:
+        return size
+    raise ServiceError(
+        PARAMETER_FAULT,
+        (*loc, "binary_data_size"),
+        f"binary_data_size must be a non-negative integer, got {got}",
+    )
+
+
 def _wants_binary(request: InferenceRequest) -> bool:
+    """Whether the output goes as binary data: its own ``binary_data`` parameter, else the
+    request's ``binary_data_output``, else not (JSON)."""
+    wanted = _boolean(request.parameters or {}, "binary_data_output", ("body", "parameters"))
+    own: bool | None = None
     for output in request.outputs or []:
         if output.name != "output":
             raise ServiceError(
@@ -275,9 +357,20 @@ def _wants_binary(request: InferenceRequest) -> bool:
                 ("body",),
                 f"unknown output {quote(output.name)}; the output is 'output'",
             )
-        if output.parameters and "binary_data" in output.parameters:
-            return bool(output.parameters["binary_data"])
-    return bool((request.parameters or {}).get("binary_data_output", False))
+        parameters = output.parameters or {}
+        loc = ("body", "output", "parameters")
+        _refuse_extensions(
+            parameters,
+            _OUTPUT_EXTENSIONS,
+            loc,
+            "the output comes in the response, as JSON data or as binary data (binary_data)",
+        )
+        given = _boolean(parameters, "binary_data", loc)
+        if own is None:
+            own = given
+    if own is not None:
+        return own
+    return bool(wanted)
 
 
 def encode_infer(

@@ -202,6 +202,20 @@ CASES: dict[str, Callable[[], Case]] = {
         GOOD_V2, NAME, url=f"/v2/models/roll/versions/{NAME}/infer"
     ),
     "v2-json-model-metadata": lambda: Case(f"/v2/models/{NAME}", (NAME,)),
+    "v2-json-parameter-key": lambda: v2_json_case(
+        GOOD_V2, KEY, NAME, parameters={KEY: 1, "binary_data_output": NAME}
+    ),
+    "v2-json-input-parameter": lambda: v2_json_case(
+        [{**GOOD_V2[0], "parameters": {KEY: 1, "shared_memory_region": NAME}}, *GOOD_V2[1:]],
+        KEY,
+        NAME,
+    ),
+    "v2-json-output-parameter": lambda: v2_json_case(
+        GOOD_V2,
+        KEY,
+        NAME,
+        outputs=[{"name": "output", "parameters": {KEY: 1, "binary_data": NAME}}],
+    ),
     "v2-json-id": lambda: v2_json_case(GOOD_V2, NAME, id=NAME, outputs=[{"name": NAME}]),
     # /v2, binary tensor data
     "v2-binary-datatype": lambda: v2_binary_case([(v2_input("data", TYPE), I64)], TYPE),
