@@ -4,6 +4,7 @@ Adapters only: where the inputs and attributes are, what decoding and encoding c
 answer is written. The request's life is the pipeline's.
 """
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,9 +44,77 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
+_QVALUE = re.compile(r"(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)")
+
+
+def _accept_ranges(header: str) -> list[tuple[str, str, float]]:
+    """The media ranges of an Accept header (RFC 9110, 12.5.1) as (type, subtype, weight),
+    lower-cased; a malformed range, or one with a malformed weight, is left out."""
+    ranges = []
+    for part in header.split(","):
+        media, *parameters = part.split(";")
+        media = media.strip().lower()
+        if media == "*":
+            media = "*/*"  # what some clients (Java's URLConnection) send for */*
+        kind, slash, subtype = media.partition("/")
+        if not (slash and kind and subtype) or "/" in subtype or (kind == "*" != subtype):
+            continue
+        weight = _weight(parameters)
+        if weight is not None:
+            ranges.append((kind, subtype, weight))
+    return ranges
+
+
+def _weight(parameters: list[str]) -> float | None:
+    # The first q= is the weight (what follows it are accept extensions); None when malformed.
+    for parameter in parameters:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "q":
+            value = value.strip()
+            return float(value) if _QVALUE.fullmatch(value) else None
+    return 1.0
+
+
+def _preference(ranges: list[tuple[str, str, float]], media: str) -> tuple[float, int]:
+    """The weight the client gives ``media``, from its most specific matching range (0 when none
+    matches: not acceptable), and how specific that range is (2 exact, 1 type/*, 0 */*)."""
+    kind, _, subtype = media.partition("/")
+    best: tuple[float, int] = (0.0, -1)
+    for range_kind, range_subtype, weight in ranges:
+        if range_kind == kind and range_subtype == subtype:
+            specificity = 2
+        elif range_kind == kind and range_subtype == "*":
+            specificity = 1
+        elif range_kind == "*":
+            specificity = 0
+        else:
+            continue
+        if specificity > best[1] or (specificity == best[1] and weight > best[0]):
+            best = (weight, specificity)
+    return best
+
+
 def wants_npy(request: Request) -> bool:
-    """True when the client asked for the raw ``.npy`` of the output."""
-    return NPY_TYPE in request.headers.get("accept", "").lower()
+    """True when the Accept header prefers the raw ``.npy`` of the output to JSON.
+
+    The header is negotiated as RFC 9110 says: media ranges with ``q`` weights, ``*/*`` and
+    ``type/*``, case-insensitive, the most specific range deciding each type's weight, ``q=0``
+    meaning not acceptable; malformed ranges are ignored. ``.npy`` is answered when its weight
+    is above JSON's, or equal to it from a more specific range (``application/x-npy, */*``);
+    otherwise, on a true tie, with no Accept header or with ``*/*``, JSON, the request's own form.
+    A client that accepts neither (``Accept: text/html``) still gets JSON rather than a 406: the
+    answer's form is the request's, and a 406 would only hide the result or the error it needs.
+    """
+    # Several Accept lines are one list, as if joined by commas (RFC 9110, 5.3).
+    header = ", ".join(request.headers.getlist("accept"))
+    if not header:
+        return False
+    ranges = _accept_ranges(header)
+    npy_weight, npy_specificity = _preference(ranges, NPY_TYPE)
+    json_weight, json_specificity = _preference(ranges, JSON_TYPE)
+    if npy_weight != json_weight:
+        return npy_weight > json_weight
+    return npy_weight > 0 and npy_specificity > json_specificity
 
 
 class JsonExchange:
