@@ -11,6 +11,7 @@ from tensor_ops_wire.dtypes import (
     BFLOAT16,
     ELEMENT_TYPES,
     TYPE_NAME_LIMIT,
+    canonical_bools,
     element_type_of,
     shown,
 )
@@ -57,7 +58,8 @@ def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[An
 
 
 def decode_v2_binary(chunk: memoryview, shape: list[int], datatype: str) -> npt.NDArray[Any]:
-    """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension)."""
+    """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension);
+    a BOOL byte other than 0 or 1 is read as true and kept as 1."""
     dtype = v2_dtype(datatype)
     expected = _element_count(shape) * dtype.itemsize
     if len(chunk) != expected:
@@ -66,7 +68,8 @@ def decode_v2_binary(chunk: memoryview, shape: list[int], datatype: str) -> npt.
             f"is {len(chunk)}"
         )
     wire = dtype if dtype == BFLOAT16 or dtype.itemsize == 1 else dtype.newbyteorder("<")
-    return np.frombuffer(chunk, dtype=wire).reshape(shape)
+    # A BOOL byte other than 0 or 1 is true, and is answered as 1, as on every transport.
+    return canonical_bools(np.frombuffer(chunk, dtype=wire)).reshape(shape)
 
 
 def v2_json_data(array: npt.NDArray[Any]) -> npt.NDArray[Any] | Any:

@@ -5,6 +5,7 @@ from typing import Any
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -90,6 +91,24 @@ def dtype_from_name(name: str) -> np.dtype[Any]:
             f"{', '.join(e.numpy for e in ELEMENT_TYPES)} (or their OpenVINO and KServe names)"
         )
     return element.dtype
+
+
+def canonical_bools(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``array`` with every bool element stored as the byte 0 or 1.
+
+    A bool byte on the wire (an ``.npy`` payload, a V2 binary tensor) may be any value; every
+    nonzero byte is true, as NumPy's ``astype(bool)`` and OpenVINO's boolean read it, and is
+    made 1 here so that every transport answers the same bytes. Arrays of other element types
+    are returned unread; a bool array already all 0 and 1 (checked in one vectorised pass) is
+    returned as it is, with no copy.
+    """
+    if array.dtype.kind != "b" or array.size == 0:
+        return array
+    raw = array.view(np.uint8)
+    if int(raw.max()) <= 1:
+        return array
+    canonical: npt.NDArray[Any] = raw != 0
+    return canonical
 
 
 def element_type_of(dtype: np.dtype[Any]) -> ElementType:

@@ -9,7 +9,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tensor_ops_wire.b64 import b64decode, b64encode
-from tensor_ops_wire.dtypes import BFLOAT16, shown
+from tensor_ops_wire.dtypes import BFLOAT16, canonical_bools, shown
 from tensor_ops_wire.errors import unacceptable, undecodable
 
 MAGIC = b"\x93NUMPY"
@@ -31,7 +31,8 @@ def decode_npy(
 
     The header is parsed as a Python literal (never unpickled) and checked before any array
     exists: known keys only, a plain element type, a shape of non-negative integers whose byte
-    size is exactly the length of the payload. The result is a read-only view of ``buffer``.
+    size is exactly the length of the payload. The result is a read-only view of ``buffer``
+    (but for bool data holding a byte other than 0 or 1: a copy, every nonzero byte made 1).
     Element types are not judged here beyond being plain (2-byte void is kept, for bfloat16).
     """
     view = memoryview(buffer).cast("B")
@@ -79,7 +80,8 @@ def decode_npy(
             "bytes, "
             f"but the payload has {actual} bytes"
         )
-    flat = np.frombuffer(view, dtype=dtype, count=count, offset=payload_start)
+    # A bool byte other than 0 or 1 is true and becomes 1 (a copy only then), on every transport.
+    flat = canonical_bools(np.frombuffer(view, dtype=dtype, count=count, offset=payload_start))
     if fortran_order:
         return flat.reshape(shape[::-1]).transpose()
     return flat.reshape(shape)
