@@ -17,7 +17,7 @@ import pytest
 
 from app.ops import gather, roll
 from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
-from tests.conftest import assert_same_bits, free_port, launch_server, stop_server
+from tests.support import assert_same_bits, free_port, launch_server, stop_server
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from app.registry import REGISTRY
-from tests.conftest import launch_server, server_output, stop_server
+from tests.support import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.conftest import launch_server, server_output, stop_server
+from tests.support import launch_server, npy_b64, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -206,12 +206,6 @@ def test_a_request_that_can_never_fit_gets_413(tight_server: tuple[str, int]) ->
     assert reply.startswith(b"HTTP/1.1 413"), reply[:300]
     assert b"TENSOR_OPS_MEMORY_BUDGET_BYTES" in reply
     wait_until_released(url)
-
-
-def npy_b64(array: np.ndarray) -> str:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def test_health_answers_promptly_while_a_64_mib_request_runs(server: tuple[str, int]) -> None:

@@ -4,13 +4,9 @@ Each gets its 4xx with the error shape of its route (``{"detail": [...]}``, or `
 /v2), no traceback, and afterwards both workers are the same processes, still serving.
 """
 
-import base64
 import gzip
-import io
 import pickle
 import re
-import struct
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,38 +16,23 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.conftest import launch_server, server_output, stop_server
+from tests.support import (
+    b64,
+    header_npy,
+    launch_server,
+    npy_bytes,
+    server_output,
+    stop_server,
+    zip_bytes,
+)
 
 pytestmark = pytest.mark.e2e
 JSON = {"content-type": "application/json"}
 NPZ = {"content-type": "application/x-npz"}
 
 
-def npy(array: Any) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array), allow_pickle=True)
-    return buffer.getvalue()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
-def header_npy(header: str, payload: bytes = b"") -> bytes:
-    text = header.encode()
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + payload
-
-
 def roll_json(data: Any, **extra: Any) -> bytes:
     return orjson.dumps({"data": data, "shift": 1, "axes": 0, **extra})
-
-
-def npz(**members: bytes) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name, raw in members.items():
-            archive.writestr(f"{name}.npy", raw)
-    return buffer.getvalue()
 
 
 def v2(inputs: list[dict[str, Any]], **extra: Any) -> bytes:
@@ -123,14 +104,14 @@ CASES: list[tuple[str, str, dict[str, str], bytes, int]] = [
         "pickled object array",
         "/roll",
         JSON,
-        roll_json(b64(npy(np.array([{"x": 1}], dtype=object)))),
+        roll_json(b64(npy_bytes(np.array([{"x": 1}], dtype=object)))),
         400,
     ),
     ("raw pickle", "/roll", JSON, roll_json(b64(pickle.dumps([1, 2, 3]))), 400),
-    ("complex dtype", "/roll", JSON, roll_json(b64(npy(np.zeros(2, np.complex128)))), 422),
-    ("string dtype", "/roll", JSON, roll_json(b64(npy(np.array(["ab", "cd"])))), 422),
+    ("complex dtype", "/roll", JSON, roll_json(b64(npy_bytes(np.zeros(2, np.complex128)))), 422),
+    ("string dtype", "/roll", JSON, roll_json(b64(npy_bytes(np.array(["ab", "cd"])))), 422),
     ("object dtype name", "/roll", JSON, roll_json([1], dtype="object"), 422),
-    ("truncated npy", "/roll", JSON, roll_json(b64(npy(np.arange(10))[:-7])), 400),
+    ("truncated npy", "/roll", JSON, roll_json(b64(npy_bytes(np.arange(10))[:-7])), 400),
     ("wrong content type", "/roll", {"content-type": "text/csv"}, b"1,2,3", 415),
     (
         "form content type",
@@ -153,8 +134,8 @@ CASES: list[tuple[str, str, dict[str, str], bytes, int]] = [
         JSON,
         orjson.dumps(
             {
-                "data": b64(npy(np.zeros((1, 100000)))),
-                "indices": b64(npy(np.zeros(125000, np.int64))),
+                "data": b64(npy_bytes(np.zeros((1, 100000)))),
+                "indices": b64(npy_bytes(np.zeros(125000, np.int64))),
                 "axis": 0,
             }
         ),
@@ -179,10 +160,22 @@ CASES: list[tuple[str, str, dict[str, str], bytes, int]] = [
         "npz pickled member",
         "/roll",
         NPZ,
-        npz(data=npy(np.array([None], dtype=object)), shift=npy(1), axes=npy(0)),
+        zip_bytes(
+            {
+                "data.npy": npy_bytes(np.array([None], dtype=object)),
+                "shift.npy": npy_bytes(1),
+                "axes.npy": npy_bytes(0),
+            }
+        ),
         400,
     ),
-    ("npz missing member", "/roll", NPZ, npz(data=npy([1, 2]), shift=npy(1)), 422),
+    (
+        "npz missing member",
+        "/roll",
+        NPZ,
+        zip_bytes({"data.npy": npy_bytes([1, 2]), "shift.npy": npy_bytes(1)}),
+        422,
+    ),
     (
         "v2 BYTES",
         "/v2/models/roll/infer",

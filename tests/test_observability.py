@@ -10,7 +10,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.conftest import launch_server, server_output, stop_server
+from tests.support import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.anyio
 
@@ -29,7 +29,10 @@ async def test_metrics_count_requests_bytes_latency_and_elements(client: httpx.A
         await client.post("/roll", json={"data": [1], "shift": 1, "axes": 5})
     ).status_code == 422
     after = (await client.get("/metrics")).text
-    delta = lambda name, labels: sample(after, name, labels) - sample(before, name, labels)  # noqa: E731
+
+    def delta(name: str, labels: str) -> float:
+        return sample(after, name, labels) - sample(before, name, labels)
+
     assert delta("tensor_ops_requests_total", 'route="/roll",status="200"') == 3
     assert delta("tensor_ops_requests_total", 'route="/roll",status="422"') == 1
     assert delta("tensor_ops_elements_total", 'op="roll"') == 18

@@ -12,7 +12,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.ops import gather, roll
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits
 
 pytestmark = pytest.mark.e2e
 

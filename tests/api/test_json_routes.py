@@ -13,19 +13,13 @@ import pytest
 from app.main import create_app
 from app.registry import REGISTRY
 from app.settings import Settings
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits, npy_b64
 
 pytestmark = pytest.mark.anyio
 
 EXAMPLES = [
     (f"/{op.name}", name, ex) for op in REGISTRY.values() for name, ex in op.examples.items()
 ]
-
-
-def npy_b64(array: Any) -> str:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array))
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def from_npy_b64(text: str) -> Any:

@@ -1,9 +1,7 @@
 """Malformed and hostile requests: always a 4xx with the error shape, never a 5xx."""
 
 import base64
-import io
 import random
-from typing import Any
 
 import httpx
 import numpy as np
@@ -11,14 +9,9 @@ import orjson
 import pytest
 
 from app.registry import REGISTRY
+from tests.support import npy_b64
 
 pytestmark = pytest.mark.anyio
-
-
-def npy_b64(array: Any) -> str:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array))
-    return base64.b64encode(buffer.getvalue()).decode()
 
 
 def seeds() -> list[tuple[str, bytes]]:

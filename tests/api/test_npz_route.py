@@ -16,16 +16,10 @@ from app.ops import gather, roll
 from app.registry import REGISTRY
 from app.settings import Settings
 from tensor_ops_wire.npy import decode_npy
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits, npy_bytes, npz_bytes, zip_bytes
 
 pytestmark = pytest.mark.anyio
 NPZ = {"content-type": "application/x-npz"}
-
-
-def savez(compressed: bool = False, **arrays: Any) -> bytes:
-    buffer = io.BytesIO()
-    (np.savez_compressed if compressed else np.savez)(buffer, **arrays)
-    return buffer.getvalue()
 
 
 def load(response: httpx.Response) -> Any:
@@ -59,14 +53,14 @@ async def test_spec_examples(
 ) -> None:
     request = example["value"]
     params = {"batch_dims": request["batch_dims"]} if "batch_dims" in request else {}
-    body = savez(compressed, **as_arrays(request))
+    body = npz_bytes(compressed, **as_arrays(request))
     output = load(await client.post(route, content=body, headers=NPZ, params=params))
     assert output.tolist() == example["x-expected-output"]
 
 
 async def test_bfloat16_by_query(client: httpx.AsyncClient) -> None:
     data = np.array([[1.5, np.nan], [-0.0, 3e38]], dtype=ml_dtypes.bfloat16)
-    body = savez(data=data.view(np.uint16), shift=np.int32(1), axes=np.int32(1))
+    body = npz_bytes(data=data.view(np.uint16), shift=np.int32(1), axes=np.int32(1))
     response = await client.post("/roll", content=body, headers=NPZ, params={"dtype": "bf16"})
     output = load(response)
     assert output.dtype == np.dtype("<u2")
@@ -79,7 +73,7 @@ async def test_every_element_type_bit_exact(client: httpx.AsyncClient) -> None:
         raw = rng.integers(0, 256, size=(3, 8 * np.dtype(dtype).itemsize), dtype=np.uint8)
         data = raw.astype(bool) if dtype == "?" else raw.view(dtype)
         indices = np.array([[7, -1], [9, 0]], dtype=np.int16)
-        body = savez(data=data, indices=indices, axis=np.array([1], dtype=np.uint8))
+        body = npz_bytes(data=data, indices=indices, axis=np.array([1], dtype=np.uint8))
         output = load(await client.post("/gather", content=body, headers=NPZ))
         assert_same_bits(output, gather(data, indices, np.array([1], np.uint8)))
 
@@ -87,25 +81,11 @@ async def test_every_element_type_bit_exact(client: httpx.AsyncClient) -> None:
 async def test_batch_dims_query(client: httpx.AsyncClient) -> None:
     data = np.arange(24).reshape(2, 3, 4)
     indices = np.array([[3, -1], [0, 9]])
-    body = savez(data=data, indices=indices, axis=np.int64(2))
+    body = npz_bytes(data=data, indices=indices, axis=np.int64(2))
     output = load(
         await client.post("/gather", content=body, headers=NPZ, params={"batch_dims": -1})
     )
     assert_same_bits(output, gather(data, indices, np.int64(2), -1))
-
-
-def zip_with(members: dict[str, bytes], method: int = zipfile.ZIP_STORED) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", method) as archive:
-        for name, payload in members.items():
-            archive.writestr(name, payload)
-    return buffer.getvalue()
-
-
-def npy(array: Any) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array))
-    return buffer.getvalue()
 
 
 def bomb() -> bytes:
@@ -116,16 +96,20 @@ def bomb() -> bytes:
             chunk = b"\0" * (1 << 20)
             for _ in range(300):
                 member.write(chunk)
-        archive.writestr("shift.npy", npy(1))
-        archive.writestr("axes.npy", npy(0))
+        archive.writestr("shift.npy", npy_bytes(1))
+        archive.writestr("axes.npy", npy_bytes(0))
     return buffer.getvalue()
 
 
 def lying_size() -> bytes:
     """A deflated member whose directory entry claims 10 bytes but inflates to 1 MiB."""
     body = bytearray(
-        zip_with(
-            {"data.npy": npy(np.zeros(1 << 17)), "shift.npy": npy(1), "axes.npy": npy(0)},
+        zip_bytes(
+            {
+                "data.npy": npy_bytes(np.zeros(1 << 17)),
+                "shift.npy": npy_bytes(1),
+                "axes.npy": npy_bytes(0),
+            },
             zipfile.ZIP_DEFLATED,
         )
     )
@@ -143,33 +127,56 @@ def lying_size() -> bytes:
     [
         (b"not a zip", 400, "not an .npz"),
         (b"PK\x03\x04" + b"\0" * 40, 400, "not an .npz"),
-        (zip_with({"data.npy": npy([1, 2]), "shift.npy": npy(1)}), 422, "no member 'axes'"),
         (
-            zip_with(
-                {"data.npy": npy([1]), "shift.npy": npy(1), "axes.npy": npy(0), "x.npy": npy(0)}
+            zip_bytes({"data.npy": npy_bytes([1, 2]), "shift.npy": npy_bytes(1)}),
+            422,
+            "no member 'axes'",
+        ),
+        (
+            zip_bytes(
+                {
+                    "data.npy": npy_bytes([1]),
+                    "shift.npy": npy_bytes(1),
+                    "axes.npy": npy_bytes(0),
+                    "x.npy": npy_bytes(0),
+                }
             ),
             422,
             "'x' is not an input",
         ),
-        (zip_with({"data.npy": b"garbage", "shift.npy": npy(1), "axes.npy": npy(0)}), 400, "magic"),
         (
-            zip_with(
+            zip_bytes(
+                {"data.npy": b"garbage", "shift.npy": npy_bytes(1), "axes.npy": npy_bytes(0)}
+            ),
+            400,
+            "magic",
+        ),
+        (
+            zip_bytes(
                 {
-                    "data.npy": npy(np.array([{}], dtype=object)),
-                    "shift.npy": npy(1),
-                    "axes.npy": npy(0),
+                    "data.npy": npy_bytes(np.array([{}], dtype=object)),
+                    "shift.npy": npy_bytes(1),
+                    "axes.npy": npy_bytes(0),
                 }
             ),
             400,
             "pickle",
         ),
         (
-            zip_with({"data.npy": npy([1, 2]), "shift.npy": npy(1.5), "axes.npy": npy(0)}),
+            zip_bytes(
+                {
+                    "data.npy": npy_bytes([1, 2]),
+                    "shift.npy": npy_bytes(1.5),
+                    "axes.npy": npy_bytes(0),
+                }
+            ),
             422,
             "int32 or int64",
         ),
         (
-            zip_with({"data.npy": npy([1, 2]), "shift.npy": npy(1), "axes.npy": npy(4)}),
+            zip_bytes(
+                {"data.npy": npy_bytes([1, 2]), "shift.npy": npy_bytes(1), "axes.npy": npy_bytes(4)}
+            ),
             422,
             "axes = 4 is out of range",
         ),
@@ -198,7 +205,7 @@ async def test_refusals(client: httpx.AsyncClient, body: bytes, status: int, wor
 
 async def test_crc_mismatch_in_a_stored_member(client: httpx.AsyncClient) -> None:
     body = bytearray(
-        savez(data=np.arange(100, dtype=np.int32), shift=np.int64(1), axes=np.int64(0))
+        npz_bytes(data=np.arange(100, dtype=np.int32), shift=np.int64(1), axes=np.int64(0))
     )
     body[body.find(b"\x00\x00\x00\x01\x00\x00\x00") + 3] ^= 0xFF
     response = await client.post("/roll", content=bytes(body), headers=NPZ)
@@ -215,14 +222,14 @@ async def test_crc_mismatch_in_a_stored_member(client: httpx.AsyncClient) -> Non
     ],
 )
 async def test_bad_query(client: httpx.AsyncClient, params: dict[str, str], words: str) -> None:
-    body = savez(data=np.arange(3), indices=np.array([0]), axis=np.int64(0))
+    body = npz_bytes(data=np.arange(3), indices=np.array([0]), axis=np.int64(0))
     response = await client.post("/gather", content=body, headers=NPZ, params=params)
     assert response.status_code == 422
     assert words in response.json()["detail"][0]["msg"]
 
 
 async def test_roll_refuses_batch_dims(client: httpx.AsyncClient) -> None:
-    body = savez(data=np.arange(3), shift=np.int64(1), axes=np.int64(0))
+    body = npz_bytes(data=np.arange(3), shift=np.int64(1), axes=np.int64(0))
     response = await client.post("/roll", content=body, headers=NPZ, params={"batch_dims": 1})
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["query", "batch_dims"]
@@ -233,7 +240,7 @@ async def test_gather_output_limit_from_a_tiny_archive() -> None:
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://t"
     ) as client:
-        body = savez(
+        body = npz_bytes(
             True, data=np.zeros((1, 4096)), indices=np.zeros(4096, np.int64), axis=np.int64(0)
         )
         response = await client.post("/gather", content=body, headers=NPZ)
@@ -246,10 +253,10 @@ async def test_npz_answer_equals_json_answer(client: httpx.AsyncClient) -> None:
     raw = load(
         await client.post(
             "/roll",
-            content=savez(data=data, shift=np.array([2, -3]), axes=np.array([0, 1])),
+            content=npz_bytes(data=data, shift=np.array([2, -3]), axes=np.array([0, 1])),
             headers=NPZ,
         )
     )
-    request = {"data": base64.b64encode(npy(data)).decode(), "shift": [2, -3], "axes": [0, 1]}
+    request = {"data": base64.b64encode(npy_bytes(data)).decode(), "shift": [2, -3], "axes": [0, 1]}
     body = (await client.post("/roll", json=request)).json()
     assert_same_bits(raw, decode_npy(base64.b64decode(body["data"])))

@@ -7,7 +7,6 @@ bit for bit with the kernels, which the differential tests hold to OpenVINO.
 
 import base64
 import io
-import zipfile
 from typing import Any
 
 import httpx
@@ -18,9 +17,8 @@ import pytest
 
 from app.ops import gather, roll
 from tensor_ops_wire.dtypes import element_type_of
-from tensor_ops_wire.npy import encode_npy
-from tests.conftest import assert_same_bits
-from tests.ops.test_differential_openvino import GATHER_CASES, ROLL_CASES
+from tests.cases import GATHER_CASES, ROLL_CASES
+from tests.support import assert_same_bits, npy_b64, npz_bytes
 
 pytestmark = pytest.mark.anyio
 STRIDE = 4  # every 4th case of the corpus: ~600 cases, 3,000 requests
@@ -37,10 +35,6 @@ def kernel(op: str, arrays: dict[str, Any], batch_dims: int) -> Any:
     if op == "roll":
         return roll(arrays["data"], arrays["shift"], arrays["axes"])
     return gather(arrays["data"], arrays["indices"], arrays["axis"], batch_dims)
-
-
-def npy_b64(array: Any) -> str:
-    return base64.b64encode(bytes(encode_npy(np.asarray(array)))).decode()
 
 
 def wire(array: Any) -> Any:
@@ -94,14 +88,10 @@ async def test_five_transports_agree(
         answers["json-json"] = answers["json-json"].astype(data.dtype).reshape(body["shape"])
 
     # 3. .npz body, raw .npy answer.
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for key, value in arrays.items():
-            archive.writestr(f"{key}.npy", bytes(encode_npy(wire(value))))
     params = extra | ({"dtype": "bfloat16"} if data.dtype == ml_dtypes.bfloat16 else {})
     response = await client.post(
         f"/{op}",
-        content=buffer.getvalue(),
+        content=npz_bytes(**{key: wire(value) for key, value in arrays.items()}),
         headers={"content-type": "application/x-npz"},
         params=params,
     )

@@ -12,7 +12,7 @@ import pytest
 
 from app.ops import gather, roll
 from app.transports.kserve import V2_DTYPES
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits
 
 pytestmark = pytest.mark.anyio
 

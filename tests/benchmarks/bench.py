@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,7 +76,14 @@ from tensor_ops_wire.npy import (  # noqa: E402
     encode_npy,
     npy_buffer,
 )
-from tests.conftest import launch_server, server_output, stop_server  # noqa: E402
+from tests.support import (  # noqa: E402
+    launch_server,
+    npy_b64,
+    npy_bytes,
+    npz_bytes,
+    server_output,
+    stop_server,
+)
 
 KiB, MiB = 1 << 10, 1 << 20
 Array = npt.NDArray[Any]
@@ -458,12 +464,6 @@ def print_small_kernels(results: dict[str, Any]) -> list[dict[str, Any]]:
 # Section 2: codecs
 
 
-def npy_bytes(array: Array) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
-
-
 def bench_codecs(config: "Config") -> dict[str, Any]:
     shape = square_shape(config.large_size, 4)
     data = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
@@ -664,14 +664,6 @@ class Transport:
     target: float
 
 
-def npz_bytes(arrays: dict[str, Array]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, array in arrays.items():
-            archive.writestr(f"{name}.npy", npy_bytes(array))
-    return buffer.getvalue()
-
-
 ROLL_SHIFT, ROLL_AXES = [3, -7], [0, 1]
 
 
@@ -680,7 +672,7 @@ def transports(data: Array) -> list[Transport]:
     shift, axes = np.array(ROLL_SHIFT), np.array(ROLL_AXES)
     json_body = orjson.dumps(
         {
-            "data": base64.b64encode(npy_bytes(data)).decode(),
+            "data": npy_b64(data),
             "shift": ROLL_SHIFT,
             "axes": ROLL_AXES,
         }
@@ -736,7 +728,7 @@ def transports(data: Array) -> list[Transport]:
         ),
         Transport(
             "npz", ".npz in, raw .npy out", "/roll",
-            npz_bytes({"data": data, "shift": shift, "axes": axes}),
+            npz_bytes(data=data, shift=shift, axes=axes),
             {"content-type": "application/x-npz"}, from_npy, RAW_TARGET,
         ),
         Transport(

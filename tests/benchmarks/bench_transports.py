@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tensor_ops_client import TensorOpsClient
 from tests.benchmarks.bench import ROLL_AXES, ROLL_SHIFT, Transport, transports
-from tests.conftest import launch_server, stop_server
+from tests.support import launch_server, stop_server
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
 
 - ``POST /echo``: the request body back, as it is (the same bytes both ways);
 - ``POST /constant``: reads the body, answers a small constant JSON;
-- ``GET /health``: what ``launch_server`` of ``tests/conftest.py`` waits for.
+- ``GET /health``: what ``launch_server`` of ``tests/support.py`` waits for.
 
 ``python -m tests.benchmarks.echo_app [uvicorn options]`` runs uvicorn's own command line on
 this app at ``TENSOR_OPS_HOST``:``TENSOR_OPS_PORT`` (what ``launch_server`` sets), so the

@@ -5,7 +5,7 @@
     .venv/bin/python tests/benchmarks/load_test.py --json load.json        # figures as JSON too
 
 Starts ``python -m app`` with two uvicorn workers on 127.0.0.1 (``launch_server`` of
-``tests/conftest.py``, ``TENSOR_OPS_MAX_BODY_BYTES`` = 64 MiB so a body declared larger is a
+``tests/support.py``, ``TENSOR_OPS_MAX_BODY_BYTES`` = 64 MiB so a body declared larger is a
 cheap 413), then ``--concurrency`` clients send a weighted mix until ``--seconds`` have passed or
 ``--max-requests`` have been sent:
 
@@ -51,7 +51,6 @@ import sys
 import tempfile
 import threading
 import time
-import zipfile
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,7 +66,14 @@ import pybase64
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import launch_server, server_output, stop_server  # noqa: E402
+from tests.support import (  # noqa: E402
+    bits_difference,
+    launch_server,
+    npy_b64,
+    npz_bytes,
+    server_output,
+    stop_server,
+)
 
 try:
     import uvloop
@@ -93,24 +99,6 @@ Check = Callable[[Headers, bytes], str | None]
 # Encodings and references
 
 
-def npy_bytes(array: Array | np.generic) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def npy_b64(array: Array) -> str:
-    return pybase64.b64encode(npy_bytes(array)).decode()
-
-
-def npz_bytes(**arrays: Array | np.generic) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        for name, array in arrays.items():
-            archive.writestr(f"{name}.npy", npy_bytes(array))
-    return buffer.getvalue()
-
-
 def gather_reference(data: Array, indices: Array, axis: int) -> Array:
     """Gather-8 with batch_dims 0: indices outside [-n, n - 1] give zeros."""
     axis = axis % data.ndim
@@ -127,21 +115,6 @@ def v2_name(dtype: np.dtype[Any]) -> str:
         return "BOOL"
     letter = {"i": "INT", "u": "UINT", "f": "FP"}[dtype.kind]
     return f"{letter}{dtype.itemsize * 8}"
-
-
-def same_bits(actual: Array, expected: Array) -> str | None:
-    """Same dtype, shape and bits (NaN payloads and -0.0 included), or what differs."""
-    if actual.dtype.newbyteorder("=") != expected.dtype.newbyteorder("="):
-        return f"dtype {actual.dtype} instead of {expected.dtype}"
-    if actual.shape != expected.shape:
-        return f"shape {actual.shape} instead of {expected.shape}"
-    unsigned = f"u{expected.dtype.itemsize}"
-    left = np.ascontiguousarray(actual.astype(actual.dtype.newbyteorder("="))).view(unsigned)
-    right = np.ascontiguousarray(expected).view(unsigned)
-    differ = int(np.count_nonzero(left != right))
-    if differ:
-        return f"{differ} of {expected.size} elements differ"
-    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,7 +134,7 @@ def expect_json_tensor(expected: Array) -> Check:
             return f"dtype {reply.get('dtype')!r} instead of {expected.dtype.name!r}"
         if reply.get("shape") != list(expected.shape):
             return f"shape {reply.get('shape')} instead of {list(expected.shape)}"
-        return same_bits(np.asarray(reply["data"], dtype=expected.dtype), expected)
+        return bits_difference(np.asarray(reply["data"], dtype=expected.dtype), expected)
 
     return check
 
@@ -174,7 +147,7 @@ def expect_json_npy(expected: Array) -> Check:
         if reply.get("shape") != list(expected.shape):
             return f"shape {reply.get('shape')} instead of {list(expected.shape)}"
         raw = pybase64.b64decode(reply["data"], validate=True)
-        return same_bits(np.load(io.BytesIO(raw), allow_pickle=False), expected)
+        return bits_difference(np.load(io.BytesIO(raw), allow_pickle=False), expected)
 
     return check
 
@@ -185,7 +158,7 @@ def expect_npy(expected: Array) -> Check:
     def check(headers: Headers, body: bytes) -> str | None:
         if content_type(headers) != NPY:
             return f"content type {content_type(headers)!r} instead of {NPY!r}"
-        return same_bits(np.load(io.BytesIO(body), allow_pickle=False), expected)
+        return bits_difference(np.load(io.BytesIO(body), allow_pickle=False), expected)
 
     return check
 
@@ -213,7 +186,7 @@ def expect_v2(expected: Array, binary: bool) -> Check:
             got = np.frombuffer(raw, dtype=expected.dtype.newbyteorder("<"))
         else:
             got = np.asarray(output.get("data"), dtype=expected.dtype)
-        return same_bits(got.reshape(expected.shape), expected)
+        return bits_difference(got.reshape(expected.shape), expected)
 
     return check
 

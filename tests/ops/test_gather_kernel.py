@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.ops import SpecError, gather, gather_plan
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits
 
 BATCHES = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
 INDEX_TYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]

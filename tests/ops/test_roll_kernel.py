@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.ops import SpecError, roll
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits
 
 MATRIX = np.arange(1, 13, dtype=np.int64).reshape(4, 3)
 ALL_TYPES = [

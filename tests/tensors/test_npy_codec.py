@@ -4,7 +4,6 @@ import base64
 import io
 import pickle
 import struct
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -19,7 +18,7 @@ from tensor_ops_wire.npy import (
     encode_npy,
     encode_npy_base64,
 )
-from tests.conftest import assert_same_bits
+from tests.support import assert_same_bits, header_npy, npy_bytes
 
 SAMPLES = [
     np.arange(12, dtype=np.float32).reshape(3, 4),
@@ -31,42 +30,29 @@ SAMPLES = [
 ]
 
 
-def saved(array: Any, version: tuple[int, int] | None = None) -> bytes:
-    buffer = io.BytesIO()
-    np.lib.format.write_array(buffer, np.asanyarray(array), version=version)
-    return buffer.getvalue()
-
-
-def npy_bytes(header: str, payload: bytes, version: int = 1) -> bytes:
-    text = header.encode("latin-1")
-    if version == 1:
-        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + payload
-    return b"\x93NUMPY" + bytes((version, 0)) + struct.pack("<I", len(text)) + text + payload
-
-
 @pytest.mark.parametrize("version", [(1, 0), (2, 0), (3, 0)])
 @pytest.mark.parametrize("sample", range(len(SAMPLES)))
 def test_reads_every_format_version(version: tuple[int, int], sample: int) -> None:
     array = SAMPLES[sample]
-    assert_same_bits(decode_npy(saved(array, version)), array)
+    assert_same_bits(decode_npy(npy_bytes(array, version)), array)
 
 
 @pytest.mark.parametrize("dtype", [">f4", ">i8", ">u2", ">f8", "<f4", "|i1"])
 def test_reads_either_byte_order(dtype: str) -> None:
     array = np.arange(6, dtype=dtype).reshape(2, 3)
-    decoded = decode_npy(saved(array))
+    decoded = decode_npy(npy_bytes(array))
     assert decoded.dtype == np.dtype(dtype)
     assert decoded.tolist() == array.tolist()
 
 
 def test_reads_fortran_order() -> None:
     array = np.asfortranarray(np.arange(24, dtype=np.int32).reshape(2, 3, 4))
-    decoded = decode_npy(saved(array))
+    decoded = decode_npy(npy_bytes(array))
     assert decoded.tolist() == array.tolist()
 
 
 def test_decoding_does_not_copy_the_payload() -> None:
-    raw = saved(np.arange(1000, dtype=np.float64))
+    raw = npy_bytes(np.arange(1000, dtype=np.float64))
     decoded = decode_npy(raw)
     assert not decoded.flags.owndata
     assert not decoded.flags.writeable
@@ -95,7 +81,7 @@ def test_writes_bfloat16_as_two_byte_unsigned() -> None:
 
 def test_header_is_aligned_to_64_bytes() -> None:
     encoded = encode_npy(np.zeros((3, 5)))
-    header_length = struct.unpack("<H", encoded[8:10])[0]
+    header_length = struct.unpack("<H", encoded[8:10].tobytes())[0]
     assert (10 + header_length) % 64 == 0
 
 
@@ -107,7 +93,7 @@ def test_base64_round_trip() -> None:
 
 
 def test_pickled_objects_are_never_loaded() -> None:
-    raw = saved(np.array([{"a": 1}, None], dtype=object))
+    raw = npy_bytes(np.array([{"a": 1}, None], dtype=object))
     with pytest.raises(TensorError, match="pickle") as caught:
         decode_npy(raw)
     assert from_wire(caught.value, None).status == 400
@@ -127,36 +113,39 @@ def test_a_raw_pickle_is_not_an_npy() -> None:
         (b"\x93NUMPY\x04\x00\x10\x00", "version 4.0"),
         (b"\x93NUMPY\x01\x00\xff\xff{}", "longer than"),
         (b"\x93NUMPY\x01\x00\x10\x00{'descr': '<f4'", "truncated"),
-        (npy_bytes("__import__('os').system('true')", b""), "dict literal"),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': False}", b""), "exactly the keys"),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", b""), "keys"),
+        (header_npy("__import__('os').system('true')", b""), "dict literal"),
+        (header_npy("{'descr': '<f4', 'fortran_order': False}", b""), "exactly the keys"),
         (
-            npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", b"\0" * 8),
+            header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", b""),
+            "keys",
+        ),
+        (
+            header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", b"\0" * 8),
             "16 bytes",
         ),
         (
-            npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", b"\0" * 8),
+            header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", b"\0" * 8),
             "4 bytes",
         ),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}", b""), "negative"),
+        (header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,)}", b""), "negative"),
         (
-            npy_bytes(
+            header_npy(
                 "{'descr': '<f4', 'fortran_order': False, 'shape': (1180591620717411303424,)}", b""
             ),
             "overflows",
         ),
         (
-            npy_bytes(
+            header_npy(
                 "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 2305843009213693952)}", b""
             ),
             "overflows",
         ),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': ('a',)}", b""), "integers"),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': 3}", b""), "tuple"),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': 1, 'shape': ()}", b"\0" * 4), "True or"),
-        (npy_bytes("{'descr': 'zz', 'fortran_order': False, 'shape': ()}", b""), "unknown"),
-        (npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': ()}", b"", 2), "0 bytes"),
-        (npy_bytes("(" * 5000 + ")" * 5000, b""), "dict literal"),
+        (header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': ('a',)}", b""), "integers"),
+        (header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': 3}", b""), "tuple"),
+        (header_npy("{'descr': '<f4', 'fortran_order': 1, 'shape': ()}", b"\0" * 4), "True or"),
+        (header_npy("{'descr': 'zz', 'fortran_order': False, 'shape': ()}", b""), "unknown"),
+        (header_npy("{'descr': '<f4', 'fortran_order': False, 'shape': ()}", b"", 2), "0 bytes"),
+        (header_npy("(" * 5000 + ")" * 5000, b""), "dict literal"),
     ],
 )
 def test_malformed_files_are_refused_with_400(raw: bytes, words: str) -> None:
@@ -168,7 +157,7 @@ def test_malformed_files_are_refused_with_400(raw: bytes, words: str) -> None:
 @pytest.mark.parametrize("descr", ["<c8", "<U3", "|S2", "<M8[s]", "[('a', '<f4')]", "<V4"])
 def test_unsupported_element_types_are_refused_with_422(descr: str) -> None:
     literal = descr if descr.startswith("[") else repr(descr)
-    raw = npy_bytes(f"{{'descr': {literal}, 'fortran_order': False, 'shape': ()}}", b"\0" * 16)
+    raw = header_npy(f"{{'descr': {literal}, 'fortran_order': False, 'shape': ()}}", b"\0" * 16)
     with pytest.raises(TensorError) as caught:
         decode_npy(raw)
     assert from_wire(caught.value, None).status == 422
@@ -177,7 +166,7 @@ def test_unsupported_element_types_are_refused_with_422(descr: str) -> None:
 def test_rank_above_the_limit_is_refused() -> None:
     header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + "1," * 40 + ")}"
     with pytest.raises(TensorError, match="rank 40") as caught:
-        decode_npy(npy_bytes(header, b"\0" * 4), max_rank=32)
+        decode_npy(header_npy(header, b"\0" * 4), max_rank=32)
     assert from_wire(caught.value, None).status == 422
 
 
@@ -190,7 +179,7 @@ def test_bad_base64_is_refused(text: str) -> None:
 
 def test_large_base64_decodes_piece_by_piece_exactly() -> None:
     array = np.random.default_rng(4).standard_normal(300_000)  # 2.4 MB: several pieces
-    text = base64.b64encode(saved(array)).decode()
+    text = base64.b64encode(npy_bytes(array)).decode()
     assert_same_bits(decode_npy_base64(memoryview(text.encode())), array)
 
 

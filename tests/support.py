@@ -1,0 +1,203 @@
+"""Helpers the test modules share: bits compared, request bodies built, real servers launched.
+
+Fixtures live in ``tests/conftest.py``; everything a test imports by name lives here, so no
+test module imports from another.
+"""
+
+import contextlib
+import io
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import pybase64
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ------------------------------------------------------------------------------------------------
+# Bits
+
+
+def bits(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``array`` as unsigned integers of its width, native order: equal bits compare equal."""
+    native = array.astype(array.dtype.newbyteorder("="))
+    return native.view(f"u{array.dtype.itemsize}")
+
+
+def assert_same_bits(actual: npt.NDArray[Any], expected: npt.NDArray[Any]) -> None:
+    """Same shape, same element type, same bits (NaN payloads and -0.0 included)."""
+    assert actual.shape == expected.shape
+    assert actual.dtype.newbyteorder("=") == expected.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(bits(actual), bits(expected))
+
+
+def bits_difference(actual: npt.NDArray[Any], expected: npt.NDArray[Any]) -> str | None:
+    """What differs between the two (element type, shape or bits), or None if nothing does."""
+    if actual.dtype.newbyteorder("=") != expected.dtype.newbyteorder("="):
+        return f"dtype {actual.dtype} instead of {expected.dtype}"
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape} instead of {expected.shape}"
+    differ = int(np.count_nonzero(bits(actual) != bits(expected)))
+    if differ:
+        return f"{differ} of {expected.size} elements differ"
+    return None
+
+
+# ------------------------------------------------------------------------------------------------
+# Bodies: .npy, base64, .npz
+
+
+def npy_bytes(array: npt.ArrayLike, version: tuple[int, int] | None = None) -> bytes:
+    """``array`` as ``np.save`` writes it (pickled objects included), in ``version`` if given."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array(buffer, np.asanyarray(array), version=version)
+    return buffer.getvalue()
+
+
+def b64(raw: bytes) -> str:
+    return pybase64.b64encode(raw).decode()
+
+
+def npy_b64(array: npt.ArrayLike) -> str:
+    """The npy form of a tensor in JSON: its .npy file in base64."""
+    return b64(npy_bytes(array))
+
+
+def header_npy(header: str, payload: bytes = b"", version: int = 1) -> bytes:
+    """A .npy file with any header text (well-formed or not) and any payload after it."""
+    text = header.encode("latin-1")
+    if version == 1:
+        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + payload
+    return b"\x93NUMPY" + bytes((version, 0)) + struct.pack("<I", len(text)) + text + payload
+
+
+def npz_bytes(compressed: bool = False, **arrays: npt.ArrayLike) -> bytes:
+    """An .npz as ``np.savez`` (or ``np.savez_compressed``) writes it."""
+    buffer = io.BytesIO()
+    save = np.savez_compressed if compressed else np.savez
+    save(buffer, allow_pickle=True, **arrays)
+    return buffer.getvalue()
+
+
+def zip_bytes(members: Mapping[str, bytes], method: int = zipfile.ZIP_STORED) -> bytes:
+    """A zip archive of ``members`` (names as given, ``.npy`` included), any bytes in each."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", method) as archive:
+        for name, payload in members.items():
+            archive.writestr(name, payload)
+    return buffer.getvalue()
+
+
+def gzip_bomb(inflated_bytes: int, fill: bytes = b" ") -> bytes:
+    """A gzip stream of ``inflated_bytes`` of ``fill``, built 1 MiB at a time (about 1/1000 of it)."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = fill * ((1 << 20) // len(fill))
+    whole, rest = divmod(inflated_bytes, len(chunk))
+    parts = [compressor.compress(chunk) for _ in range(whole)]
+    parts += [compressor.compress(chunk[:rest]), compressor.flush()]
+    return b"".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# The Docker image's environment
+
+
+def image_env() -> dict[str, str]:
+    """The variables the Dockerfile's final stage sets with ENV (quotes removed)."""
+    text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
+    stage = text[text.rindex("\nFROM ") :]
+    env: dict[str, str] = {}
+    for line in re.findall(r"^ENV (.+)$", stage, flags=re.M):
+        for key, value in re.findall(r'(\w+)=("[^"]*"|\S+)', line):
+            env[key] = value.strip('"')
+    return env
+
+
+def malloc_env() -> dict[str, str]:
+    """glibc's allocator settings of the image (``MALLOC_*``): a test server runs with them."""
+    return {key: value for key, value in image_env().items() if key.startswith("MALLOC_")}
+
+
+# ------------------------------------------------------------------------------------------------
+# Real servers
+
+_LOGS: dict[int, str] = {}  # server pid -> the file its output goes to
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def launch_server(
+    env: dict[str, str] | None = None, command: list[str] | None = None
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start the service on a free port of 127.0.0.1 and wait until it is healthy.
+
+    By default ``python -m uvicorn app.main:app``; ``command=["-m", "app"]`` runs the launcher,
+    which reads host and port from the environment.
+    """
+    port = free_port()
+    arguments = command or [
+        "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+    ]  # fmt: skip
+    settings = {"TENSOR_OPS_HOST": "127.0.0.1", "TENSOR_OPS_PORT": str(port)}
+    log = tempfile.NamedTemporaryFile(prefix="tensor-ops-server-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, *arguments],
+        cwd=ROOT,
+        env={**os.environ, **settings, **(env or {})},
+        # A file, not a pipe: a pipe nobody reads fills up and stalls the server's logging.
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        # Its own process group: stopping it stops the workers a supervisor started too.
+        start_new_session=True,
+    )
+    _LOGS[process.pid] = log.name
+    log.close()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return url, process
+        except httpx.TransportError:
+            time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"uvicorn did not start: {server_output(process)}")
+
+
+def server_output(process: subprocess.Popen[bytes]) -> str:
+    """Everything the server has written to stdout and stderr so far."""
+    return Path(_LOGS[process.pid]).read_text(errors="replace")
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """Stop the server and every process of its group (workers included), then drop its log."""
+    for signal_number, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal_number)
+        try:
+            process.wait(grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)  # workers a supervisor left behind
+    Path(_LOGS.pop(process.pid, "/nonexistent")).unlink(missing_ok=True)
