@@ -35,10 +35,14 @@ FROM python:3.11.7-slim-bookworm
 
 # MALLOC_ARENA_MAX: the worker threads share two malloc arenas instead of one each, so memory
 # freed after a large request is not kept in a dozen per-thread heaps.
+# MALLOC_MMAP_THRESHOLD_: glibc serves blocks of 1 MiB and more by mmap, and so gives them back
+# when they are freed (its default threshold grows to the largest block freed, up to 32 MiB, and
+# an idle worker then keeps hundreds of MiB). Read once, when the process starts.
 ENV PATH="/opt/venv/bin:$PATH" \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     MALLOC_ARENA_MAX=2 \
+    MALLOC_MMAP_THRESHOLD_=1048576 \
     TENSOR_OPS_HOST=0.0.0.0 \
     TENSOR_OPS_PORT=8000
 

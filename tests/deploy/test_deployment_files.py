@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from app.main import create_app
+from tests.support import malloc_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared"
@@ -170,6 +171,24 @@ def test_deployment_probes_resources_and_security() -> None:
     assert manifest("service.yaml")["spec"]["selector"] == selector
     assert manifest("pdb.yaml")["spec"]["selector"]["matchLabels"] == selector
     assert manifest("hpa.yaml")["spec"]["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+
+
+def test_every_deployment_sets_the_allocator_as_the_image_does() -> None:
+    # glibc reads these once, at process start: they must be in the environment, not set later.
+    image = malloc_env()
+    assert image == {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+    for service in ("tensor-ops", "tensor-ops-replica"):
+        env = compose()["services"][service]["environment"]
+        assert {key: env.get(key) for key in image} == image, service
+    for name in ("deployment.yaml", "kserve-servingruntime.yaml"):
+        document = manifest(name)
+        pod = (
+            document["spec"]["template"]["spec"]
+            if "template" in document["spec"]
+            else document["spec"]
+        )
+        env = {item["name"]: item["value"] for item in pod["containers"][0]["env"]}
+        assert {key: env.get(key) for key in image} == image, name
 
 
 def test_kserve_serving_runtime_fields() -> None:

@@ -18,16 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import image_env
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def final_stage() -> tuple[dict[str, str], list[str], list[str]]:
     text = re.sub(r"\\\n", " ", (ROOT / "Dockerfile").read_text())
     stage = text[text.rindex("\nFROM ") :]
-    env: dict[str, str] = {}
-    for line in re.findall(r"^ENV (.+)$", stage, flags=re.M):
-        for key, value in re.findall(r'(\w+)=("[^"]*"|\S+)', line):
-            env[key] = value.strip('"')
+    env = image_env()
     cmd = json.loads(re.search(r"^CMD (\[.+\])$", stage, flags=re.M).group(1))  # type: ignore[union-attr]
     health = json.loads(re.search(r"HEALTHCHECK .*?CMD (\[.+\])$", stage, flags=re.M).group(1))  # type: ignore[union-attr]
     return env, cmd, health
