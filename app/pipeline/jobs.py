@@ -12,6 +12,8 @@ from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
 from app.registry import Arrays, Op
+from tensor_ops_wire.dtypes import shown
+from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
 
 
 @dataclass(frozen=True)
@@ -27,22 +29,53 @@ class Limits:
         return cls(settings.max_rank, settings.max_output_bytes, settings.max_dimension)
 
 
-def check_shape(shape: Sequence[int], field: str, limits: Limits, root: str = "body") -> None:
-    """Refuse (413) a tensor of more dimensions, or a longer dimension, than the limits allow."""
-    if len(shape) > limits.max_rank:
+def check_shape(
+    shape: Sequence[int],
+    field: str,
+    limits: Limits,
+    root: str = "body",
+    *,
+    itemsize: int = 1,
+    output: bool = False,
+) -> None:
+    """Refuse (413) a shape of more dimensions, or a longer dimension, than the limits allow, or
+    one no NumPy array can have: more than 64 dimensions, or nonzero dimensions spanning more
+    bytes than NumPy can index at ``itemsize`` bytes an element, a 0 beside them or not (NumPy
+    refuses an empty ``(0, 2**62)`` int16 array as it does a full one).
+
+    Every input's shape and the output's, before the output exists, go through here; all of it
+    is in Python integers. ``output`` says the shape is the output's (located at the body).
+    """
+    what = "the output" if output else field
+    loc = (root,) if output else (root, field)
+    rank_limit = min(limits.max_rank, MAX_RANK)
+    if len(shape) > rank_limit:
+        hint = (
+            "(raise it with TENSOR_OPS_MAX_RANK)"
+            if rank_limit < MAX_RANK
+            else "(NumPy holds no more dimensions)"
+        )
         raise ServiceError(
             Fault.TOO_LARGE,
-            (root, field),
-            f"{field} has rank {len(shape)}, above the limit of {limits.max_rank} "
-            "(raise it with TENSOR_OPS_MAX_RANK)",
+            loc,
+            f"{what} {'would have' if output else 'has'} rank {len(shape)}, above the limit of "
+            f"{rank_limit} {hint}",
         )
     longest = max(shape, default=0)
     if longest > limits.max_dimension:
         raise ServiceError(
             Fault.TOO_LARGE,
-            (root, field),
-            f"{field} has a dimension of {longest}, above the limit of {limits.max_dimension} "
-            "(raise it with TENSOR_OPS_MAX_DIMENSION)",
+            loc,
+            f"{what} {'would have' if output else 'has'} a dimension of {longest}, above the "
+            f"limit of {limits.max_dimension} (raise it with TENSOR_OPS_MAX_DIMENSION)",
+        )
+    if not numpy_can_hold(shape, itemsize):
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            loc,
+            f"{what} {'would span' if output else 'spans'} more than {MAX_NBYTES} bytes "
+            f"(shape {shown(shape)}, {itemsize}-byte elements, its nonzero dimensions "
+            "counted), more than NumPy can index",
         )
 
 
@@ -84,12 +117,13 @@ def make_job(
 ) -> Job:
     """Check ``arrays`` (every input of ``op``, decoded) against the spec; size the output.
 
-    Spec violations are 422 located at the input that broke the rule; an output past the limit
-    is 413, refused before it exists. Both ops keep the element type of ``data``.
+    Spec violations are 422 located at the input that broke the rule; an output past a limit
+    (its bytes, its rank, NumPy's own) is 413, refused before it exists. Both ops keep the
+    element type of ``data``.
     """
     for item in op.inputs:
         array = arrays[item.name]
-        check_shape(array.shape, item.name, limits, root)
+        check_shape(array.shape, item.name, limits, root, itemsize=array.dtype.itemsize)
         if array.dtype.name not in item.element_types:
             raise ServiceError(
                 Fault.TENSOR_TYPE,
@@ -101,6 +135,9 @@ def make_job(
     except SpecError as error:
         raise from_spec(error, root) from None
     dtype = arrays["data"].dtype
+    # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
+    # and dimensions whose product no array can hold even when one of them is 0.
+    check_shape(shape, "output", limits, root, itemsize=dtype.itemsize, output=True)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limits.max_output_bytes:
         raise ServiceError(

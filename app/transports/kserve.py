@@ -16,7 +16,7 @@ from tensor_ops_wire.dtypes import (
     shown,
 )
 from tensor_ops_wire.errors import too_large, unacceptable, undecodable
-from tensor_ops_wire.npy import MAX_RANK
+from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
 
 #: The protocol's datatypes this service takes (all but BYTES) and BF16, to NumPy dtypes.
 V2_DTYPES: dict[str, np.dtype[Any]] = {e.kserve: e.dtype for e in ELEMENT_TYPES}
@@ -38,18 +38,29 @@ def v2_datatype(dtype: np.dtype[Any]) -> str:
     return element_type_of(dtype).kserve
 
 
-def _element_count(shape: list[int]) -> int:
-    # The transport checks shapes against the service's limits first; this guards the codec's
-    # own callers from NumPy's hard limit (a ValueError, a 500, past it).
+def _element_count(shape: list[int], dtype: np.dtype[Any]) -> int:
+    """The elements of a declared ``shape`` (non-negative integers), in Python integers.
+
+    The transport checks shapes against the service's limits later; this guards the codec from
+    NumPy's own (a ValueError, a 500, past them): 413 for more than 64 dimensions, or for
+    nonzero dimensions spanning more bytes than NumPy can index, even beside a 0 (``[0, 2**93]``
+    holds no element, and still no array can have that shape).
+    """
     if len(shape) > MAX_RANK:
         raise too_large(f"shape has rank {len(shape)}; at most {MAX_RANK} is supported")
+    if not numpy_can_hold(shape, dtype.itemsize):
+        raise too_large(
+            f"shape {shown(shape)} of {dtype.itemsize}-byte elements spans more than "
+            f"{MAX_NBYTES} bytes (its nonzero dimensions), more than NumPy can index"
+        )
     return math.prod(shape)
 
 
 def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[Any]:
     """A tensor from its ``data`` (flat or nested, in row-major order) and declared ``shape``."""
-    array = decode_json_data(data, v2_dtype(datatype))
-    expected = _element_count(shape)
+    dtype = v2_dtype(datatype)
+    expected = _element_count(shape, dtype)
+    array = decode_json_data(data, dtype)
     if array.size != expected:
         raise undecodable(
             f"shape {shown(shape)} holds {expected} elements but data has {array.size}"
@@ -61,7 +72,7 @@ def decode_v2_binary(chunk: memoryview, shape: list[int], datatype: str) -> npt.
     """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension);
     a BOOL byte other than 0 or 1 is read as true and kept as 1."""
     dtype = v2_dtype(datatype)
-    expected = _element_count(shape) * dtype.itemsize
+    expected = _element_count(shape, dtype) * dtype.itemsize
     if len(chunk) != expected:
         raise undecodable(
             f"shape {shown(shape)} of {datatype} takes {expected} bytes but binary_data_size "

@@ -2,7 +2,7 @@
 
 import ast
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,8 @@ MAGIC = b"\x93NUMPY"
 MAX_HEADER_BYTES = 10_000
 #: NumPy cannot hold arrays of more dimensions than this.
 MAX_RANK = 64
+#: The most bytes (and so elements) one NumPy array can span: the largest ``np.intp``.
+MAX_NBYTES = int(np.iinfo(np.intp).max)
 _HEADER_KEYS = {"descr", "fortran_order", "shape"}
 _ALIGNMENT = 64
 # base64 is handled in pieces of this many characters (a multiple of 4), i.e. _RAW_PIECE bytes.
@@ -67,9 +69,10 @@ def decode_npy(
         raise undecodable(
             f".npy header: fortran_order must be True or False, got {shown(fortran_order)}"
         )
-    if math.prod(size for size in shape if size) * dtype.itemsize >= 1 << 63:
+    if not numpy_can_hold(shape, dtype.itemsize):
         raise undecodable(
-            f".npy header announces shape {shown(shape)}, which overflows 64-bit sizes"
+            f".npy header announces shape {shown(shape)}, which overflows 64-bit sizes "
+            "(no array can have it)"
         )
     count = math.prod(shape)
     expected = count * dtype.itemsize
@@ -77,8 +80,7 @@ def decode_npy(
     if actual != expected:
         raise undecodable(
             f".npy header announces shape {shown(shape)} of {dtype.name}, which is {expected} "
-            "bytes, "
-            f"but the payload has {actual} bytes"
+            f"bytes, but the payload has {actual} bytes"
         )
     # A bool byte other than 0 or 1 is true and becomes 1 (a copy only then), on every transport.
     flat = canonical_bools(np.frombuffer(view, dtype=dtype, count=count, offset=payload_start))
@@ -87,11 +89,43 @@ def decode_npy(
     return flat.reshape(shape)
 
 
+def spanned_bytes(shape: Sequence[int], itemsize: int) -> int:
+    """The bytes the nonzero dimensions of ``shape`` span at ``itemsize`` bytes an element, in
+    Python integers, stopping early once past ``MAX_NBYTES`` (the product of a long shape of
+    huge numbers is never computed in full).
+
+    This, not the array's size, is what NumPy holds to its limit: it refuses an empty
+    ``(0, 2**62)`` int16 array ("array is too big") as surely as a full one.
+    """
+    total = itemsize
+    for size in shape:
+        if size:
+            total *= size
+            if total > MAX_NBYTES:
+                return total
+    return total
+
+
+def numpy_can_hold(shape: Sequence[int], itemsize: int) -> bool:
+    """True when NumPy can make an array of ``shape`` (non-negative Python integers) and
+    ``itemsize``: at most ``MAX_RANK`` dimensions, its nonzero ones spanning at most
+    ``MAX_NBYTES`` bytes, whether or not another dimension is 0."""
+    return len(shape) <= MAX_RANK and spanned_bytes(shape, itemsize) <= MAX_NBYTES
+
+
 def _parse_header(raw: bytes, encoding: str) -> dict[str, object]:
     try:
         text = raw.decode(encoding)
         header = ast.literal_eval(text.strip())
-    except (UnicodeDecodeError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+    except (
+        UnicodeDecodeError,
+        ValueError,
+        SyntaxError,
+        TypeError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+    ):
         raise undecodable(".npy header is not a Python dict literal") from None
     if not isinstance(header, dict) or set(header) != _HEADER_KEYS:
         raise undecodable(
@@ -103,13 +137,13 @@ def _parse_header(raw: bytes, encoding: str) -> dict[str, object]:
 def _header_dtype(descr: object) -> np.dtype[Any]:
     if not isinstance(descr, str):
         raise unacceptable(
-            f".npy element type {shown(descr)} is a structured type; only plain numeric types and "
-            "bool "
-            "are supported"
+            f".npy element type {shown(descr)} is not a plain type string (a structured type?); "
+            "only plain numeric types and bool are supported"
         )
     try:
         dtype = np.dtype(descr)
-    except (TypeError, ValueError):
+    # Warning: a deprecated alias ('a') where warnings are errors.
+    except (TypeError, ValueError, OverflowError, RecursionError, MemoryError, Warning):
         raise undecodable(f".npy header names an unknown element type {shown(descr)}") from None
     if dtype.hasobject:
         raise undecodable(
@@ -119,8 +153,7 @@ def _header_dtype(descr: object) -> np.dtype[Any]:
     if (dtype.kind not in "biuf" and not plain_void) or dtype.subdtype is not None:
         raise unacceptable(
             f".npy element type {shown(descr)} is not supported; supported: bool, int8-64, "
-            "uint8-64, "
-            "float16, float32, float64, and bfloat16 as 2-byte elements"
+            "uint8-64, float16, float32, float64, and bfloat16 as 2-byte elements"
         )
     return dtype
 
@@ -130,8 +163,9 @@ def _header_shape(shape: object, max_rank: int) -> tuple[int, ...]:
         isinstance(size, int) and not isinstance(size, bool) for size in shape
     ):
         raise undecodable(f".npy header: shape must be a tuple of integers, got {shown(shape)}")
-    if len(shape) > max_rank:
-        raise unacceptable(f".npy shape has rank {len(shape)}; at most {max_rank} is supported")
+    limit = min(max_rank, MAX_RANK)
+    if len(shape) > limit:
+        raise unacceptable(f".npy shape has rank {len(shape)}; at most {limit} is supported")
     if any(size < 0 for size in shape):
         raise undecodable(f".npy header: shape {shown(shape)} has a negative dimension")
     return shape
