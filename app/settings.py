@@ -2,11 +2,23 @@
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tensor_ops_wire.npy import MAX_NBYTES
 
 MiB = 1 << 20
 GiB = 1 << 30
+#: Settings that bound sizes in bytes or elements: none may pass what one NumPy array can span
+#: (``MAX_NBYTES``, 2**63 - 1 on a 64-bit machine), or a request could get past the service's
+#: checks and be refused by NumPy itself (a 500).
+_NUMPY_BOUNDED = (
+    "max_body_bytes",
+    "max_output_bytes",
+    "max_dimension",
+    "memory_budget_bytes",
+    "offload_bytes",
+)
 
 
 class Settings(BaseSettings):
@@ -48,10 +60,25 @@ class Settings(BaseSettings):
         10.0, gt=0, description="seconds over which the minimum transfer rate is measured"
     )
     graceful_timeout: float = Field(
-        30.0, gt=0, description="seconds in-flight requests get to finish after SIGTERM"
+        30.0,
+        gt=0,
+        allow_inf_nan=False,  # uvicorn takes it as an int: infinity would fail at start-up
+        description="seconds in-flight requests get to finish after SIGTERM",
     )
     offload_bytes: int = Field(
         256 * 1024,
         ge=0,
         description="bodies and outputs above this size are processed off the event loop",
     )
+
+    @field_validator(*_NUMPY_BOUNDED)
+    @classmethod
+    def _numpy_can_span(cls, value: int, info: ValidationInfo) -> int:
+        if value > MAX_NBYTES:
+            name = f"TENSOR_OPS_{(info.field_name or '').upper()}"
+            raise ValueError(
+                f"{name} = {value} is more than one NumPy array can span ({MAX_NBYTES}, "
+                "2**63 - 1, bytes or elements); a request within it could pass the service's "
+                f"checks and fail in NumPy. Set {name} to at most {MAX_NBYTES}"
+            )
+        return value
