@@ -1,5 +1,6 @@
 """The project's promises about itself: README's commands are the ones CI and users run."""
 
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -10,16 +11,20 @@ from tensor_ops_wire.dtypes import ELEMENT_TYPES
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 CI = (ROOT / ".ci" / "run").read_text()
+CHECK = (ROOT / "scripts" / "check").read_text()
+TEST = (ROOT / "scripts" / "test").read_text()
 
 
 def shell_blocks() -> list[str]:
     return re.findall(r"```sh\n(.*?)```", README, flags=re.S)
 
 
+def readme_test_command() -> str:
+    return next(block.strip() for block in shell_blocks() if "pytest" in block)
+
+
 def test_ci_runs_the_readme_test_command() -> None:
-    test_command = next(block.strip() for block in shell_blocks() if "pytest" in block)
-    ci_lines = CI.splitlines()
-    assert test_command in ci_lines
+    assert readme_test_command() in CI.splitlines()
 
 
 def test_readme_run_command_serves_the_app_on_localhost_8000() -> None:
@@ -50,13 +55,35 @@ def test_readme_shows_the_client_alone_and_imports_it_by_its_own_name() -> None:
     assert "app/client.py" not in README
 
 
-def test_ci_lints_and_type_checks_the_client() -> None:
+def test_ci_runs_scripts_check_before_the_tests() -> None:
     lines = CI.splitlines()
-    assert any(line.startswith(".venv/bin/ruff check") and "client" in line for line in lines)
-    assert any(
-        line.startswith(".venv/bin/ruff format --check") and "client" in line for line in lines
-    )
+    assert "scripts/check" in lines
+    assert lines.index("scripts/check") < lines.index(readme_test_command())
+
+
+def test_scripts_check_lints_and_type_checks_the_server_tests_and_client() -> None:
+    lines = CHECK.splitlines()
+    assert ".venv/bin/ruff check app tests client" in lines
+    assert ".venv/bin/ruff format --check app tests client" in lines
+    assert ".venv/bin/mypy --strict app tests" in lines
     assert ".venv/bin/mypy --strict client" in lines
+    assert ".venv/bin/hadolint Dockerfile" in lines
+
+
+def test_scripts_test_runs_the_readme_pytest_command_with_extra_arguments() -> None:
+    pytest_part = readme_test_command().split("&&")[-1].strip()
+    assert pytest_part.startswith(".venv/bin/python -m pytest")
+    assert f'exec {pytest_part} "$@"' in TEST.splitlines()
+
+
+def test_scripts_are_strict_bash_and_runnable_from_anywhere() -> None:
+    for name in ("check", "test"):
+        path = ROOT / "scripts" / name
+        lines = path.read_text().splitlines()
+        assert lines[0] == "#!/usr/bin/env bash", name
+        assert "set -euo pipefail" in lines, name
+        assert 'cd "$(dirname "${BASH_SOURCE[0]}")/.."' in lines, name
+        assert os.access(path, os.X_OK), f"scripts/{name} is not executable"
 
 
 def test_the_server_pins_the_client_version_it_is_released_with() -> None:
