@@ -26,6 +26,7 @@ from app.transports.tensors import (
     decode_data,
     decode_index,
     encode_output,
+    json_encoding_bytes,
     settle_npy_type,
 )
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
@@ -125,6 +126,7 @@ class JsonExchange:
         self.raw_npy = raw_npy
         self.form = Form.JSON
         self.json: JsonBody | None = None
+        self.text_bytes = 0
 
     def prepare(self, body: Body) -> int:
         self.json = split_json_body(body)
@@ -143,7 +145,9 @@ class JsonExchange:
         attributes = {item.name: fields[item.name] for item in self.op.attributes}
         job = make_job(self.op, arrays, attributes, limits)
         if self.form is Form.JSON and not self.raw_npy:
-            check_json_text_size(job.output_count, limits.max_output_bytes)
+            self.text_bytes = check_json_text_size(
+                job.output_shape, job.output_dtype, limits.max_output_bytes
+            )
         return job
 
     def encoding_bytes(self, job: Job) -> int:
@@ -151,7 +155,7 @@ class JsonExchange:
             return 2 * job.output_bytes
         if self.form is Form.NPY:
             return 4 * job.output_bytes  # the output, its .npy, the base64, the JSON text
-        return job.output_bytes + 32 * job.output_count
+        return json_encoding_bytes(job, self.text_bytes)
 
     def encode(self, job: Job) -> Answer:
         buffers, media = encode_output(job, self.form, self.raw_npy)

@@ -15,6 +15,7 @@ from app.transports.json_form import (
     json_can_carry,
     json_ready,
 )
+from app.transports.json_text import PIECE_BYTES, nested_json, text_bytes
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     UnknownDTypeError,
@@ -94,19 +95,32 @@ def decode_index(value: Any, field: str) -> npt.NDArray[Any]:
     return array
 
 
-def check_json_text_size(count: int, max_output_bytes: int) -> None:
-    """Refuse (413) a JSON-form output whose text could pass the output limit.
+def check_json_text_size(
+    shape: tuple[int, ...], dtype: np.dtype[Any], max_output_bytes: int
+) -> int:
+    """The most bytes the output's JSON text can take; 413 when that could pass the limit.
 
-    As JSON text an element takes up to about 24 bytes; large outputs belong in the npy form.
+    The bound counts each element's longest text and every bracket of every nested list (a
+    rank-31 output of size-1 dimensions has 60 of them an element); large outputs belong in
+    the npy form.
     """
-    if count * 24 > max_output_bytes:
+    size = text_bytes(shape, dtype)
+    if size > max_output_bytes:
         raise ServiceError(
             Fault.TOO_LARGE,
             ("body", "data"),
-            f"the output has {count} elements, up to {count * 24} bytes as JSON text, above the "
+            f"the output of shape {shape} takes up to {size} bytes as JSON text, above the "
             f"limit of {max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES,"
             " or send data in npy form)",
         )
+    return size
+
+
+def json_encoding_bytes(job: Job, text: int) -> int:
+    """What a JSON-form answer holds at its peak: the output, its copy ready for JSON (bfloat16
+    widened), the text, and the temporaries of one piece of it."""
+    ready = job.output_count * (4 if job.output_dtype == BFLOAT16 else job.output_dtype.itemsize)
+    return job.output_bytes + ready + text + PIECE_BYTES
 
 
 def require_json_can_carry(output: npt.NDArray[Any], loc: tuple[str, ...], advice: str) -> None:
@@ -135,10 +149,6 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         return [b'{"data":"', Base64Stream(buffer), b'",' + suffix[1:]], "application/json"
     output = job.output()
     require_json_can_carry(output, ("body", "data"), "send data in npy form")
-    ready = json_ready(output)
-    data = ready.item() if ready.ndim == 0 else ready
-    body = orjson.dumps(
-        {"data": data, "dtype": element_type_of(output.dtype).numpy, "shape": list(output.shape)},
-        option=orjson.OPT_SERIALIZE_NUMPY,
-    )
-    return [body], "application/json"
+    suffix = orjson.dumps({"dtype": element_type_of(output.dtype).numpy, "shape": output.shape})
+    pieces = nested_json(json_ready(output))
+    return [b'{"data":', *pieces, b"," + suffix[1:]], "application/json"

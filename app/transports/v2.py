@@ -29,7 +29,11 @@ from app.transports.kserve import (
     v2_json_data,
     v2_output_buffer,
 )
-from app.transports.tensors import check_json_text_size, require_json_can_carry
+from app.transports.tensors import (
+    check_json_text_size,
+    json_encoding_bytes,
+    require_json_can_carry,
+)
 from app.transports.v2_models import (
     InferenceRequest,
     InferenceResponse,
@@ -138,6 +142,7 @@ class V2Exchange:
         self.binary = memoryview(b"")
         self.request: InferenceRequest | None = None
         self.binary_output = False
+        self.text_bytes = 0
 
     def prepare(self, body: Body) -> int:
         if self.header_length is None:
@@ -171,7 +176,10 @@ class V2Exchange:
         self.binary_output = _wants_binary(request)
         job = make_job(self.op, arrays, self._attributes(request), limits)
         if not self.binary_output:
-            check_json_text_size(job.output_count, limits.max_output_bytes)
+            # V2 JSON data is flat: the text of a 1-D array of the output's elements.
+            self.text_bytes = check_json_text_size(
+                (job.output_count,), job.output_dtype, limits.max_output_bytes
+            )
         return job
 
     def _inputs(self, request: InferenceRequest, limits: Limits) -> dict[str, Any]:
@@ -241,8 +249,9 @@ class V2Exchange:
         return attributes
 
     def encoding_bytes(self, job: Job) -> int:
-        encoded = 2 * job.output_bytes if self.binary_output else 32 * job.output_count
-        return job.output_bytes + encoded
+        if self.binary_output:
+            return 2 * job.output_bytes
+        return json_encoding_bytes(job, self.text_bytes)
 
     def encode(self, job: Job) -> Answer:
         assert self.request is not None
