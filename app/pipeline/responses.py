@@ -106,6 +106,7 @@ async def serve_http(
     ``exchange`` makes the transport's view of the request (checking what it can from the
     headers alone, before a byte of the body is read).
     """
+
     def read(reservation: Reservation) -> Awaitable[Body]:
         # The access log reports what the request reserved at its peak (its memory estimate).
         request.state.reservation = reservation
