@@ -27,6 +27,7 @@ _MAX_QUOTES = 4096
 _QUOTE = ord('"')
 _BACKSLASH = ord("\\")
 _COMMA = ord(",")
+_OPEN_BRACKET = ord("[")
 # What may follow a string's closing quote for the string to be an object key.
 _KEY_END = re.compile(rb"[ \t\n\r]*:")
 # Scans of a NumPy buffer without libc's memchr go this many bytes at a time (bounded temporaries).
@@ -58,7 +59,12 @@ class JsonBody:
         unescaped = sum(
             len(view) for view, escaped in zip(self.views, self.escaped, strict=True) if escaped
         )
-        return 2 * len(self.text) + 64 * _count(self.text, _COMMA) + decoded + unescaped
+        # A number costs its object and its slot (some 64 bytes); a list its object, its slots'
+        # spare room and its slot in the list above (some 120): deep nesting makes one list an
+        # element, and a 12 MB body of them hundreds of MB.
+        elements = 64 * _count(self.text, _COMMA)
+        lists = 120 * _count(self.text, _OPEN_BRACKET)
+        return 2 * len(self.text) + elements + lists + decoded + unescaped
 
     def parse(self) -> dict[str, Any]:
         """The body as a JSON object, exactly as ``orjson.loads`` reads it (long strings as views
