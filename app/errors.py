@@ -34,6 +34,7 @@ class Fault(StrEnum):
     BAD_ENCODING = "bad_encoding"
     BAD_LENGTH = "bad_length"
     DISCONNECTED = "disconnected"
+    BAD_PARAMETER = "bad_parameter"
     # 401: no valid key
     UNAUTHENTICATED = "unauthenticated"
     # 404: no such model or route
@@ -72,6 +73,7 @@ _STATUS: dict[Fault, int] = {
     Fault.BAD_ENCODING: 400,
     Fault.BAD_LENGTH: 400,
     Fault.DISCONNECTED: 400,
+    Fault.BAD_PARAMETER: 400,
     Fault.UNAUTHENTICATED: 401,
     Fault.NOT_FOUND: 404,
     Fault.METHOD_NOT_ALLOWED: 405,

@@ -57,9 +57,7 @@ _DATA_TYPES = [e.kserve for e in ELEMENT_TYPES]
 _READABLE = (JSON_TYPE, BINARY_TYPE, "")
 
 #: The kind of a protocol parameter of a wrong type or of an extension not served (400).
-#: ``Fault`` has no kind of its own for these yet; a dedicated ``Fault.BAD_PARAMETER`` (400)
-#: would replace it here, and only here.
-PARAMETER_FAULT = Fault.JSON_INVALID
+PARAMETER_FAULT = Fault.BAD_PARAMETER
 _SHARED_MEMORY = "Triton's shared memory extension"
 #: Parameters of extensions this service does not implement, to the extension they belong to.
 #: Any other parameter is the client's own and is ignored, as the protocol allows.
