@@ -24,26 +24,37 @@ def _to_array(value: JsonValue) -> tuple[tuple[int, ...], list[Any]]:
             "a tensor must be a number, a boolean, a nested array or a base64 .npy string, "
             f"got {'null' if value is None else type(value).__name__}"
         )
-    try:
-        # As an object array NumPy finds the rectangular part of the nesting without coercing
-        # any leaf (True stays a bool, 2**64 - 1 stays an int); a ragged level shows as lists.
-        shape = np.array(value, dtype=object).shape
-    except ValueError:
-        raise undecodable(f"array nested deeper than {MAX_RANK} levels") from None
-    leaves: list[Any] = value
-    for _ in range(len(shape) - 1):
-        leaves = list(chain.from_iterable(leaves))
-    if any(type(leaf) is list for leaf in leaves):
-        if len(shape) >= MAX_RANK:
+    # The shape is read down the first elements; then each level is flattened in turn (C
+    # speed, one list of the level's items at a time) and checked to hold lists of that
+    # length. No object per element beyond the parse's own (NumPy's object-array discovery
+    # cost seconds and hundreds of MB on deep nesting).
+    shape: list[int] = []
+    node: Any = value
+    while type(node) is list:
+        shape.append(len(node))
+        if len(shape) > MAX_RANK:
             raise too_large(
                 f"arrays nested deeper than {MAX_RANK} levels (the most NumPy holds; the service's "
                 "own limit is TENSOR_OPS_MAX_RANK)"
             )
-        raise undecodable(
-            "ragged array: the nested lists must all have the same length at each depth, "
-            f"and hold numbers or booleans at depth {len(shape)}"
-        )
-    return shape, leaves
+        if not node:
+            break
+        node = node[0]
+    level: list[Any] = [value]
+    for depth, size in enumerate(shape):
+        if set(map(type, level)) != {list} or set(map(len, level)) != {size}:
+            raise _ragged(depth)
+        level = list(chain.from_iterable(level))
+    if any(type(leaf) is list for leaf in level):
+        raise _ragged(len(shape))
+    return tuple(shape), level
+
+
+def _ragged(depth: int) -> Exception:
+    return undecodable(
+        "ragged array: the nested lists must all have the same length at each depth, "
+        f"and hold numbers or booleans at depth {depth}"
+    )
 
 
 def _leaf_types(leaves: list[Any]) -> set[type]:
