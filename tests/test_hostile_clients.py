@@ -5,6 +5,7 @@ same worker keeps serving everyone else, and that the memory it reserved comes b
 """
 
 import base64
+import contextlib
 import io
 import re
 import socket
@@ -41,8 +42,8 @@ def serve(env: dict[str, str]) -> Iterator[tuple[str, int]]:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, int]]:
-    """Default limits, but a body timeout of 1 s."""
-    yield from serve({"TENSOR_OPS_BODY_TIMEOUT": "1"})
+    """Default limits, but a client must send 16 bytes a second over every second."""
+    yield from serve({"TENSOR_OPS_RATE_WINDOW": "1", "TENSOR_OPS_MIN_TRANSFER_RATE": "16"})
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +141,7 @@ def test_a_client_that_stops_sending_gets_408(server: tuple[str, int]) -> None:
         connection.sendall(request_head("/roll", 1000) + b'{"data": [')
         reply = read_reply(connection)
     assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
-    assert b"TENSOR_OPS_BODY_TIMEOUT" in reply
+    assert b"TENSOR_OPS_MIN_TRANSFER_RATE" in reply
     wait_until_released(url)
     healthy(url, pid)
 
@@ -179,18 +180,33 @@ def test_content_length_that_is_not_a_number(server: tuple[str, int]) -> None:
     healthy(url, pid)
 
 
+def send_in_background(connection: socket.socket, data: bytes) -> threading.Thread:
+    """Send ``data`` from a thread (the server may stop reading); errors mean it hung up."""
+
+    def push() -> None:
+        with contextlib.suppress(OSError):
+            connection.sendall(data)
+
+    thread = threading.Thread(target=push, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_memory_admission_waits_then_answers_503(tight_server: tuple[str, int]) -> None:
     url, pid = tight_server
     holder = socket.create_connection(address(url))
     try:
-        # Declares 150 MiB: that much of the 300 MiB budget is reserved before reading.
-        holder.sendall(request_head("/roll", 150 << 20) + b'{"data": "')
-        time.sleep(0.2)
-        assert metric(url, "tensor_ops_memory_reserved_bytes") >= 150 << 20
+        # 150 MiB of a 200 MiB body arrive: what has arrived (and a step ahead) is reserved.
+        holder.sendall(request_head("/roll", 200 << 20) + b'{"data": "' + b"A" * (150 << 20))
+        deadline = time.monotonic() + 10
+        while metric(url, "tensor_ops_memory_reserved_bytes") < 150 << 20:
+            assert time.monotonic() < deadline, "the arrived bytes were not reserved"
+            time.sleep(0.05)
         # A second body of 160 MiB cannot fit beside it: it waits, then gets 503.
         started = time.monotonic()
         with socket.create_connection(address(url)) as second:
-            second.sendall(request_head("/roll", 160 << 20) + b'{"data": "')
+            second.sendall(request_head("/roll", 160 << 20))
+            send_in_background(second, b'{"data": "' + b"A" * (160 << 20))
             reply = read_reply(second)
         waited = time.monotonic() - started
         assert reply.startswith(b"HTTP/1.1 503"), reply[:300]
@@ -203,6 +219,94 @@ def test_memory_admission_waits_then_answers_503(tight_server: tuple[str, int]) 
         holder.close()
     wait_until_released(url)
     assert metric(url, "tensor_ops_admission_refused_total") >= 1
+
+
+def test_announced_bodies_that_never_come_hold_no_memory(tight_server: tuple[str, int]) -> None:
+    """16 uploads announce 256 MiB each (13 times the budget) and stall, 4 more trickle: a
+    valid 8 MiB request is still served, and almost nothing is reserved meanwhile."""
+    url, pid = tight_server
+    stalled = [socket.create_connection(address(url)) for _ in range(20)]
+    try:
+        for connection in stalled:
+            connection.sendall(request_head("/roll", 256 << 20) + b'{"data": "')
+        for _ in range(3):  # the last four trickle a byte at a time
+            for connection in stalled[16:]:
+                connection.sendall(b"A")
+            time.sleep(0.05)
+        assert metric(url, "tensor_ops_memory_reserved_bytes") < 16 << 20
+        data = np.arange(2 << 20, dtype=np.float32)
+        buffer = io.BytesIO()
+        np.save(buffer, data)
+        body = {"data": base64.b64encode(buffer.getvalue()).decode(), "shift": 1, "axes": 0}
+        reply = httpx.post(
+            f"{url}/roll", json=body, headers={"accept": "application/x-npy"}, timeout=30
+        )
+        assert reply.status_code == 200, reply.text[:300]
+        np.testing.assert_array_equal(np.load(io.BytesIO(reply.content)), np.roll(data, 1))
+    finally:
+        for connection in stalled:
+            connection.close()
+    wait_until_released(url)
+    healthy(url, pid)
+
+
+def test_a_trickle_below_the_minimum_rate_gets_408(server: tuple[str, int]) -> None:
+    url, pid = server
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/roll", 1000) + b'{"data": [')
+        started = time.monotonic()
+        connection.settimeout(0.3)
+        # One byte every 0.3 s: 3 bytes a second, below the 16 the server asks for.
+        while time.monotonic() - started < 10:
+            try:
+                connection.sendall(b"1")
+                if connection.recv(1, socket.MSG_PEEK):
+                    break
+            except TimeoutError:
+                continue
+            except OSError:  # the server answered and hung up while we were sending
+                break
+        reply = read_reply(connection)
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert b"TENSOR_OPS_MIN_TRANSFER_RATE" in reply
+    wait_until_released(url)
+    healthy(url, pid)
+
+
+@pytest.fixture(scope="module")
+def impatient_server() -> Iterator[tuple[str, int]]:
+    """Clients must read their answers at 1 MiB a second over every second."""
+    yield from serve({"TENSOR_OPS_RATE_WINDOW": "1", "TENSOR_OPS_MIN_TRANSFER_RATE": str(1 << 20)})
+
+
+def test_a_client_that_never_reads_is_cut_off_and_its_memory_comes_back(
+    impatient_server: tuple[str, int],
+) -> None:
+    url, pid = impatient_server
+    data = np.arange(16 << 20, dtype=np.float32)  # a 64 MiB answer
+    buffer = io.BytesIO()
+    np.savez(buffer, data=data, shift=np.int64(1), axes=np.int64(0))
+    connection = socket.socket()
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.connect(address(url))
+    try:
+        connection.sendall(request_head("/roll", len(buffer.getvalue()), "application/x-npz"))
+        connection.sendall(buffer.getvalue())
+        # Never read: the answer's memory is reserved while the server waits to send it...
+        deadline = time.monotonic() + 10
+        while metric(url, "tensor_ops_memory_reserved_bytes") == 0:
+            assert time.monotonic() < deadline, "the answer was never reserved"
+            time.sleep(0.02)
+        # ...until the window passes without the client reading: then it is cut off.
+        wait_until_released(url)
+        connection.settimeout(10)
+        received = 0
+        while chunk := connection.recv(1 << 20):
+            received += len(chunk)
+        assert received < data.nbytes, "the whole answer should not have been sent"
+    finally:
+        connection.close()
+    healthy(url, pid)
 
 
 def test_a_request_that_can_never_fit_gets_413(tight_server: tuple[str, int]) -> None:
