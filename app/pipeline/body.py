@@ -19,6 +19,7 @@ _PREALLOCATED = 1 << 20
 # Inflated bodies grow by pieces of this size, each reserved before it is made.
 _INFLATE_STEP = 8 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
+_LENGTH_DIGITS = 19
 _ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 
 
@@ -54,6 +55,9 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
             raise ServiceError(
                 Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
             )
+        # Past 19 digits a length passes any limit (and int() refuses 4300 of them): no int.
+        if len(declared.lstrip("0")) > _LENGTH_DIGITS:
+            raise _too_large(f"{len(declared)} digits of bytes", limit)
         length = int(declared)
         if length > limit:
             raise _too_large(f"{length} bytes", limit)

@@ -50,6 +50,7 @@ SERVER_NAME = "tensor-ops"
 
 MODEL_VERSION = "1"
 HEADER_LENGTH = "inference-header-content-length"
+_LENGTH_DIGITS = 19
 BINARY_TYPE = "application/octet-stream"
 EXTENSIONS = ["binary_tensor_data"]
 _DATA_TYPES = [e.kserve for e in ELEMENT_TYPES]
@@ -127,12 +128,18 @@ class V2Exchange:
     """One infer request: a JSON body, or a JSON header then the binary tensors it sizes."""
 
     def __init__(self, op: Op, header_length: str | None) -> None:
-        if header_length is not None and not (header_length.isascii() and header_length.isdigit()):
+        # A byte count in ASCII digits; past 19 of them it passes any body (and int() refuses
+        # 4300 of them), so it is refused before int() sees it.
+        if header_length is not None and not (
+            header_length.isascii()
+            and header_length.isdigit()
+            and len(header_length.lstrip("0")) <= _LENGTH_DIGITS
+        ):
             raise ServiceError(
                 Fault.BAD_HEADER,
                 ("header", HEADER_LENGTH),
                 f"Inference-Header-Content-Length {quote(header_length)} does not fit the body: "
-                "it is not a byte count",
+                "it is not a byte count of at most 19 digits",
             )
         self.op = op
         self.header_length = None if header_length is None else int(header_length)
