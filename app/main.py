@@ -1,5 +1,6 @@
 """The application: ``create_app(settings)`` builds it; ``app`` is what uvicorn serves."""
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 
 from app.metrics import render as render_metrics
 from app.observability import ObservabilityMiddleware, configure_logging
-from app.pipeline.admission import MemoryBudget
+from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
 from app.registry import REGISTRY
 from app.settings import Settings
@@ -21,6 +22,8 @@ from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_
 from app.transports.v2 import build_v2_router
 from app.transports.v2_models import InferenceRequest
 from app.version import VERSION
+
+LOG = logging.getLogger("tensor_ops.service")
 
 DESCRIPTION = """
 Executes OpenVINO's **Roll-7** and **Gather-8** exactly as their specifications say, on tensors
@@ -51,7 +54,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.ready = True
     install_error_handlers(app)
     app.add_middleware(ObservabilityMiddleware)
-    budget = MemoryBudget(settings.memory_budget_bytes, settings.admission_timeout)
+    capacity, source = derive_budget(
+        settings.memory_budget_bytes, container_limit(), settings.workers, resident_bytes()
+    )
+    LOG.info("memory budget", extra={"budget_bytes": capacity, "from": source})
+    budget = MemoryBudget(capacity, settings.admission_timeout)
     app.state.budget = budget
     pipeline = Pipeline(settings, budget)
     app.include_router(build_router(pipeline))

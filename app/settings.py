@@ -39,10 +39,11 @@ class Settings(BaseSettings):
     max_dimension: int = Field(
         1 << 31, ge=1, description="longest dimension of any tensor accepted (empty ones too)"
     )
-    memory_budget_bytes: int = Field(
-        4 * GiB,
+    memory_budget_bytes: int | None = Field(
+        None,
         ge=1,
-        description="memory the requests of one worker may hold at once (bodies, outputs, copies)",
+        description="memory the requests of one worker may hold at once (bodies, outputs, "
+        "copies); unset, it is derived from the container's memory limit, else 4 GiB",
     )
     admission_timeout: float = Field(
         10.0, gt=0, description="seconds a request waits for memory before a 503"
@@ -73,8 +74,8 @@ class Settings(BaseSettings):
 
     @field_validator(*_NUMPY_BOUNDED)
     @classmethod
-    def _numpy_can_span(cls, value: int, info: ValidationInfo) -> int:
-        if value > MAX_NBYTES:
+    def _numpy_can_span(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and value > MAX_NBYTES:
             name = f"TENSOR_OPS_{(info.field_name or '').upper()}"
             raise ValueError(
                 f"{name} = {value} is more than one NumPy array can span ({MAX_NBYTES}, "

@@ -8,13 +8,75 @@ answered 503 with ``Retry-After``. A request that could never fit is answered 41
 
 import asyncio
 import math
+import os
 import time
+from pathlib import Path
 
 from app.errors import Fault, ServiceError
 from app.metrics import REFUSED_BUSY, RESERVED, WAITING
 
 #: Below this, a request's memory is not reserved at all.
 UNCOUNTED_BYTES = 256 * 1024
+#: The budget of a worker when neither the settings nor a container limit give one.
+DEFAULT_BUDGET = 4 << 30
+#: Where a container's memory limit is read: cgroup v2, then v1.
+CGROUP_LIMITS = (
+    Path("/sys/fs/cgroup/memory.max"),
+    Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+)
+# cgroup v1 writes "no limit" as 2**63 - 1 rounded down to a page.
+_NO_LIMIT = 1 << 62
+# What the memory model promises: a request's growth stays within 1.25 x its reservation plus
+# 16 MiB; the budget leaves room for both beside the workers' own baseline.
+_GROWTH_FACTOR = 1.25
+_GROWTH_SLACK = 16 << 20
+_SMALLEST_BUDGET = 64 << 20
+
+
+def container_limit(paths: tuple[Path, ...] = CGROUP_LIMITS) -> int | None:
+    """The memory limit of the cgroup the process runs in, or None when there is none."""
+    for path in paths:
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        if text.isascii() and text.isdigit():
+            value = int(text)
+            return None if value >= _NO_LIMIT else value
+    return None
+
+
+def resident_bytes() -> int:
+    """This process's resident memory now (its baseline, when measured at start-up)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
+def derive_budget(
+    configured: int | None, limit: int | None, workers: int, baseline: int
+) -> tuple[int, str]:
+    """A worker's memory budget and where it comes from.
+
+    The setting wins. Under a container limit, each worker's share of the limit, less a margin
+    (a tenth, at least 64 MiB), less the worker's measured baseline, divided by what the memory
+    model lets a reservation grow to. Else 4 GiB.
+    """
+    if configured is not None:
+        return configured, "TENSOR_OPS_MEMORY_BUDGET_BYTES"
+    if limit is None:
+        return DEFAULT_BUDGET, "default (no container memory limit)"
+    margin = max(64 << 20, limit // 10)
+    share = (limit - margin) // workers - baseline - _GROWTH_SLACK
+    budget = max(_SMALLEST_BUDGET, int(share / _GROWTH_FACTOR))
+    return budget, (
+        f"container limit {limit} bytes, {workers} worker(s), baseline {baseline} bytes, "
+        f"margin {margin} bytes"
+    )
 
 
 class MemoryBudget:
