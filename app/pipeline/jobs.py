@@ -15,6 +15,9 @@ from app.registry import Arrays, Op
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
 
+#: The widest element of any supported type (int64, uint64, float64), in bytes.
+WIDEST_ITEMSIZE = 8
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -44,7 +47,8 @@ def check_shape(
     refuses an empty ``(0, 2**62)`` int16 array as it does a full one).
 
     Every input's shape and the output's, before the output exists, go through here; all of it
-    is in Python integers. ``output`` says the shape is the output's (located at the body).
+    is in Python integers. ``output`` says the shape is the output's (located at the body), and
+    ``itemsize`` is then the widest its answer may take.
     """
     what = "the output" if output else field
     loc = (root,) if output else (root, field)
@@ -70,12 +74,16 @@ def check_shape(
             f"limit of {limits.max_dimension} (raise it with TENSOR_OPS_MAX_DIMENSION)",
         )
     if not numpy_can_hold(shape, itemsize):
+        elements = (
+            f"at {itemsize} bytes an element, the widest an answer may carry it in"
+            if output
+            else f"at {itemsize} bytes an element"
+        )
         raise ServiceError(
             Fault.TOO_LARGE,
             loc,
-            f"{what} {'would span' if output else 'spans'} more than {MAX_NBYTES} bytes "
-            f"(shape {shown(shape)}, {itemsize}-byte elements, its nonzero dimensions "
-            "counted), more than NumPy can index",
+            f"{what} {'would span' if output else 'spans'} more than {MAX_NBYTES} bytes, more "
+            f"than NumPy can index (shape {shown(shape)}: its nonzero dimensions {elements})",
         )
 
 
@@ -136,8 +144,11 @@ def make_job(
         raise from_spec(error, root) from None
     dtype = arrays["data"].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
-    # and dimensions whose product no array can hold even when one of them is 0.
-    check_shape(shape, "output", limits, root, itemsize=dtype.itemsize, output=True)
+    # and dimensions whose product no array can hold even when one of them is 0. An answer may
+    # carry it in a wider type than its own (JSON carries bfloat16 as float32): the shape must
+    # hold at the widest element of any supported type.
+    widest = max(dtype.itemsize, WIDEST_ITEMSIZE)
+    check_shape(shape, "output", limits, root, itemsize=widest, output=True)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limits.max_output_bytes:
         raise ServiceError(

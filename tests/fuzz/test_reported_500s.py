@@ -151,6 +151,25 @@ def test_v2_shapes_whose_gather_output_overflows(fuzz: Service, app: str, binary
     refused(fuzz, v2_call(fuzz, app, "gather", inputs, binary), 413, True, "the output")
 
 
+@APPS
+@pytest.mark.parametrize("binary_output", [False, True], ids=["json-answer", "binary-answer"])
+def test_bfloat16_output_past_numpy_once_widened_for_json(
+    fuzz: Service, app: str, binary_output: bool
+) -> None:
+    # Found by the fuzzer: 2-byte elements whose nonzero dimensions span 2**62 bytes are legal,
+    # but a JSON answer carries bfloat16 as float32, twice as wide (json_ready, json_can_carry).
+    inputs = [
+        tensor("data", [0, 2**31 - 1, 2**30 + 1], "BF16", []),
+        tensor("shift", [], "INT64", [0]),
+        tensor("axes", [], "INT64", [0]),
+    ]
+    request: dict[str, Any] = {"inputs": inputs}
+    if binary_output:
+        request["outputs"] = [{"name": "output", "parameters": {"binary_data": True}}]
+    answer = fuzz.call(app, "POST", "/v2/models/roll/infer", JSON, json_text(request))
+    refused(fuzz, answer, 413, True, "the output", "the widest an answer may carry it in")
+
+
 def test_npy_header_with_a_zero_beside_an_overflow_is_refused() -> None:
     # (0, 2**62) of int16: no element, and still no array NumPy can make ("array is too big").
     with pytest.raises(TensorError, match="overflows"):
