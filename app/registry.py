@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops.gather import gather, gather_plan
-from app.ops.roll import ROLL_INDEX_TYPES, roll, roll_shifts
+from app.ops.gather import gather, gather_plan, gather_workspace
+from app.ops.roll import ROLL_INDEX_TYPES, roll, roll_shifts, roll_workspace
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 from tensor_ops_wire.npy import encode_npy_base64
 
@@ -22,6 +22,13 @@ Attributes = Mapping[str, int]
 Planner = Callable[[Arrays, Attributes], tuple[int, ...]]
 #: Computes the output, into ``out`` when given (a response buffer).
 Kernel = Callable[[Arrays, Attributes, npt.NDArray[Any] | None], npt.NDArray[Any]]
+#: The bytes the kernel holds beyond its inputs and output (its temporaries), for admission.
+Workspace = Callable[[Arrays, Attributes], int]
+
+
+def _no_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    return 0
+
 
 ALL_TYPES: tuple[str, ...] = tuple(e.numpy for e in ELEMENT_TYPES)
 INTEGER_TYPES: tuple[str, ...] = tuple(e.numpy for e in ELEMENT_TYPES if e.dtype.kind in "iu")
@@ -78,6 +85,7 @@ class Op:
     inputs: tuple[Input, ...]
     plan: Planner
     kernel: Kernel
+    workspace: Workspace = _no_workspace
     attributes: tuple[Attribute, ...] = ()
     #: name -> {"summary", "value" (a JSON request), "x-expected-output"}: the spec's examples.
     examples: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
@@ -121,6 +129,11 @@ def _roll(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) 
     return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
 
 
+def _roll_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    data = arrays["data"]
+    return roll_workspace(data.shape, data.dtype.itemsize, arrays["shift"], arrays["axes"])
+
+
 ROLL = Op(
     name="roll",
     spec="Roll-7",
@@ -148,6 +161,7 @@ ROLL = Op(
     ),
     plan=_plan_roll,
     kernel=_roll,
+    workspace=_roll_workspace,
     examples={
         "example_1": _example(
             "Roll-7 Example 1: shift = 1, axes = 0",
@@ -191,6 +205,10 @@ def _plan_gather(arrays: Arrays, attributes: Attributes) -> tuple[int, ...]:
     return plan.output_shape
 
 
+def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    return gather_workspace(arrays["indices"].shape, arrays["indices"].dtype)
+
+
 def _gather(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
     return gather(arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out)
 
@@ -232,6 +250,7 @@ GATHER = Op(
     ),
     plan=_plan_gather,
     kernel=_gather,
+    workspace=_gather_workspace,
     examples={
         "example_1": _example(
             "Gather-8 Example 1: default batch_dims",

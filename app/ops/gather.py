@@ -157,8 +157,16 @@ def _gather_into(
             positions[:, None, :],
         ]
     if valid is not None:
-        batch_of, index_of = np.nonzero(~valid)
-        out4[batch_of, :, index_of, :] = 0
+        # Out-of-range indices give zeros: a mask broadcast over the slices, no index arrays.
+        np.copyto(out4, 0, where=~valid[:, None, :, None])
+
+
+def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any]) -> int:
+    """The most bytes ``gather`` holds beyond its inputs and output: the indices as int64
+    positions, and three masks of one byte an index (unsigned ones also a copy of their own)."""
+    count = math.prod(indices_shape)
+    extra = indices_dtype.itemsize if indices_dtype.kind == "u" else 0
+    return count * (8 + 3 + extra)
 
 
 def _normalise_indices(
@@ -170,16 +178,17 @@ def _normalise_indices(
     """
     if indices.size == 0 or (indices.min() >= 0 and indices.max() < length):
         return indices.astype(np.int64, copy=False), None
+    # In place where it can be: the int64 positions and one-byte masks are all it holds.
     if indices.dtype.kind == "u":
         # Unsigned values are compared as they are: 2**64 - 1 is far out of range, not -1.
         valid = indices < np.array(length, dtype=indices.dtype)
         positions = np.where(valid, indices, 0).astype(np.int64)
     else:
         positions = indices.astype(np.int64)  # a copy: it is changed below
-        negative = positions < 0
-        positions += negative * length
-        valid = (positions >= 0) & (positions < length)
+        np.add(positions, length, out=positions, where=positions < 0)
+        valid = positions >= 0
+        valid &= positions < length
     if valid.all():
         return positions, None
-    positions[~valid] = 0
+    np.copyto(positions, 0, where=~valid)
     return positions, valid

@@ -146,6 +146,16 @@ def roll(
     return out
 
 
+def roll_workspace(
+    data_shape: tuple[int, ...], itemsize: int, shift: npt.ArrayLike, axes: npt.ArrayLike
+) -> int:
+    """The most bytes ``roll`` holds beyond its input and output: none when it copies blocks,
+    a whole output's worth when more axes roll than blocks pay for (an index mesh's gather)."""
+    if len(roll_shifts(data_shape, shift, axes)) <= _MAX_SLICED_AXES:
+        return 0
+    return math.prod(data_shape) * itemsize
+
+
 def _roll_by_blocks(source: npt.NDArray[Any], out: npt.NDArray[Any], net: dict[int, int]) -> None:
     # Along one axis of length n rolled by s, out[s:] = source[:n-s] and out[:s] = source[n-s:].
     # The outer rolled axes split the tensor into 2**(k-1) such blocks; within each, the innermost

@@ -96,6 +96,8 @@ class Job:
     attributes: Mapping[str, int]
     output_shape: tuple[int, ...]
     output_dtype: np.dtype[Any]
+    #: What the kernel holds beyond inputs and output while it runs.
+    workspace_bytes: int = 0
 
     @property
     def output_count(self) -> int:
@@ -157,4 +159,5 @@ def make_job(
             f"the output would be {nbytes} bytes (shape {shape}, {dtype.name}), above the limit "
             f"of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES)",
         )
-    return Job(op, arrays, attributes, tuple(shape), dtype)
+    workspace = op.workspace(arrays, attributes)
+    return Job(op, arrays, attributes, tuple(shape), dtype, workspace)

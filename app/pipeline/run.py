@@ -73,7 +73,9 @@ class Pipeline:
             decoding = await run_sized(large, exchange.prepare, body)
             await reservation.grow_to(len(body) + decoding)
             job = await run_sized(large, exchange.decode, self.limits)
-            await reservation.grow_to(reservation.held + exchange.encoding_bytes(job))
+            # The output and its encoding, and the kernel's own temporaries while it runs.
+            compute = exchange.encoding_bytes(job) + job.workspace_bytes
+            await reservation.grow_to(max(reservation.held, reservation.peak) + compute)
             offload = large or job.output_bytes > self.settings.offload_bytes
             answer = await run_sized(offload, exchange.encode, job)
         except BaseException:
