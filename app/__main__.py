@@ -14,7 +14,8 @@ def _with_allocator_settings() -> None:
     """Start afresh with the allocator's setting when the environment does not give it."""
     if sys.platform == "linux" and MMAP_THRESHOLD not in os.environ:
         os.environ[MMAP_THRESHOLD] = str(1 << 20)
-        os.execv(sys.executable, [sys.executable, "-m", "app", *sys.argv[1:]])
+        # The same command again, interpreter options (-X, -W) included.
+        os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 if __name__ == "__main__":

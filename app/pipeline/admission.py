@@ -92,7 +92,8 @@ class MemoryBudget:
         """A reservation of this budget, empty until it grows."""
         return Reservation(self)
 
-    async def _take(self, nbytes: int, total: int, deadline: float) -> None:
+    def refuse_what_never_fits(self, total: int) -> None:
+        """413 for a request that would need more than the whole budget."""
         if total > self.capacity:
             raise ServiceError(
                 Fault.TOO_LARGE,
@@ -100,6 +101,9 @@ class MemoryBudget:
                 f"the request needs about {total} bytes of memory, more than the budget of "
                 f"{self.capacity} bytes (raise it with TENSOR_OPS_MEMORY_BUDGET_BYTES)",
             )
+
+    async def _take(self, nbytes: int, total: int, deadline: float) -> None:
+        self.refuse_what_never_fits(total)
         async with self._changed:
             waiting = False
             while self.in_use + nbytes > self.capacity:

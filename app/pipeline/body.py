@@ -61,6 +61,8 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
         length = int(declared)
         if length > limit:
             raise _too_large(f"{length} bytes", limit)
+        # A body that could never be held is refused before its buffer is asked for.
+        reservation.budget.refuse_what_never_fits(length)
     chunks = _PacedBody(request, settings)
     if length is not None and length >= _PREALLOCATED:
         body: Body = await _read_declared(chunks, length, reservation)
@@ -136,7 +138,15 @@ async def _read_declared(chunks: _PacedBody, length: int, reservation: Reservati
     # A body of known length goes into one NumPy buffer, which takes huge pages: a bytearray
     # grown chunk by chunk takes a page fault every 4 KiB (~50 ms per 64 MiB on this kind of VM).
     # Its pages are only touched as bytes arrive, and only those are reserved.
-    buffer = np.empty(length, dtype=np.uint8)
+    try:
+        buffer = np.empty(length, dtype=np.uint8)
+    except MemoryError:  # a budget set past what the machine can map
+        raise ServiceError(
+            Fault.BUSY,
+            ("body",),
+            f"the service cannot map {length} bytes for this body now; retry later",
+            headers={"Retry-After": "1"},
+        ) from None
     view = buffer.data
     filled = 0
     while (chunk := await chunks.next()) is not None:

@@ -210,7 +210,7 @@ def _restore(payload: dict[str, Any], mark: str, values: list[memoryview | str])
 
 def _mark_index(value: str, mark: str, count: int) -> int | None:
     digits = value[len(mark) :]
-    if not digits.isdigit() or not digits.isascii():
+    if not digits.isdigit() or not digits.isascii() or len(digits) > 9:
         return None
     index = int(digits)
     return index if index < count and f"{mark}{index}" == value else None
