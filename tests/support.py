@@ -17,13 +17,14 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import numpy.typing as npt
+import orjson
 import pybase64
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -100,6 +101,23 @@ def zip_bytes(members: Mapping[str, bytes], method: int = zipfile.ZIP_STORED) ->
         for name, payload in members.items():
             archive.writestr(name, payload)
     return buffer.getvalue()
+
+
+def v2_binary_body(
+    head: Mapping[str, Any], chunks: Sequence[bytes]
+) -> tuple[bytes, dict[str, str]]:
+    """A ``/v2`` infer body in Triton's binary tensor extension, and its headers: ``head`` as the
+    JSON header, each of its inputs given the ``binary_data_size`` of its chunk, then the chunks."""
+    inputs = [
+        {**item, "parameters": {"binary_data_size": len(raw)}}
+        for item, raw in zip(head["inputs"], chunks, strict=True)
+    ]
+    header = orjson.dumps({**head, "inputs": inputs})
+    headers = {
+        "content-type": "application/octet-stream",
+        "inference-header-content-length": str(len(header)),
+    }
+    return header + b"".join(chunks), headers
 
 
 def gzip_bomb(inflated_bytes: int, fill: bytes = b" ") -> bytes:

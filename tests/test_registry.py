@@ -14,6 +14,7 @@ from app.main import create_app
 from app.ops.errors import SpecError
 from app.registry import ALL_TYPES, INTEGER_TYPES, REGISTRY, Arrays, Attributes, Input, Op
 from app.settings import Settings
+from tests.support import npz_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -95,10 +96,9 @@ async def test_json_route(client: httpx.AsyncClient) -> None:
 
 
 async def test_npz_route(client: httpx.AsyncClient) -> None:
-    buffer = io.BytesIO()
-    np.savez(buffer, data=DATA, axes=np.array([0, 1], dtype=np.uint8))
+    body = npz_bytes(data=DATA, axes=np.array([0, 1], dtype=np.uint8))
     response = await client.post(
-        "/flip", content=buffer.getvalue(), headers={"content-type": "application/x-npz"}
+        "/flip", content=body, headers={"content-type": "application/x-npz"}
     )
     assert response.status_code == 200, response.text
     np.testing.assert_array_equal(np.load(io.BytesIO(response.content)), EXPECTED)

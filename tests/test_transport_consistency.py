@@ -21,7 +21,6 @@ import base64
 import gzip
 import io
 import re
-import zipfile
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from dataclasses import field as default
@@ -37,6 +36,15 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
+from tests.support import (
+    assert_same_bits,
+    b64,
+    npy_b64,
+    npy_bytes,
+    npz_bytes,
+    v2_binary_body,
+    zip_bytes,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -92,16 +100,6 @@ V2_TYPES = {
 }
 
 
-def npy_bytes(array: Array) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
-
-
-def npy_b64(array: Array) -> str:
-    return base64.b64encode(npy_bytes(array)).decode()
-
-
 def plain(
     op: str,
     arrays: Arrays,
@@ -131,15 +129,6 @@ def ny(op: str, arrays: Arrays, **options: Any) -> Call:
     return plain(op, arrays, npy=True, **options)
 
 
-def archive(members: dict[str, bytes]) -> bytes:
-    """An archive laid out as ``np.savez`` writes one, with members of any bytes."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as zipped:
-        for name, payload in members.items():
-            zipped.writestr(f"{name}.npy", payload)
-    return buffer.getvalue()
-
-
 def nz(
     op: str,
     arrays: Arrays,
@@ -148,14 +137,13 @@ def nz(
     dtype: str | None = None,
     members: dict[str, bytes] | None = None,
 ) -> Call:
-    """An ``.npz`` body (``np.savez``), ``batch_dims`` and ``dtype`` in the query."""
+    """An ``.npz`` body (``np.savez``), ``batch_dims`` and ``dtype`` in the query; ``members``:
+    an archive laid out as ``np.savez`` writes one, with members of any bytes."""
     if members is None:
-        buffer = io.BytesIO()
         named: dict[str, Any] = dict(arrays)
-        np.savez(buffer, **named)
-        content = buffer.getvalue()
+        content = npz_bytes(**named)
     else:
-        content = archive(members)
+        content = zip_bytes({f"{name}.npy": payload for name, payload in members.items()})
     params = {}
     if batch_dims is not None:
         params["batch_dims"] = str(batch_dims)
@@ -221,17 +209,12 @@ def vb(
 ) -> Call:
     """A ``/v2`` infer request with Triton's binary tensors (a JSON header, then raw bytes)."""
     head = v2_head(arrays, parameters, datatypes, shapes, binary_output)
-    chunks = []
-    for item, array in zip(head["inputs"], arrays.values(), strict=True):
-        raw = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
-        item["parameters"] = {"binary_data_size": len(raw)}
-        chunks.append(raw)
-    header = orjson.dumps(head)
-    headers = {
-        "content-type": "application/octet-stream",
-        "inference-header-content-length": str(len(header)),
-    }
-    return Call(f"/v2/models/{model or op}/infer", header + b"".join(chunks), headers)
+    chunks = [
+        np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<")).tobytes()
+        for array in arrays.values()
+    ]
+    content, headers = v2_binary_body(head, chunks)
+    return Call(f"/v2/models/{model or op}/infer", content, headers)
 
 
 def with_headers(call: Call, **headers: str) -> Call:
@@ -312,24 +295,17 @@ def expected_nan_output() -> Array:
     return np.roll(NAN_DATA, 1, axis=1)
 
 
-def same_bits(actual: Array, expected: Array) -> None:
-    assert actual.shape == expected.shape
-    assert actual.dtype.newbyteorder("=") == expected.dtype.newbyteorder("=")
-    width = f"u{expected.dtype.itemsize}"
-    np.testing.assert_array_equal(
-        actual.astype(actual.dtype.newbyteorder("=")).view(width), expected.view(width)
-    )
-
-
 def npy_answer_in_json(response: httpx.Response) -> None:
     body = response.json()
     output = np.load(io.BytesIO(base64.b64decode(body["data"])), allow_pickle=False)
-    same_bits(output, expected_nan_output())
+    assert_same_bits(output, expected_nan_output())
 
 
 def raw_npy_answer(response: httpx.Response) -> None:
     assert response.headers["content-type"] == "application/x-npy"
-    same_bits(np.load(io.BytesIO(response.content), allow_pickle=False), expected_nan_output())
+    assert_same_bits(
+        np.load(io.BytesIO(response.content), allow_pickle=False), expected_nan_output()
+    )
 
 
 def binary_v2_answer(response: httpx.Response) -> None:
@@ -337,7 +313,7 @@ def binary_v2_answer(response: httpx.Response) -> None:
     output = orjson.loads(response.content[:length])["outputs"][0]
     assert output["datatype"] == "FP32"
     raw = np.frombuffer(response.content[length:], dtype="<f4").reshape(output["shape"])
-    same_bits(raw, expected_nan_output())
+    assert_same_bits(raw, expected_nan_output())
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -411,9 +387,7 @@ ROWS = [
         400,
         {
             "json": Cell(lambda: js("roll", ROLL, raw={"data": [[1, 2, 3], [4, 5]]})),
-            "npy": Cell(
-                lambda: ny("roll", ROLL, raw={"data": base64.b64encode(b"not an npy").decode()})
-            ),
+            "npy": Cell(lambda: ny("roll", ROLL, raw={"data": b64(b"not an npy")})),
             "npz": Cell(
                 lambda: nz(
                     "roll",

@@ -2,17 +2,19 @@
 values. Each strategy builds something close to legal, then bends one part of it."""
 
 import ast
-import base64
-import io
 import json
 import random
 import struct
 import warnings
-import zipfile
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
+
+# Re-exported: the fuzz modules take every body builder from here.
+from tests.support import b64 as b64  # noqa: PLC0414
+from tests.support import npy_bytes as npy_bytes  # noqa: PLC0414
+from tests.support import zip_bytes
 
 # -- numbers that sit on an edge -----------------------------------------------------------------
 
@@ -201,23 +203,11 @@ def npy_files(draw: st.DrawFn, index: bool = False) -> bytes:
     return raw
 
 
-def npy_bytes(array: Any) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode("ascii")
-
-
+# .npz bodies of raw members: unlike tests.support.npz_bytes (arrays, written by np.savez), the
+# members are bytes as they are (the bent .npy files above), each named ``<name>.npy``.
 def npz_bytes(members: dict[str, bytes]) -> bytes:
     """An archive as ``np.savez`` writes one (stored members), with members of any bytes."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, raw in members.items():
-            archive.writestr(f"{name}.npy", raw)
-    return buffer.getvalue()
+    return zip_bytes({f"{name}.npy": raw for name, raw in members.items()})
 
 
 # -- JSON ----------------------------------------------------------------------------------------

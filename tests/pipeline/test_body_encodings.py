@@ -11,6 +11,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
+from tests.support import gzip_bomb
 
 pytestmark = pytest.mark.anyio
 
@@ -52,6 +53,14 @@ def rolled(response: httpx.Response) -> list[list[int]]:
     return result
 
 
+async def post(
+    client: httpx.AsyncClient, path: str, body: bytes, encoding: str = "gzip"
+) -> httpx.Response:
+    """``body`` sent as JSON in ``encoding``."""
+    headers = {"content-encoding": encoding, "content-type": "application/json"}
+    return await client.post(path, content=body, headers=headers)
+
+
 def split_in_members(raw: bytes, parts: int) -> bytes:
     """``raw`` as ``parts`` gzip members one after another (what ``cat a.gz b.gz`` makes)."""
     size = -(-len(raw) // parts)
@@ -66,9 +75,7 @@ async def test_every_gzip_member_is_read(
     raw = orjson.dumps(request_body)
     body = split_in_members(raw, parts)
     assert gzip.decompress(body) == raw  # what gzip -dc reads
-    response = await client.post(
-        path, content=body, headers={"content-encoding": "gzip", "content-type": "application/json"}
-    )
+    response = await post(client, path, body)
     assert rolled(response) == ROLLED
 
 
@@ -86,11 +93,7 @@ async def test_bytes_after_the_last_member_are_400(
     trailing: bytes,
 ) -> None:
     body = compress(orjson.dumps(request_body)) + trailing
-    response = await client.post(
-        path,
-        content=body,
-        headers={"content-encoding": encoding, "content-type": "application/json"},
-    )
+    response = await post(client, path, body, encoding)
     assert response.status_code == 400, response.text
     assert "after its last member" in response.text
 
@@ -101,9 +104,7 @@ async def test_a_truncated_member_is_400(
 ) -> None:
     raw = orjson.dumps(request_body)
     body = gzip.compress(raw[:20]) + gzip.compress(raw[20:])[:-6]
-    response = await client.post(
-        path, content=body, headers={"content-encoding": "gzip", "content-type": "application/json"}
-    )
+    response = await post(client, path, body)
     assert response.status_code == 400, response.text
     assert "truncated" in response.text
 
@@ -115,18 +116,11 @@ async def test_the_limit_holds_over_all_members(
     # Each member alone inflates below the 4096-byte limit; together they pass it.
     padded = orjson.dumps(request_body)[:-1] + b"," + b" " * 3000 + b"}"
     body = gzip.compress(padded) + gzip.compress(b" " * 3000)
-    response = await client.post(
-        path, content=body, headers={"content-encoding": "gzip", "content-type": "application/json"}
-    )
+    response = await post(client, path, body)
     assert response.status_code == 413, response.text
     assert "TENSOR_OPS_MAX_BODY_BYTES" in response.text
 
 
 async def test_a_gzip_bomb_stops_at_the_limit(client: httpx.AsyncClient) -> None:
-    body = gzip.compress(b"[" * (64 << 20))
-    response = await client.post(
-        "/roll",
-        content=body,
-        headers={"content-encoding": "gzip", "content-type": "application/json"},
-    )
+    response = await post(client, "/roll", gzip_bomb(64 << 20, b"["))
     assert response.status_code == 413

@@ -1,7 +1,5 @@
 """The JSON body parser that leaves long base64 strings in the body: same answers, no copies."""
 
-import base64
-import io
 from typing import Any
 
 import numpy as np
@@ -10,12 +8,7 @@ import pytest
 
 from app.errors import Fault, ServiceError
 from app.pipeline.json_body import LONG_STRING, split_json_body
-
-
-def npy_b64(array: np.ndarray) -> str:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return base64.b64encode(buffer.getvalue()).decode()
+from tests.support import npy_b64
 
 
 def test_long_strings_come_back_as_views_of_the_body() -> None:

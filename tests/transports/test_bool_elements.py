@@ -7,8 +7,6 @@ transport passes 0x02 through while another answers ``true``.
 
 import base64
 import io
-import struct
-import zipfile
 from typing import Any
 
 import httpx
@@ -19,6 +17,7 @@ import pytest
 
 from tensor_ops_wire.dtypes import canonical_bools
 from tensor_ops_wire.npy import decode_npy
+from tests.support import b64, header_npy, npy_bytes, v2_binary_body, zip_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -32,17 +31,7 @@ def bool_npy(raw: bytes, shape: tuple[int, ...], fortran: bool = False) -> bytes
     """An .npy of bool elements holding these bytes as they are (np.save would keep them too)."""
     text = f"{{'descr': '|b1', 'fortran_order': {fortran}, 'shape': {shape}, }}"
     text += " " * (-(10 + len(text) + 1) % 64) + "\n"
-    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode() + raw
-
-
-def npy(array: Any) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.asarray(array), allow_pickle=False)
-    return buffer.getvalue()
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
+    return header_npy(text, raw)
 
 
 def from_npy(raw: bytes) -> npt.NDArray[Any]:
@@ -54,14 +43,6 @@ def assert_canonical(array: npt.NDArray[Any], expected: list[Any]) -> None:
     assert array.dtype == np.bool_
     assert array.tolist() == expected
     assert set(np.ascontiguousarray(array).view(np.uint8).reshape(-1).tolist()) <= {0, 1}
-
-
-def zipped(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, payload in members.items():
-            archive.writestr(name, payload)
-    return buffer.getvalue()
 
 
 @pytest.mark.parametrize("shift", [0, 1])
@@ -86,7 +67,9 @@ async def test_npy_in_json_with_the_dtype_named(client: httpx.AsyncClient) -> No
 
 
 async def test_npz(client: httpx.AsyncClient) -> None:
-    body = zipped({"data.npy": bool_npy(RAW, (4,)), "shift.npy": npy([1]), "axes.npy": npy([0])})
+    body = zip_bytes(
+        {"data.npy": bool_npy(RAW, (4,)), "shift.npy": npy_bytes([1]), "axes.npy": npy_bytes([0])}
+    )
     response = await client.post(
         "/roll", content=body, headers={"content-type": "application/x-npz"}
     )
@@ -96,11 +79,11 @@ async def test_npz(client: httpx.AsyncClient) -> None:
 
 async def test_npz_fortran_order(client: httpx.AsyncClient) -> None:
     # Column-major bytes 0, 7 | 2, 0 are the rows [False, True] and [True, False].
-    body = zipped(
+    body = zip_bytes(
         {
             "data.npy": bool_npy(bytes([0, 7, 2, 0]), (2, 2), fortran=True),
-            "shift.npy": npy([0]),
-            "axes.npy": npy([0]),
+            "shift.npy": npy_bytes([0]),
+            "axes.npy": npy_bytes([0]),
         }
     )
     response = await client.post(
@@ -120,14 +103,7 @@ def v2_binary(raw: bytes, binary_output: bool) -> tuple[bytes, dict[str, str]]:
         ],
         "outputs": [{"name": "output", "parameters": {"binary_data": binary_output}}],
     }
-    for item, chunk in zip(head["inputs"], (raw, shift, axes), strict=True):
-        item["parameters"] = {"binary_data_size": len(chunk)}
-    header = orjson.dumps(head)
-    headers = {
-        "content-type": "application/octet-stream",
-        "inference-header-content-length": str(len(header)),
-    }
-    return header + raw + shift + axes, headers
+    return v2_binary_body(head, (raw, shift, axes))
 
 
 async def test_v2_binary_in_binary_out(client: httpx.AsyncClient) -> None:
@@ -162,9 +138,13 @@ async def test_every_transport_answers_the_same_bytes(client: httpx.AsyncClient)
     answers.append(from_npy(response.content).tobytes())
     reply = (await client.post("/roll", json=body)).json()
     answers.append(from_npy(base64.b64decode(reply["data"])).tobytes())
-    members = {"data.npy": bool_npy(RAW, (4,)), "shift.npy": npy([1]), "axes.npy": npy([0])}
+    members = {
+        "data.npy": bool_npy(RAW, (4,)),
+        "shift.npy": npy_bytes([1]),
+        "axes.npy": npy_bytes([0]),
+    }
     response = await client.post(
-        "/roll", content=zipped(members), headers={"content-type": "application/x-npz"}
+        "/roll", content=zip_bytes(members), headers={"content-type": "application/x-npz"}
     )
     answers.append(from_npy(response.content).tobytes())
     v2_body, headers = v2_binary(RAW, binary_output=True)

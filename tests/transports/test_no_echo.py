@@ -6,12 +6,8 @@ shape in an .npy header, input, output and model names, header values. Each answ
 4xx of under 2 KB holding no run of 100 characters of what was sent.
 """
 
-import base64
-import io
 import random
 import string
-import struct
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +19,7 @@ import pytest
 
 from app.errors import quote
 from tensor_ops_wire.dtypes import QUOTE_LIMIT, shown
-from tensor_ops_wire.npy import encode_npy
+from tests.support import b64, header_npy, npy_bytes, v2_binary_body, zip_bytes
 
 pytestmark = pytest.mark.anyio
 
@@ -47,29 +43,15 @@ TEXT_SHAPE = f"({NAME!r},)"
 
 def npy_with(descr: str, shape: str, fortran: str = "False", payload: bytes = b"") -> bytes:
     """An .npy file whose header holds these literal values (any text, well-formed or not)."""
-    text = f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}, }}\n".encode()
-    if len(text) < 1 << 16:
-        return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + payload
-    return b"\x93NUMPY\x02\x00" + struct.pack("<I", len(text)) + text + payload
+    text = f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}, }}\n"
+    return header_npy(text, payload, version=1 if len(text) < 1 << 16 else 2)
 
 
-def npy(array: Any) -> bytes:
-    return bytes(encode_npy(np.asarray(array)))
-
-
-def b64(raw: bytes) -> str:
-    return base64.b64encode(raw).decode()
-
-
-def zipped(members: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED) as archive:
-        for name, payload in members.items():
-            archive.writestr(name, payload)
-    return buffer.getvalue()
-
-
-ROLL_NPZ = {"data.npy": npy([1, 2, 3]), "shift.npy": npy([1]), "axes.npy": npy([0])}
+ROLL_NPZ = {
+    "data.npy": npy_bytes([1, 2, 3]),
+    "shift.npy": npy_bytes([1]),
+    "axes.npy": npy_bytes([0]),
+}
 
 
 @dataclass
@@ -95,7 +77,7 @@ def npz_case(members: dict[str, bytes], *secrets: str, query: str = "") -> Case:
     return Case(
         "/roll" + query,
         secrets,
-        content=zipped(members),
+        content=zip_bytes(members),
         headers={"content-type": "application/x-npz"},
     )
 
@@ -113,17 +95,9 @@ def v2_binary_case(
     inputs: list[tuple[dict[str, Any], bytes]], *secrets: str, **fields: Any
 ) -> Case:
     url = fields.pop("url", "/v2/models/roll/infer")
-    head: dict[str, Any] = {"inputs": [], **fields}
-    chunks = []
-    for item, raw in inputs:
-        head["inputs"].append({**item, "parameters": {"binary_data_size": len(raw)}})
-        chunks.append(raw)
-    header = orjson.dumps(head)
-    headers = {
-        "content-type": "application/octet-stream",
-        "inference-header-content-length": str(len(header)),
-    }
-    return Case(url, secrets, content=header + b"".join(chunks), headers=headers)
+    head = {"inputs": [item for item, _ in inputs], **fields}
+    content, headers = v2_binary_body(head, [raw for _, raw in inputs])
+    return Case(url, secrets, content=content, headers=headers)
 
 
 I64 = np.arange(3, dtype=np.int64).tobytes()
@@ -156,7 +130,7 @@ CASES: dict[str, Callable[[], Case]] = {
     "npy-structured-descr": lambda: json_case(
         roll_json(data=b64(npy_with(f"[({TYPE!r}, '<i8')]", "(3,)"))), TYPE
     ),
-    "npy-dtype-beside": lambda: json_case(roll_json(data=b64(npy([1, 2])), dtype=TYPE), TYPE),
+    "npy-dtype-beside": lambda: json_case(roll_json(data=b64(npy_bytes([1, 2])), dtype=TYPE), TYPE),
     "npy-huge-shape": lambda: json_case(
         roll_json(data=b64(npy_with("'<i8'", HUGE_SHAPE))), HUGE_SHAPE
     ),
@@ -169,9 +143,9 @@ CASES: dict[str, Callable[[], Case]] = {
     ),
     "npy-index-descr": lambda: json_case(roll_json(shift=b64(npy_with(repr(TYPE), "(1,)"))), TYPE),
     # .npz bodies
-    "npz-unknown-member": lambda: npz_case({**ROLL_NPZ, KEY + ".npy": npy([1])}, KEY),
+    "npz-unknown-member": lambda: npz_case({**ROLL_NPZ, KEY + ".npy": npy_bytes([1])}, KEY),
     "npz-twice-member": lambda: npz_case(
-        {**ROLL_NPZ, NAME + ".npy": npy([1]), NAME: npy([1])}, NAME
+        {**ROLL_NPZ, NAME + ".npy": npy_bytes([1]), NAME: npy_bytes([1])}, NAME
     ),
     "npz-descr": lambda: npz_case({**ROLL_NPZ, "data.npy": npy_with(repr(TYPE), "(3,)")}, TYPE),
     "npz-huge-shape": lambda: npz_case(
