@@ -43,6 +43,20 @@ def text_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     return leaves * ((longest or _LONGEST_FLOAT) + 1) + 2 * lists + 2
 
 
+def _piece_elements(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[int, int]:
+    """Elements a piece holds, and the bytes its temporaries take at most (some 16 bytes a
+    byte of element text, 4 a byte of output)."""
+    leaves = math.prod(shape[: _leaf_levels(shape)])
+    per_element = 16 * 22 + 4 * text_bytes(shape, dtype) // max(leaves, 1)
+    step = max(MIN_PIECE_ELEMENTS, PIECE_BYTES // per_element)
+    return step, min(step, leaves) * per_element
+
+
+def piece_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """The most the temporaries of one piece of the text hold (for the memory estimate)."""
+    return 0 if len(shape) < 2 else _piece_elements(shape, dtype)[1]
+
+
 def nested_json(array: npt.NDArray[Any]) -> list[bytes | npt.NDArray[np.uint8]]:
     """The JSON text of ``array`` (C order, native, of a type orjson writes) as nested arrays,
     in pieces to send one after the other."""
@@ -61,8 +75,7 @@ def nested_json(array: npt.NDArray[Any]) -> list[bytes | npt.NDArray[np.uint8]]:
         product *= size
         products[product] = products.get(product, 0) + 1
     # Temporaries are some 16 bytes per byte of element text and 4 per byte of output.
-    per_element = 16 * 22 + 4 * text_bytes(array.shape, array.dtype) // max(count, 1)
-    step = max(MIN_PIECE_ELEMENTS, PIECE_BYTES // per_element)
+    step = _piece_elements(array.shape, array.dtype)[0]
     pieces: list[bytes | npt.NDArray[np.uint8]] = [b"[" * levels]
     for start in range(0, count, step):
         stop = min(start + step, count)

@@ -15,7 +15,7 @@ from app.transports.json_form import (
     json_can_carry,
     json_ready,
 )
-from app.transports.json_text import PIECE_BYTES, nested_json, text_bytes
+from app.transports.json_text import nested_json, piece_bytes, text_bytes
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     UnknownDTypeError,
@@ -120,7 +120,8 @@ def json_encoding_bytes(job: Job, text: int) -> int:
     """What a JSON-form answer holds at its peak: the output, its copy ready for JSON (bfloat16
     widened), the text, and the temporaries of one piece of it."""
     ready = job.output_count * (4 if job.output_dtype == BFLOAT16 else job.output_dtype.itemsize)
-    return job.output_bytes + ready + text + PIECE_BYTES
+    pieces = piece_bytes(job.output_shape, job.output_dtype)
+    return job.output_bytes + ready + text + pieces
 
 
 def require_json_can_carry(output: npt.NDArray[Any], loc: tuple[str, ...], advice: str) -> None:
