@@ -1,0 +1,823 @@
+"""The memory model, measured: each request's RSS growth in a real worker against its reservation.
+
+The README says every request reserves, before holding it, what it will hold at its peak. This
+matrix checks that claim where it can fail: one real uvicorn worker (glibc told to give freed
+blocks back: ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_ARENA_MAX``), default limits, and for each
+cell a request sent while a thread samples the worker's RSS every millisecond. The peak (the
+sampled one, or the kernel's own high-water mark ``VmHWM`` reset before the request, whichever is
+higher) less the RSS before the request is the growth; the access log line of the request
+(found by its ``X-Request-ID``) gives ``reserved_bytes``, the request's memory estimate at its
+peak. Every cell asserts::
+
+    growth <= 1.25 * reserved_bytes + 16 MiB
+
+and that the answer is right (values compared with ``np.roll`` / an ``np.take`` reference, not
+only the status). The dimensions: the six transports (JSON form, npy form in JSON, npy form with
+``Accept: application/x-npy``, ``.npz``, V2 JSON, V2 binary), element types, ranks 0 to 32 of
+data and of Gather's output, JSON nesting (deep: few elements a level), index types and counts,
+out-of-range indices, and the three reproducers of issue 11. Run with ``-s`` to see the table
+(cell, reserved MiB, growth MiB, ratio) as it goes and in full at the end.
+"""
+
+import functools
+import io
+import math
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import orjson
+import pybase64
+import pytest
+
+from tensor_ops_wire.dtypes import BFLOAT16, element_type_of
+from tests.support import launch_server, npy_bytes, server_output, stop_server
+
+pytestmark = pytest.mark.e2e
+
+Array = npt.NDArray[Any]
+MiB = 1 << 20
+#: The bound every cell is held to: growth <= RATIO * reserved + SLACK.
+RATIO = 1.25
+SLACK = 16 * MiB
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# Binary tensors are written and read in native order, which the wire formats' little-endian is.
+assert sys.byteorder == "little"
+#: The allocator settings the worker runs with: freed blocks of 1 MiB and more go back at once.
+ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "2"}
+
+TRANSPORTS = ("json", "json-npy", "json-npy-raw", "npz", "v2-json", "v2-binary")
+#: Transports whose data travels as JSON numbers (and whose answer does too).
+JSON_FORM = ("json", "v2-json")
+DTYPES: dict[str, np.dtype[Any]] = {
+    "bool": np.dtype(np.bool_),
+    "int8": np.dtype(np.int8),
+    "int64": np.dtype(np.int64),
+    "float16": np.dtype(np.float16),
+    "bfloat16": BFLOAT16,
+    "float64": np.dtype(np.float64),
+}
+
+
+# ------------------------------------------------------------------------------------------------
+# What a cell asks: an op's inputs, and the answer they should get
+
+
+@dataclass(frozen=True)
+class Case:
+    """The inputs of one Roll (``shift``, ``axes``) or Gather (``indices``, ``axis``, ``batch_dims``)."""
+
+    data: Array
+    shift: Array | None = None
+    axes: Array | None = None
+    indices: Array | None = None
+    axis: int = 0
+    batch_dims: int = 0
+    #: V2 JSON: send ``data`` nested as its shape (else flat, as most clients do).
+    nested_v2: bool = False
+
+    @property
+    def op(self) -> str:
+        return "gather" if self.indices is not None else "roll"
+
+    def inputs(self) -> dict[str, Array]:
+        if self.indices is not None:
+            return {
+                "data": self.data,
+                "indices": self.indices,
+                "axis": np.array(self.axis, dtype=np.int64),
+            }
+        assert self.shift is not None and self.axes is not None
+        return {"data": self.data, "shift": self.shift, "axes": self.axes}
+
+    def attributes(self) -> dict[str, int]:
+        return {"batch_dims": self.batch_dims} if self.indices is not None else {}
+
+    def expected(self) -> Array:
+        if self.indices is not None:
+            return gather_reference(self.data, self.indices, self.axis, self.batch_dims)
+        assert self.shift is not None and self.axes is not None
+        if self.data.ndim == 0:
+            return self.data.copy()
+        return np.roll(self.data, self.shift.tolist(), axis=tuple(self.axes.reshape(-1).tolist()))
+
+
+def gather_reference(data: Array, indices: Array, axis: int, batch_dims: int) -> Array:
+    """Gather-8 by ``np.take`` (and fancy indexing for one batch dimension): out-of-range
+    indices give zeros, negative ones count from the end."""
+    length = data.shape[axis]
+    if indices.dtype.kind == "u":
+        valid = indices < length
+        positions = np.where(valid, indices, 0).astype(np.int64)
+    else:
+        wide = indices.astype(np.int64)
+        valid = (wide >= -length) & (wide < length)
+        positions = np.where(valid, np.where(wide < 0, wide + length, wide), 0)
+    if batch_dims == 0:
+        out = np.take(data, positions, axis=axis)
+        mask = valid.reshape((1,) * axis + indices.shape + (1,) * (data.ndim - axis - 1))
+    else:
+        assert batch_dims == 1 and axis == 1 and indices.ndim == 2, "only this batched case"
+        out = data[np.arange(data.shape[0])[:, None], positions]
+        mask = valid.reshape(valid.shape + (1,) * (data.ndim - 2))
+    out = np.array(out, order="C")  # a copy, 0-d kept (ascontiguousarray makes it 1-d)
+    np.copyto(out, np.zeros((), dtype=data.dtype), where=~mask)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Requests of each transport
+
+
+@dataclass
+class Request:
+    path: str
+    content: bytes
+    headers: dict[str, str]
+
+
+def json_text(array: Array) -> bytes:
+    """``array`` as nested JSON arrays, as the JSON form writes it (bfloat16 as float32 values).
+
+    Dimensions of 1 at either end are written around orjson's text of the rest: orjson's own
+    NumPy path holds some 10 KiB an element for an array nested 30 deep, far too slow here.
+    """
+    if array.dtype == BFLOAT16:
+        array = array.astype(np.float32)
+    shape = array.shape
+    lead = 0
+    while lead < len(shape) and shape[lead] == 1:
+        lead += 1
+    if lead == len(shape):
+        leaf = orjson.dumps(array.reshape(()).item())
+        return b"[" * lead + leaf + b"]" * lead
+    trail = 0
+    while shape[len(shape) - 1 - trail] == 1:
+        trail += 1
+    core = np.ascontiguousarray(array.reshape(shape[lead : len(shape) - trail]))
+    text = orjson.dumps(core, option=orjson.OPT_SERIALIZE_NUMPY)
+    if trail:
+        # Each leaf starts after '[' or ',' (and is no '['), and ends before ',' or ']'.
+        text = re.sub(rb"(?<=[\[,])(?=[^\[\]])", b"[" * trail, text)
+        text = re.sub(rb"(?<=[^\[\]])(?=[,\]])", b"]" * trail, text)
+    return b"[" * lead + text + b"]" * lead
+
+
+def json_object(fields: dict[str, bytes]) -> bytes:
+    """A JSON object of ready-made JSON values."""
+    return (
+        b"{" + b",".join(orjson.dumps(key) + b":" + value for key, value in fields.items()) + b"}"
+    )
+
+
+def npy_form(array: Array) -> bytes:
+    """The npy form of a tensor in JSON: its .npy in base64, bfloat16 as 2-byte integers."""
+    wire = array.view(np.uint16) if array.dtype == BFLOAT16 else array
+    return b'"' + pybase64.b64encode(npy_bytes(wire)) + b'"'
+
+
+def type_name(dtype: np.dtype[Any]) -> str:
+    return element_type_of(dtype).numpy
+
+
+def request_for(transport: str, case: Case, request_id: str) -> Request:
+    """The request ``case`` makes on ``transport``."""
+    headers = {"x-request-id": request_id}
+    inputs = case.inputs()
+    data = case.data
+    if transport in ("json", "json-npy", "json-npy-raw"):
+        fields = {"data": json_text(data) if transport == "json" else npy_form(data)}
+        if transport == "json" or data.dtype == BFLOAT16:
+            fields["dtype"] = orjson.dumps(type_name(data.dtype))
+        for name, array in list(inputs.items())[1:]:
+            # JSON form indices are int64; any other index type travels in npy form.
+            small_json = transport == "json" and array.dtype == np.int64
+            fields[name] = json_text(array) if small_json or array.ndim == 0 else npy_form(array)
+        for name, value in case.attributes().items():
+            fields[name] = orjson.dumps(value)
+        if transport == "json-npy-raw":
+            headers["accept"] = "application/x-npy"
+        headers["content-type"] = "application/json"
+        return Request(f"/{case.op}", json_object(fields), headers)
+    if transport == "npz":
+        members: dict[str, Any] = dict(inputs)
+        query = {name: str(value) for name, value in case.attributes().items()}
+        if data.dtype == BFLOAT16:
+            members["data"] = data.view(np.uint16)
+            query["dtype"] = "bfloat16"
+        headers["content-type"] = "application/x-npz"
+        path = f"/{case.op}" + (
+            "?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else ""
+        )
+        archive = io.BytesIO()
+        np.savez(archive, **members)
+        return Request(path, archive.getvalue(), headers)
+    path = f"/v2/models/{case.op}/infer"
+    parameters = orjson.dumps(case.attributes())
+    if transport == "v2-json":
+        entries = []
+        for name, array in inputs.items():
+            nested = case.nested_v2 and name == "data"
+            values = json_text(array if nested else array.reshape(-1))
+            entries.append(
+                b'{"name":"%s","shape":%s,"datatype":"%s","data":%s}'
+                % (
+                    name.encode(),
+                    orjson.dumps(list(array.shape)),
+                    element_type_of(array.dtype).kserve.encode(),
+                    values,
+                )
+            )
+        body = b'{"inputs":[' + b",".join(entries) + b'],"parameters":' + parameters + b"}"
+        headers["content-type"] = "application/json"
+        return Request(path, body, headers)
+    assert transport == "v2-binary", transport
+    described = [
+        {
+            "name": name,
+            "shape": list(array.shape),
+            "datatype": element_type_of(array.dtype).kserve,
+            "parameters": {"binary_data_size": array.nbytes},
+        }
+        for name, array in inputs.items()
+    ]
+    head = orjson.dumps(
+        {
+            "inputs": described,
+            "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
+            "parameters": case.attributes(),
+        }
+    )
+    # Little-endian, as the wire wants: this machine's order (checked at import).
+    raw = [np.ascontiguousarray(array).tobytes() for array in inputs.values()]
+    headers["content-type"] = "application/octet-stream"
+    headers["inference-header-content-length"] = str(len(head))
+    return Request(path, b"".join([head, *raw]), headers)
+
+
+# ------------------------------------------------------------------------------------------------
+# Answers, checked
+
+
+@dataclass
+class NestedAnswer:
+    """A JSON-form answer read without building its nested lists (a million elements nested 30
+    deep would be thirty million lists): its other fields, the leaves of ``data`` in C order,
+    and the shape of its nesting (how many lists it opens, how deep it goes)."""
+
+    fields: dict[str, Any]
+    leaves: list[Any]
+    lists: int
+    depth: int
+
+
+def nested_answer(content: bytes) -> NestedAnswer:
+    key = b'"data":'
+    start = content.index(key) + len(key)
+    if content[start : start + 1] != b"[":  # a scalar
+        fields = orjson.loads(content)
+        return NestedAnswer(fields, [fields["data"]], 0, 0)
+    codes = np.frombuffer(content, dtype=np.uint8)[start:]
+    steps = (codes == ord("[")).astype(np.int32) - (codes == ord("]"))
+    depth = np.cumsum(steps, dtype=np.int32)
+    length = int(np.argmax(depth == 0)) + 1  # data's closing bracket: depth back to 0
+    data = content[start : start + length]
+    fields = orjson.loads(content[:start] + b"null" + content[start + length :])
+    leaves = orjson.loads(b"[" + data.replace(b"[", b"").replace(b"]", b"") + b"]")
+    lists = int(np.count_nonzero(codes[:length] == ord("[")))
+    return NestedAnswer(fields, leaves, lists, int(depth[:length].max()))
+
+
+def compare_numbers(leaves: list[Any], expected: Array) -> str | None:
+    """JSON numbers against the expected tensor: each parsed back into its element type (float32
+    for bfloat16, which JSON answers carry widened)."""
+    target = np.dtype(np.float32) if expected.dtype == BFLOAT16 else expected.dtype
+    if len(leaves) != expected.size:
+        return f"{len(leaves)} values instead of {expected.size}"
+    if target.kind == "f":
+        actual = np.array(leaves, dtype=np.float64).astype(target)
+    else:
+        actual = np.array(leaves, dtype=target)
+    want = expected.reshape(-1).astype(target)
+    if not np.array_equal(actual, want):
+        wrong = np.flatnonzero(actual != want)
+        return f"{wrong.size} of {want.size} values differ (first at {int(wrong[0])})"
+    return None
+
+
+def compare_array(actual: Array, expected: Array) -> str | None:
+    if tuple(actual.shape) != expected.shape:
+        return f"shape {actual.shape} instead of {expected.shape}"
+    if actual.dtype.itemsize != expected.dtype.itemsize:
+        return f"dtype {actual.dtype} instead of {expected.dtype}"
+    got = np.ascontiguousarray(actual).tobytes()
+    want = np.ascontiguousarray(expected).tobytes()
+    if got != want:
+        width = expected.dtype.itemsize
+        differ = np.flatnonzero(
+            np.frombuffer(got, dtype=f"u{width}") != np.frombuffer(want, dtype=f"u{width}")
+        )
+        return f"{differ.size} of {expected.size} elements differ (first at {int(differ[0])})"
+    return None
+
+
+def check_answer(transport: str, reply: httpx.Response, expected: Array) -> str | None:
+    """What is wrong with the answer (None: nothing): status, shape, type and every value."""
+    if reply.status_code != 200:
+        return f"status {reply.status_code}: {reply.text[:300]}"
+    content = reply.content
+    if transport in ("json-npy-raw", "npz"):
+        return compare_array(np.load(io.BytesIO(content)), expected)
+    if transport == "v2-binary":
+        length = int(reply.headers["inference-header-content-length"])
+        output = orjson.loads(content[:length])["outputs"][0]
+        if output["datatype"] != element_type_of(expected.dtype).kserve:
+            return f"datatype {output['datatype']}"
+        raw = np.frombuffer(content[length:], dtype=expected.dtype)
+        if raw.size != math.prod(output["shape"]):
+            return f"{raw.size} elements for shape {output['shape']}"
+        return compare_array(raw.reshape(output["shape"]), expected)
+    if transport == "json":
+        nested = nested_answer(content)
+        answer = nested.fields
+        if answer["shape"] != list(expected.shape) or answer["dtype"] != type_name(expected.dtype):
+            return f"shape {answer['shape']} {answer['dtype']} instead of {expected.shape}"
+        lists = sum(math.prod(expected.shape[:level]) for level in range(expected.ndim))
+        if (nested.lists, nested.depth) != (lists, expected.ndim):
+            return (
+                f"data opens {nested.lists} lists, {nested.depth} deep, instead of {lists}, "
+                f"{expected.ndim} deep"
+            )
+        return compare_numbers(nested.leaves, expected)
+    answer = orjson.loads(content)
+    if transport.startswith("v2"):
+        output = answer["outputs"][0]
+        if output["shape"] != list(expected.shape):
+            return f"shape {output['shape']} instead of {list(expected.shape)}"
+        return compare_numbers(output["data"], expected)
+    if answer["shape"] != list(expected.shape) or answer["dtype"] != type_name(expected.dtype):
+        return f"shape {answer['shape']} {answer['dtype']} instead of {expected.shape}"
+    array = np.load(io.BytesIO(pybase64.b64decode(answer["data"])))  # json-npy
+    return compare_array(array, expected)
+
+
+# ------------------------------------------------------------------------------------------------
+# Inputs
+
+
+def values(shape: tuple[int, ...], dtype: np.dtype[Any], seed: int = 0) -> Array:
+    """Random values over the type's range: integers of every bit pattern (long JSON numbers),
+    floats in [-0.5, 0.5) with every digit (17 of them in float64), booleans."""
+    rng = np.random.default_rng(seed)
+    count = math.prod(shape)
+    if dtype.kind in "biu":
+        raw = np.frombuffer(rng.bytes(count * dtype.itemsize), dtype=f"u{dtype.itemsize}")
+        if dtype.kind == "b":
+            return (raw & 1).astype(np.bool_).reshape(shape)
+        return raw.view(dtype).reshape(shape).copy()
+    wide = np.float64 if dtype.itemsize == 8 else np.float32
+    return (rng.random(count, dtype=wide) - 0.5).astype(dtype).reshape(shape)
+
+
+def shape_of_rank(rank: int, count: int, variant: str = "") -> tuple[int, ...]:
+    """A shape of ``rank`` holding about ``count`` elements: (n,), (2, n/2), (2,)*k + (m,);
+    at rank 32 either shallow (1,)*31 + (n,) or deep (n,) + (1,)*31 (each element nested)."""
+    if rank == 0:
+        return ()
+    if variant == "deep":
+        return (count,) + (1,) * (rank - 1)
+    if variant == "shallow":
+        return (1,) * (rank - 1) + (count,)
+    return (2,) * (rank - 1) + (max(1, count >> (rank - 1)),)
+
+
+def roll_case(data: Array, nested_v2: bool = False) -> Case:
+    rank = data.ndim
+    if rank == 0:
+        return Case(data, np.array(1, np.int64), np.array(0, np.int64))
+    axes = [0, rank - 1] if rank > 1 else [0]  # the first and last, by +3 and -5 (mod length)
+    shifts = [3, -5][: len(axes)]
+    return Case(data, np.array(shifts, np.int64), np.array(axes, np.int64), nested_v2=nested_v2)
+
+
+def out_of_range(count: int, length: int, dtype: np.dtype[Any], seed: int = 1) -> Array:
+    """``count`` indices of ``dtype``, a third of them outside ``[-length, length)`` (and for
+    signed types a third negative in range)."""
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    inside = rng.integers(0, length, size=count)
+    if dtype.kind == "u":
+        beyond = rng.integers(length, int(info.max), size=count, dtype=np.uint64, endpoint=True)
+        return np.where(np.arange(count) % 3 == 0, beyond, inside.astype(np.uint64)).astype(dtype)
+    low = max(int(info.min), -(1 << 40))
+    high = min(int(info.max), 1 << 40)
+    assert low < -length and high >= length, f"{dtype} has no index outside [-{length}, {length})"
+    beyond = np.where(
+        rng.integers(0, 2, size=count) == 0,
+        rng.integers(low, -length, size=count),
+        rng.integers(length, high, size=count, endpoint=True),
+    )
+    choice = np.arange(count) % 3
+    chosen = np.where(choice == 0, beyond, np.where(choice == 1, inside - length, inside))
+    return chosen.astype(dtype)
+
+
+def in_range(count: int, length: int, dtype: np.dtype[Any], seed: int = 2) -> Array:
+    top = min(length, int(np.iinfo(dtype).max) + 1)
+    return np.random.default_rng(seed).integers(0, top, size=count).astype(dtype)
+
+
+# ------------------------------------------------------------------------------------------------
+# The matrix
+
+
+@dataclass(frozen=True)
+class Cell:
+    name: str
+    transport: str
+    build: Callable[[], Case]
+
+
+# Sizes: binary forms carry a few MiB to 16 MiB (growth well above the 16 MiB slack), JSON form
+# some 10^5 elements (its cost is per element: the text, the objects parsed, the nesting).
+TYPE_BYTES = 16 * MiB  # data of the element-type cells, binary forms
+TYPE_JSON_COUNT = 512 << 10  # ... JSON form
+RANK_COUNT = 1 << 20  # int64 elements of the data-rank cells, binary forms (8 MiB)
+RANK_JSON_COUNT = 128 << 10  # ... JSON form
+DEEP_JSON_COUNT = 16 << 10  # ... JSON form, every element nested 31 deep
+OUTPUT_COUNT = 2 << 20  # float64 output elements of the out-rank cells, binary forms (16 MiB)
+OUTPUT_JSON_COUNT = 128 << 10  # ... JSON form
+INDEX_COUNT = 4 << 20  # indices of the index-type cells (4 to 32 MiB; 4 MiB of int8 output)
+
+
+def typed_case(dtype: np.dtype[Any], json_form: bool) -> Case:
+    """A Roll of a (16, n) tensor of ``dtype``, by 3 along the first axis and -5 the last."""
+    count = TYPE_JSON_COUNT if json_form else TYPE_BYTES // dtype.itemsize
+    return roll_case(values((16, count // 16), dtype))
+
+
+def ranked_case(rank: int, variant: str, json_form: bool) -> Case:
+    """A Roll of int64 data of ``rank`` (rank 32 shallow: (1,)*31 + (n,); deep: (n,) + (1,)*31);
+    in V2 JSON the data is sent nested too."""
+    json_count = DEEP_JSON_COUNT if variant == "deep" else RANK_JSON_COUNT
+    count = json_count if json_form else RANK_COUNT
+    return roll_case(values(shape_of_rank(rank, count, variant), np.dtype(np.int64)), True)
+
+
+def gathered_case(rank: int, json_form: bool) -> Case:
+    """A Gather whose output has ``rank``: float64 data of (1024, 8) and int64 indices of rank
+    ``rank - 1`` (rank 32: (1,)*30 + (n,)); rank 1 from data (1024,); rank 0 a scalar index;
+    rank 31 from data of (1024,) + (1,)*30, every output element nested 30 deep (an eighth of
+    the elements in JSON form)."""
+    float64 = np.dtype(np.float64)
+    total = OUTPUT_JSON_COUNT if json_form else OUTPUT_COUNT
+    if rank == 0:
+        return Case(values((1024,), float64), indices=np.array(5, np.int64))
+    if rank == 1:
+        return Case(values((1024,), float64), indices=in_range(total, 1024, np.dtype(np.int64)))
+    if rank == 31:
+        data = values((1024,) + (1,) * 30, float64)
+        count = total // 8 if json_form else total
+        return Case(data, indices=in_range(count, 1024, np.dtype(np.int64)))
+    inner = 8
+    count = total // inner
+    shallow: tuple[int, ...] = (1,) * 30 + (count,)
+    indices_shape = shallow if rank == 32 else shape_of_rank(rank - 1, count)
+    indices = in_range(math.prod(indices_shape), 1024, np.dtype(np.int64))
+    return Case(values((1024, inner), float64), indices=indices.reshape(indices_shape))
+
+
+def indexed_case(index_type: np.dtype[Any], outside: bool, count: int) -> Case:
+    """A Gather of ``count`` indices of ``index_type`` from int8 data of (100,): what the indices
+    cost shows, not hidden behind a larger output. ``outside``: a third of them out of range, a
+    third negative (the normalisation's copies and masks)."""
+    make = out_of_range if outside else in_range
+    return Case(values((100,), np.dtype(np.int8)), indices=make(count, 100, index_type))
+
+
+def batched_case() -> Case:
+    """Many small batches (batch_dims 1, 131,072 of them; more than 4096 take the fancy-indexing
+    path): float32 data of (131072, 16, 4), int32 indices of (131072, 8), out of range among them."""
+    data = values((1 << 17, 16, 4), np.dtype(np.float32))
+    indices = out_of_range((1 << 17) * 8, 16, np.dtype(np.int32)).reshape(1 << 17, 8)
+    return Case(data, indices=indices, axis=1, batch_dims=1)
+
+
+def meshed_case() -> Case:
+    """A Roll of int64 data of (2,)*15 + (32,) (1 Mi elements, 8 MiB) by 1 along each of its
+    16 axes."""
+    data = values((2,) * 15 + (32,), np.dtype(np.int64))
+    return Case(data, np.ones(16, np.int64), np.arange(16, dtype=np.int64))
+
+
+def nested_case(count: int, depth: int, dtype: np.dtype[Any]) -> Case:
+    """A Roll of (count,) + (1,)*depth: every element nested ``depth`` deep (V2: nested too)."""
+    return roll_case(values((count,) + (1,) * depth, dtype), nested_v2=True)
+
+
+def reproducer_1() -> Case:
+    """Issue 11, 1: a ~267 KB request whose Gather answer is JSON form of rank 31: data of
+    (4,) + (1,)*30, 133,000 JSON indices ("i," each); 133,000 elements nested 30 deep out."""
+    data = values((4,) + (1,) * 30, np.dtype(np.int64)) % 10
+    return Case(data, indices=in_range(133_000, 4, np.dtype(np.int64)))
+
+
+def deep_output_case(count: int) -> Case:
+    """A Gather answered in JSON form nested 30 deep, at scale: data of (64,) + (1,)*30 (JSON),
+    ``count`` JSON indices; every output element costs its brackets (60 bytes of text) and
+    whatever the encoder holds for them."""
+    data = values((64,) + (1,) * 30, np.dtype(np.int64)) % 10
+    return Case(data, indices=in_range(count, 64, np.dtype(np.int64)))
+
+
+def reproducer_2(count: int) -> Case:
+    """Issue 11, 2: nested JSON, ``count`` one-digit elements each nested 30 deep (62 bytes of
+    text an element: 200,000 make the 12 MB of the issue), rolled, answered as nested JSON."""
+    return roll_case(values((count,) + (1,) * 30, np.dtype(np.int8)) % 10)
+
+
+def reproducer_3() -> Case:
+    """Issue 11, 3: 12 million int8 indices (negative and out-of-range ones among them) in an
+    11 MiB .npz, gathering from int8 data of (100,)."""
+    data = values((100,), np.dtype(np.int8))
+    return Case(data, indices=values((12_000_000,), np.dtype(np.int8), seed=3))
+
+
+def cells() -> list[Cell]:
+    made: list[Cell] = []
+
+    def add(name: str, transport: str, build: Callable[[], Case]) -> None:
+        made.append(Cell(f"{name}-{transport}", transport, build))
+
+    # Element types, on every transport.
+    for transport in TRANSPORTS:
+        for dtype_name, dtype in DTYPES.items():
+            json_form = transport in JSON_FORM
+            add(f"type-{dtype_name}", transport, functools.partial(typed_case, dtype, json_form))
+    # Ranks of data, on every transport.
+    rank_shapes = [(0, ""), (1, ""), (2, ""), (8, ""), (16, ""), (32, "shallow"), (32, "deep")]
+    for transport in TRANSPORTS:
+        for rank, variant in rank_shapes:
+            build = functools.partial(ranked_case, rank, variant, transport in JSON_FORM)
+            add(f"data-rank{rank}{variant}", transport, build)
+    # Ranks of Gather's output (data.rank - 1 + indices.rank), on every transport.
+    for transport in TRANSPORTS:
+        for rank in (0, 1, 2, 8, 16, 31, 32):
+            build = functools.partial(gathered_case, rank, transport in JSON_FORM)
+            add(f"out-rank{rank}", transport, build)
+    # Index types, in range and out of range: every one in an .npz; out of range in npy form
+    # (JSON) and V2 binary; int64 (the only JSON form index type) as JSON numbers.
+    for index_name in ("int8", "int32", "int64", "uint64"):
+        index_type = np.dtype(index_name)
+        for transport, places in (
+            ("npz", (False, True)),
+            ("json-npy", (True,)),
+            ("v2-binary", (True,)),
+        ):
+            for outside in places:
+                build = functools.partial(indexed_case, index_type, outside, INDEX_COUNT)
+                add(f"indices-{index_name}-{'out' if outside else 'in'}", transport, build)
+    for transport in JSON_FORM:
+        build = functools.partial(indexed_case, np.dtype(np.int64), True, 512 << 10)
+        add("indices-int64-out-512Ki", transport, build)
+    for transport in ("npz", "v2-binary"):
+        add("batched-131072x8-out", transport, batched_case)
+    # Roll along every axis of a rank-16 tensor: more than 6 rolled axes take the index mesh.
+    for transport in ("npz", "json-npy", "v2-binary"):
+        add("roll-mesh-rank16-all-axes", transport, meshed_case)
+    # JSON nesting: few elements a level, deep, as input and as output (V2: nested input only).
+    add(
+        "nested-16Kx30-bool",
+        "json",
+        functools.partial(nested_case, 16 << 10, 30, np.dtype(np.bool_)),
+    )
+    add(
+        "nested-16Kx30-float64",
+        "v2-json",
+        functools.partial(nested_case, 16 << 10, 30, np.dtype(np.float64)),
+    )
+    add(
+        "nested-2x16x4-int8",
+        "json",
+        functools.partial(typed_case_shape, (2,) * 16 + (4,), np.dtype(np.int8)),
+    )
+    # The reproducers of issue 11, at their reported sizes.
+    add("issue11-1-rank31-output-267KB", "json", reproducer_1)
+    # ... the first at scale: 768 Ki output elements nested 30 deep, a 2 MB request, 48 MB of
+    # text. (An encoder that holds what orjson's NumPy path held, some 10 KiB an element nested
+    # 30 deep, would ask the worker for 7.5 GiB here.)
+    add("deep-output-768Kx30", "json", functools.partial(deep_output_case, 768 << 10))
+    add("issue11-2-nested-200Kx30-12MB", "json", functools.partial(reproducer_2, 200_000))
+    add("issue11-3-12M-int8-indices-11MiB", "npz", reproducer_3)
+    return made
+
+
+def typed_case_shape(shape: tuple[int, ...], dtype: np.dtype[Any]) -> Case:
+    return roll_case(values(shape, dtype))
+
+
+CELLS = cells()
+
+
+# ------------------------------------------------------------------------------------------------
+# Measuring
+
+
+def resident(pid: int) -> int:
+    """The worker's resident set: /proc/<pid>/statm's second field, in pages."""
+    descriptor = os.open(f"/proc/{pid}/statm", os.O_RDONLY)
+    try:
+        return int(os.read(descriptor, 200).split()[1]) * PAGE
+    finally:
+        os.close(descriptor)
+
+
+def high_water_mark(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"VmHWM:\s+(\d+) kB", status)
+    assert match, "no VmHWM in /proc/<pid>/status"
+    return int(match.group(1)) * 1024
+
+
+def reset_high_water_mark(pid: int) -> bool:
+    """Reset the kernel's peak-RSS counter to the current RSS (``clear_refs`` 5); False if the
+    kernel does not let us, and then only the sampled peak counts."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+class Sampler(threading.Thread):
+    """Reads the worker's RSS every millisecond until stopped; keeps the highest."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.peak = resident(pid)
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.is_set():
+            self.peak = max(self.peak, resident(self.pid))
+            self.samples += 1
+            time.sleep(0.001)
+
+    def stop(self) -> int:
+        self._stop_event.set()
+        self.join()
+        self.peak = max(self.peak, resident(self.pid))
+        return self.peak
+
+
+def settled_baseline(pid: int) -> int:
+    """The worker's RSS once it stops moving (two reads 30 ms apart within 1 MiB; at most 2 s)."""
+    time.sleep(0.03)
+    previous = resident(pid)
+    deadline = time.monotonic() + 2
+    while True:
+        time.sleep(0.03)
+        current = resident(pid)
+        if abs(current - previous) < MiB or time.monotonic() > deadline:
+            return current
+        previous = current
+
+
+ACCESS_LINE = re.compile(r'^\{.*"request_id":"(?P<id>[^"]+)".*\}$', re.M)
+
+
+def access_line(process: Any, request_id: str) -> dict[str, Any]:
+    """The access log line of ``request_id`` (it is written once the answer is sent)."""
+    deadline = time.monotonic() + 10
+    while True:
+        for match in ACCESS_LINE.finditer(server_output(process)):
+            if match.group("id") == request_id:
+                line: dict[str, Any] = orjson.loads(match.group(0))
+                return line
+        assert time.monotonic() < deadline, f"no access log line for {request_id}"
+        time.sleep(0.01)
+
+
+@dataclass
+class Row:
+    cell: str
+    reserved: int
+    growth: int
+    sampled: int
+    hwm: int | None
+    seconds: float
+    body: int
+    status: int
+    problem: str | None = None
+    passed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.passed = self.problem is None and self.growth <= RATIO * self.reserved + SLACK
+
+    @property
+    def ratio(self) -> float:
+        return self.growth / self.reserved if self.reserved else math.inf
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else ("WRONG" if self.problem else "FAIL")
+        ratio = f"{self.ratio:8.2f}" if self.reserved else "     inf"
+        return (
+            f"{self.cell:58s} reserved {self.reserved / MiB:9.2f} MiB  growth "
+            f"{self.growth / MiB:9.2f} MiB  ratio {ratio}  bound {self.bound / MiB:9.2f} MiB  "
+            f"body {self.body / MiB:8.2f} MiB  {self.seconds:6.2f} s  {verdict}"
+        )
+
+    @property
+    def bound(self) -> float:
+        return RATIO * self.reserved + SLACK
+
+
+ROWS: list[Row] = []
+
+
+@dataclass
+class Worker:
+    url: str
+    process: Any
+    client: httpx.Client
+
+    @property
+    def pid(self) -> int:
+        pid: int = self.process.pid
+        return pid
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[Worker]:
+    url, process = launch_server(ALLOCATOR)
+    try:
+        with httpx.Client(base_url=url, timeout=300) as client:
+            yield Worker(url, process, client)
+    finally:
+        output = server_output(process)
+        stop_server(process)
+        print("\n\nMEMORY MATRIX (growth <= 1.25 x reserved + 16 MiB)")
+        for row in ROWS:
+            print(row.line())
+        passed = sum(row.passed for row in ROWS)
+        print(f"{passed} of {len(ROWS)} cells within the bound")
+        assert "Traceback" not in output, output[-3000:]
+
+
+def measure(worker: Worker, cell: Cell) -> Row:
+    case = cell.build()
+    expected = case.expected()
+    request_id = f"memory-{cell.name}-{time.monotonic_ns()}"
+    request = request_for(cell.transport, case, request_id)
+    del case
+    pid = worker.pid
+    baseline = settled_baseline(pid)
+    hwm_ok = reset_high_water_mark(pid)
+    sampler = Sampler(pid)
+    sampler.start()
+    started = time.perf_counter()
+    try:
+        reply = worker.client.post(request.path, content=request.content, headers=request.headers)
+    finally:
+        sampled = sampler.stop()
+    seconds = time.perf_counter() - started
+    hwm = high_water_mark(pid) if hwm_ok else None
+    peak = max(sampled, hwm or 0)
+    line = access_line(worker.process, request_id)
+    problem = check_answer(cell.transport, reply, expected)
+    return Row(
+        cell=cell.name,
+        reserved=int(line["reserved_bytes"]),
+        growth=peak - baseline,
+        sampled=sampled - baseline,
+        hwm=None if hwm is None else hwm - baseline,
+        seconds=seconds,
+        body=len(request.content),
+        status=reply.status_code,
+        problem=problem,
+    )
+
+
+@pytest.mark.parametrize("cell", [pytest.param(cell, id=cell.name) for cell in CELLS])
+def test_growth_stays_within_the_reservation(worker: Worker, cell: Cell) -> None:
+    row = measure(worker, cell)
+    ROWS.append(row)
+    print(f"\n{row.line()}", end="")
+    assert row.problem is None, f"{cell.name}: wrong answer: {row.problem}\n{row.line()}"
+    assert row.growth <= row.bound, (
+        f"{cell.name}: RSS grew {row.growth / MiB:.2f} MiB (sampled {row.sampled / MiB:.2f}, "
+        f"VmHWM {'n/a' if row.hwm is None else f'{row.hwm / MiB:.2f}'}) against "
+        f"{row.reserved / MiB:.2f} MiB reserved: more than 1.25 x reserved + 16 MiB "
+        f"= {row.bound / MiB:.2f} MiB\n{row.line()}"
+    )
