@@ -151,6 +151,9 @@ def roll_workspace(
 ) -> int:
     """The most bytes ``roll`` holds beyond its input and output: none when it copies blocks,
     a whole output's worth when more axes roll than blocks pay for (an index mesh's gather)."""
+    # Fewer axes entries than blocks pay for cannot roll more axes than that: no second check.
+    if np.size(axes) <= _MAX_SLICED_AXES:
+        return 0
     if len(roll_shifts(data_shape, shift, axes)) <= _MAX_SLICED_AXES:
         return 0
     return math.prod(data_shape) * itemsize

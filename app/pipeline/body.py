@@ -1,6 +1,7 @@
 """Reading request bodies: size limits, memory reserved as bytes arrive, a minimum transfer rate
 and a total time limit, gzip and deflate (every member)."""
 
+import math
 import zlib
 
 import anyio
@@ -8,7 +9,7 @@ import numpy as np
 from starlette.requests import ClientDisconnect, Request
 
 from app.errors import Fault, ServiceError, quote
-from app.pipeline.admission import Reservation
+from app.pipeline.admission import UNCOUNTED_BYTES, Reservation
 from app.pipeline.threads import run_sized
 from app.settings import Settings
 
@@ -64,10 +65,14 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
         # A body that could never be held is refused before its buffer is asked for.
         reservation.budget.refuse_what_never_fits(length)
     chunks = _PacedBody(request, settings)
-    if length is not None and length >= _PREALLOCATED:
-        body: Body = await _read_declared(chunks, length, reservation)
-    else:
-        body = await _read_growing(chunks, limit, reservation)
+    # One cancel scope for the whole body, its deadline moved as the windows pass.
+    with anyio.CancelScope(deadline=chunks.window_end) as chunks.pacing:
+        if length is not None and length >= _PREALLOCATED:
+            body: Body = await _read_declared(chunks, length, reservation)
+        else:
+            body = await _read_growing(chunks, limit, reservation)
+    if chunks.pacing.cancelled_caught:
+        raise chunks.timed_out()
     if encoding in _ENCODINGS:
         return await _inflate(body, encoding, settings, reservation)
     return body
@@ -89,37 +94,43 @@ class _PacedBody:
         self._quota = settings.min_transfer_rate * settings.rate_window
         now = anyio.current_time()
         self._last_call = now + settings.body_timeout
-        self._window_end = min(now + self._window, self._last_call)
+        #: When the current window ends: the deadline of the scope the body is read in.
+        self.window_end = min(now + self._window, self._last_call)
+        self.pacing = anyio.CancelScope()
         self._arrived = 0
 
     async def next(self) -> bytes | None:
         """The next chunk, or None at the end of the body."""
-        with anyio.CancelScope(deadline=self._window_end) as waiting:
-            try:
-                chunk = await self._chunks.__anext__()
-            except StopAsyncIteration:
-                return None
-            except ClientDisconnect:
-                raise ServiceError(
-                    Fault.DISCONNECTED, ("body",), "the client went away mid-body"
-                ) from None
-        if waiting.cancelled_caught:
-            raise self._timed_out()
+        try:
+            chunk = await self._chunks.__anext__()
+        except StopAsyncIteration:
+            return None
+        except ClientDisconnect:
+            raise ServiceError(
+                Fault.DISCONNECTED, ("body",), "the client went away mid-body"
+            ) from None
         self._arrived += len(chunk)
         if self._arrived >= self._quota:
             self._arrived = 0
-            self._window_end = min(anyio.current_time() + self._window, self._last_call)
+            self.pacing.deadline = min(anyio.current_time() + self._window, self._last_call)
         return chunk
 
     async def reserve(self, reservation: Reservation, arrived: int, ceiling: int) -> None:
         """Grow the reservation ahead of the bytes by a quarter of what has arrived: few waits
         on the budget's lock, and never much more held than has come."""
-        if arrived > reservation.held:
-            started = anyio.current_time()
-            await reservation.grow_to(min(ceiling, arrived + arrived // 4))
-            self._window_end += anyio.current_time() - started
+        if arrived <= reservation.held:
+            return
+        wanted = min(ceiling, arrived + arrived // 4)
+        if wanted <= UNCOUNTED_BYTES:
+            await reservation.grow_to(wanted)  # counted in the estimate only: it never waits
+            return
+        # Waiting for the budget is the service's time, not the client's: the window stops.
+        deadline, started = self.pacing.deadline, anyio.current_time()
+        self.pacing.deadline = math.inf
+        await reservation.grow_to(wanted)
+        self.pacing.deadline = deadline + anyio.current_time() - started
 
-    def _timed_out(self) -> ServiceError:
+    def timed_out(self) -> ServiceError:
         settings = self._settings
         if anyio.current_time() >= self._last_call:
             message = (
