@@ -172,27 +172,27 @@ def _cut(part: str | int) -> str | int:
     return part
 
 
-def from_spec(error: SpecError, loc_root: str = "body") -> ServiceError:
+def from_spec(error: SpecError) -> ServiceError:
     """An input that breaks the op's spec: 422, located at that input."""
-    return ServiceError(Fault.SPEC_VIOLATION, (loc_root, error.field), error.message)
+    return ServiceError(Fault.SPEC_VIOLATION, ("body", error.field), error.message)
 
 
-def from_wire(error: TensorError, field: str | None, loc_root: str = "body") -> ServiceError:
+def from_wire(error: TensorError, field: str | None) -> ServiceError:
     """A codec's fault, located at its input (or at the field that held it, or at the body)."""
     where = error.field or field
-    loc = (loc_root, where) if where else (loc_root,)
+    loc = ("body", where) if where else ("body",)
     return ServiceError(_FROM_WIRE[error.kind], loc, error.message)
 
 
 _PYDANTIC_KINDS = {"missing": Fault.MISSING_INPUT, "extra_forbidden": Fault.UNKNOWN_INPUT}
 
 
-def from_validation(error: ValidationError, loc_root: str = "body") -> ServiceError:
+def from_validation(error: ValidationError) -> ServiceError:
     """An envelope pydantic refused: 422 for each field, the input never echoed back."""
     problems = [
         Problem(
             _PYDANTIC_KINDS.get(item["type"], Fault.INVALID_FIELD),
-            (loc_root, *item["loc"]),
+            ("body", *item["loc"]),
             item["msg"],
         )
         for item in error.errors(include_url=False, include_input=False, include_context=False)

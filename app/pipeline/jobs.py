@@ -36,7 +36,6 @@ def check_shape(
     shape: Sequence[int],
     field: str,
     limits: Limits,
-    root: str = "body",
     *,
     itemsize: int = 1,
     output: bool = False,
@@ -51,7 +50,7 @@ def check_shape(
     ``itemsize`` is then the widest its answer may take.
     """
     what = "the output" if output else field
-    loc = (root,) if output else (root, field)
+    loc = ("body",) if output else ("body", field)
     rank_limit = min(limits.max_rank, MAX_RANK)
     if len(shape) > rank_limit:
         hint = (
@@ -122,9 +121,7 @@ class Job:
         return result
 
 
-def make_job(
-    op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limits, root: str = "body"
-) -> Job:
+def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limits) -> Job:
     """Check ``arrays`` (every input of ``op``, decoded) against the spec; size the output.
 
     Spec violations are 422 located at the input that broke the rule; an output past a limit
@@ -133,29 +130,29 @@ def make_job(
     """
     for item in op.inputs:
         array = arrays[item.name]
-        check_shape(array.shape, item.name, limits, root, itemsize=array.dtype.itemsize)
+        check_shape(array.shape, item.name, limits, itemsize=array.dtype.itemsize)
         if array.dtype.name not in item.element_types:
             raise ServiceError(
                 Fault.TENSOR_TYPE,
-                (root, item.name),
+                ("body", item.name),
                 f"{item.name} must be of {item.type_words}, got {array.dtype.name}",
             )
     try:
         shape = op.plan(arrays, attributes)
     except SpecError as error:
-        raise from_spec(error, root) from None
+        raise from_spec(error) from None
     dtype = arrays["data"].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
     # and dimensions whose product no array can hold even when one of them is 0. An answer may
     # carry it in a wider type than its own (JSON carries bfloat16 as float32): the shape must
     # hold at the widest element of any supported type.
     widest = max(dtype.itemsize, WIDEST_ITEMSIZE)
-    check_shape(shape, "output", limits, root, itemsize=widest, output=True)
+    check_shape(shape, "output", limits, itemsize=widest, output=True)
     nbytes = math.prod(shape) * dtype.itemsize
     if nbytes > limits.max_output_bytes:
         raise ServiceError(
             Fault.TOO_LARGE,
-            (root,),
+            ("body",),
             f"the output would be {nbytes} bytes (shape {shape}, {dtype.name}), above the limit "
             f"of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES)",
         )

@@ -59,12 +59,7 @@ class JsonBody:
         unescaped = sum(
             len(view) for view, escaped in zip(self.views, self.escaped, strict=True) if escaped
         )
-        # A number costs its object and its slot (some 64 bytes); a list its object, its slots'
-        # spare room and its slot in the list above (some 120): deep nesting makes one list an
-        # element, and a 12 MB body of them hundreds of MB.
-        elements = 64 * _count(self.text, _COMMA)
-        lists = 120 * _count(self.text, _OPEN_BRACKET)
-        return 2 * len(self.text) + elements + lists + decoded + unescaped
+        return parsing_bytes(self.text) + decoded + unescaped
 
     def parse(self) -> dict[str, Any]:
         """The body as a JSON object, exactly as ``orjson.loads`` reads it (long strings as views
@@ -101,6 +96,16 @@ class JsonBody:
         if not isinstance(payload, dict) or not _restore(payload, self.mark, values):
             return None
         return payload
+
+
+def parsing_bytes(text: bytes | bytearray | memoryview) -> int:
+    """About what ``orjson.loads`` holds beyond ``text``: a number costs its object and its
+    slot (some 64 bytes, counted by the commas); a list its object, its slots' spare room and
+    its slot in the list above (some 120): deep nesting makes one list an element, and a 12 MB
+    body of them hundreds of MB."""
+    elements = 64 * _count(text, _COMMA)
+    lists = 120 * _count(text, _OPEN_BRACKET)
+    return 2 * len(text) + elements + lists
 
 
 def split_json_body(body: bytes | bytearray | memoryview) -> JsonBody:

@@ -16,7 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
-from app.pipeline.json_body import split_json_body
+from app.pipeline.json_body import parsing_bytes
 from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op, attribute_names
@@ -163,7 +163,7 @@ class V2Exchange:
             view = memoryview(body)
             self.head = view[: self.header_length].tobytes()
             self.binary = view[self.header_length :]
-        return split_json_body(self.head).parsing_bytes()
+        return parsing_bytes(self.head)
 
     def decode(self, limits: Limits) -> Job:
         try:

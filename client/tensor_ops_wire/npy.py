@@ -27,7 +27,7 @@ _RAW_PIECE = _BASE64_PIECE // 4 * 3
 
 
 def decode_npy(
-    buffer: bytes | bytearray | memoryview, *, max_rank: int = MAX_RANK
+    buffer: bytes | bytearray | memoryview,
 ) -> npt.NDArray[Any]:
     """The array in the bytes of an ``.npy`` file, without copying its data.
 
@@ -63,7 +63,7 @@ def decode_npy(
         )
     header = _parse_header(bytes(view[start:payload_start]), "utf-8" if major == 3 else "latin-1")
     dtype = _header_dtype(header["descr"])
-    shape = _header_shape(header["shape"], max_rank)
+    shape = _header_shape(header["shape"])
     fortran_order = header["fortran_order"]
     if not isinstance(fortran_order, bool):
         raise undecodable(
@@ -158,14 +158,13 @@ def _header_dtype(descr: object) -> np.dtype[Any]:
     return dtype
 
 
-def _header_shape(shape: object, max_rank: int) -> tuple[int, ...]:
+def _header_shape(shape: object) -> tuple[int, ...]:
     if not isinstance(shape, tuple) or not all(
         isinstance(size, int) and not isinstance(size, bool) for size in shape
     ):
         raise undecodable(f".npy header: shape must be a tuple of integers, got {shown(shape)}")
-    limit = min(max_rank, MAX_RANK)
-    if len(shape) > limit:
-        raise unacceptable(f".npy shape has rank {len(shape)}; at most {limit} is supported")
+    if len(shape) > MAX_RANK:
+        raise unacceptable(f".npy shape has rank {len(shape)}; at most {MAX_RANK} is supported")
     if any(size < 0 for size in shape):
         raise undecodable(f".npy header: shape {shown(shape)} has a negative dimension")
     return shape
@@ -213,10 +212,10 @@ def _header_bytes(descr: str, shape: tuple[int, ...]) -> bytes:
     raise AssertionError("unreachable: a version 2.0 header always fits")
 
 
-def decode_npy_base64(text: str | memoryview, *, max_rank: int = MAX_RANK) -> npt.NDArray[Any]:
+def decode_npy_base64(text: str | memoryview) -> npt.NDArray[Any]:
     """The array in a standard base64 (RFC 4648, padded) ``.npy`` string."""
     raw = _decode_base64(text)
-    return decode_npy(raw.data if isinstance(raw, np.ndarray) else raw, max_rank=max_rank)
+    return decode_npy(raw.data if isinstance(raw, np.ndarray) else raw)
 
 
 def _decode_base64(text: str | memoryview) -> npt.NDArray[np.uint8] | bytes:

@@ -36,7 +36,6 @@ _NPZ = [(b"content-type", b"application/x-npz")]
 def test_decoder_gives_an_array_or_a_tensor_error(raw: bytes) -> None:
     decoders: list[Callable[[], npt.NDArray[Any]]] = [
         lambda: decode_npy(raw),
-        lambda: decode_npy(raw, max_rank=4),
         lambda: decode_npy_base64(b64(raw)),
         lambda: decode_npz(npz_bytes({"data": raw}), ("data",), max_bytes=1 << 20)["data"],
     ]
