@@ -35,6 +35,8 @@ class Fault(StrEnum):
     BAD_LENGTH = "bad_length"
     DISCONNECTED = "disconnected"
     BAD_PARAMETER = "bad_parameter"
+    #: A protocol extension this service does not offer (gRPC: UNIMPLEMENTED).
+    NOT_OFFERED = "not_offered"
     # 401: no valid key
     UNAUTHENTICATED = "unauthenticated"
     # 404: no such model or route
@@ -74,6 +76,7 @@ _STATUS: dict[Fault, int] = {
     Fault.BAD_LENGTH: 400,
     Fault.DISCONNECTED: 400,
     Fault.BAD_PARAMETER: 400,
+    Fault.NOT_OFFERED: 400,
     Fault.UNAUTHENTICATED: 401,
     Fault.NOT_FOUND: 404,
     Fault.METHOD_NOT_ALLOWED: 405,

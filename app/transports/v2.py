@@ -19,9 +19,23 @@ from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.json_body import parsing_bytes
 from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Pipeline
-from app.registry import REGISTRY, Op, attribute_names
+from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
+from app.transports.inference import (
+    INPUT_EXTENSIONS,
+    MODEL_VERSION,
+    PARAMETER_FAULT,
+    SERVER_NAME,
+    admit_input,
+    json_kind,
+    model,
+    model_metadata,
+    op_attributes,
+    refuse_extensions,
+    require_inputs,
+    wants_binary,
+)
 from app.transports.kserve import (
     decode_v2_binary,
     decode_v2_json,
@@ -43,34 +57,17 @@ from app.transports.v2_models import (
     V2Error,
 )
 from app.version import VERSION
-from tensor_ops_wire.dtypes import ELEMENT_TYPES
 from tensor_ops_wire.errors import TensorError
 
-SERVER_NAME = "tensor-ops"
-
-MODEL_VERSION = "1"
 HEADER_LENGTH = "inference-header-content-length"
 _LENGTH_DIGITS = 19
 BINARY_TYPE = "application/octet-stream"
 EXTENSIONS = ["binary_tensor_data"]
-_DATA_TYPES = [e.kserve for e in ELEMENT_TYPES]
 #: What the V2 routes read: JSON, or JSON then binary tensors (tritonclient sends no type).
 _READABLE = (JSON_TYPE, BINARY_TYPE, "")
 
-#: The kind of a protocol parameter of a wrong type or of an extension not served (400).
-PARAMETER_FAULT = Fault.BAD_PARAMETER
-_SHARED_MEMORY = "Triton's shared memory extension"
-#: Parameters of extensions this service does not implement, to the extension they belong to.
-#: Any other parameter is the client's own and is ignored, as the protocol allows.
-_INPUT_EXTENSIONS = {
-    "shared_memory_region": _SHARED_MEMORY,
-    "shared_memory_byte_size": _SHARED_MEMORY,
-    "shared_memory_offset": _SHARED_MEMORY,
-}
-_OUTPUT_EXTENSIONS = {**_INPUT_EXTENSIONS, "classification": "Triton's classification extension"}
 
-
-# Documented as enums; checked by _model, so that an unknown name is the protocol's 404.
+# Documented as enums; checked by model(), so that an unknown name is the protocol's 404.
 ModelName = Annotated[
     str, Path(description="The model: roll or gather", json_schema_extra={"enum": list(REGISTRY)})
 ]
@@ -78,50 +75,6 @@ ModelVersion = Annotated[
     str,
     Path(description="The model's version: 1", json_schema_extra={"enum": [MODEL_VERSION]}),
 ]
-
-
-def _model(name: str, version: str | None = None) -> Op:
-    op = REGISTRY.get(name)
-    if op is None:
-        raise ServiceError(
-            Fault.NOT_FOUND,
-            ("model",),
-            f"model {quote(name)} is not served here; models: {', '.join(REGISTRY)}",
-        )
-    if version is not None and version != MODEL_VERSION:
-        raise ServiceError(
-            Fault.NOT_FOUND,
-            ("model",),
-            f"model {name!r} has no version {quote(version)}; versions: {MODEL_VERSION}",
-        )
-    return op
-
-
-def model_metadata(op: Op) -> dict[str, Any]:
-    """Inputs and output of ``op``: -1 marks a dimension of any size; ``parameters`` lists every
-    datatype a tensor may have, its ``datatype`` being the one JSON clients get by default."""
-
-    def tensor(name: str, types: tuple[str, ...], rank: str) -> dict[str, Any]:
-        datatypes = [e.kserve for e in ELEMENT_TYPES if e.numpy in types]
-        return {
-            "name": name,
-            "datatype": "FP32" if "float32" in types else "INT64",
-            "shape": [-1],
-            "parameters": {"datatypes": datatypes, "rank": rank},
-        }
-
-    metadata: dict[str, Any] = {
-        "name": op.name,
-        "versions": [MODEL_VERSION],
-        "platform": "openvino_opset",
-        "inputs": [tensor(item.name, item.element_types, item.rank) for item in op.inputs],
-        "outputs": [tensor("output", op.inputs[0].element_types, "any")],
-    }
-    if op.attributes:
-        metadata["parameters"] = {
-            item.name: f"int64 request parameter, default {item.default}" for item in op.attributes
-        }
-    return metadata
 
 
 class V2Exchange:
@@ -178,8 +131,12 @@ class V2Exchange:
             raise from_validation(error) from None
         self.request = request
         arrays = self._inputs(request, limits)
-        self.binary_output = _wants_binary(request)
-        job = make_job(self.op, arrays, self._attributes(request), limits)
+        self.binary_output = wants_binary(
+            request.parameters or {},
+            [(output.name, output.parameters or {}) for output in request.outputs or []],
+            default=False,
+        )
+        job = make_job(self.op, arrays, op_attributes(self.op, request.parameters or {}), limits)
         if not self.binary_output:
             # V2 JSON data is flat: the text of a 1-D array of the output's elements.
             self.text_bytes = check_json_text_size(
@@ -189,20 +146,10 @@ class V2Exchange:
 
     def _inputs(self, request: InferenceRequest, limits: Limits) -> dict[str, Any]:
         op = self.op
-        arrays = {}
+        arrays: dict[str, Any] = {}
         offset = 0
         for item in request.inputs:
-            if item.name not in op.input_names:
-                raise ServiceError(
-                    Fault.UNKNOWN_INPUT,
-                    ("body", item.name),
-                    f"unknown input {quote(item.name)}; {op.name} takes "
-                    f"{', '.join(op.input_names)}",
-                )
-            if item.name in arrays:
-                raise ServiceError(
-                    Fault.TENSOR_DECODE, ("body", item.name), f"input {item.name!r} is given twice"
-                )
+            admit_input(op, item.name, arrays)
             size = _binary_data_size(item)
             check_shape(item.shape, item.name, limits)
             chunk = None
@@ -222,36 +169,8 @@ class V2Exchange:
                 ("body",),
                 f"the body has {len(self.binary) - offset} bytes of binary data no input claims",
             )
-        for name in op.input_names:
-            if name not in arrays:
-                raise ServiceError(
-                    Fault.MISSING_INPUT,
-                    ("body", name),
-                    f"missing input {name!r}; {op.name} takes {', '.join(op.input_names)}",
-                )
+        require_inputs(op, arrays)
         return arrays
-
-    def _attributes(self, request: InferenceRequest) -> dict[str, int]:
-        parameters = request.parameters or {}
-        attributes = self.op.attribute_defaults()
-        for name in attribute_names().intersection(parameters):
-            value = parameters[name]
-            if name not in attributes:
-                raise ServiceError(
-                    Fault.UNKNOWN_INPUT,
-                    ("body", name),
-                    f"model {self.op.name!r} takes no {name} parameter",
-                )
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int)
-                or not -(2**63) <= value < 2**63
-            ):
-                raise ServiceError(
-                    Fault.INVALID_FIELD, ("body", "parameters", name), "must be an int64 integer"
-                )
-            attributes[name] = value
-        return attributes
 
     def encoding_bytes(self, job: Job) -> int:
         if self.binary_output:
@@ -289,57 +208,13 @@ def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:
         raise from_wire(error, item.name) from None
 
 
-def _json_kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return "null"
-
-
-def _refuse_extensions(
-    parameters: dict[str, Any], extensions: dict[str, str], loc: tuple[str, ...], advice: str
-) -> None:
-    # A parameter of an extension not served here is refused, never ignored: ignoring it would
-    # answer something other than what the client asked for (the tensor from shared memory).
-    refused = sorted(extensions.keys() & parameters.keys())
-    if refused:
-        name = refused[0]
-        raise ServiceError(
-            PARAMETER_FAULT,
-            (*loc, name),
-            f"{name} is a parameter of {extensions[name]}, which is not supported here; {advice}",
-        )
-
-
-def _boolean(parameters: dict[str, Any], name: str, loc: tuple[str, ...]) -> bool | None:
-    """The boolean parameter ``name`` (None when absent); any other JSON value is refused (a
-    string "false" is not false)."""
-    if name not in parameters:
-        return None
-    value = parameters[name]
-    if not isinstance(value, bool):
-        raise ServiceError(
-            PARAMETER_FAULT,
-            (*loc, name),
-            f"{name} must be a boolean (true or false), got {_json_kind(value)}",
-        )
-    return value
-
-
 def _binary_data_size(item: RequestInput) -> int | None:
     """The input's ``binary_data_size`` (None when its data is JSON), its parameters checked."""
     parameters = item.parameters or {}
     loc = ("body", item.name, "parameters")
-    _refuse_extensions(
+    refuse_extensions(
         parameters,
-        _INPUT_EXTENSIONS,
+        INPUT_EXTENSIONS,
         loc,
         "send the tensor in the request, as JSON data or as binary data (binary_data_size)",
     )
@@ -347,7 +222,7 @@ def _binary_data_size(item: RequestInput) -> int | None:
         return None
     size = parameters["binary_data_size"]
     if isinstance(size, bool) or not isinstance(size, int):
-        got = _json_kind(size)
+        got = json_kind(size)
     elif size < 0:
         got = "a negative one"
     else:
@@ -357,34 +232,6 @@ def _binary_data_size(item: RequestInput) -> int | None:
         (*loc, "binary_data_size"),
         f"binary_data_size must be a non-negative integer, got {got}",
     )
-
-
-def _wants_binary(request: InferenceRequest) -> bool:
-    """Whether the output goes as binary data: its own ``binary_data`` parameter, else the
-    request's ``binary_data_output``, else not (JSON)."""
-    wanted = _boolean(request.parameters or {}, "binary_data_output", ("body", "parameters"))
-    own: bool | None = None
-    for output in request.outputs or []:
-        if output.name != "output":
-            raise ServiceError(
-                Fault.UNKNOWN_INPUT,
-                ("body",),
-                f"unknown output {quote(output.name)}; the output is 'output'",
-            )
-        parameters = output.parameters or {}
-        loc = ("body", "output", "parameters")
-        _refuse_extensions(
-            parameters,
-            _OUTPUT_EXTENSIONS,
-            loc,
-            "the output comes in the response, as JSON data or as binary data (binary_data)",
-        )
-        given = _boolean(parameters, "binary_data", loc)
-        if own is None:
-            own = given
-    if own is not None:
-        return own
-    return bool(wanted)
 
 
 def encode_infer(
@@ -470,16 +317,16 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
         return {"name": SERVER_NAME, "version": VERSION, "extensions": EXTENSIONS}
 
     async def metadata(name: ModelName) -> dict[str, Any]:
-        return model_metadata(_model(name))
+        return model_metadata(model(name))
 
     async def version_metadata(name: ModelName, version: ModelVersion) -> dict[str, Any]:
-        return model_metadata(_model(name, version))
+        return model_metadata(model(name, version))
 
     async def model_ready(name: ModelName) -> dict[str, Any]:
-        return {"name": _model(name).name, "ready": True}
+        return {"name": model(name).name, "ready": True}
 
     async def version_ready(name: ModelName, version: ModelVersion) -> dict[str, Any]:
-        return {"name": _model(name, version).name, "ready": True}
+        return {"name": model(name, version).name, "ready": True}
 
     for path, handler, summary in (
         ("/models/{name}", metadata, "Model metadata"),
@@ -519,10 +366,10 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
         return await serve_http(pipeline, request, lambda: v2_exchange(op, request), render_v2)
 
     async def infer(request: Request, name: ModelName) -> Response:
-        return await serve_infer(request, _model(name))
+        return await serve_infer(request, model(name))
 
     async def version_infer(request: Request, name: ModelName, version: ModelVersion) -> Response:
-        return await serve_infer(request, _model(name, version))
+        return await serve_infer(request, model(name, version))
 
     for path, endpoint, summary in (
         ("/models/{name}/infer", infer, "Inference: run the op"),

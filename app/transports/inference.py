@@ -1,0 +1,194 @@
+"""The Open Inference Protocol's rules, whatever carries it (``/v2`` over HTTP, or gRPC).
+
+Models and their metadata, the request's parameters (``batch_dims``, the binary data
+extension's booleans, the extensions not served here) and the naming of inputs and outputs: one
+copy, read by both adapters, so that a request means the same and fails the same on either.
+"""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from app.errors import Fault, ServiceError, quote
+from app.registry import REGISTRY, Op, attribute_names
+from tensor_ops_wire.dtypes import ELEMENT_TYPES
+
+SERVER_NAME = "tensor-ops"
+MODEL_VERSION = "1"
+#: The only output of either model.
+OUTPUT_NAME = "output"
+
+#: The kind of a protocol parameter of a wrong type (400).
+PARAMETER_FAULT = Fault.BAD_PARAMETER
+_SHARED_MEMORY = "Triton's shared memory extension"
+#: Parameters of extensions this service does not implement, to the extension they belong to.
+#: Any other parameter is the client's own and is ignored, as the protocol allows.
+INPUT_EXTENSIONS = {
+    "shared_memory_region": _SHARED_MEMORY,
+    "shared_memory_byte_size": _SHARED_MEMORY,
+    "shared_memory_offset": _SHARED_MEMORY,
+}
+OUTPUT_EXTENSIONS = {**INPUT_EXTENSIONS, "classification": "Triton's classification extension"}
+
+Parameters = Mapping[str, Any]
+
+
+def model(name: str, version: str | None = None) -> Op:
+    """The op served as model ``name`` (at ``version``, when one is asked for); else 404."""
+    op = REGISTRY.get(name)
+    if op is None:
+        raise ServiceError(
+            Fault.NOT_FOUND,
+            ("model",),
+            f"model {quote(name)} is not served here; models: {', '.join(REGISTRY)}",
+        )
+    if version is not None and version != MODEL_VERSION:
+        raise ServiceError(
+            Fault.NOT_FOUND,
+            ("model",),
+            f"model {name!r} has no version {quote(version)}; versions: {MODEL_VERSION}",
+        )
+    return op
+
+
+def model_metadata(op: Op) -> dict[str, Any]:
+    """Inputs and output of ``op``: -1 marks a dimension of any size; ``parameters`` lists every
+    datatype a tensor may have, its ``datatype`` being the one JSON clients get by default."""
+
+    def tensor(name: str, types: tuple[str, ...], rank: str) -> dict[str, Any]:
+        datatypes = [e.kserve for e in ELEMENT_TYPES if e.numpy in types]
+        return {
+            "name": name,
+            "datatype": "FP32" if "float32" in types else "INT64",
+            "shape": [-1],
+            "parameters": {"datatypes": datatypes, "rank": rank},
+        }
+
+    metadata: dict[str, Any] = {
+        "name": op.name,
+        "versions": [MODEL_VERSION],
+        "platform": "openvino_opset",
+        "inputs": [tensor(item.name, item.element_types, item.rank) for item in op.inputs],
+        "outputs": [tensor(OUTPUT_NAME, op.inputs[0].element_types, "any")],
+    }
+    if op.attributes:
+        metadata["parameters"] = {
+            item.name: f"int64 request parameter, default {item.default}" for item in op.attributes
+        }
+    return metadata
+
+
+def json_kind(value: Any) -> str:
+    """What a parameter's value is, in words (gRPC's values are named as their JSON kind)."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return "null"
+
+
+def refuse_extensions(
+    parameters: Parameters, extensions: Mapping[str, str], loc: tuple[str, ...], advice: str
+) -> None:
+    """Refuse a parameter of an extension not served here: ignoring it would answer something
+    other than what the client asked for (the tensor from shared memory, say)."""
+    refused = sorted(extensions.keys() & parameters.keys())
+    if refused:
+        name = refused[0]
+        raise ServiceError(
+            Fault.NOT_OFFERED,
+            (*loc, name),
+            f"{name} is a parameter of {extensions[name]}, which is not supported here; {advice}",
+        )
+
+
+def boolean_parameter(parameters: Parameters, name: str, loc: tuple[str, ...]) -> bool | None:
+    """The boolean parameter ``name`` (None when absent); any other value is refused (a string
+    "false" is not false)."""
+    if name not in parameters:
+        return None
+    value = parameters[name]
+    if not isinstance(value, bool):
+        raise ServiceError(
+            PARAMETER_FAULT,
+            (*loc, name),
+            f"{name} must be a boolean (true or false), got {json_kind(value)}",
+        )
+    return value
+
+
+def op_attributes(op: Op, parameters: Parameters) -> dict[str, int]:
+    """The op's attributes (``batch_dims``) from the request's parameters, defaults filled in;
+    an attribute of another op is refused, as an unknown input is."""
+    attributes = op.attribute_defaults()
+    for name in attribute_names().intersection(parameters):
+        value = parameters[name]
+        if name not in attributes:
+            raise ServiceError(
+                Fault.UNKNOWN_INPUT,
+                ("body", name),
+                f"model {op.name!r} takes no {name} parameter",
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+            raise ServiceError(
+                Fault.INVALID_FIELD, ("body", "parameters", name), "must be an int64 integer"
+            )
+        attributes[name] = value
+    return attributes
+
+
+def wants_binary(
+    parameters: Parameters, outputs: Iterable[tuple[str, Parameters]], default: bool
+) -> bool:
+    """Whether the output goes as binary (raw) data: its own ``binary_data`` parameter, else the
+    request's ``binary_data_output``, else ``default``."""
+    wanted = boolean_parameter(parameters, "binary_data_output", ("body", "parameters"))
+    own: bool | None = None
+    for name, output_parameters in outputs:
+        if name != OUTPUT_NAME:
+            raise ServiceError(
+                Fault.UNKNOWN_INPUT,
+                ("body",),
+                f"unknown output {quote(name)}; the output is {OUTPUT_NAME!r}",
+            )
+        loc = ("body", OUTPUT_NAME, "parameters")
+        refuse_extensions(
+            output_parameters,
+            OUTPUT_EXTENSIONS,
+            loc,
+            "the output comes in the response, as JSON data or as binary data (binary_data)",
+        )
+        given = boolean_parameter(output_parameters, "binary_data", loc)
+        if own is None:
+            own = given
+    if own is not None:
+        return own
+    return default if wanted is None else wanted
+
+
+def admit_input(op: Op, name: str, seen: Mapping[str, Any]) -> None:
+    """Refuse an input ``op`` does not take, or one given twice."""
+    if name not in op.input_names:
+        raise ServiceError(
+            Fault.UNKNOWN_INPUT,
+            ("body", name),
+            f"unknown input {quote(name)}; {op.name} takes {', '.join(op.input_names)}",
+        )
+    if name in seen:
+        raise ServiceError(Fault.TENSOR_DECODE, ("body", name), f"input {name!r} is given twice")
+
+
+def require_inputs(op: Op, arrays: Mapping[str, Any]) -> None:
+    """Refuse a request that lacks one of the op's inputs."""
+    for name in op.input_names:
+        if name not in arrays:
+            raise ServiceError(
+                Fault.MISSING_INPUT,
+                ("body", name),
+                f"missing input {name!r}; {op.name} takes {', '.join(op.input_names)}",
+            )
