@@ -17,6 +17,7 @@ from app.pipeline.run import Pipeline
 from app.registry import REGISTRY
 from app.settings import Settings
 from app.transports.errors import install_error_handlers
+from app.transports.grpc_server import GrpcServer
 from app.transports.http import build_router
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.transports.v2 import build_v2_router
@@ -41,10 +42,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        grpc_server = None
+        if settings.grpc_port:
+            grpc_server = GrpcServer(settings, pipeline, lambda: bool(app.state.ready))
+            try:
+                await grpc_server.start()
+            except Exception as error:
+                LOG.error("gRPC cannot start: %s", error)
+                raise
         app.state.ready = True
         yield
-        # Shutting down: in-flight requests finish, readiness turns away new work.
+        # Shutting down: in-flight requests finish, readiness turns away new work, and gRPC
+        # refuses new calls while those in flight finish.
         app.state.ready = False
+        if grpc_server is not None:
+            await grpc_server.stop()
 
     # FastAPIOffline is FastAPI with the docs UI's scripts and styles served from the package.
     app = FastAPIOffline(

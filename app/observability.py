@@ -62,8 +62,7 @@ class ObservabilityMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        given = _header(scope, b"x-request-id")
-        request_id = given if given and _REQUEST_ID.match(given) else uuid.uuid4().hex
+        request_id = accepted_request_id(_header(scope, b"x-request-id"))
         counts = {"in": 0, "out": 0, "status": 500}
 
         async def counting_receive() -> Message:
@@ -85,27 +84,62 @@ class ObservabilityMiddleware:
         try:
             await self.app(scope, counting_receive, tagging_send)
         finally:
-            duration = time.perf_counter() - started
-            route = _route_of(scope)
-            metrics = _route_metrics(route, counts["status"])
-            metrics.requests.inc()
-            metrics.latency.observe(duration)
-            metrics.bytes_in.inc(counts["in"])
-            metrics.bytes_out.inc(counts["out"])
-            ACCESS_LOG.info(
-                "request",
-                extra={
-                    "request_id": request_id,
-                    "method": scope["method"],
-                    "route": route,
-                    "path": scope["path"][:256],
-                    "status": counts["status"],
-                    "duration_ms": round(duration * 1000, 3),
-                    "bytes_in": counts["in"],
-                    "bytes_out": counts["out"],
-                    "reserved_bytes": _reserved(scope),
-                },
+            record(
+                started,
+                request_id,
+                method=scope["method"],
+                route=_route_of(scope),
+                path=scope["path"][:256],
+                status=counts["status"],
+                bytes_in=counts["in"],
+                bytes_out=counts["out"],
+                reserved=_reserved(scope),
             )
+
+
+def accepted_request_id(given: str | None) -> str:
+    """The client's request id when it is a sane one (letters, digits, ``._:-``, at most 128),
+    else a new one."""
+    return given if given and _REQUEST_ID.match(given) else uuid.uuid4().hex
+
+
+def record(
+    started: float,
+    request_id: str,
+    *,
+    method: str,
+    route: str,
+    path: str,
+    status: int | str,
+    bytes_in: int,
+    bytes_out: int,
+    reserved: int,
+) -> None:
+    """Count one request (HTTP or gRPC) in the metrics and write its access log line.
+
+    ``route`` is a bounded label (a route template, a gRPC method); ``status`` an HTTP status
+    or a gRPC status code's name.
+    """
+    duration = time.perf_counter() - started
+    metrics = _route_metrics(route, status)
+    metrics.requests.inc()
+    metrics.latency.observe(duration)
+    metrics.bytes_in.inc(bytes_in)
+    metrics.bytes_out.inc(bytes_out)
+    ACCESS_LOG.info(
+        "request",
+        extra={
+            "request_id": request_id,
+            "method": method,
+            "route": route,
+            "path": path,
+            "status": status,
+            "duration_ms": round(duration * 1000, 3),
+            "bytes_in": bytes_in,
+            "bytes_out": bytes_out,
+            "reserved_bytes": reserved,
+        },
+    )
 
 
 class _RouteMetrics(NamedTuple):
@@ -116,7 +150,7 @@ class _RouteMetrics(NamedTuple):
 
 
 @functools.cache
-def _route_metrics(route: str, status: int) -> _RouteMetrics:
+def _route_metrics(route: str, status: int | str) -> _RouteMetrics:
     # Looking labelled children up costs more than the updates; routes and statuses are few.
     return _RouteMetrics(
         REQUESTS.labels(route, str(status)),

@@ -28,6 +28,12 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="address the server binds to")
     port: int = Field(8000, ge=0, le=65535, description="port the server listens on")
+    grpc_port: int = Field(
+        8001,
+        ge=0,
+        le=65535,
+        description="port of the KServe V2 gRPC service, beside HTTP (0 turns it off)",
+    )
     workers: int = Field(1, ge=1, description="number of worker processes")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     log_format: Literal["json", "text"] = Field(

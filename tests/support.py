@@ -175,7 +175,12 @@ def launch_server(
     arguments = command or [
         "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
     ]  # fmt: skip
-    settings = {"TENSOR_OPS_HOST": "127.0.0.1", "TENSOR_OPS_PORT": str(port)}
+    # gRPC off unless a test asks for it: servers started side by side must not share 8001.
+    settings = {
+        "TENSOR_OPS_HOST": "127.0.0.1",
+        "TENSOR_OPS_PORT": str(port),
+        "TENSOR_OPS_GRPC_PORT": "0",
+    }
     log = tempfile.NamedTemporaryFile(prefix="tensor-ops-server-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
         [sys.executable, *arguments],

@@ -38,7 +38,7 @@ def v2_datatype(dtype: np.dtype[Any]) -> str:
     return element_type_of(dtype).kserve
 
 
-def _element_count(shape: list[int], dtype: np.dtype[Any]) -> int:
+def element_count(shape: list[int], dtype: np.dtype[Any]) -> int:
     """The elements of a declared ``shape`` (non-negative integers), in Python integers.
 
     The transport checks shapes against the service's limits later; this guards the codec from
@@ -59,7 +59,7 @@ def _element_count(shape: list[int], dtype: np.dtype[Any]) -> int:
 def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[Any]:
     """A tensor from its ``data`` (flat or nested, in row-major order) and declared ``shape``."""
     dtype = v2_dtype(datatype)
-    expected = _element_count(shape, dtype)
+    expected = element_count(shape, dtype)
     array = decode_json_data(data, dtype)
     if array.size != expected:
         raise undecodable(
@@ -68,14 +68,17 @@ def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[An
     return array.reshape(shape)
 
 
-def decode_v2_binary(chunk: memoryview, shape: list[int], datatype: str) -> npt.NDArray[Any]:
-    """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension);
-    a BOOL byte other than 0 or 1 is read as true and kept as 1."""
+def decode_v2_binary(
+    chunk: memoryview, shape: list[int], datatype: str, size_name: str = "binary_data_size"
+) -> npt.NDArray[Any]:
+    """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension, or
+    gRPC's raw contents: ``size_name`` says which); a BOOL byte other than 0 or 1 is read as
+    true and kept as 1."""
     dtype = v2_dtype(datatype)
-    expected = _element_count(shape, dtype) * dtype.itemsize
+    expected = element_count(shape, dtype) * dtype.itemsize
     if len(chunk) != expected:
         raise undecodable(
-            f"shape {shown(shape)} of {datatype} takes {expected} bytes but binary_data_size "
+            f"shape {shown(shape)} of {datatype} takes {expected} bytes but {size_name} "
             f"is {len(chunk)}"
         )
     wire = dtype if dtype == BFLOAT16 or dtype.itemsize == 1 else dtype.newbyteorder("<")

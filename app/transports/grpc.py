@@ -1,0 +1,378 @@
+"""KServe V2 / Open Inference Protocol over gRPC: an adapter of the request pipeline.
+
+``inference.GRPCInferenceService`` as KServe and Triton declare it. What differs from ``/v2``
+over HTTP is only where things are: inputs and parameters in a protobuf message, tensors as raw
+contents (split out of the received bytes without a copy) or typed contents, the answer's raw
+contents joined in once, and an error as a status code with the message HTTP would give.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import grpc
+import grpc.aio
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from app.errors import Fault, ServiceError, from_wire, internal_error
+from app.observability import accepted_request_id, record
+from app.pipeline.admission import Reservation
+from app.pipeline.jobs import Job, Limits, check_shape, make_job
+from app.pipeline.run import Answer, Body, Pipeline
+from app.registry import REGISTRY
+from app.transports.grpc_tensors import (
+    ARENA_BYTES_PER_ELEMENT,
+    can_be_typed,
+    decode_contents,
+    encode_contents,
+    has_contents,
+    typed_bytes,
+)
+from app.transports.inference import (
+    INPUT_EXTENSIONS,
+    MODEL_VERSION,
+    OUTPUT_NAME,
+    SERVER_NAME,
+    admit_input,
+    model,
+    model_metadata,
+    op_attributes,
+    refuse_extensions,
+    require_inputs,
+    wants_binary,
+)
+from app.transports.kserve import decode_v2_binary, v2_datatype, v2_output_buffer
+from app.version import VERSION
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import (
+    RAW_INPUT_FIELD,
+    RAW_OUTPUT_FIELD,
+    FramingError,
+    join_raw,
+    split_raw,
+)
+
+LOG = logging.getLogger("tensor_ops.grpc")
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+#: The gRPC status of each fault kind; HTTP's status and gRPC's code agree as api.md's table says.
+CODES: dict[Fault, grpc.StatusCode] = {
+    Fault.JSON_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.TENSOR_DECODE: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.BAD_HEADER: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.BAD_ENCODING: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.BAD_LENGTH: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.DISCONNECTED: grpc.StatusCode.CANCELLED,
+    Fault.BAD_PARAMETER: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.NOT_OFFERED: grpc.StatusCode.UNIMPLEMENTED,
+    Fault.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    Fault.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Fault.METHOD_NOT_ALLOWED: grpc.StatusCode.UNIMPLEMENTED,
+    Fault.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    Fault.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Fault.UNSUPPORTED_MEDIA_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.UNSUPPORTED_ENCODING: grpc.StatusCode.UNIMPLEMENTED,
+    Fault.MISSING_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.UNKNOWN_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.INVALID_FIELD: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.TENSOR_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.SPEC_VIOLATION: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.NOT_JSON: grpc.StatusCode.INVALID_ARGUMENT,
+    Fault.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Fault.SHUTTING_DOWN: grpc.StatusCode.UNAVAILABLE,
+    Fault.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+#: Trailing metadata of a refusal: the fault's kind, machine-readable (as ``type`` on HTTP).
+FAULT_KEY = "tensor-ops-fault"
+REQUEST_ID_KEY = "x-request-id"
+#: A typed message's arena and the arrays made from it, per byte of the message (see prepare).
+_TYPED_BYTES_PER_WIRE_BYTE = 2 * ARENA_BYTES_PER_ELEMENT + 1
+
+Parameters = dict[str, Any]
+
+
+def parameter_values(parameters: Mapping[str, Any]) -> Parameters:
+    """A protobuf map of ``InferParameter`` as plain values (bool, int, str or float; None for
+    an unset one), for the protocol's rules to read as they read JSON's."""
+    values: Parameters = {}
+    for name, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        values[name] = None if choice is None else getattr(parameter, choice)
+    return values
+
+
+class GrpcExchange:
+    """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
+
+    def __init__(self) -> None:
+        self.head = b""
+        self.raw: list[memoryview] = []
+        self.request = pb.ModelInferRequest()
+        self.raw_output = True
+
+    def prepare(self, body: Body) -> int:
+        try:
+            self.head, self.raw = split_raw(body, RAW_INPUT_FIELD)
+        except FramingError as error:
+            raise ServiceError(
+                Fault.TENSOR_DECODE, ("body",), f"the message is not a ModelInferRequest: {error}"
+            ) from None
+        # The head holds names, shapes and parameters, and typed contents when there are any:
+        # parsed, each element takes up to 8 bytes of protobuf's arena for each byte (at least)
+        # on the wire, and as much again as an array.
+        return _TYPED_BYTES_PER_WIRE_BYTE * len(self.head)
+
+    def decode(self, limits: Limits) -> Job:
+        try:
+            request = pb.ModelInferRequest.FromString(self.head)
+        except DecodeError as error:
+            raise ServiceError(
+                Fault.TENSOR_DECODE, ("body",), f"the message is not a ModelInferRequest: {error}"
+            ) from None
+        self.request = request
+        op = model(request.model_name, request.model_version or None)
+        parameters = parameter_values(request.parameters)
+        outputs = [(item.name, parameter_values(item.parameters)) for item in request.outputs]
+        self.raw_output = wants_binary(parameters, outputs, default=True)
+        arrays = self._inputs(request, op.name, limits)
+        return make_job(op, arrays, op_attributes(op, parameters), limits)
+
+    def _inputs(self, request: Any, name: str, limits: Limits) -> dict[str, Any]:
+        op = REGISTRY[name]
+        raw = self.raw
+        if raw and len(raw) != len(request.inputs):
+            raise ServiceError(
+                Fault.TENSOR_DECODE,
+                ("body", "raw_input_contents"),
+                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: "
+                "give one for every input, in order, or none and each input's contents",
+            )
+        arrays: dict[str, Any] = {}
+        for index, item in enumerate(request.inputs):
+            admit_input(op, item.name, arrays)
+            refuse_extensions(
+                parameter_values(item.parameters),
+                INPUT_EXTENSIONS,
+                ("body", item.name, "parameters"),
+                "send the tensor in the request, in raw_input_contents or in contents",
+            )
+            shape = list(item.shape)
+            if any(size < 0 for size in shape):
+                raise ServiceError(
+                    Fault.INVALID_FIELD,
+                    ("body", item.name, "shape"),
+                    f"dimensions must be non-negative integers, got {min(shape)}",
+                )
+            check_shape(shape, item.name, limits)
+            try:
+                if raw:
+                    if has_contents(item.contents):
+                        raise ServiceError(
+                            Fault.TENSOR_DECODE,
+                            ("body", item.name),
+                            "has both contents and an entry in raw_input_contents; give one",
+                        )
+                    array = decode_v2_binary(raw[index], shape, item.datatype, "its raw contents")
+                else:
+                    array = decode_contents(item.contents, shape, item.datatype)
+            except TensorError as error:
+                raise from_wire(error, item.name) from None
+            arrays[item.name] = array
+        require_inputs(op, arrays)
+        return arrays
+
+    def encoding_bytes(self, job: Job) -> int:
+        if self._raw_output(job):
+            # The output array, then the message it is joined into (one copy).
+            return 2 * job.output_bytes
+        return job.output_bytes + typed_bytes(job.output_count)
+
+    def _raw_output(self, job: Job) -> bool:
+        return self.raw_output or not can_be_typed(job.output_dtype)
+
+    def encode(self, job: Job) -> Answer:
+        response = pb.ModelInferResponse(
+            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+        )
+        tensor = response.outputs.add(
+            name=OUTPUT_NAME, datatype=v2_datatype(job.output_dtype), shape=job.output_shape
+        )
+        if self._raw_output(job):
+            output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
+            raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
+            message = join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, [raw])
+        else:
+            encode_contents(tensor.contents, job.output())
+            message = response.SerializeToString()
+        return Answer([message], "application/grpc")
+
+
+#: Releases of reservations scheduled when a call ends, kept until they have run.
+_RELEASES: set[asyncio.Task[None]] = set()
+
+
+def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reservation) -> None:
+    # The answer's bytes stay with gRPC until the call ends (sent, cancelled or timed out):
+    # the reservation is held until then, as HTTP holds it until its answer is sent.
+    def release(_: Any) -> None:
+        task = asyncio.get_running_loop().create_task(held.release())
+        _RELEASES.add(task)
+        task.add_done_callback(_RELEASES.discard)
+
+    context.add_done_callback(release)  # type: ignore[arg-type]  # the stubs want a class
+
+
+class CallNotes:
+    """What a call leaves for its log line: the memory it reserved at its peak."""
+
+    __slots__ = ("reserved",)
+
+    def __init__(self) -> None:
+        self.reserved = 0
+
+
+Call = Callable[[Any, Any, CallNotes], Awaitable[Any]]
+
+
+class InferenceService:
+    """The V2 service's calls, each an ``async`` function of the request and the context."""
+
+    def __init__(self, pipeline: Pipeline, ready: Callable[[], bool]) -> None:
+        self.pipeline = pipeline
+        self.ready = ready
+
+    async def server_live(self, request: Any, context: Any, notes: CallNotes) -> Any:
+        return pb.ServerLiveResponse(live=True)
+
+    async def server_ready(self, request: Any, context: Any, notes: CallNotes) -> Any:
+        return pb.ServerReadyResponse(ready=self.ready())
+
+    async def model_ready(self, request: Any, context: Any, notes: CallNotes) -> Any:
+        model(request.name, request.version or None)
+        return pb.ModelReadyResponse(ready=self.ready())
+
+    async def server_metadata(self, request: Any, context: Any, notes: CallNotes) -> Any:
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION, extensions=[])
+
+    async def model_metadata(self, request: Any, context: Any, notes: CallNotes) -> Any:
+        metadata = model_metadata(model(request.name, request.version or None))
+        return pb.ModelMetadataResponse(
+            name=metadata["name"],
+            versions=metadata["versions"],
+            platform=metadata["platform"],
+            inputs=[_tensor_metadata(item) for item in metadata["inputs"]],
+            outputs=[_tensor_metadata(item) for item in metadata["outputs"]],
+        )
+
+    async def model_infer(self, message: bytes, context: Any, notes: CallNotes) -> bytes:
+        if not self.ready():
+            raise ServiceError(
+                Fault.SHUTTING_DOWN,
+                (),
+                "the service is shutting down and takes no new calls; retry on another replica",
+            )
+
+        async def read(reservation: Reservation) -> Body:
+            await reservation.grow_to(len(message))
+            return message
+
+        answer, reservation = await self.pipeline.run(read, GrpcExchange())
+        _release_when_done(context, reservation)
+        notes.reserved = reservation.peak
+        return bytes(answer.buffers[0])
+
+
+def _tensor_metadata(item: dict[str, Any]) -> Any:
+    return pb.ModelMetadataResponse.TensorMetadata(
+        name=item["name"], datatype=item["datatype"], shape=item["shape"]
+    )
+
+
+def _size(message: Any) -> int:
+    return len(message) if isinstance(message, bytes) else int(message.ByteSize())
+
+
+def observed(method: str, call: Call) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
+    """``call`` with its request id, metrics and log line, and its refusals as gRPC statuses
+    (the message HTTP's ``{"error"}`` would hold, the fault's kind in trailing metadata)."""
+    route = f"/{SERVICE_NAME}/{method}"
+
+    async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        started = time.perf_counter()
+        given = dict(context.invocation_metadata() or ()).get(REQUEST_ID_KEY)
+        request_id = accepted_request_id(given if isinstance(given, str) else None)
+        tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, request_id)]
+        status = "UNKNOWN"
+        sent = 0
+        notes = CallNotes()
+        try:
+            try:
+                response = await call(request, context, notes)
+            except ServiceError as caught:
+                error = caught
+            except asyncio.CancelledError:
+                status = "CANCELLED"
+                raise
+            except Exception as caught:
+                error = internal_error(caught)
+            else:
+                status = "OK"
+                sent = _size(response)
+                context.set_trailing_metadata(tags)
+                return response
+            code = CODES[error.kind]
+            status = code.name
+            tags.append((FAULT_KEY, error.kind.value))
+            tags.extend((name.lower(), value) for name, value in error.headers.items())
+            await context.abort(code, error.message, tuple(tags))
+        finally:
+            record(
+                started,
+                request_id,
+                method="gRPC",
+                route=route,
+                path=route,
+                status=status,
+                bytes_in=_size(request),
+                bytes_out=sent,
+                reserved=notes.reserved,
+            )
+
+    return handle
+
+
+def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
+    """The service's methods for a ``grpc.aio`` server; ``ModelInfer`` takes and gives bytes,
+    (de)serialised by the framing module, the others protobuf's messages."""
+
+    def unary(request_type: Any, call: Call, method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            observed(method, call),
+            request_deserializer=request_type.FromString,
+            response_serializer=lambda message: message.SerializeToString(),
+        )
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "ServerLive": unary(pb.ServerLiveRequest, service.server_live, "ServerLive"),
+            "ServerReady": unary(pb.ServerReadyRequest, service.server_ready, "ServerReady"),
+            "ModelReady": unary(pb.ModelReadyRequest, service.model_ready, "ModelReady"),
+            "ServerMetadata": unary(
+                pb.ServerMetadataRequest, service.server_metadata, "ServerMetadata"
+            ),
+            "ModelMetadata": unary(
+                pb.ModelMetadataRequest, service.model_metadata, "ModelMetadata"
+            ),
+            # Bytes in, bytes out: the message is framed by GrpcExchange itself.
+            "ModelInfer": grpc.unary_unary_rpc_method_handler(
+                observed("ModelInfer", service.model_infer)
+            ),
+        },
+    )

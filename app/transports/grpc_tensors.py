@@ -1,0 +1,94 @@
+"""Tensors in V2 gRPC's typed ``contents``: one repeated field per family of datatypes.
+
+Raw contents (``raw_input_contents``, what tritonclient sends) are the binary data extension's
+bytes and go through ``decode_v2_binary``; this module reads and writes the other form, where
+each element is a protobuf scalar.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.transports.kserve import element_count, v2_datatype, v2_dtype
+from tensor_ops_wire.dtypes import shown
+from tensor_ops_wire.errors import unacceptable, undecodable
+
+#: The field of ``InferTensorContents`` each datatype's elements go in, and the NumPy type of
+#: that field's scalars. FP16 and BF16 have none: they travel as raw contents only.
+CONTENTS_FIELDS: dict[str, tuple[str, np.dtype[Any]]] = {
+    "BOOL": ("bool_contents", np.dtype(np.bool_)),
+    "INT8": ("int_contents", np.dtype(np.int32)),
+    "INT16": ("int_contents", np.dtype(np.int32)),
+    "INT32": ("int_contents", np.dtype(np.int32)),
+    "INT64": ("int64_contents", np.dtype(np.int64)),
+    "UINT8": ("uint_contents", np.dtype(np.uint32)),
+    "UINT16": ("uint_contents", np.dtype(np.uint32)),
+    "UINT32": ("uint_contents", np.dtype(np.uint32)),
+    "UINT64": ("uint64_contents", np.dtype(np.uint64)),
+    "FP32": ("fp32_contents", np.dtype(np.float32)),
+    "FP64": ("fp64_contents", np.dtype(np.float64)),
+}
+_ALL_FIELDS = sorted({field for field, _ in CONTENTS_FIELDS.values()} | {"bytes_contents"})
+#: The most a parsed element of typed contents holds in protobuf's arena (a 64-bit scalar);
+#: each takes at least one byte on the wire.
+ARENA_BYTES_PER_ELEMENT = 8
+
+
+def decode_contents(contents: Any, shape: Sequence[int], datatype: str) -> npt.NDArray[Any]:
+    """A tensor from ``contents`` (an ``InferTensorContents``) and its declared shape; values
+    must fit the datatype exactly, as JSON data must on ``/v2``."""
+    dtype = v2_dtype(datatype)
+    entry = CONTENTS_FIELDS.get(datatype)
+    if entry is None:
+        raise undecodable(
+            f"{datatype} has no typed contents in the protocol; send the tensor in "
+            "raw_input_contents"
+        )
+    field, wide = entry
+    for other in _ALL_FIELDS:
+        if other != field and len(getattr(contents, other)):
+            raise undecodable(f"{datatype} elements go in contents.{field}, not in {other}")
+    values = getattr(contents, field)
+    expected = element_count(list(shape), dtype)
+    if len(values) != expected:
+        raise undecodable(
+            f"shape {shown(list(shape))} holds {expected} elements but contents.{field} has "
+            f"{len(values)}"
+        )
+    array = np.fromiter(values, dtype=wide, count=len(values))
+    if dtype != wide:
+        info = np.iinfo(dtype)
+        outside = (array < info.min) | (array > info.max)
+        if outside.any():
+            bad = array[np.argmax(outside)]
+            raise unacceptable(
+                f"value {int(bad)} is out of range for {dtype.name} [{info.min}, {info.max}]"
+            )
+        array = array.astype(dtype)
+    return array.reshape(shape)
+
+
+def has_contents(contents: Any) -> bool:
+    """Whether any typed field of ``contents`` holds an element."""
+    return any(len(getattr(contents, field)) for field in _ALL_FIELDS)
+
+
+def can_be_typed(dtype: np.dtype[Any]) -> bool:
+    """Whether an output of ``dtype`` can travel as typed contents (not FP16 or BF16)."""
+    return v2_datatype(dtype) in CONTENTS_FIELDS
+
+
+def typed_bytes(count: int) -> int:
+    """What ``count`` elements written as typed contents hold beyond the output array: the
+    message's arena (8 bytes an element at most) and its serialised form (a varint takes up to
+    10 bytes)."""
+    return count * (ARENA_BYTES_PER_ELEMENT + 10)
+
+
+def encode_contents(contents: Any, array: npt.NDArray[Any]) -> None:
+    """Write ``array``'s elements, row-major, into ``contents`` (an ``InferTensorContents``)."""
+    field, wide = CONTENTS_FIELDS[v2_datatype(array.dtype)]
+    flat = np.ascontiguousarray(array).reshape(-1).astype(wide, copy=False)
+    getattr(contents, field).extend(flat.tolist())
