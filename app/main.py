@@ -73,6 +73,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     budget = MemoryBudget(capacity, settings.admission_timeout)
     app.state.budget = budget
     pipeline = Pipeline(settings, budget)
+    app.state.pipeline = pipeline
     app.include_router(build_router(pipeline))
     app.include_router(build_v2_router(pipeline))
 

@@ -17,15 +17,20 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import httpx
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 import orjson
 import pybase64
+
+from app.transports.grpc_server import GrpcServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -224,3 +229,97 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)  # workers a supervisor left behind
     Path(_LOGS.pop(process.pid, "/nonexistent")).unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------------------------------
+# V2 conformance samples (the tritonclient suites over HTTP and gRPC)
+
+#: The 13 element types, under their KServe names.
+DTYPES: dict[str, np.dtype[Any]] = {
+    "BOOL": np.dtype(np.bool_),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "FP16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+}
+INTEGER_TYPES = [name for name in DTYPES if name.startswith(("INT", "UINT"))]
+FLOAT_TYPES = ("FP16", "BF16", "FP32", "FP64")
+
+# Bit patterns per float type: -0.0, the smallest subnormal, the largest finite value and its
+# negative (all of which JSON carries exactly), then +inf, -inf, a quiet NaN with a payload and a
+# negative signalling NaN with a payload (which only binary data can carry).
+FINITE_BITS: dict[str, tuple[int, ...]] = {
+    "FP16": (0x8000, 0x0001, 0x7BFF, 0xFBFF),
+    "BF16": (0x8000, 0x0001, 0x7F7F, 0xFF7F),
+    "FP32": (0x8000_0000, 0x0000_0001, 0x7F7F_FFFF, 0xFF7F_FFFF),
+    "FP64": (1 << 63, 1, 0x7FEF_FFFF_FFFF_FFFF, 0xFFEF_FFFF_FFFF_FFFF),
+}
+NON_FINITE_BITS: dict[str, tuple[int, ...]] = {
+    "FP16": (0x7C00, 0xFC00, 0x7E01, 0xFC01),
+    "BF16": (0x7F80, 0xFF80, 0x7FC1, 0xFF81),
+    "FP32": (0x7F80_0000, 0xFF80_0000, 0x7FC0_0001, 0xFF80_0001),
+    "FP64": (0x7FF0 << 48, 0xFFF0 << 48, 0x7FF8_0000_0000_0001, 0xFFF0_0000_0000_0001),
+}
+
+
+def sample(name: str, shape: tuple[int, ...], *, finite: bool, seed: int) -> npt.NDArray[Any]:
+    """Values of type ``name``: random, then the type's extremes in the first elements.
+
+    With ``finite`` the floats hold no inf or NaN, for the pairings that use JSON, which cannot
+    carry them: tritonclient writes the non-standard tokens NaN and Infinity (the service refuses
+    that body, see ``test_refused``), and the service refuses (422) to write inf or NaN in a JSON
+    output, asking for binary data instead.
+    """
+    dtype = DTYPES[name]
+    rng = np.random.default_rng(seed)
+    size = int(np.prod(shape))
+    array: npt.NDArray[Any]
+    if dtype.kind == "b":
+        array = rng.integers(0, 2, size).astype(np.bool_)
+        array[:2] = [True, False]
+    elif dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        array = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+        array[:3] = [info.min, info.max, 0]
+    else:
+        array = (rng.standard_normal(size) * 100).astype(np.float32).astype(dtype)
+        specials = FINITE_BITS[name] + (() if finite else NON_FINITE_BITS[name])
+        raw = array.view(f"u{dtype.itemsize}")
+        raw[: len(specials)] = specials
+    return array.reshape(shape)
+
+
+# ------------------------------------------------------------------------------------------------
+# gRPC served in-process
+
+
+@contextlib.asynccontextmanager
+async def grpc_serving(app: Any, **settings: Any) -> AsyncIterator[str]:
+    """``app``'s pipeline (its settings, memory budget and metrics) served over gRPC on a free
+    port of 127.0.0.1 for the length of the block; yields the address. ``settings`` override the
+    app's for the gRPC server alone (its message size limits, its graceful timeout)."""
+    changed = app.state.settings.model_copy(
+        update={"host": "127.0.0.1", "grpc_port": 0, **settings}
+    )
+    server = GrpcServer(changed, app.state.pipeline, lambda: bool(app.state.ready))
+    port = await server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await server.stop()
+
+
+def grpc_channel(address: str) -> grpc.aio.Channel:
+    """An asyncio channel to ``address`` that takes messages of any size."""
+    return grpc.aio.insecure_channel(
+        address,
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+    )

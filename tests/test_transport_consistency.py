@@ -14,7 +14,11 @@ Transports:
 - ``npz``: the same routes, an ``np.savez`` archive (``application/x-npz``), ``batch_dims`` and
   ``dtype`` as query parameters;
 - ``v2-json``: ``POST /v2/models/{roll|gather}/infer``, JSON tensor data;
-- ``v2-binary``: the same with Triton's binary tensor extension.
+- ``v2-binary``: the same with Triton's binary tensor extension;
+- ``gRPC``: ``ModelInfer`` of KServe V2 over gRPC, tensors as raw contents, sent to the same
+  app's pipeline served in-process; the cell checks the status code the contract maps the
+  status to, that the message names the field, and that the fault kind (trailing metadata)
+  is the plain routes' ``type``.
 """
 
 import base64
@@ -22,11 +26,13 @@ import gzip
 import io
 import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as default
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import httpx
 import numpy as np
 import numpy.typing as npt
@@ -36,9 +42,12 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.support import (
     assert_same_bits,
     b64,
+    grpc_channel,
+    grpc_serving,
     npy_b64,
     npy_bytes,
     npz_bytes,
@@ -217,6 +226,38 @@ def vb(
     return Call(f"/v2/models/{model or op}/infer", content, headers)
 
 
+def gr(
+    op: str,
+    arrays: Arrays,
+    *,
+    parameters: dict[str, Any] | None = None,
+    datatypes: dict[str, str] | None = None,
+    shapes: dict[str, list[int]] | None = None,
+    model: str | None = None,
+) -> bytes:
+    """A gRPC ``ModelInferRequest``, serialised: every tensor as raw contents."""
+    request = pb.ModelInferRequest(model_name=model or op)
+    for name, array in arrays.items():
+        request.inputs.add(
+            name=name,
+            datatype=(datatypes or {}).get(name) or V2_TYPES[array.dtype.name],
+            shape=(shapes or {}).get(name, list(array.shape)),
+        )
+        little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+        request.raw_input_contents.append(little.tobytes())
+    for name, value in (parameters or {}).items():
+        parameter = request.parameters[name]
+        if isinstance(value, bool):
+            parameter.bool_param = value
+        elif isinstance(value, int):
+            parameter.int64_param = value
+        elif isinstance(value, float):
+            parameter.double_param = value
+        else:
+            parameter.string_param = str(value)
+    return request.SerializeToString()
+
+
 def with_headers(call: Call, **headers: str) -> Call:
     return Call(call.path, call.content, {**call.headers, **headers}, call.params)
 
@@ -344,6 +385,8 @@ class Row:
     app: str = "default"
     #: The gRPC code the contract maps the status to ("n/a" where gRPC cannot express it).
     grpc: str = ""
+    #: The fault as a gRPC ``ModelInferRequest`` (serialised), where gRPC can express it.
+    grpc_cell: Callable[[], bytes] | None = None
     #: Why a transport has no cell (README's "n/a"), keyed by transport.
     not_applicable: dict[str, str] = default(default_factory=dict)
 
@@ -369,7 +412,7 @@ def every(builder: Callable[[Callable[..., Call]], Call]) -> dict[str, Cell]:
 ROWS = [
     Row(
         "unreadable-body",
-        "body not readable as JSON / not a zip archive",
+        "body not readable as JSON / not a zip archive / not a protobuf message",
         400,
         {
             "json": Cell(lambda: cut(js("roll", ROLL))),
@@ -378,7 +421,6 @@ ROWS = [
             "v2-json": Cell(lambda: cut(vj("roll", ROLL))),
             "v2-binary": Cell(lambda: cut_v2_header(vb("roll", ROLL))),
         },
-        grpc="n/a",
     ),
     Row(
         "unreadable-tensor",
@@ -580,6 +622,29 @@ ROWS = [
     ),
 ]
 
+#: Each row's fault as a gRPC request, where gRPC can express it (its code: the row's ``grpc``).
+GRPC_CELLS: dict[str, Callable[[], bytes]] = {
+    # The message's last field (a raw tensor) cut short: not a protobuf message.
+    "unreadable-body": lambda: gr("roll", ROLL)[:-3],
+    "unreadable-tensor": lambda: gr("roll", ROLL, shapes={"data": [3, 3]}),
+    "missing-input": lambda: gr("roll", roll_with(axes=None)),
+    "unknown-input": lambda: gr("roll", roll_with(bogus=i64(1))),
+    "batch-dims-on-roll": lambda: gr("roll", ROLL, parameters={"batch_dims": 1}),
+    "batch-dims-not-integer": lambda: gr("gather", GATHER, parameters={"batch_dims": "1"}),
+    "index-wrong-type": lambda: gr("roll", roll_with(shift=np.array(1, np.int16))),
+    "unknown-dtype": lambda: gr("roll", ROLL, datatypes={"data": "FP8"}),
+    "roll-axis-out-of-range": lambda: gr("roll", roll_with(axes=i64([5]))),
+    "gather-axis-out-of-range": lambda: gr("gather", gather_with(axis=i64(3))),
+    "shift-axes-lengths": lambda: gr("roll", roll_with(shift=i64([1, 1]), axes=i64([0]))),
+    "batch-dims-out-of-range": lambda: gr("gather", GATHER, parameters={"batch_dims": 3}),
+    "nan-as-json": lambda: gr("roll", NAN_ROLL),
+    "body-too-large": lambda: gr("roll", BIG_ROLL),
+    "output-too-large": lambda: gr("gather", WIDE_GATHER),
+    "rank-too-large": lambda: gr("roll", DEEP_ROLL),
+    "unknown-model": lambda: gr("roll", ROLL, model="nope"),
+}
+ROWS = [replace(row, grpc_cell=GRPC_CELLS.get(row.key)) for row in ROWS]
+
 CELLS = [
     pytest.param(row, transport, id=f"{row.key}:{transport}")
     for row in ROWS
@@ -675,12 +740,13 @@ async def test_one_fault_one_status(
 
 # An unreadable body is a different fault per format (not JSON, not a zip): same status, own kind.
 _OWN_KIND_PER_FORMAT = {"unreadable-body"}
-TYPED_ROWS = [
-    pytest.param(row, id=row.key)
+TYPED_KEYS = {
+    row.key
     for row in ROWS
     if row.key not in _OWN_KIND_PER_FORMAT
     and all(transport in row.cells and row.expected(transport) != 200 for transport in PLAIN)
-]
+}
+TYPED_ROWS = [pytest.param(row, id=row.key) for row in ROWS if row.key in TYPED_KEYS]
 
 
 @pytest.mark.parametrize("row", TYPED_ROWS)
@@ -693,6 +759,48 @@ async def test_same_fault_kind_on_the_plain_routes(
         response = await send(clients[row.app], row.cells[transport].build())
         kinds[transport] = plain_error(response)[0]["type"]
     assert len(set(kinds.values())) == 1, f"{row.key}: {kinds}"
+
+
+GRPC_ROWS = [pytest.param(row, id=row.key) for row in ROWS if row.grpc_cell is not None]
+
+
+@pytest.mark.parametrize("row", GRPC_ROWS)
+async def test_one_fault_one_code_over_grpc(
+    apps: dict[str, FastAPI], clients: dict[str, httpx.AsyncClient], row: Row
+) -> None:
+    """The row's fault through gRPC: the code of its HTTP status, the field named in the message,
+    and the plain routes' fault kind in the trailing metadata."""
+    assert row.grpc_cell is not None
+    async with grpc_serving(apps[row.app]) as address, grpc_channel(address) as channel:
+        infer: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+            "/inference.GRPCInferenceService/ModelInfer"
+        )
+        try:
+            answer = await infer(row.grpc_cell())
+        except grpc.aio.AioRpcError as error:
+            code, message = error.code().name, error.details() or ""
+            trailers = dict(error.trailing_metadata() or ())
+        else:
+            assert row.grpc_code() == "OK (carried)", f"{row.key}: answered, not refused"
+            output = pb.ModelInferResponse.FromString(answer)
+            raw = np.frombuffer(output.raw_output_contents[0], dtype="<f4")
+            assert_same_bits(raw.reshape(list(output.outputs[0].shape)), expected_nan_output())
+            return
+    assert code == row.grpc_code(), f"{row.key}: {code} ({message}), expected {row.grpc_code()}"
+    named = row.cells["v2-binary"].field or row.field if "v2-binary" in row.cells else row.field
+    if named is not None:
+        assert named in message, f"{named!r} is not named in {message!r}"
+    if row.app != "body":  # past the message size limit, gRPC itself refuses the message
+        assert "tensor-ops-fault" in trailers, trailers
+    if "tensor-ops-fault" in trailers and row.key in TYPED_KEYS:
+        plain_kind = plain_error(await send(clients[row.app], row.cells["json"].build()))[0]
+        assert trailers["tensor-ops-fault"] == plain_kind["type"], row.key
+
+
+def test_grpc_cells_are_the_rows_with_a_code() -> None:
+    """Every row README gives a gRPC code has a gRPC cell; "n/a" rows have none."""
+    for row in ROWS:
+        assert (row.grpc_cell is None) == (row.grpc_code() == "n/a"), row.key
 
 
 # --- README -----------------------------------------------------------------------------------

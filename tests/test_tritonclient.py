@@ -4,7 +4,6 @@ import importlib.metadata
 from collections.abc import Iterator
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -12,46 +11,11 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.ops import gather, roll
-from tests.support import assert_same_bits
+from tests.support import DTYPES, INTEGER_TYPES, assert_same_bits, sample
 
 pytestmark = pytest.mark.e2e
 
 Array = npt.NDArray[Any]
-
-#: The 13 element types, under their KServe names.
-DTYPES: dict[str, np.dtype[Any]] = {
-    "BOOL": np.dtype(np.bool_),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "FP16": np.dtype(np.float16),
-    "BF16": np.dtype(ml_dtypes.bfloat16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-}
-INTEGER_TYPES = [name for name in DTYPES if name.startswith(("INT", "UINT"))]
-FLOAT_TYPES = ("FP16", "BF16", "FP32", "FP64")
-
-# Bit patterns per float type: -0.0, the smallest subnormal, the largest finite value and its
-# negative (all of which JSON carries exactly), then +inf, -inf, a quiet NaN with a payload and a
-# negative signalling NaN with a payload (which only binary data can carry).
-FINITE_BITS: dict[str, tuple[int, ...]] = {
-    "FP16": (0x8000, 0x0001, 0x7BFF, 0xFBFF),
-    "BF16": (0x8000, 0x0001, 0x7F7F, 0xFF7F),
-    "FP32": (0x8000_0000, 0x0000_0001, 0x7F7F_FFFF, 0xFF7F_FFFF),
-    "FP64": (1 << 63, 1, 0x7FEF_FFFF_FFFF_FFFF, 0xFFEF_FFFF_FFFF_FFFF),
-}
-NON_FINITE_BITS: dict[str, tuple[int, ...]] = {
-    "FP16": (0x7C00, 0xFC00, 0x7E01, 0xFC01),
-    "BF16": (0x7F80, 0xFF80, 0x7FC1, 0xFF81),
-    "FP32": (0x7F80_0000, 0xFF80_0000, 0x7FC0_0001, 0xFF80_0001),
-    "FP64": (0x7FF0 << 48, 0xFFF0 << 48, 0x7FF8_0000_0000_0001, 0xFFF0_0000_0000_0001),
-}
 
 # Inputs and outputs go as Triton binary data or as JSON "data": every pairing of the two.
 MODES = [(True, True), (True, False), (False, True), (False, False)]
@@ -75,33 +39,6 @@ def type_and_mode_cases() -> list[Any]:
                 )
             )
     return cases
-
-
-def sample(name: str, shape: tuple[int, ...], *, finite: bool, seed: int) -> Array:
-    """Values of type ``name``: random, then the type's extremes in the first elements.
-
-    With ``finite`` the floats hold no inf or NaN, for the pairings that use JSON, which cannot
-    carry them: tritonclient writes the non-standard tokens NaN and Infinity (the service refuses
-    that body, see ``test_refused``), and the service refuses (422) to write inf or NaN in a JSON
-    output, asking for binary data instead.
-    """
-    dtype = DTYPES[name]
-    rng = np.random.default_rng(seed)
-    size = int(np.prod(shape))
-    array: Array
-    if dtype.kind == "b":
-        array = rng.integers(0, 2, size).astype(np.bool_)
-        array[:2] = [True, False]
-    elif dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        array = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
-        array[:3] = [info.min, info.max, 0]
-    else:
-        array = (rng.standard_normal(size) * 100).astype(np.float32).astype(dtype)
-        specials = FINITE_BITS[name] + (() if finite else NON_FINITE_BITS[name])
-        raw = array.view(f"u{dtype.itemsize}")
-        raw[: len(specials)] = specials
-    return array.reshape(shape)
 
 
 def make_input(name: str, array: Array, binary: bool) -> Any:
