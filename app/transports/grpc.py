@@ -29,7 +29,7 @@ from app.transports.grpc_tensors import (
     ARENA_BYTES_PER_ELEMENT,
     can_be_typed,
     decode_contents,
-    encode_contents,
+    encode_typed,
     has_contents,
     typed_bytes,
 )
@@ -54,6 +54,7 @@ from tensor_ops_wire.grpc_v2.framing import (
     RAW_INPUT_FIELD,
     RAW_OUTPUT_FIELD,
     FramingError,
+    entry,
     join_raw,
     split_raw,
 )
@@ -91,6 +92,7 @@ CODES: dict[Fault, grpc.StatusCode] = {
 #: Trailing metadata of a refusal: the fault's kind, machine-readable (as ``type`` on HTTP).
 FAULT_KEY = "tensor-ops-fault"
 REQUEST_ID_KEY = "x-request-id"
+INPUTS_NUMBER = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["inputs"].number
 #: A typed message's arena and the arrays made from it, per byte of the message (see prepare).
 _TYPED_BYTES_PER_WIRE_BYTE = 2 * ARENA_BYTES_PER_ELEMENT + 1
 
@@ -180,7 +182,8 @@ class GrpcExchange:
                         )
                     array = decode_v2_binary(raw[index], shape, item.datatype, "its raw contents")
                 else:
-                    array = decode_contents(item.contents, shape, item.datatype)
+                    wire = entry(self.head, INPUTS_NUMBER, index)
+                    array = decode_contents(item.contents, shape, item.datatype, wire)
             except TensorError as error:
                 raise from_wire(error, item.name) from None
             arrays[item.name] = array
@@ -200,16 +203,16 @@ class GrpcExchange:
         response = pb.ModelInferResponse(
             model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
         )
-        tensor = response.outputs.add(
+        tensor = pb.ModelInferResponse.InferOutputTensor(
             name=OUTPUT_NAME, datatype=v2_datatype(job.output_dtype), shape=job.output_shape
         )
         if self._raw_output(job):
+            response.outputs.append(tensor)
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
             raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
             message = join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, [raw])
         else:
-            encode_contents(tensor.contents, job.output())
-            message = response.SerializeToString()
+            message = encode_typed(response, tensor, job.output())
         return Answer([message], "application/grpc")
 
 

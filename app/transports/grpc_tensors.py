@@ -14,6 +14,8 @@ import numpy.typing as npt
 from app.transports.kserve import element_count, v2_datatype, v2_dtype
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.errors import unacceptable, undecodable
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import FramingError, join_raw, nested, packed_fixed
 
 #: The field of ``InferTensorContents`` each datatype's elements go in, and the NumPy type of
 #: that field's scalars. FP16 and BF16 have none: they travel as raw contents only.
@@ -31,14 +33,25 @@ CONTENTS_FIELDS: dict[str, tuple[str, np.dtype[Any]]] = {
     "FP64": ("fp64_contents", np.dtype(np.float64)),
 }
 _ALL_FIELDS = sorted({field for field, _ in CONTENTS_FIELDS.values()} | {"bytes_contents"})
+#: Field numbers: a tensor's ``contents`` (input and output alike), and the float fields, read
+#: and written as their wire bytes (see ``packed_fixed``).
+CONTENTS_NUMBER = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name["contents"].number
+OUTPUTS_NUMBER = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["outputs"].number
+FLOAT_NUMBERS = {
+    name: pb.InferTensorContents.DESCRIPTOR.fields_by_name[name].number
+    for name in ("fp32_contents", "fp64_contents")
+}
 #: The most a parsed element of typed contents holds in protobuf's arena (a 64-bit scalar);
 #: each takes at least one byte on the wire.
 ARENA_BYTES_PER_ELEMENT = 8
 
 
-def decode_contents(contents: Any, shape: Sequence[int], datatype: str) -> npt.NDArray[Any]:
+def decode_contents(
+    contents: Any, shape: Sequence[int], datatype: str, wire: memoryview
+) -> npt.NDArray[Any]:
     """A tensor from ``contents`` (an ``InferTensorContents``) and its declared shape; values
-    must fit the datatype exactly, as JSON data must on ``/v2``."""
+    must fit the datatype exactly, as JSON data must on ``/v2``. Floats are read from ``wire``,
+    the input tensor's message as it came: every bit kept, NaN payloads included."""
     dtype = v2_dtype(datatype)
     entry = CONTENTS_FIELDS.get(datatype)
     if entry is None:
@@ -57,6 +70,12 @@ def decode_contents(contents: Any, shape: Sequence[int], datatype: str) -> npt.N
             f"shape {shown(list(shape))} holds {expected} elements but contents.{field} has "
             f"{len(values)}"
         )
+    if field in FLOAT_NUMBERS:
+        try:
+            data = packed_fixed(wire, (CONTENTS_NUMBER, FLOAT_NUMBERS[field]), wide.itemsize)
+        except FramingError as error:
+            raise undecodable(f"contents.{field} cannot be read: {error}") from None
+        return np.frombuffer(data, dtype=wide.newbyteorder("<")).reshape(shape)
     array = np.fromiter(values, dtype=wide, count=len(values))
     if dtype != wide:
         info = np.iinfo(dtype)
@@ -87,8 +106,20 @@ def typed_bytes(count: int) -> int:
     return count * (ARENA_BYTES_PER_ELEMENT + 10)
 
 
-def encode_contents(contents: Any, array: npt.NDArray[Any]) -> None:
-    """Write ``array``'s elements, row-major, into ``contents`` (an ``InferTensorContents``)."""
+def encode_typed(response: Any, tensor: Any, array: npt.NDArray[Any]) -> bytes:
+    """The serialised ``response`` whose one output is ``tensor`` (name, datatype, shape) with
+    ``array``'s elements, row-major, as its typed contents.
+
+    Floats are written as their bytes, as protobuf would pack them but without passing through
+    Python floats (which would quiet a signalling NaN); the other types through protobuf.
+    """
     field, wide = CONTENTS_FIELDS[v2_datatype(array.dtype)]
     flat = np.ascontiguousarray(array).reshape(-1).astype(wide, copy=False)
-    getattr(contents, field).extend(flat.tolist())
+    if field not in FLOAT_NUMBERS:
+        getattr(tensor.contents, field).extend(flat.tolist())
+        response.outputs.append(tensor)
+        return bytes(response.SerializeToString())
+    little = flat.astype(wide.newbyteorder("<"), copy=False).view(np.uint8)
+    contents = nested(FLOAT_NUMBERS[field], [little]) if flat.size else []
+    body = [tensor.SerializeToString(), *nested(CONTENTS_NUMBER, contents)]
+    return join_raw(response.SerializeToString(), OUTPUTS_NUMBER, [b"".join(body)])

@@ -9,7 +9,7 @@ names, shapes and parameters) is parsed by protobuf; an answer is its small head
 protobuf, then each raw tensor appended as its own field, in one copy.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 #: The field numbers of the raw contents: ModelInferRequest.raw_input_contents and
@@ -38,12 +38,11 @@ def _varint(view: memoryview, position: int) -> tuple[int, int]:
     raise FramingError("a varint is longer than 10 bytes")
 
 
-def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
-    """The message without its ``field`` entries (for protobuf to parse), and those entries'
-    payloads as views of ``message``, in order."""
+def fields(message: Any) -> Iterator[tuple[int, int, memoryview, memoryview]]:
+    """Every field entry at the top level of ``message``: its number, its wire type, the whole
+    entry and its payload (a varint's bytes, a fixed value's, a length-delimited field's
+    contents), all views of ``message``."""
     view = memoryview(message).cast("B")
-    rest: list[memoryview] = []
-    raw: list[memoryview] = []
     position = 0
     size = len(view)
     while position < size:
@@ -52,6 +51,7 @@ def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
         number, wire_type = key >> 3, key & 7
         if number == 0:
             raise FramingError("a field has number 0")
+        payload_start = position
         if wire_type == _VARINT:
             _, position = _varint(view, position)
         elif wire_type == _FIXED64:
@@ -59,21 +59,82 @@ def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
         elif wire_type == _FIXED32:
             position += 4
         elif wire_type == _LENGTH:
-            length, position = _varint(view, position)
-            if number == field:
-                if position + length > size:
-                    raise FramingError(f"field {number} runs past the end of the message")
-                raw.append(view[position : position + length])
-                position += length
-                continue
-            position += length
+            length, payload_start = _varint(view, position)
+            position = payload_start + length
         else:
             raise FramingError(f"field {number} has wire type {wire_type}, which proto3 never uses")
         if position > size:
             raise FramingError(f"field {number} runs past the end of the message")
-        rest.append(view[start:position])
+        yield number, wire_type, view[start:position], view[payload_start:position]
+
+
+def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
+    """The message without its ``field`` entries (for protobuf to parse), and those entries'
+    payloads as views of ``message``, in order."""
+    rest: list[memoryview] = []
+    raw: list[memoryview] = []
+    for number, wire_type, entry, payload in fields(message):
+        if number == field and wire_type == _LENGTH:
+            raw.append(payload)
+        else:
+            rest.append(entry)
     head = rest[0].tobytes() if len(rest) == 1 else b"".join(rest)
     return head, raw
+
+
+def packed_fixed(message: Any, path: Sequence[int], itemsize: int) -> bytes:
+    """The elements of a repeated fixed-size field (``float``, ``double``) as the bytes they
+    are on the wire (little-endian): packed or not, every entry in order, entries of the
+    messages on ``path`` merged as protobuf merges them. ``path`` is the field numbers from
+    ``message`` down to the repeated field (``(5, 6)``: an input tensor's ``contents``, then
+    its ``fp32_contents``).
+
+    protobuf's Python API hands floats over as Python floats (doubles): a float's signalling
+    NaN comes back quiet, its payload changed. Read from the wire, every bit stays.
+    """
+    fixed_type = _FIXED32 if itemsize == 4 else _FIXED64
+    pieces: list[memoryview] = []
+
+    def walk(messages: list[memoryview], depth: int) -> None:
+        number = path[depth]
+        last = depth == len(path) - 1
+        found: list[memoryview] = []
+        for within in messages:
+            for entry_number, wire_type, _, payload in fields(within):
+                if entry_number != number:
+                    continue
+                if last and wire_type in (_LENGTH, fixed_type):
+                    pieces.append(payload)
+                elif not last and wire_type == _LENGTH:
+                    found.append(payload)
+        if not last:
+            walk(found, depth + 1)
+
+    walk([memoryview(message).cast("B")], 0)
+    joined = b"".join(pieces)
+    if len(joined) % itemsize:
+        raise FramingError(
+            f"packed field {path[-1]} is not a whole number of {itemsize}-byte values"
+        )
+    return joined
+
+
+def entry(message: Any, number: int, index: int) -> memoryview:
+    """The payload of the ``index``-th entry of the length-delimited field ``number``."""
+    seen = 0
+    for entry_number, wire_type, _, payload in fields(message):
+        if entry_number == number and wire_type == _LENGTH:
+            if seen == index:
+                return payload
+            seen += 1
+    raise FramingError(f"field {number} has no entry {index}")
+
+
+def nested(number: int, payload: Sequence[Any]) -> list[Any]:
+    """The pieces of one length-delimited field ``number`` whose contents are ``payload``'s
+    pieces one after the other (to be joined, once, with the rest of a message)."""
+    length = sum(len(memoryview(piece).cast("B")) for piece in payload)
+    return [_varint_bytes(number << 3 | _LENGTH), _varint_bytes(length), *payload]
 
 
 def _varint_bytes(value: int) -> bytes:
