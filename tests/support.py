@@ -31,6 +31,7 @@ import orjson
 import pybase64
 
 from app.transports.grpc_server import GrpcServer
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -323,3 +324,18 @@ def grpc_channel(address: str) -> grpc.aio.Channel:
         address,
         options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
     )
+
+
+def inference_stub(channel: grpc.aio.Channel) -> Any:
+    """The generated client of the V2 service on ``channel`` (its module is untyped)."""
+    return grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)  # type: ignore[no-untyped-call]
+
+
+def raw_infer(
+    channel: grpc.aio.Channel, method: str = "ModelInfer"
+) -> grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]:
+    """A call of the V2 service that sends and receives bytes as they are (no protobuf)."""
+    call: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+        f"/inference.GRPCInferenceService/{method}"
+    )
+    return call

@@ -51,6 +51,7 @@ from tests.support import (
     npy_b64,
     npy_bytes,
     npz_bytes,
+    raw_infer,
     v2_binary_body,
     zip_bytes,
 )
@@ -772,11 +773,8 @@ async def test_one_fault_one_code_over_grpc(
     and the plain routes' fault kind in the trailing metadata."""
     assert row.grpc_cell is not None
     async with grpc_serving(apps[row.app]) as address, grpc_channel(address) as channel:
-        infer: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
-            "/inference.GRPCInferenceService/ModelInfer"
-        )
         try:
-            answer = await infer(row.grpc_cell())
+            answer = await raw_infer(channel)(row.grpc_cell())
         except grpc.aio.AioRpcError as error:
             code, message = error.code().name, error.details() or ""
             trailers = dict(error.trailing_metadata() or ())

@@ -1,0 +1,535 @@
+"""The gRPC adapter in-process: its codes, typed contents, memory, deadlines, shutdown, health,
+reflection, metrics and logs (the conformance cases run through tritonclient in
+``tests/test_tritonclient_grpc.py``, the fault table in ``tests/test_transport_consistency.py``)."""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+import grpc.aio
+import numpy as np
+import numpy.typing as npt
+import pytest
+from fastapi import FastAPI
+from google.protobuf import json_format, message_factory
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from app.errors import Fault
+from app.main import create_app
+from app.metrics import REQUESTS
+from app.ops import gather, roll
+from app.settings import Settings
+from app.transports.grpc import CODES, SERVICE_NAME
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import join_raw, nested
+from tests.support import assert_same_bits, grpc_channel, grpc_serving, inference_stub, raw_infer
+
+pytestmark = pytest.mark.anyio
+
+Array = npt.NDArray[Any]
+INFER = f"/{SERVICE_NAME}/ModelInfer"
+V2_TYPES = {
+    "bool": "BOOL",
+    "int8": "INT8",
+    "int16": "INT16",
+    "int32": "INT32",
+    "int64": "INT64",
+    "uint8": "UINT8",
+    "uint16": "UINT16",
+    "uint32": "UINT32",
+    "uint64": "UINT64",
+    "float16": "FP16",
+    "float32": "FP32",
+    "float64": "FP64",
+}
+TYPED_FIELDS = {
+    "bool": "bool_contents",
+    "int8": "int_contents",
+    "int16": "int_contents",
+    "int32": "int_contents",
+    "int64": "int64_contents",
+    "uint8": "uint_contents",
+    "uint16": "uint_contents",
+    "uint32": "uint_contents",
+    "uint64": "uint64_contents",
+    "float32": "fp32_contents",
+    "float64": "fp64_contents",
+}
+
+
+def request(
+    model: str, arrays: Mapping[str, Any], *, typed: bool = False, **parameters: Any
+) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name=model)
+    for name, array in arrays.items():
+        tensor = message.inputs.add(
+            name=name, datatype=V2_TYPES[array.dtype.name], shape=list(array.shape)
+        )
+        if typed:
+            getattr(tensor.contents, TYPED_FIELDS[array.dtype.name]).extend(
+                array.reshape(-1).tolist()
+            )
+        else:
+            little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+            message.raw_input_contents.append(little.tobytes())
+    for name, value in parameters.items():
+        if isinstance(value, bool):
+            message.parameters[name].bool_param = value
+        elif isinstance(value, int):
+            message.parameters[name].int64_param = value
+        else:
+            message.parameters[name].string_param = value
+    return message
+
+
+ROLL: dict[str, Array] = {
+    "data": np.arange(6, dtype=np.float32).reshape(2, 3),
+    "shift": np.array([1], np.int64),
+    "axes": np.array([1], np.int64),
+}
+
+
+def one_dim(data: Array) -> dict[str, Array]:
+    """Roll's inputs for a 1-D ``data``."""
+    return {"data": data, "shift": np.array([1], np.int64), "axes": np.array([0], np.int64)}
+
+
+@pytest.fixture
+async def address(app: FastAPI) -> AsyncIterator[str]:
+    async with grpc_serving(app) as served:
+        yield served
+
+
+@pytest.fixture
+async def stub(address: str) -> AsyncIterator[Any]:
+    async with grpc_channel(address) as channel:
+        yield inference_stub(channel)
+
+
+async def refusal(stub: Any, message: Any, **options: Any) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await stub.ModelInfer(message, **options)
+    return caught.value
+
+
+def output_of(response: Any) -> Array:
+    [tensor] = response.outputs
+    dtype = np.dtype({v: k for k, v in V2_TYPES.items()}[tensor.datatype]).newbyteorder("<")
+    if response.raw_output_contents:
+        flat = np.frombuffer(response.raw_output_contents[0], dtype=dtype)
+    else:
+        values = getattr(tensor.contents, TYPED_FIELDS[dtype.name])
+        flat = np.array(list(values)).astype(dtype)
+    return flat.reshape(list(tensor.shape))
+
+
+def test_every_fault_kind_has_a_code_and_client_faults_are_never_internal() -> None:
+    assert set(CODES) == set(Fault)
+    for kind, code in CODES.items():
+        if kind is not Fault.INTERNAL:
+            assert code not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN), kind
+            # The contract's mapping: 400/422 -> INVALID_ARGUMENT, 413/503 -> RESOURCE_EXHAUSTED.
+            if kind.status in (400, 422) and kind not in (Fault.NOT_OFFERED, Fault.DISCONNECTED):
+                assert code is grpc.StatusCode.INVALID_ARGUMENT, kind
+            if kind.status == 413 or kind is Fault.BUSY:
+                assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, kind
+    assert CODES[Fault.SHUTTING_DOWN] is grpc.StatusCode.UNAVAILABLE
+    assert CODES[Fault.NOT_FOUND] is grpc.StatusCode.NOT_FOUND
+    assert CODES[Fault.UNAUTHENTICATED] is grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("dtype", list(TYPED_FIELDS))
+async def test_typed_contents_both_ways(stub: Any, dtype: str) -> None:
+    """Typed contents in, and typed contents out when the output is asked for as non-binary."""
+    data = (np.arange(12).reshape(3, 4) % 7 * 9).astype(dtype)
+    indices = np.array([[2, -1], [0, 4]], np.int32)
+    axis = np.array(1, np.int64)
+    arrays = {"data": data, "indices": indices, "axis": axis}
+    message = request("gather", arrays, typed=True, binary_data_output=False)
+    response = await stub.ModelInfer(message)
+    assert not response.raw_output_contents
+    assert_same_bits(output_of(response), gather(data, indices, axis))
+    # The same request without the parameter answers raw contents (Triton's default).
+    raw = await stub.ModelInfer(request("gather", arrays, typed=True))
+    assert len(raw.raw_output_contents) == 1
+    assert_same_bits(output_of(raw), gather(data, indices, axis))
+
+
+async def test_half_float_outputs_are_raw_even_when_typed_is_asked_for(stub: Any) -> None:
+    data = np.array([1.5, -2.25, 65504.0], np.float16)
+    arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
+    response = await stub.ModelInfer(request("roll", arrays, binary_data_output=False))
+    assert len(response.raw_output_contents) == 1
+    assert_same_bits(output_of(response), roll(data, np.array(1), np.array(0)))
+
+
+@pytest.mark.parametrize(
+    ("dtype", "patterns"),
+    [
+        ("float32", [0x7F80_0001, 0xFF80_0001, 0x7FC0_1234, 0x8000_0000]),
+        ("float64", [0x7FF0_0000_0000_0001, 0xFFF0_0000_0000_0001, 0x8000_0000_0000_0000]),
+    ],
+)
+@pytest.mark.parametrize("typed_output", [True, False])
+async def test_typed_floats_keep_every_bit(
+    address: str, dtype: str, patterns: list[int], typed_output: bool
+) -> None:
+    """A signalling NaN in typed contents (written on the wire, as a C++ or Go client would)
+    comes back with its payload, as typed or raw contents."""
+    width = np.dtype(dtype).itemsize
+    data = np.array(patterns, dtype=f"<u{width}").view(f"<f{width}")
+    number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[TYPED_FIELDS[dtype]].number
+    tensor = pb.ModelInferRequest.InferInputTensor(
+        name="data", datatype=V2_TYPES[dtype], shape=[len(patterns)]
+    ).SerializeToString()
+    contents = nested(number, [data.view(np.uint8)])
+    head = pb.ModelInferRequest(model_name="roll")
+    for name in ("shift", "axes"):
+        item = head.inputs.add(name=name, datatype="INT64", shape=[1])
+        item.contents.int64_contents.append(1 if name == "shift" else 0)
+    if typed_output:
+        head.parameters["binary_data_output"].bool_param = False
+    # ``data`` first: the inputs field (5) holding its message, then the other two inputs.
+    first = join_raw(b"", 5, [b"".join([tensor, *nested(5, contents)])])
+    message = first + head.SerializeToString()
+    async with grpc_channel(address) as channel:
+        answer = await raw_infer(channel)(message)
+    response = pb.ModelInferResponse.FromString(answer)
+    assert bool(response.raw_output_contents) is not typed_output
+    [output] = response.outputs
+    if typed_output:
+        # protobuf's Python floats would quiet the NaN: the bits are read from the answer's wire.
+        assert np.roll(data, 1).tobytes() in answer
+        assert len(getattr(output.contents, TYPED_FIELDS[dtype])) == len(patterns)
+    else:
+        got = np.frombuffer(response.raw_output_contents[0], dtype=f"<f{width}")
+        assert_same_bits(got, np.roll(data, 1))
+    assert list(output.shape) == [len(patterns)]
+
+
+@pytest.mark.parametrize(
+    ("message", "code", "words"),
+    [
+        pytest.param(b"\x0b\x0c", "INVALID_ARGUMENT", "wire type 3", id="group-wire-type"),
+        pytest.param(
+            b"\x3a\xff\xff\xff\xff\xff\xff", "INVALID_ARGUMENT", "varint", id="cut-varint"
+        ),
+        pytest.param(b"\x00\x01", "INVALID_ARGUMENT", "number 0", id="field-zero"),
+        pytest.param(b"\x3a\x10abc", "INVALID_ARGUMENT", "past the end", id="cut-raw"),
+        pytest.param(
+            b"\x0a\x05roll", "INVALID_ARGUMENT", "not a ModelInferRequest", id="cut-string"
+        ),
+        pytest.param(b"", "NOT_FOUND", "model ''", id="empty-message"),
+    ],
+)
+async def test_unreadable_messages(address: str, message: bytes, code: str, words: str) -> None:
+    async with grpc_channel(address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await raw_infer(channel)(message)
+    assert caught.value.code().name == code
+    assert words in (caught.value.details() or ""), caught.value.details()
+
+
+def with_contents(message: pb.ModelInferRequest, index: int, values: list[int]) -> Any:
+    message.inputs[index].contents.int64_contents.extend(values)
+    return message
+
+
+def _retyped(message: Any) -> Any:
+    message.inputs[0].datatype = "INT8"
+    message.inputs[0].contents.int_contents[:] = [300]
+    return message
+
+
+def _wrong_field() -> Any:
+    message = request("roll", one_dim(np.array([1.0], np.float32)), typed=True)
+    message.inputs[0].contents.ClearField("fp32_contents")
+    message.inputs[0].contents.int_contents.append(1)
+    return message
+
+
+def _count_mismatch() -> Any:
+    message = request("roll", one_dim(np.arange(3, dtype=np.float64)), typed=True)
+    message.inputs[0].shape[:] = [4]
+    return message
+
+
+def _shared_memory() -> Any:
+    message = request("roll", ROLL)
+    message.inputs[0].parameters["shared_memory_region"].string_param = "region0"
+    return message
+
+
+def _unknown_output() -> Any:
+    message = request("roll", ROLL)
+    message.outputs.add(name="scores")
+    return message
+
+
+@pytest.mark.parametrize(
+    ("build", "code", "words"),
+    [
+        pytest.param(
+            lambda: pb.ModelInferRequest(
+                model_name="roll",
+                inputs=request("roll", ROLL).inputs,
+                raw_input_contents=request("roll", ROLL).raw_input_contents[:2],
+            ),
+            "INVALID_ARGUMENT",
+            "raw_input_contents: raw_input_contents has 2 entries for 3 inputs",
+            id="raw-count",
+        ),
+        pytest.param(
+            lambda: with_contents(request("roll", ROLL), 1, [1]),
+            "INVALID_ARGUMENT",
+            "shift: has both contents and an entry in raw_input_contents",
+            id="raw-and-typed",
+        ),
+        pytest.param(
+            lambda: request("roll", ROLL, typed=False).__class__(
+                model_name="roll",
+                inputs=[
+                    pb.ModelInferRequest.InferInputTensor(
+                        name="data", datatype="FP32", shape=[2, -3]
+                    ),
+                    *request("roll", ROLL).inputs[1:],
+                ],
+            ),
+            "INVALID_ARGUMENT",
+            "data.shape: dimensions must be non-negative integers, got -3",
+            id="negative-dimension",
+        ),
+        pytest.param(
+            lambda: request("roll", one_dim(np.array([300], np.int32)), typed=True),
+            "OK",
+            "",
+            id="int32-typed-fits",
+        ),
+        pytest.param(
+            lambda: _retyped(request("roll", one_dim(np.array([300], np.int32)), typed=True)),
+            "INVALID_ARGUMENT",
+            "data: value 300 is out of range for int8 [-128, 127]",
+            id="int8-out-of-range",
+        ),
+        pytest.param(
+            _wrong_field,
+            "INVALID_ARGUMENT",
+            "data: FP32 elements go in contents.fp32_contents, not in int_contents",
+            id="wrong-contents-field",
+        ),
+        pytest.param(
+            _count_mismatch,
+            "INVALID_ARGUMENT",
+            "data: shape [4] holds 4 elements but contents.fp64_contents has 3",
+            id="typed-count",
+        ),
+        pytest.param(
+            _shared_memory,
+            "UNIMPLEMENTED",
+            "data.parameters.shared_memory_region: shared_memory_region is a parameter of "
+            "Triton's shared memory extension, which is not supported here",
+            id="shared-memory",
+        ),
+        pytest.param(
+            lambda: request("roll", ROLL, binary_data_output="false"),
+            "INVALID_ARGUMENT",
+            "parameters.binary_data_output: binary_data_output must be a boolean (true or "
+            "false), got a string",
+            id="string-boolean",
+        ),
+        pytest.param(
+            _unknown_output,
+            "INVALID_ARGUMENT",
+            "unknown output 'scores'; the output is 'output'",
+            id="unknown-output",
+        ),
+        pytest.param(
+            lambda: pb.ModelInferRequest(model_name="roll", model_version="3"),
+            "NOT_FOUND",
+            "model: model 'roll' has no version '3'; versions: 1",
+            id="unknown-version",
+        ),
+        pytest.param(
+            lambda: request("gather", {**ROLL}, batch_dims=2**63 - 1),
+            "INVALID_ARGUMENT",
+            "unknown input 'shift'",
+            id="roll-inputs-to-gather",
+        ),
+    ],
+)
+async def test_refusals(stub: Any, build: Any, code: str, words: str) -> None:
+    if code == "OK":
+        response = await stub.ModelInfer(build())
+        assert output_of(response).tolist() == [300]
+        return
+    error = await refusal(stub, build())
+    assert error.code().name == code
+    assert words in (error.details() or ""), error.details()
+    trailers = dict(error.trailing_metadata() or ())
+    assert trailers["tensor-ops-fault"] in {kind.value for kind in Fault}
+    assert len(trailers["x-request-id"]) == 32
+
+
+async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCaptureFixture) -> None:
+    route = f"/{SERVICE_NAME}/ModelInfer"
+    before = REQUESTS.labels(route, "OK")._value.get()
+    logging.getLogger("tensor_ops").propagate = True
+    try:
+        with caplog.at_level(logging.INFO, logger="tensor_ops.access"):
+            call = stub.ModelInfer(request("roll", ROLL), metadata=(("x-request-id", "abc-123"),))
+            response = await call
+            trailers = dict(await call.trailing_metadata() or ())
+    finally:
+        logging.getLogger("tensor_ops").propagate = False
+    assert output_of(response).tolist() == [[2.0, 0.0, 1.0], [5.0, 3.0, 4.0]]
+    assert trailers["x-request-id"] == "abc-123"
+    assert REQUESTS.labels(route, "OK")._value.get() == before + 1
+    # caplog may hold a record once per handler it put in place: one record, one object.
+    lines = {id(r): r for r in caplog.records if getattr(r, "request_id", None) == "abc-123"}
+    [line] = lines.values()
+    assert line.__dict__["route"] == route
+    assert line.__dict__["status"] == "OK"
+    assert line.__dict__["method"] == "gRPC"
+    assert line.__dict__["bytes_in"] == request("roll", ROLL).ByteSize()
+    assert line.__dict__["bytes_out"] > 24
+
+
+async def test_busy_budget_is_resource_exhausted_with_retry_after() -> None:
+    app = create_app(Settings(memory_budget_bytes=8 << 20, admission_timeout=0.2))
+    held = app.state.budget.reserve()
+    await held.grow_to(7 << 20)
+    data = np.zeros((1024, 1024), np.float32)  # 4 MiB, and its output: past what is left
+    arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
+    try:
+        async with grpc_serving(app) as address, grpc_channel(address) as channel:
+            error = await refusal(inference_stub(channel), request("roll", arrays))
+    finally:
+        await held.release()
+    assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "the service is busy" in (error.details() or "")
+    trailers = dict(error.trailing_metadata() or ())
+    assert trailers["tensor-ops-fault"] == "busy"
+    assert trailers["retry-after"] == "1"
+    assert app.state.budget.in_use == 0
+
+
+async def test_a_call_past_its_deadline_gives_its_memory_back() -> None:
+    app = create_app(Settings(memory_budget_bytes=64 << 20, admission_timeout=30))
+    budget = app.state.budget
+    held = budget.reserve()
+    await held.grow_to(60 << 20)
+    data = np.zeros((2048, 1024), np.float32)  # 8 MiB: waits for room that does not come
+    arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stub = inference_stub(channel)
+        error = await refusal(stub, request("roll", arrays), timeout=0.5)
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        for _ in range(50):  # the server's side of the call ends a moment later
+            if budget.in_use == held.held:
+                break
+            await asyncio.sleep(0.02)
+        assert budget.in_use == held.held == 60 << 20
+        await held.release()
+        # With the memory back, the same call goes through.
+        response = await stub.ModelInfer(request("roll", arrays))
+        assert output_of(response).shape == (2048, 1024)
+    for _ in range(50):
+        if budget.in_use == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert budget.in_use == 0
+
+
+async def test_shutdown_drains_calls_in_flight_and_refuses_new_ones() -> None:
+    app = create_app(Settings(memory_budget_bytes=64 << 20, admission_timeout=30))
+    budget = app.state.budget
+    held = budget.reserve()
+    await held.grow_to(60 << 20)
+    data = np.arange(2048 * 1024, dtype=np.float32).reshape(2048, 1024)
+    arrays = {"data": data, "shift": np.array(3, np.int64), "axes": np.array(0, np.int64)}
+    async with grpc_serving(app, graceful_timeout=20) as address, grpc_channel(address) as channel:
+        stub = inference_stub(channel)
+        in_flight = asyncio.ensure_future(stub.ModelInfer(request("roll", arrays)))
+        await asyncio.sleep(0.3)  # the call waits for memory
+        assert not in_flight.done()
+        app.state.ready = False  # what the lifespan does first on SIGTERM
+        try:
+            error = await refusal(stub, request("roll", ROLL))
+            assert error.code() is grpc.StatusCode.UNAVAILABLE
+            assert "shutting down" in (error.details() or "")
+            ready = await stub.ServerReady(pb.ServerReadyRequest())
+            assert ready.ready is False
+            await held.release()  # memory comes free: the call in flight finishes
+            response = await in_flight
+        finally:
+            app.state.ready = True
+    assert_same_bits(output_of(response), np.roll(data, 3, axis=0))
+
+
+async def test_health_service(app: FastAPI) -> None:
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        health: Any = health_pb2_grpc.HealthStub(channel)
+        for service in ("", SERVICE_NAME):
+            answer = await health.Check(health_pb2.HealthCheckRequest(service=service))
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await health.Check(health_pb2.HealthCheckRequest(service="nope"))
+        assert caught.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+async def test_reflection_serves_what_grpcurl_needs(app: FastAPI) -> None:
+    """What ``grpcurl`` does with reflection: list the services, describe ModelInfer from the
+    server's own descriptors, build a request from JSON and call it."""
+    async with grpc_serving(app) as address:
+        sync_channel = grpc.insecure_channel(address)
+        try:
+            database = ProtoReflectionDescriptorDatabase(sync_channel)
+            loop = asyncio.get_running_loop()
+            services = await loop.run_in_executor(None, database.get_services)
+            assert SERVICE_NAME in services
+            assert "grpc.health.v1.Health" in services
+            from google.protobuf.descriptor_pool import DescriptorPool  # noqa: PLC0415
+
+            pool = DescriptorPool(database)
+            service = await loop.run_in_executor(None, pool.FindServiceByName, SERVICE_NAME)
+            method = service.methods_by_name["ModelInfer"]
+            request_class = message_factory.GetMessageClass(method.input_type)
+            response_class = message_factory.GetMessageClass(method.output_type)
+            body = (
+                '{"model_name": "gather", "id": "curl-1", "inputs": ['
+                '{"name": "data", "datatype": "INT32", "shape": [4],'
+                ' "contents": {"int_contents": [10, 20, 30, 40]}},'
+                '{"name": "indices", "datatype": "INT64", "shape": [3],'
+                ' "contents": {"int64_contents": [3, -1, 9]}},'
+                '{"name": "axis", "datatype": "INT64", "shape": [],'
+                ' "contents": {"int64_contents": [0]}}],'
+                ' "parameters": {"binary_data_output": {"bool_param": false}}}'
+            )
+            message = json_format.Parse(body, request_class())
+            call: Any = sync_channel.unary_unary(
+                INFER,
+                request_serializer=lambda m: m.SerializeToString(),
+                response_deserializer=response_class.FromString,
+            )
+            response = await loop.run_in_executor(None, call, message)
+        finally:
+            sync_channel.close()
+    answer = json_format.MessageToDict(response)
+    assert answer["id"] == "curl-1"
+    assert answer["outputs"][0]["contents"]["intContents"] == [40, 40, 0]
+    assert answer["outputs"][0]["shape"] == ["3"]
+
+
+async def test_unknown_methods_are_unimplemented(app: FastAPI) -> None:
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await raw_infer(channel, "RepositoryModelLoad")(b"")
+        assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await raw_infer(channel, "ModelStatistics")(b"")
+        assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
