@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
 from tensor_ops_client._version import __version__
 from tensor_ops_client.client import DEFAULT_URL, TensorOpsClient, TensorOpsError
 from tensor_ops_wire.dtypes import BFLOAT16
@@ -40,7 +41,19 @@ def _parser() -> argparse.ArgumentParser:
         prog="tensor-ops", description="Run Roll-7 or Gather-8 on a tensor-ops service."
     )
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the service (default {DEFAULT_URL})")
-    parser.add_argument("--transport", choices=["npz", "json"], default="npz")
+    parser.add_argument(
+        "--transport",
+        choices=["npz", "json", "grpc"],
+        default="npz",
+        help="npz or json over HTTP, or grpc: KServe V2 over gRPC (the grpc extra: "
+        "pip install 'tensor-ops-client[grpc]') (default npz)",
+    )
+    parser.add_argument(
+        "--grpc-target",
+        metavar="HOST:PORT",
+        help="the service's gRPC address, for --transport grpc (default: the host of --url, "
+        f"port {DEFAULT_GRPC_PORT})",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     ops = parser.add_subparsers(dest="op", required=True)
     roll = ops.add_parser("roll", help="Roll-7: shift elements along axes")
@@ -60,9 +73,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``tensor-ops roll in.npy --shift 1 --axes 0 -o out.npy``."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.grpc_target is not None and args.transport != "grpc":
+        parser.error("--grpc-target is for --transport grpc")
     data = _load(args.data, args.dtype)
-    with TensorOpsClient(args.url, transport=args.transport) as client:
+    try:
+        client = TensorOpsClient(args.url, transport=args.transport, grpc_target=args.grpc_target)
+    except (ImportError, ValueError) as error:  # no grpcio, or a URL as --grpc-target
+        raise SystemExit(f"tensor-ops: {error}") from None
+    with client:
         try:
             if args.op == "roll":
                 output = client.roll(data, _index(args.shift), _index(args.axes))

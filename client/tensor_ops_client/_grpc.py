@@ -1,0 +1,343 @@
+"""``transport="grpc"``: KServe V2 ``ModelInfer`` over gRPC, for the sync and async clients.
+
+Everything but the call itself is here once: the target, the channel, the request's bytes, the
+answer's array and a gRPC status as ``TensorOpsError``. grpcio and protobuf (the client's
+``grpc`` extra) are imported only when a client first uses this transport: without them the
+package imports and its other transports work as ever.
+
+No tensor passes through protobuf. The request's head (model, inputs' names, datatypes and
+shapes, the ``batch_dims`` parameter) is written by protobuf and each tensor's bytes appended
+to it as a ``raw_input_contents`` entry, in one copy (``join_raw``); the answer's
+``raw_output_contents`` are split out of the received bytes (``split_raw``) and the output is a
+read-only view of them.
+"""
+
+import math
+import threading
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+
+from tensor_ops_client._errors import TensorOpsError
+from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.grpc_v2.framing import (
+    RAW_INPUT_FIELD,
+    RAW_OUTPUT_FIELD,
+    FramingError,
+    join_raw,
+    split_raw,
+)
+
+if TYPE_CHECKING:
+    import grpc
+    import grpc.aio
+
+INSTALL_HINT = "transport='grpc' needs grpcio and protobuf: pip install 'tensor-ops-client[grpc]'"
+#: The service's default gRPC port (its ``TENSOR_OPS_GRPC_PORT``).
+DEFAULT_GRPC_PORT = 8001
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+#: No message size limit on the client's side: the service has its own (its body and output
+#: limits), and a 64 MiB tensor is well past gRPC's default of 4 MiB.
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", -1),
+    ("grpc.max_receive_message_length", -1),
+)
+#: Trailing metadata of the service's refusals.
+FAULT_KEY = "tensor-ops-fault"
+REQUEST_ID_KEY = "x-request-id"
+RETRY_AFTER_KEY = "retry-after"
+
+#: The HTTP status of each fault kind the service names in ``tensor-ops-fault``: the status it
+#: gives the same refusal over HTTP (the server's own table is ``app.errors``, which this
+#: package does not import; a test keeps the two the same).
+FAULT_STATUS: dict[str, int] = {
+    "json_invalid": 400,
+    "tensor_decode": 400,
+    "bad_header": 400,
+    "bad_encoding": 400,
+    "bad_length": 400,
+    "disconnected": 400,
+    "bad_parameter": 400,
+    "not_offered": 400,
+    "unauthenticated": 401,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "timeout": 408,
+    "too_large": 413,
+    "unsupported_media_type": 415,
+    "unsupported_encoding": 415,
+    "missing": 422,
+    "extra_forbidden": 422,
+    "invalid_field": 422,
+    "tensor_type": 422,
+    "spec_violation": 422,
+    "not_json": 422,
+    "busy": 503,
+    "shutting_down": 503,
+    "internal": 500,
+}
+#: A status without the service's fault kind (gRPC's own refusal, a message over the service's
+#: size limit say, or a proxy's): the HTTP status nearest the code. RESOURCE_EXHAUSTED is 413,
+#: or 503 when it comes with ``retry-after``; any code not listed is 500.
+CODE_STATUS: dict[str, int] = {
+    "INVALID_ARGUMENT": 400,
+    "FAILED_PRECONDITION": 400,
+    "OUT_OF_RANGE": 400,
+    "UNAUTHENTICATED": 401,
+    "PERMISSION_DENIED": 403,
+    "NOT_FOUND": 404,
+    "ALREADY_EXISTS": 409,
+    "ABORTED": 409,
+    "RESOURCE_EXHAUSTED": 413,
+    "UNIMPLEMENTED": 501,
+}
+#: Codes that, without the service's fault kind, mean no answer came: status 0, as the HTTP
+#: transports give when the service cannot be reached or does not answer in time.
+NO_ANSWER: dict[str, str] = {
+    "UNAVAILABLE": "cannot reach the service",
+    "DEADLINE_EXCEEDED": "no answer within the timeout",
+    "CANCELLED": "the call was cancelled",
+}
+
+
+def require_grpc() -> None:
+    """Nothing, when grpcio and protobuf import; else ``ImportError`` saying how to get them."""
+    try:
+        import grpc  # noqa: PLC0415
+        import grpc.aio  # noqa: PLC0415, F401
+
+        from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2  # noqa: PLC0415, F401
+    except ImportError as error:
+        raise ImportError(f"{INSTALL_HINT} ({error})", name=error.name) from error
+
+
+def default_target(base_url: httpx.URL) -> str | None:
+    """``host:port`` of the HTTP base URL's host and the default gRPC port (None: no host)."""
+    host = base_url.host
+    if not host:
+        return None
+    return f"[{host}]:{DEFAULT_GRPC_PORT}" if ":" in host else f"{host}:{DEFAULT_GRPC_PORT}"
+
+
+def check_target(target: str | None) -> str:
+    """``target`` as gRPC is to dial it; refuses none at all, and a URL given for ``host:port``."""
+    if target is None:
+        raise ValueError(
+            "transport='grpc' needs grpc_target='host:port': the HTTP client has no base URL "
+            "to take the host from"
+        )
+    scheme, found, _ = target.partition("://")
+    if found and scheme.lower() in ("http", "https", "grpc", "grpcs"):
+        raise ValueError(f"grpc_target is host:port, not a URL: got {target!r}")
+    return target
+
+
+def _detail(
+    code: str | None,
+    fault: str | None,
+    request_id: str | None = None,
+    retry_after: str | None = None,
+) -> dict[str, str | None]:
+    return {
+        "grpc_code": code,
+        "fault": fault,
+        "request_id": request_id,
+        "retry_after": retry_after,
+    }
+
+
+def infer_request(op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int | None) -> bytes:
+    """The bytes of the ``ModelInferRequest`` of one op call, each tensor as raw contents.
+
+    An element type the protocol has no datatype for is refused here (422, ``tensor_type``, as
+    the service refuses it), before anything is sent.
+    """
+    from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
+
+    request = pb.ModelInferRequest(model_name=op)
+    if batch_dims is not None:
+        try:
+            request.parameters["batch_dims"].int64_param = batch_dims
+        except (TypeError, ValueError):
+            raise TensorOpsError(
+                422,
+                f"parameters.batch_dims: must be an int64 integer, got {batch_dims!r:.64}",
+                _detail(None, "invalid_field"),
+            ) from None
+    raw: list[npt.NDArray[np.uint8]] = []
+    for name, value in arrays.items():
+        tensor = np.asarray(value)
+        try:
+            element = element_type_of(tensor.dtype)
+        except UnknownDTypeError as error:
+            raise TensorOpsError(422, f"{name}: {error}", _detail(None, "tensor_type")) from None
+        request.inputs.add(name=name, datatype=element.kserve, shape=tensor.shape)
+        # Little-endian and C order, as the protocol's raw contents are: no copy when it is so.
+        little = np.ascontiguousarray(tensor, dtype=element.dtype.newbyteorder("<"))
+        raw.append(little.reshape(-1).view(np.uint8))
+    return join_raw(request.SerializeToString(), RAW_INPUT_FIELD, raw)
+
+
+def _unreadable(reason: str) -> TensorOpsError:
+    return TensorOpsError(0, f"the service's answer cannot be read: {reason}", _detail("OK", None))
+
+
+def infer_output(answer: bytes) -> npt.NDArray[Any]:
+    """The output of a ``ModelInferResponse``: a read-only view of its raw contents."""
+    from google.protobuf.message import DecodeError  # noqa: PLC0415
+
+    from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
+
+    try:
+        head, raw = split_raw(answer, RAW_OUTPUT_FIELD)
+        response = pb.ModelInferResponse.FromString(head)
+    except (FramingError, DecodeError) as error:
+        raise _unreadable(f"not a ModelInferResponse ({error})") from None
+    if len(response.outputs) != 1 or len(raw) != 1:
+        raise _unreadable(
+            f"{len(response.outputs)} outputs and {len(raw)} raw_output_contents entries, "
+            "where one output in raw contents was expected"
+        )
+    output = response.outputs[0]
+    try:
+        dtype = dtype_from_name(output.datatype)
+    except UnknownDTypeError as error:
+        raise _unreadable(str(error)) from None
+    shape = tuple(output.shape)
+    if any(size < 0 for size in shape) or math.prod(shape) * dtype.itemsize != len(raw[0]):
+        raise _unreadable(
+            f"{len(raw[0])} bytes of raw contents for an output of shape {list(shape)[:64]} and "
+            f"datatype {output.datatype}"
+        )
+    array = np.frombuffer(raw[0], dtype=dtype.newbyteorder("<")).reshape(shape)
+    # On a big-endian machine: the values in its own byte order, as the other transports give.
+    return array if array.dtype == dtype else array.astype(dtype)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError:
+    """A failed call as ``TensorOpsError``: the HTTP status the service gives the same refusal,
+    its message, and in ``detail`` the gRPC code's name and the service's trailing metadata."""
+    code = error.code()
+    code_name = code.name if code is not None else "UNKNOWN"
+    details = error.details() or code_name
+    metadata: dict[str, str] = {}
+    # (key, value) pairs: the sync call's metadata and grpc.aio's Metadata alike.
+    pairs: Iterable[Any] = error.trailing_metadata() or ()
+    for key, value in pairs:
+        metadata.setdefault(key.lower(), _text(value))
+    fault = metadata.get(FAULT_KEY)
+    retry_after = metadata.get(RETRY_AFTER_KEY)
+    detail = _detail(code_name, fault, metadata.get(REQUEST_ID_KEY), retry_after)
+    status = FAULT_STATUS.get(fault) if fault is not None else None
+    if status is None:
+        if code_name in NO_ANSWER:
+            reason = NO_ANSWER[code_name]
+            if code_name == "DEADLINE_EXCEEDED" and timeout is not None:
+                reason = f"no answer within the timeout of {timeout:g} s"
+            return TensorOpsError(0, f"{reason}: {details}", detail)
+        if code_name == "RESOURCE_EXHAUSTED" and retry_after is not None:
+            status = 503
+        else:
+            status = CODE_STATUS.get(code_name, 500)
+    return TensorOpsError(status, details, detail)
+
+
+class GrpcModelInfer:
+    """``ModelInfer`` on a channel of its own, bytes in and bytes out (sync)."""
+
+    def __init__(self, target: str | None) -> None:
+        require_grpc()
+        import grpc  # noqa: PLC0415
+
+        self.channel = grpc.insecure_channel(check_target(target), options=CHANNEL_OPTIONS)
+        self.method: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(
+            MODEL_INFER
+        )
+
+    def __call__(
+        self,
+        op: str,
+        arrays: Mapping[str, npt.ArrayLike],
+        batch_dims: int | None,
+        timeout: float | None,
+    ) -> npt.NDArray[Any]:
+        import grpc  # noqa: PLC0415
+
+        request = infer_request(op, arrays, batch_dims)
+        try:
+            answer = self.method(request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise rpc_failure(error, timeout) from error
+        return infer_output(answer)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class AsyncGrpcModelInfer:
+    """``ModelInfer`` on a ``grpc.aio`` channel of its own: made in the event loop it is first
+    called from, as ``grpc.aio`` wants."""
+
+    def __init__(self, target: str | None) -> None:
+        require_grpc()
+        self.target = check_target(target)
+        self._channel: grpc.aio.Channel | None = None
+        self._method: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
+
+    def _ready(self) -> "grpc.aio.UnaryUnaryMultiCallable[bytes, bytes]":
+        if self._method is None:
+            import grpc.aio  # noqa: PLC0415
+
+            self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+            self._method = self._channel.unary_unary(MODEL_INFER)
+        return self._method
+
+    async def __call__(
+        self,
+        op: str,
+        arrays: Mapping[str, npt.ArrayLike],
+        batch_dims: int | None,
+        timeout: float | None,
+    ) -> npt.NDArray[Any]:
+        import grpc  # noqa: PLC0415
+
+        method = self._ready()
+        request = infer_request(op, arrays, batch_dims)
+        try:
+            answer = await method(request, timeout=timeout)
+        except grpc.RpcError as error:
+            raise rpc_failure(error, timeout) from error
+        return infer_output(answer)
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+            self._method = None
+
+
+class SyncSlot:
+    """The sync client's ``GrpcModelInfer``, made once on first use (from any thread)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.infer: GrpcModelInfer | None = None
+
+    def get(self, target: str | None) -> GrpcModelInfer:
+        with self._lock:
+            if self.infer is None:
+                self.infer = GrpcModelInfer(target)
+            return self.infer
+
+    def close(self) -> None:
+        with self._lock:
+            if self.infer is not None:
+                self.infer.close()
+                self.infer = None
