@@ -89,7 +89,12 @@ def test_scripts_are_strict_bash_and_runnable_from_anywhere() -> None:
 def test_the_server_pins_the_client_version_it_is_released_with() -> None:
     server = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     client = tomllib.loads((ROOT / "client" / "pyproject.toml").read_text())["project"]
-    assert f"tensor-ops-client=={client['version']}" in server["dependencies"]
+    pins = [
+        dependency
+        for dependency in server["dependencies"]
+        if re.match(r"tensor-ops-client(\[[a-z,]+\])?==", dependency)
+    ]
+    assert [pin.split("==")[1] for pin in pins] == [client["version"]], pins
 
 
 def test_readme_lists_every_setting() -> None:

@@ -40,9 +40,9 @@ def grpc_address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _port_is_free(host: str, port: int) -> bool:
-    # A plain bind, without SO_REUSEPORT: it fails while any socket listens on the port, one
-    # that lets others share it included.
+def port_is_free(host: str, port: int) -> bool:
+    """Whether no socket is bound to ``port`` on ``host``: a plain bind, without SO_REUSEPORT,
+    fails while any socket holds the port, one that lets others share it included."""
     for family, kind, protocol, _, address in socket.getaddrinfo(
         host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
     ):
@@ -76,17 +76,18 @@ def _claimed(host: str, port: int) -> Iterator[bool]:
         fcntl.flock(owner, fcntl.LOCK_EX)
         owner.seek(0)
         held_by = owner.read().strip()
-        if _port_is_free(host, port):
+        if port_is_free(host, port):
             owner.seek(0)
             owner.truncate()
             owner.write(supervisor)
             owner.flush()
         elif held_by != supervisor:
-            raise GrpcPortError(_held_message(host, port))
+            raise GrpcPortError(held_message(host, port))
         yield True
 
 
-def _held_message(host: str, port: int) -> str:
+def held_message(host: str, port: int) -> str:
+    """The start-up error of a gRPC port another process holds."""
     return (
         f"the gRPC port {grpc_address(host, port)} is already in use by another process; stop "
         "it, choose a free port with TENSOR_OPS_GRPC_PORT, or set TENSOR_OPS_GRPC_PORT=0 to "
@@ -135,7 +136,7 @@ class GrpcServer:
             try:
                 self.port = server.add_insecure_port(grpc_address(host, port))
             except RuntimeError:
-                raise GrpcPortError(_held_message(host, port)) from None
+                raise GrpcPortError(held_message(host, port)) from None
         await server.start()
         self.server = server
         for name in ("", SERVICE_NAME):

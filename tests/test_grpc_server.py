@@ -1,0 +1,125 @@
+"""gRPC served by the real process beside HTTP: ``python -m app`` and uvicorn alike, several
+workers on one port and one set of metrics, and a clear refusal to start on a port another
+process holds."""
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from typing import Any
+
+import grpc
+import httpx
+import numpy as np
+import pytest
+
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tests.support import ROOT, free_port, launch_server, server_output, stop_server
+
+pytestmark = pytest.mark.e2e
+
+ROLLED = [[2.0, 0.0, 1.0], [5.0, 3.0, 4.0]]
+
+
+def grpc_roll(address: str) -> list[Any]:
+    """A small roll over a new channel (a new connection), its output as a list."""
+    message = pb.ModelInferRequest(model_name="roll")
+    data = np.arange(6, dtype="<f4").reshape(2, 3)
+    for name, array in (
+        ("data", data),
+        ("shift", np.array([1], "<i8")),
+        ("axes", np.array([1], "<i8")),
+    ):
+        message.inputs.add(name=name, datatype=pb_type(array), shape=list(array.shape))
+        message.raw_input_contents.append(array.tobytes())
+    with grpc.insecure_channel(address) as channel:
+        infer: Any = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        answer = pb.ModelInferResponse.FromString(infer(message.SerializeToString(), timeout=10))
+    output = np.frombuffer(answer.raw_output_contents[0], "<f4")
+    values: list[Any] = output.reshape(list(answer.outputs[0].shape)).tolist()
+    return values
+
+
+def pb_type(array: np.ndarray[Any, Any]) -> str:
+    return "FP32" if array.dtype.kind == "f" else "INT64"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [pytest.param(["-m", "app"], id="python-m-app"), pytest.param(None, id="uvicorn")],
+)
+def test_grpc_is_served_beside_http(command: list[str] | None) -> None:
+    port = free_port()
+    _, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)}, command=command)
+    try:
+        assert grpc_roll(f"127.0.0.1:{port}") == ROLLED
+        log = server_output(process)
+        assert f'"message":"gRPC serving","address":"127.0.0.1:{port}"' in log, log
+    finally:
+        stop_server(process)
+
+
+def test_workers_share_the_port_and_the_metrics() -> None:
+    port = free_port()
+    url, process = launch_server(
+        env={"TENSOR_OPS_GRPC_PORT": str(port), "TENSOR_OPS_WORKERS": "2"}, command=["-m", "app"]
+    )
+    try:
+        for _ in range(24):  # a connection each: the kernel spreads them over the workers
+            assert grpc_roll(f"127.0.0.1:{port}") == ROLLED
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        line = re.search(
+            r'tensor_ops_requests_total\{route="/inference.GRPCInferenceService/ModelInfer",'
+            r'status="OK"\} (\S+)',
+            metrics,
+        )
+        assert line is not None, metrics
+        assert float(line.group(1)) == 24.0
+        serving = re.findall(r'"message":"gRPC serving"', server_output(process))
+        assert len(serving) == 2, server_output(process)
+    finally:
+        stop_server(process)
+
+
+def start_and_fail(env: dict[str, str], command: list[str]) -> tuple[int, str]:
+    """Run the service until it exits (it must, within 30 s): its exit status and output."""
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        env={**os.environ, "TENSOR_OPS_HOST": "127.0.0.1", **env},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_held_by_another_process_stops_the_start(workers: str) -> None:
+    port = free_port()
+    # A stranger on the port that also lets others share it (as Triton's gRPC server does).
+    with socket.socket() as stranger:
+        stranger.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        stranger.bind(("127.0.0.1", port))
+        stranger.listen()
+        status, output = start_and_fail(
+            {
+                "TENSOR_OPS_PORT": str(free_port()),
+                "TENSOR_OPS_GRPC_PORT": str(port),
+                "TENSOR_OPS_WORKERS": workers,
+            },
+            ["-m", "app"],
+        )
+    assert status != 0, output
+    assert f"the gRPC port 127.0.0.1:{port} is already in use by another process" in output
+    assert "TENSOR_OPS_GRPC_PORT=0" in output
+
+
+def test_grpc_port_zero_serves_http_only() -> None:
+    _, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": "0"})
+    try:
+        assert "gRPC serving" not in server_output(process)
+    finally:
+        stop_server(process)
