@@ -1,5 +1,5 @@
-# tensor-ops: OpenVINO's Roll-7 and Gather-8 over HTTP.
-# Build: docker build -t tensor-ops .    Run: docker run --rm -p 8000:8000 tensor-ops
+# tensor-ops: OpenVINO's Roll-7 and Gather-8 over HTTP (8000) and KServe V2 gRPC (8001).
+# Build: docker build -t tensor-ops .    Run: docker run --rm -p 8000:8000 -p 8001:8001 tensor-ops
 
 # ---- build stage: a virtual environment with the service and its dependencies ----
 FROM python:3.11.7-slim-bookworm AS build
@@ -44,7 +44,8 @@ ENV PATH="/opt/venv/bin:$PATH" \
     MALLOC_ARENA_MAX=2 \
     MALLOC_MMAP_THRESHOLD_=1048576 \
     TENSOR_OPS_HOST=0.0.0.0 \
-    TENSOR_OPS_PORT=8000
+    TENSOR_OPS_PORT=8000 \
+    TENSOR_OPS_GRPC_PORT=8001
 
 RUN groupadd --system --gid 10001 tensorops \
     && useradd --system --uid 10001 --gid tensorops --no-create-home --shell /usr/sbin/nologin tensorops
@@ -53,9 +54,14 @@ COPY --from=build /opt/venv /opt/venv
 
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 8000
+# 8000: HTTP (the plain routes, /v2, /health, /metrics). 8001: KServe V2 over gRPC
+# (inference.GRPCInferenceService, grpc.health.v1.Health, reflection), cleartext HTTP/2 (h2c).
+# TENSOR_OPS_GRPC_PORT=0 serves HTTP alone.
+EXPOSE 8000 8001
 
-# The image has Python but no curl: the probe is a few lines of the standard library.
+# The image has Python but no curl: the probe is a few lines of the standard library. It asks
+# HTTP only: a worker starts its gRPC server before it answers HTTP, and does not answer at all
+# when gRPC cannot start.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
     CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2).status != 200)"]
 

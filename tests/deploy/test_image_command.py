@@ -2,9 +2,9 @@
 
 There is no Docker engine here, so the test does what the container would: it takes the final
 stage's ENV, CMD and HEALTHCHECK from the Dockerfile, runs them under ``unshare -n`` (a network
-namespace of its own, where port 8000 is free), and checks that the service answers ``/roll``,
-that the healthcheck passes, and that SIGTERM lets an in-flight request finish and ends the
-process cleanly.
+namespace of its own, where ports 8000 and 8001 are free), and checks that the service answers
+``/roll``, that the healthcheck passes, that gRPC answers on the port the image sets, and that
+SIGTERM lets an in-flight request finish and ends the process cleanly.
 """
 
 import json
@@ -35,7 +35,10 @@ def final_stage() -> tuple[dict[str, str], list[str], list[str]]:
 INNER = textwrap.dedent(
     """
     import base64, io, json, os, signal, subprocess, sys, threading, time, urllib.request
+    import grpc
     import numpy as np
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc as pbg
 
     env, cmd, health = json.loads(sys.argv[1])
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
@@ -55,6 +58,16 @@ INNER = textwrap.dedent(
         except OSError:
             time.sleep(0.1)
     result["healthcheck_rc"] = subprocess.run(health, env=env).returncode
+    grpc_address = "127.0.0.1:" + env["TENSOR_OPS_GRPC_PORT"]
+
+    def server_live():
+        with grpc.insecure_channel(grpc_address) as channel:
+            return pbg.GRPCInferenceServiceStub(channel).ServerLive(pb.ServerLiveRequest(), timeout=10).live
+
+    result["grpc_live"] = server_live()
+    with grpc.insecure_channel(grpc_address) as channel:
+        status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+        result["grpc_health"] = health_pb2.HealthCheckResponse.ServingStatus.Name(status)
     result["roll"] = post("/roll", {"data": [[1, 2, 3], [4, 5, 6]], "shift": 1, "axes": 1})
 
     data = np.arange(8 << 20, dtype=np.float32)  # 32 MiB: long enough to be in flight
@@ -87,6 +100,10 @@ INNER = textwrap.dedent(
         result["after_stop"] = "answered"
     except OSError:
         result["after_stop"] = "refused"
+    try:
+        result["grpc_after_stop"] = server_live()
+    except grpc.RpcError as error:
+        result["grpc_after_stop"] = error.code().name
     print(json.dumps(result))
     """
 )
@@ -120,6 +137,8 @@ def test_image_cmd_serves_passes_its_healthcheck_and_stops_cleanly(tmp_path: Pat
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["healthcheck_rc"] == 0
+    assert env["TENSOR_OPS_GRPC_PORT"] == "8001"
+    assert (result["grpc_live"], result["grpc_health"]) == (True, "SERVING")
     assert result["roll"] == [
         200,
         {"data": [[3, 1, 2], [6, 4, 5]], "dtype": "int64", "shape": [2, 3]},
@@ -130,3 +149,4 @@ def test_image_cmd_serves_passes_its_healthcheck_and_stops_cleanly(tmp_path: Pat
     assert "Traceback" not in result["output"]
     assert "Finished server process" in result["output"]
     assert result["after_stop"] == "refused"
+    assert result["grpc_after_stop"] == "UNAVAILABLE"
