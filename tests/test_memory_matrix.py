@@ -12,11 +12,16 @@ peak. Every cell asserts::
     growth <= 1.25 * reserved_bytes + 16 MiB
 
 and that the answer is right (values compared with ``np.roll`` / an ``np.take`` reference, not
-only the status). The dimensions: the six transports (JSON form, npy form in JSON, npy form with
-``Accept: application/x-npy``, ``.npz``, V2 JSON, V2 binary), element types, ranks 0 to 32 of
-data and of Gather's output, JSON nesting (deep: few elements a level), index types and counts,
-out-of-range indices, and the three reproducers of issue 11. Run with ``-s`` to see the table
-(cell, reserved MiB, growth MiB, ratio) as it goes and in full at the end.
+only the status). The dimensions: the six HTTP transports (JSON form, npy form in JSON, npy
+form with ``Accept: application/x-npy``, ``.npz``, V2 JSON, V2 binary) and KServe V2 over gRPC
+(``ModelInfer`` with raw contents, ``grpc``; and with typed ``contents`` both ways,
+``grpc-typed``), element types, ranks 0 to 32 of data and of Gather's output, JSON nesting
+(deep: few elements a level), index types and counts, out-of-range indices, and the three
+reproducers of issue 11. A gRPC call is found by its ``x-request-id`` metadata: its access log
+line is the HTTP one's, route ``/inference.GRPCInferenceService/ModelInfer``. A cell the service
+is known to exceed (``Cell.known``, the reason) still has its answer checked, and is an expected
+failure only while its growth is past the bound. Run with ``-s`` to see the table (cell,
+reserved MiB, growth MiB, ratio) as it goes and in full at the end.
 """
 
 import functools
@@ -32,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import numpy as np
 import numpy.typing as npt
@@ -40,7 +46,9 @@ import pybase64
 import pytest
 
 from tensor_ops_wire.dtypes import BFLOAT16, element_type_of
-from tests.support import launch_server, npy_bytes, server_output, stop_server
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, join_raw, split_raw
+from tests.support import free_port, launch_server, npy_bytes, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +66,20 @@ ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": "1048576", "MALLOC_ARENA_MAX": "2"}
 TRANSPORTS = ("json", "json-npy", "json-npy-raw", "npz", "v2-json", "v2-binary")
 #: Transports whose data travels as JSON numbers (and whose answer does too).
 JSON_FORM = ("json", "v2-json")
+#: KServe V2 over gRPC: ``ModelInfer`` with raw contents (the tensors' bytes, as tritonclient
+#: sends them), and with typed ``contents`` both ways (one protobuf scalar an element).
+GRPC = ("grpc", "grpc-typed")
+GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+#: The field of ``InferTensorContents`` each datatype's elements go in (FP16 and BF16 have none).
+TYPED_FIELDS = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+}
 DTYPES: dict[str, np.dtype[Any]] = {
     "bool": np.dtype(np.bool_),
     "int8": np.dtype(np.int8),
@@ -191,6 +213,8 @@ def type_name(dtype: np.dtype[Any]) -> str:
 
 def request_for(transport: str, case: Case, request_id: str) -> Request:
     """The request ``case`` makes on ``transport``."""
+    if transport in GRPC:
+        return Request(GRPC_METHOD, grpc_message(case, transport == "grpc-typed"), {})
     headers = {"x-request-id": request_id}
     inputs = case.inputs()
     data = case.data
@@ -264,6 +288,29 @@ def request_for(transport: str, case: Case, request_id: str) -> Request:
     return Request(path, b"".join([head, *raw]), headers)
 
 
+def grpc_message(case: Case, typed: bool) -> bytes:
+    """The serialised ``ModelInferRequest`` of ``case``: its tensors as raw contents, joined to
+    the head without protobuf's copies; or ``typed``, every tensor in its typed ``contents`` and
+    the output asked for typed too (``binary_data_output`` false)."""
+    message = pb.ModelInferRequest(model_name=case.op)
+    for name, value in case.attributes().items():
+        message.parameters[name].int64_param = value
+    if typed:
+        message.parameters["binary_data_output"].bool_param = False
+    inputs = case.inputs()
+    for name, array in inputs.items():
+        datatype = element_type_of(array.dtype).kserve
+        tensor = message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        if typed:
+            getattr(tensor.contents, TYPED_FIELDS[datatype]).extend(array.reshape(-1).tolist())
+    head: bytes = message.SerializeToString()
+    if typed:
+        return head
+    # Little-endian, as the wire wants: this machine's order (checked at import).
+    raw = [np.ascontiguousarray(array).reshape(-1).view(np.uint8) for array in inputs.values()]
+    return join_raw(head, RAW_INPUT_FIELD, raw)
+
+
 # ------------------------------------------------------------------------------------------------
 # Answers, checked
 
@@ -330,8 +377,51 @@ def compare_array(actual: Array, expected: Array) -> str | None:
     return None
 
 
-def check_answer(transport: str, reply: httpx.Response, expected: Array) -> str | None:
+@dataclass
+class GrpcReply:
+    """A ``ModelInfer`` call's outcome: its status, and the serialised response if it is OK."""
+
+    code: grpc.StatusCode
+    details: str
+    content: bytes
+
+    @property
+    def status_code(self) -> int:
+        number: int = self.code.value[0]
+        return number
+
+
+def check_grpc_answer(transport: str, reply: GrpcReply, expected: Array) -> str | None:
+    """The response's one output: its datatype, shape and every value, from its raw contents
+    (split out as views, as the service joins them in) or its typed contents."""
+    if reply.code != grpc.StatusCode.OK:
+        return f"status {reply.code.name}: {reply.details[:300]}"
+    head, raw = split_raw(reply.content, RAW_OUTPUT_FIELD)
+    response = pb.ModelInferResponse.FromString(head)
+    output = response.outputs[0]
+    datatype = element_type_of(expected.dtype).kserve
+    if output.datatype != datatype:
+        return f"datatype {output.datatype} instead of {datatype}"
+    shape = list(output.shape)
+    if raw:
+        actual = np.frombuffer(raw[0], dtype=expected.dtype)
+    else:
+        # Typed contents are asked for and given when the type has a typed form (not FP16, BF16).
+        if transport != "grpc-typed" or datatype not in TYPED_FIELDS:
+            return "typed contents where raw contents were due"
+        values = getattr(output.contents, TYPED_FIELDS[datatype])
+        actual = np.array(values, dtype=expected.dtype)
+    if transport == "grpc-typed" and datatype in TYPED_FIELDS and raw:
+        return "raw contents where typed contents were asked for"
+    if actual.size != math.prod(shape):
+        return f"{actual.size} elements for shape {shape}"
+    return compare_array(actual.reshape(shape), expected)
+
+
+def check_answer(transport: str, reply: httpx.Response | GrpcReply, expected: Array) -> str | None:
     """What is wrong with the answer (None: nothing): status, shape, type and every value."""
+    if isinstance(reply, GrpcReply):
+        return check_grpc_answer(transport, reply, expected)
     if reply.status_code != 200:
         return f"status {reply.status_code}: {reply.text[:300]}"
     content = reply.content
@@ -445,6 +535,8 @@ class Cell:
     name: str
     transport: str
     build: Callable[[], Case]
+    #: Why the cell is known to grow past its bound (a strict xfail), until the service is fixed.
+    known: str | None = None
 
 
 # Sizes: binary forms carry a few MiB to 16 MiB (growth well above the 16 MiB slack), JSON form
@@ -457,12 +549,32 @@ DEEP_JSON_COUNT = 16 << 10  # ... JSON form, every element nested 31 deep
 OUTPUT_COUNT = 2 << 20  # float64 output elements of the out-rank cells, binary forms (16 MiB)
 OUTPUT_JSON_COUNT = 128 << 10  # ... JSON form
 INDEX_COUNT = 4 << 20  # indices of the index-type cells (4 to 32 MiB; 4 MiB of int8 output)
+TYPED_COUNT = 4 << 20  # at most this many elements in typed gRPC contents (one scalar each)
 
 
 def typed_case(dtype: np.dtype[Any], json_form: bool) -> Case:
     """A Roll of a (16, n) tensor of ``dtype``, by 3 along the first axis and -5 the last."""
     count = TYPE_JSON_COUNT if json_form else TYPE_BYTES // dtype.itemsize
     return roll_case(values((16, count // 16), dtype))
+
+
+def typed_count(dtype: np.dtype[Any]) -> int:
+    """Elements of the typed-contents cells: 16 MiB of data, at most ``TYPED_COUNT``."""
+    return min(TYPED_COUNT, TYPE_BYTES // dtype.itemsize)
+
+
+def typed_contents_case(dtype: np.dtype[Any]) -> Case:
+    """A Roll of a (16, n) tensor of ``dtype`` for gRPC's typed contents (each element a
+    protobuf scalar in the message and in its arena)."""
+    return roll_case(values((16, typed_count(dtype) // 16), dtype))
+
+
+def typed_output_case() -> Case:
+    """A Gather whose answer is large and its request small: int64 data of (1024, 8), 256 Ki
+    int64 indices in range (two bytes each as typed contents); 2 Mi int64 elements out (16 MiB),
+    every bit pattern, as typed contents."""
+    data = values((1024, 8), np.dtype(np.int64))
+    return Case(data, indices=in_range(256 << 10, 1024, np.dtype(np.int64)))
 
 
 def ranked_case(rank: int, variant: str, json_form: bool) -> Case:
@@ -552,47 +664,66 @@ def reproducer_3() -> Case:
     return Case(data, indices=values((12_000_000,), np.dtype(np.int8), seed=3))
 
 
+#: A typed integer answer holds far more than ``encoding_bytes`` reserves for it (it reserves the
+#: output and 18 bytes an element): ``encode_typed`` extends the repeated field with
+#: ``tolist()``, a list slot and an int object an element (about 48 bytes for 64-bit values),
+#: into a field grown by doubling in protobuf's arena (up to 16 bytes an element), then the
+#: message (up to 10): about 66 bytes an element beyond the output, measured.
+TYPED_OUTPUT_UNDERESTIMATED = (
+    "typed integer output: encode_typed holds ~66 B/element beyond the output (tolist(), "
+    "arena, message), typed_bytes reserves 18"
+)
+
+
 def cells() -> list[Cell]:
     made: list[Cell] = []
 
-    def add(name: str, transport: str, build: Callable[[], Case]) -> None:
-        made.append(Cell(f"{name}-{transport}", transport, build))
+    def add(name: str, transport: str, build: Callable[[], Case], known: str | None = None) -> None:
+        made.append(Cell(f"{name}-{transport}", transport, build, known))
 
-    # Element types, on every transport.
-    for transport in TRANSPORTS:
+    # Element types, on every transport (gRPC: raw contents).
+    for transport in (*TRANSPORTS, "grpc"):
         for dtype_name, dtype in DTYPES.items():
             json_form = transport in JSON_FORM
             add(f"type-{dtype_name}", transport, functools.partial(typed_case, dtype, json_form))
+    # ... and gRPC's typed contents, both ways (FP16 and BF16 have no typed form).
+    for dtype_name in ("bool", "int8", "int64", "float32", "float64"):
+        dtype = np.dtype(dtype_name)
+        build = functools.partial(typed_contents_case, dtype)
+        add(f"type-{dtype_name}-{typed_count(dtype) >> 20}Mi", "grpc-typed", build)
+    add("typed-output-int64-2Mi", "grpc-typed", typed_output_case, TYPED_OUTPUT_UNDERESTIMATED)
     # Ranks of data, on every transport.
     rank_shapes = [(0, ""), (1, ""), (2, ""), (8, ""), (16, ""), (32, "shallow"), (32, "deep")]
-    for transport in TRANSPORTS:
+    for transport in (*TRANSPORTS, "grpc"):
         for rank, variant in rank_shapes:
             build = functools.partial(ranked_case, rank, variant, transport in JSON_FORM)
             add(f"data-rank{rank}{variant}", transport, build)
     # Ranks of Gather's output (data.rank - 1 + indices.rank), on every transport.
-    for transport in TRANSPORTS:
+    for transport in (*TRANSPORTS, "grpc"):
         for rank in (0, 1, 2, 8, 16, 31, 32):
             build = functools.partial(gathered_case, rank, transport in JSON_FORM)
             add(f"out-rank{rank}", transport, build)
     # Index types, in range and out of range: every one in an .npz; out of range in npy form
-    # (JSON) and V2 binary; int64 (the only JSON form index type) as JSON numbers.
+    # (JSON), V2 binary and gRPC; int64 (the only JSON form index type) as JSON numbers, and in
+    # gRPC's typed contents.
     for index_name in ("int8", "int32", "int64", "uint64"):
         index_type = np.dtype(index_name)
         for transport, places in (
             ("npz", (False, True)),
             ("json-npy", (True,)),
             ("v2-binary", (True,)),
+            ("grpc", (True,)),
         ):
             for outside in places:
                 build = functools.partial(indexed_case, index_type, outside, INDEX_COUNT)
                 add(f"indices-{index_name}-{'out' if outside else 'in'}", transport, build)
-    for transport in JSON_FORM:
+    for transport in (*JSON_FORM, "grpc-typed"):
         build = functools.partial(indexed_case, np.dtype(np.int64), True, 512 << 10)
         add("indices-int64-out-512Ki", transport, build)
-    for transport in ("npz", "v2-binary"):
+    for transport in ("npz", "v2-binary", "grpc"):
         add("batched-131072x8-out", transport, batched_case)
     # Roll along every axis of a rank-16 tensor: more than 6 rolled axes take the index mesh.
-    for transport in ("npz", "json-npy", "v2-binary"):
+    for transport in ("npz", "json-npy", "v2-binary", "grpc"):
         add("roll-mesh-rank16-all-axes", transport, meshed_case)
     # JSON nesting: few elements a level, deep, as input and as output (V2: nested input only).
     add(
@@ -618,6 +749,7 @@ def cells() -> list[Cell]:
     add("deep-output-768Kx30", "json", functools.partial(deep_output_case, 768 << 10))
     add("issue11-2-nested-200Kx30-12MB", "json", functools.partial(reproducer_2, 200_000))
     add("issue11-3-12M-int8-indices-11MiB", "npz", reproducer_3)
+    add("issue11-3-12M-int8-indices-11MiB", "grpc", reproducer_3)
     return made
 
 
@@ -751,6 +883,8 @@ class Worker:
     url: str
     process: Any
     client: httpx.Client
+    #: ``ModelInfer`` on the worker's gRPC port, bytes in and out (no protobuf on either side).
+    infer: "grpc.UnaryUnaryMultiCallable[bytes, bytes]"  # the stubs subscript it, grpc not
 
     @property
     def pid(self) -> int:
@@ -760,10 +894,23 @@ class Worker:
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
-    url, process = launch_server(ALLOCATOR)
+    grpc_port = free_port()
+    url, process = launch_server({**ALLOCATOR, "TENSOR_OPS_GRPC_PORT": str(grpc_port)})
     try:
-        with httpx.Client(base_url=url, timeout=300) as client:
-            yield Worker(url, process, client)
+        with (
+            httpx.Client(base_url=url, timeout=300) as client,
+            grpc.insecure_channel(
+                f"127.0.0.1:{grpc_port}",
+                options=[
+                    ("grpc.max_send_message_length", -1),
+                    ("grpc.max_receive_message_length", -1),
+                ],
+            ) as channel,
+        ):
+            # Connected before the first cell, whose growth would otherwise include it.
+            grpc.channel_ready_future(channel).result(timeout=30)
+            infer: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(GRPC_METHOD)
+            yield Worker(url, process, client, infer)
     finally:
         output = server_output(process)
         stop_server(process)
@@ -773,6 +920,22 @@ def worker() -> Iterator[Worker]:
         passed = sum(row.passed for row in ROWS)
         print(f"{passed} of {len(ROWS)} cells within the bound")
         assert "Traceback" not in output, output[-3000:]
+
+
+def send(
+    worker: Worker, transport: str, request: Request, request_id: str
+) -> httpx.Response | GrpcReply:
+    """The request sent: over HTTP, or as a gRPC call with the request id in its metadata."""
+    if transport not in GRPC:
+        return worker.client.post(request.path, content=request.content, headers=request.headers)
+    try:
+        answer = worker.infer(
+            request.content, timeout=300, metadata=(("x-request-id", request_id),)
+        )
+    except grpc.RpcError as error:
+        assert isinstance(error, grpc.Call), error
+        return GrpcReply(error.code(), error.details() or "", b"")
+    return GrpcReply(grpc.StatusCode.OK, "", answer)
 
 
 def measure(worker: Worker, cell: Cell) -> Row:
@@ -788,7 +951,7 @@ def measure(worker: Worker, cell: Cell) -> Row:
     sampler.start()
     started = time.perf_counter()
     try:
-        reply = worker.client.post(request.path, content=request.content, headers=request.headers)
+        reply = send(worker, cell.transport, request, request_id)
     finally:
         sampled = sampler.stop()
     seconds = time.perf_counter() - started
@@ -796,6 +959,9 @@ def measure(worker: Worker, cell: Cell) -> Row:
     peak = max(sampled, hwm or 0)
     line = access_line(worker.process, request_id)
     problem = check_answer(cell.transport, reply, expected)
+    logged = (line["route"], line["status"])
+    if problem is None and cell.transport in GRPC and logged != (GRPC_METHOD, "OK"):
+        problem = f"logged as {line['route']} {line['status']}"
     return Row(
         cell=cell.name,
         reserved=int(line["reserved_bytes"]),
@@ -815,6 +981,11 @@ def test_growth_stays_within_the_reservation(worker: Worker, cell: Cell) -> None
     ROWS.append(row)
     print(f"\n{row.line()}", end="")
     assert row.problem is None, f"{cell.name}: wrong answer: {row.problem}\n{row.line()}"
+    if cell.known:
+        # The answer is checked all the same; the growth is expected past the bound (strictly:
+        # once it is not, the service has been fixed and the cell must lose its ``known``).
+        assert row.growth > row.bound, f"{cell.name} is within its bound now: {row.line()}"
+        pytest.xfail(f"{cell.known}\n{row.line()}")
     assert row.growth <= row.bound, (
         f"{cell.name}: RSS grew {row.growth / MiB:.2f} MiB (sampled {row.sampled / MiB:.2f}, "
         f"VmHWM {'n/a' if row.hwm is None else f'{row.hwm / MiB:.2f}'}) against "
