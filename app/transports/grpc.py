@@ -282,7 +282,9 @@ class InferenceService:
             )
 
         async def read(reservation: Reservation) -> Body:
-            await reservation.grow_to(len(message))
+            # The message as gRPC received it (its buffer is not all given back at once) and
+            # as the bytes this call was handed: twice its size, measured.
+            await reservation.grow_to(2 * len(message))
             return message
 
         answer, reservation = await self.pipeline.run(read, GrpcExchange())

@@ -99,27 +99,59 @@ def can_be_typed(dtype: np.dtype[Any]) -> bool:
     return v2_datatype(dtype) in CONTENTS_FIELDS
 
 
+#: Elements encoded as varints at a time: the temporaries of one chunk (about 40 bytes an
+#: element) stay bounded whatever the output's size.
+_VARINT_CHUNK = 1 << 20
+_MAX_VARINT_BYTES = 10
+
+
 def typed_bytes(count: int) -> int:
-    """What ``count`` elements written as typed contents hold beyond the output array: the
-    message's arena (8 bytes an element at most) and its serialised form (a varint takes up to
-    10 bytes)."""
-    return count * (ARENA_BYTES_PER_ELEMENT + 10)
+    """What ``count`` elements written as typed contents hold beyond the output array: their
+    varints (up to 10 bytes each), written chunk by chunk, then joined into the message."""
+    return count * 2 * _MAX_VARINT_BYTES + min(count, _VARINT_CHUNK) * 40
+
+
+def packed_varints(values: npt.NDArray[Any]) -> list[npt.NDArray[np.uint8]]:
+    """``values`` (integers or booleans) as protobuf writes a packed repeated varint field, in
+    pieces to join: a negative number as its 64-bit two's complement (ten bytes), as protobuf
+    writes ``int32`` and ``int64``. NumPy does the work a chunk at a time, no Python object an
+    element."""
+    pieces = []
+    for start in range(0, values.size, _VARINT_CHUNK):
+        chunk = values[start : start + _VARINT_CHUNK]
+        wide = chunk.astype(np.int64 if chunk.dtype.kind == "i" else np.uint64, copy=False)
+        bits = wide.view(np.uint64)
+        sizes = np.ones(bits.shape, np.int64)
+        for step in range(1, _MAX_VARINT_BYTES):
+            sizes += bits >= np.uint64(1 << (7 * step))
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        out = np.empty(int(ends[-1]), np.uint8)
+        for step in range(_MAX_VARINT_BYTES):
+            chosen = np.flatnonzero(sizes > step)
+            if not chosen.size:
+                break
+            seven = (bits[chosen] >> np.uint64(7 * step)) & np.uint64(0x7F)
+            more = (sizes[chosen] > step + 1).astype(np.uint64) << np.uint64(7)
+            out[starts[chosen] + step] = (seven | more).astype(np.uint8)
+        pieces.append(out)
+    return pieces
 
 
 def encode_typed(response: Any, tensor: Any, array: npt.NDArray[Any]) -> bytes:
     """The serialised ``response`` whose one output is ``tensor`` (name, datatype, shape) with
     ``array``'s elements, row-major, as its typed contents.
 
-    Floats are written as their bytes, as protobuf would pack them but without passing through
-    Python floats (which would quiet a signalling NaN); the other types through protobuf.
+    The elements are written as protobuf packs them, by NumPy: floats as their bytes (never
+    through Python floats, which would quiet a signalling NaN), the others as varints.
     """
     field, wide = CONTENTS_FIELDS[v2_datatype(array.dtype)]
     flat = np.ascontiguousarray(array).reshape(-1).astype(wide, copy=False)
-    if field not in FLOAT_NUMBERS:
-        getattr(tensor.contents, field).extend(flat.tolist())
-        response.outputs.append(tensor)
-        return bytes(response.SerializeToString())
-    little = flat.astype(wide.newbyteorder("<"), copy=False).view(np.uint8)
-    contents = nested(FLOAT_NUMBERS[field], [little]) if flat.size else []
+    if field in FLOAT_NUMBERS:
+        packed = [flat.astype(wide.newbyteorder("<"), copy=False).view(np.uint8)]
+    else:
+        packed = packed_varints(flat)
+    number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[field].number
+    contents = nested(number, packed) if flat.size else []
     body = [tensor.SerializeToString(), *nested(CONTENTS_NUMBER, contents)]
     return join_raw(response.SerializeToString(), OUTPUTS_NUMBER, [b"".join(body)])

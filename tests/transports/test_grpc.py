@@ -400,10 +400,10 @@ async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCapt
 
 
 async def test_busy_budget_is_resource_exhausted_with_retry_after() -> None:
-    app = create_app(Settings(memory_budget_bytes=8 << 20, admission_timeout=0.2))
+    app = create_app(Settings(memory_budget_bytes=16 << 20, admission_timeout=0.2))
     held = app.state.budget.reserve()
-    await held.grow_to(7 << 20)
-    data = np.zeros((1024, 1024), np.float32)  # 4 MiB, and its output: past what is left
+    await held.grow_to(12 << 20)
+    data = np.zeros((512, 1024), np.float32)  # 2 MiB: it needs about 8, 4 are left
     arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
     try:
         async with grpc_serving(app) as address, grpc_channel(address) as channel:
