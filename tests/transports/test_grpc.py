@@ -25,8 +25,9 @@ from app.metrics import REQUESTS
 from app.ops import gather, roll
 from app.settings import Settings
 from app.transports.grpc import CODES, SERVICE_NAME
+from app.transports.grpc_tensors import packed_varints
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
-from tensor_ops_wire.grpc_v2.framing import join_raw, nested
+from tensor_ops_wire.grpc_v2.framing import fields, join_raw, nested
 from tests.support import assert_same_bits, grpc_channel, grpc_serving, inference_stub, raw_infer
 
 pytestmark = pytest.mark.anyio
@@ -533,3 +534,32 @@ async def test_unknown_methods_are_unimplemented(app: FastAPI) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await raw_infer(channel, "ModelStatistics")(b"")
         assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    ("dtype", "field"),
+    [
+        ("int64", "int64_contents"),
+        ("int32", "int_contents"),
+        ("uint64", "uint64_contents"),
+        ("uint32", "uint_contents"),
+        ("bool", "bool_contents"),
+    ],
+)
+def test_varints_are_written_as_protobuf_writes_them(dtype: str, field: str) -> None:
+    """Typed answers' varints, packed by NumPy, byte for byte protobuf's own (extremes, every
+    length from one to ten bytes, and more than one chunk)."""
+    rng = np.random.default_rng(11)
+    count = (1 << 20) + 1000
+    if dtype == "bool":
+        values = rng.integers(0, 2, count).astype(np.bool_)
+    else:
+        info = np.iinfo(dtype)
+        values = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+        lengths = [(1 << (7 * k)) - 1 for k in range(1, 10) if (1 << (7 * k)) - 1 <= info.max]
+        edges = [info.min, info.max, 0, 1, *lengths, *[v + 1 for v in lengths if v < info.max]]
+        values[: len(edges)] = edges
+    contents = pb.InferTensorContents()
+    getattr(contents, field).extend(values.tolist())
+    [(_, _, _, payload)] = list(fields(contents.SerializeToString()))
+    assert b"".join(piece.tobytes() for piece in packed_varints(values)) == bytes(payload)
