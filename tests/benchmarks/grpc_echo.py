@@ -1,0 +1,95 @@
+"""A bare ``grpc.aio`` server, the anchor of the gRPC benchmarks: what the transport costs with no
+work. ``ModelInfer`` answers the tensor it was sent.
+
+    TENSOR_OPS_GRPC_PORT=8001 TENSOR_OPS_PORT=8002 .venv/bin/python -m tests.benchmarks.grpc_echo
+
+- ``/inference.GRPCInferenceService/ModelInfer``: a ``ModelInferResponse`` whose only output is
+  the request's first input (its name, datatype and shape) and whose ``raw_output_contents`` is
+  the request's first ``raw_input_contents``, byte for byte;
+- ``GET /health`` over plain HTTP on ``TENSOR_OPS_PORT``: what ``launch_server`` of
+  ``tests/support.py`` waits for, so the echo is started exactly as the service is.
+
+The cheapest honest echo: bytes in and out, no protobuf (de)serialiser on the method. The raw
+contents are split out of the received bytes as views (``split_raw``, no copy), the small rest is
+parsed by protobuf for the first input's name, datatype and shape, and the answer is the
+serialised head with the tensor appended by ``join_raw``: one copy of the tensor, which any
+answer made of a head and the tensor needs (gRPC's Python layer sends one ``bytes`` object).
+The service makes that same copy, so what it costs beyond this echo is its own work.
+The server's options are the service's (``app/transports/grpc_server.py``): the largest
+message sizes gRPC allows, nothing else.
+"""
+
+import asyncio
+import os
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, join_raw, split_raw
+
+SERVICE_NAME = "inference.GRPCInferenceService"
+LARGEST_MESSAGE = 2**31 - 1
+_HEALTH = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n{"status":"ok"}'
+
+
+def echo_answer(message: bytes) -> bytes:
+    """The ``ModelInferResponse`` that sends the first input of ``message`` back."""
+    head, raw = split_raw(message, RAW_INPUT_FIELD)
+    request = pb.ModelInferRequest.FromString(head)
+    first = request.inputs[0]
+    response = pb.ModelInferResponse(
+        model_name=request.model_name, model_version="1", id=request.id
+    )
+    response.outputs.add(name=first.name, datatype=first.datatype, shape=first.shape)
+    return join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, raw[:1])
+
+
+async def model_infer(message: bytes, context: Any) -> bytes:
+    return echo_answer(message)
+
+
+async def health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A minimal HTTP/1.1 answer to any request: 200 with ``{"status":"ok"}``, then close."""
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(_HEALTH)
+        await writer.drain()
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+
+
+async def serve(host: str, grpc_port: int, http_port: int) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", LARGEST_MESSAGE),
+            ("grpc.max_send_message_length", LARGEST_MESSAGE),
+        ]
+    )
+    # Bytes in, bytes out: no (de)serialiser.
+    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(model_infer)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"ModelInfer": handler}),)
+    )
+    server.add_insecure_port(f"{host}:{grpc_port}")
+    await server.start()
+    http = await asyncio.start_server(health, host, http_port)
+    try:
+        await server.wait_for_termination()
+    finally:
+        http.close()
+        await server.stop(1)
+
+
+def main() -> None:
+    host = os.environ.get("TENSOR_OPS_HOST", "127.0.0.1")
+    grpc_port = int(os.environ.get("TENSOR_OPS_GRPC_PORT", "8001"))
+    http_port = int(os.environ.get("TENSOR_OPS_PORT", "8000"))
+    asyncio.run(serve(host, grpc_port, http_port))
+
+
+if __name__ == "__main__":
+    main()
