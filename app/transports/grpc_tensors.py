@@ -89,11 +89,6 @@ def decode_contents(
     return array.reshape(shape)
 
 
-def has_contents(contents: Any) -> bool:
-    """Whether any typed field of ``contents`` holds an element."""
-    return any(len(getattr(contents, field)) for field in _ALL_FIELDS)
-
-
 def can_be_typed(dtype: np.dtype[Any]) -> bool:
     """Whether an output of ``dtype`` can travel as typed contents (not FP16 or BF16)."""
     return v2_datatype(dtype) in CONTENTS_FIELDS

@@ -216,7 +216,10 @@ async def test_typed_floats_keep_every_bit(
 @pytest.mark.parametrize(
     ("message", "code", "words"),
     [
-        pytest.param(b"\x0b\x0c", "INVALID_ARGUMENT", "wire type 3", id="group-wire-type"),
+        pytest.param(b"\x0c", "INVALID_ARGUMENT", "an end of group outside", id="end-group"),
+        pytest.param(b"\x0f\x00", "INVALID_ARGUMENT", "wire type 7", id="wire-type-7"),
+        # A group is read as an unknown field, as protobuf reads it: the model is then ''.
+        pytest.param(b"\x0b\x0c", "NOT_FOUND", "model ''", id="group"),
         pytest.param(
             b"\x3a\xff\xff\xff\xff\xff\xff", "INVALID_ARGUMENT", "varint", id="cut-varint"
         ),

@@ -17,7 +17,9 @@ from typing import Any
 RAW_INPUT_FIELD = 7
 RAW_OUTPUT_FIELD = 6
 
-_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_VARINT, _FIXED64, _LENGTH, _START_GROUP, _END_GROUP, _FIXED32 = 0, 1, 2, 3, 4, 5
+#: How deep groups may nest (protobuf's own recursion limit).
+_MAX_DEPTH = 100
 _MAX_VARINT_BYTES = 10
 
 
@@ -38,10 +40,50 @@ def _varint(view: memoryview, position: int) -> tuple[int, int]:
     raise FramingError("a varint is longer than 10 bytes")
 
 
+def _field_end(
+    view: memoryview, position: int, number: int, wire_type: int, depth: int
+) -> tuple[int, int]:
+    """Where the field whose key ends at ``position`` ends, and where its payload ends (a
+    group's, before its end marker)."""
+    if wire_type == _VARINT:
+        _, position = _varint(view, position)
+    elif wire_type == _FIXED64:
+        position += 8
+    elif wire_type == _FIXED32:
+        position += 4
+    elif wire_type == _LENGTH:
+        length, position = _varint(view, position)
+        position += length
+    elif wire_type == _START_GROUP:
+        # proto3 never writes a group, but protobuf reads one as an unknown field: so do we.
+        if depth >= _MAX_DEPTH:
+            raise FramingError(f"groups are nested more than {_MAX_DEPTH} deep")
+        while True:
+            if position >= len(view):
+                raise FramingError(f"group {number} is not closed")
+            closing = position
+            key, position = _varint(view, position)
+            inner, inner_type = key >> 3, key & 7
+            if inner == 0:
+                raise FramingError("a field has number 0")
+            if inner_type == _END_GROUP:
+                if inner != number:
+                    raise FramingError(f"group {number} is closed as group {inner}")
+                return position, closing
+            position, _ = _field_end(view, position, inner, inner_type, depth + 1)
+    else:
+        what = "an end of group outside any group" if wire_type == _END_GROUP else "wire type"
+        raise FramingError(f"field {number} has {what} {wire_type}, which protobuf does not read")
+    if position > len(view):
+        raise FramingError(f"field {number} runs past the end of the message")
+    return position, position
+
+
 def fields(message: Any) -> Iterator[tuple[int, int, memoryview, memoryview]]:
     """Every field entry at the top level of ``message``: its number, its wire type, the whole
-    entry and its payload (a varint's bytes, a fixed value's, a length-delimited field's
-    contents), all views of ``message``."""
+    entry and its payload (a varint's bytes, a fixed value's, a length-delimited field's or a
+    group's contents), all views of ``message``. What protobuf's parser refuses to read is a
+    ``FramingError``; what it reads, this reads alike (tested against it)."""
     view = memoryview(message).cast("B")
     position = 0
     size = len(view)
@@ -52,20 +94,11 @@ def fields(message: Any) -> Iterator[tuple[int, int, memoryview, memoryview]]:
         if number == 0:
             raise FramingError("a field has number 0")
         payload_start = position
-        if wire_type == _VARINT:
-            _, position = _varint(view, position)
-        elif wire_type == _FIXED64:
-            position += 8
-        elif wire_type == _FIXED32:
-            position += 4
-        elif wire_type == _LENGTH:
-            length, payload_start = _varint(view, position)
-            position = payload_start + length
-        else:
-            raise FramingError(f"field {number} has wire type {wire_type}, which proto3 never uses")
-        if position > size:
-            raise FramingError(f"field {number} runs past the end of the message")
-        yield number, wire_type, view[start:position], view[payload_start:position]
+        if wire_type == _LENGTH:
+            _, payload_start = _varint(view, position)
+        end, payload_end = _field_end(view, position, number, wire_type, 0)
+        yield number, wire_type, view[start:end], view[payload_start:payload_end]
+        position = end
 
 
 def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
