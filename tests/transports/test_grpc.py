@@ -392,10 +392,6 @@ async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCapt
         logging.getLogger("tensor_ops").propagate = False
     assert output_of(response).tolist() == [[2.0, 0.0, 1.0], [5.0, 3.0, 4.0]]
     assert trailers["x-request-id"] == "abc-123"
-    # Without an id of the client's, an answer carries none (a refusal carries the one made).
-    call = stub.ModelInfer(request("roll", ROLL))
-    await call
-    assert "x-request-id" not in dict(await call.trailing_metadata() or ())
     assert REQUESTS.labels(route, "OK")._value.get() == before + 1
     # caplog may hold a record once per handler it put in place: one record, one object.
     lines = {id(r): r for r in caplog.records if getattr(r, "request_id", None) == "abc-123"}
@@ -405,6 +401,10 @@ async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCapt
     assert line.__dict__["method"] == "gRPC"
     assert line.__dict__["bytes_in"] == request("roll", ROLL).ByteSize()
     assert line.__dict__["bytes_out"] > 24
+    # Without an id of the client's, an answer carries none (a refusal carries the one made).
+    call = stub.ModelInfer(request("roll", ROLL))
+    await call
+    assert "x-request-id" not in dict(await call.trailing_metadata() or ())
 
 
 async def test_busy_budget_is_resource_exhausted_with_retry_after() -> None:
