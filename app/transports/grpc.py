@@ -24,7 +24,7 @@ from app.observability import accepted_request_id, record
 from app.pipeline.admission import Reservation
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.run import Answer, Body, Pipeline
-from app.registry import REGISTRY
+from app.registry import Op
 from app.transports.grpc_tensors import (
     ARENA_BYTES_PER_ELEMENT,
     can_be_typed,
@@ -152,11 +152,10 @@ class GrpcExchange:
         parameters = parameter_values(request.parameters)
         outputs = [(item.name, parameter_values(item.parameters)) for item in request.outputs]
         self.raw_output = wants_binary(parameters, outputs, default=True)
-        arrays = self._inputs(request, op.name, limits)
+        arrays = self._inputs(request, op, limits)
         return make_job(op, arrays, op_attributes(op, parameters), limits)
 
-    def _inputs(self, request: Any, name: str, limits: Limits) -> dict[str, Any]:
-        op = REGISTRY[name]
+    def _inputs(self, request: Any, op: Op, limits: Limits) -> dict[str, Any]:
         raw = self.raw or []
         if raw and len(raw) != len(request.inputs):
             raise ServiceError(
