@@ -1,5 +1,6 @@
 """Work on large tensors runs in worker threads, so the event loop keeps serving everyone else."""
 
+import asyncio
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
@@ -16,7 +17,27 @@ async def run_sized(
     **kwargs: Params.kwargs,
 ) -> Result:
     """Run ``function(*args, **kwargs)`` in a worker thread when ``offload`` (large tensors),
-    else inline: a thread hop costs more than a small request's whole computation."""
-    if offload:
-        return await anyio.to_thread.run_sync(lambda: function(*args, **kwargs))
-    return function(*args, **kwargs)
+    else inline: a thread hop costs more than a small request's whole computation.
+
+    A thread cannot be stopped: when the request is cancelled (a gRPC deadline, a client gone),
+    this still waits for the thread to return before the cancellation goes on, so that the
+    memory the thread holds stays reserved until it is given back.
+    """
+    if not offload:
+        return function(*args, **kwargs)
+    work = asyncio.ensure_future(anyio.to_thread.run_sync(lambda: function(*args, **kwargs)))
+    # anyio's cancellations (HTTP's) wait for the thread inside the shielded scope; a task
+    # cancelled outright (gRPC's deadlines) waits for it below, then is cancelled.
+    with anyio.CancelScope(shield=True):
+        try:
+            result = await asyncio.shield(work)
+        except asyncio.CancelledError:
+            while not work.done():
+                try:
+                    await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    continue
+                except Exception:
+                    break  # its outcome no longer matters: the thread is done
+            raise
+    return result

@@ -4,6 +4,7 @@ reflection, metrics and logs (the conformance cases run through tritonclient in
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -24,7 +25,7 @@ from app.main import create_app
 from app.metrics import REQUESTS
 from app.ops import gather, roll
 from app.settings import Settings
-from app.transports.grpc import CODES, SERVICE_NAME
+from app.transports.grpc import CODES, SERVICE_NAME, GrpcExchange
 from app.transports.grpc_tensors import packed_varints
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import fields, join_raw, nested
@@ -570,3 +571,31 @@ def test_varints_are_written_as_protobuf_writes_them(dtype: str, field: str) -> 
     getattr(contents, field).extend(values.tolist())
     [(_, _, _, payload)] = list(fields(contents.SerializeToString()))
     assert b"".join(piece.tobytes() for piece in packed_varints(values)) == bytes(payload)
+
+
+async def test_a_cancelled_call_holds_its_memory_until_its_thread_is_done(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread cannot be stopped: a call past its deadline while its answer is encoded in a
+    worker thread keeps its reservation until the thread returns, then gives it back."""
+    app = create_app(Settings(offload_bytes=0))
+    budget = app.state.budget
+    slow_encode = GrpcExchange.encode
+
+    def encode(self: GrpcExchange, job: Any) -> Any:
+        time.sleep(1.0)  # in the worker thread
+        return slow_encode(self, job)
+
+    monkeypatch.setattr(GrpcExchange, "encode", encode)
+    data = np.zeros((512, 1024), np.float32)  # 2 MiB: counted in the budget
+    arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        error = await refusal(inference_stub(channel), request("roll", arrays), timeout=0.3)
+        assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        await asyncio.sleep(0.2)
+        assert budget.in_use >= 4 << 20  # the thread still encodes: its memory is held
+        for _ in range(100):
+            if budget.in_use == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert budget.in_use == 0
