@@ -373,13 +373,24 @@ def observed(method: str, call: Call) -> Callable[[Any, grpc.aio.ServicerContext
 
 
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
-    """The service's methods for a ``grpc.aio`` server; ``ModelInfer`` takes and gives bytes,
-    (de)serialised by the framing module, the others protobuf's messages."""
+    """The service's methods for a ``grpc.aio`` server. Every method takes bytes: a message
+    gRPC parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT and
+    logged. ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
 
     def unary(request_type: Any, call: Call, method: str) -> grpc.RpcMethodHandler[Any, Any]:
+        async def parsed(message: bytes, context: Any, notes: CallNotes) -> Any:
+            try:
+                request = request_type.FromString(message)
+            except DecodeError as error:
+                raise ServiceError(
+                    Fault.TENSOR_DECODE,
+                    ("body",),
+                    f"the message is not a {request_type.DESCRIPTOR.name}: {error}",
+                ) from None
+            return await call(request, context, notes)
+
         return grpc.unary_unary_rpc_method_handler(
-            observed(method, call),
-            request_deserializer=request_type.FromString,
+            observed(method, parsed),
             response_serializer=lambda message: message.SerializeToString(),
         )
 

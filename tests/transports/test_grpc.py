@@ -599,3 +599,14 @@ async def test_a_cancelled_call_holds_its_memory_until_its_thread_is_done(
                 break
             await asyncio.sleep(0.05)
         assert budget.in_use == 0
+
+
+@pytest.mark.parametrize(
+    "method", ["ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata"]
+)
+async def test_unreadable_messages_of_every_method_are_invalid(address: str, method: str) -> None:
+    async with grpc_channel(address) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await raw_infer(channel, method)(b"\xff\xff\xff")
+    assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert f"the message is not a {method}Request" in (caught.value.details() or "")
