@@ -31,6 +31,7 @@ from app.transports.grpc_tensors import (
     decode_contents,
     encode_typed,
     typed_bytes,
+    typed_wire_bytes,
 )
 from app.transports.inference import (
     INPUT_EXTENSIONS,
@@ -92,6 +93,17 @@ CODES: dict[Fault, grpc.StatusCode] = {
 FAULT_KEY = "tensor-ops-fault"
 REQUEST_ID_KEY = "x-request-id"
 INPUTS_NUMBER = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["inputs"].number
+#: Room beside the output for an answer's names, shape, id and framing; no message may pass
+#: 2 GiB - 1 (gRPC's and protobuf's limit).
+ANSWER_HEAD_ROOM = 1 << 20
+LARGEST_MESSAGE = 2**31 - 1
+
+
+def answer_limit(max_output_bytes: int) -> int:
+    """The largest answer the service sends: the output limit and room for a head."""
+    return min(max_output_bytes + ANSWER_HEAD_ROOM, LARGEST_MESSAGE)
+
+
 #: Messages up to this size are parsed by protobuf whole (their raw contents copied, a few
 #: bytes); larger ones have their raw contents split out as views first.
 _PARSED_WHOLE = 64 * 1024
@@ -153,7 +165,9 @@ class GrpcExchange:
         outputs = [(item.name, parameter_values(item.parameters)) for item in request.outputs]
         self.raw_output = wants_binary(parameters, outputs, default=True)
         arrays = self._inputs(request, op, limits)
-        return make_job(op, arrays, op_attributes(op, parameters), limits)
+        job = make_job(op, arrays, op_attributes(op, parameters), limits)
+        self._refuse_what_cannot_be_sent(job, limits)
+        return job
 
     def _inputs(self, request: Any, op: Op, limits: Limits) -> dict[str, Any]:
         raw = self.raw or []
@@ -203,7 +217,27 @@ class GrpcExchange:
         if self._raw_output(job):
             # The output array, then the message it is joined into (one copy).
             return 2 * job.output_bytes
-        return job.output_bytes + typed_bytes(job.output_count)
+        return job.output_bytes + typed_bytes(job.output_dtype, job.output_count)
+
+    def _refuse_what_cannot_be_sent(self, job: Job, limits: Limits) -> None:
+        """413 before any work for an answer over the send limit: typed contents take up to
+        ten bytes an element (a negative INT8 too), and the request's id is echoed."""
+        raw = self._raw_output(job)
+        output = job.output_bytes if raw else typed_wire_bytes(job.output_dtype, job.output_count)
+        # Names, datatype, a shape of up to 64 dimensions and framing: under 4 KiB, and the id.
+        answer = output + len(self.request.id.encode()) + 4096
+        limit = answer_limit(limits.max_output_bytes)
+        if answer <= limit:
+            return
+        form = "raw contents" if raw else "typed contents (up to 10 bytes an element)"
+        advice = "" if raw else "; ask for raw contents (the parameter binary_data_output true)"
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            ("body",),
+            f"the answer would take up to {answer} bytes as {form}, above the {limit} bytes a "
+            f"gRPC answer may take here (TENSOR_OPS_MAX_OUTPUT_BYTES and 1 MiB for its head, "
+            f"at most 2 GiB){advice}",
+        )
 
     def _raw_output(self, job: Job) -> bool:
         return self.raw_output or not can_be_typed(job.output_dtype)

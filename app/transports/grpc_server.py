@@ -20,15 +20,16 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from app.pipeline.run import Pipeline
 from app.settings import Settings
-from app.transports.grpc import SERVICE_NAME, InferenceService, inference_handler
+from app.transports.grpc import (
+    LARGEST_MESSAGE,
+    SERVICE_NAME,
+    InferenceService,
+    answer_limit,
+    inference_handler,
+)
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 
 LOG = logging.getLogger("tensor_ops.grpc")
-
-#: gRPC's message size limits are C ints.
-_LARGEST_MESSAGE = 2**31 - 1
-#: Room for an answer's names, shape and framing beside its tensor.
-_HEAD_ROOM = 1 << 20
 
 
 class GrpcPortError(RuntimeError):
@@ -115,11 +116,11 @@ class GrpcServer:
                 options=[
                     (
                         "grpc.max_receive_message_length",
-                        min(settings.max_body_bytes, _LARGEST_MESSAGE),
+                        min(settings.max_body_bytes, LARGEST_MESSAGE),
                     ),
                     (
                         "grpc.max_send_message_length",
-                        min(settings.max_output_bytes + _HEAD_ROOM, _LARGEST_MESSAGE),
+                        answer_limit(settings.max_output_bytes),
                     ),
                     ("grpc.so_reuseport", int(shared)),
                 ]

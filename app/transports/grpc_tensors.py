@@ -15,7 +15,7 @@ from app.transports.kserve import element_count, v2_datatype, v2_dtype
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.errors import unacceptable, undecodable
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
-from tensor_ops_wire.grpc_v2.framing import FramingError, join_raw, nested, packed_fixed
+from tensor_ops_wire.grpc_v2.framing import FramingError, nested, packed_fixed
 
 #: The field of ``InferTensorContents`` each datatype's elements go in, and the NumPy type of
 #: that field's scalars. FP16 and BF16 have none: they travel as raw contents only.
@@ -100,10 +100,36 @@ _VARINT_CHUNK = 1 << 20
 _MAX_VARINT_BYTES = 10
 
 
-def typed_bytes(count: int) -> int:
-    """What ``count`` elements written as typed contents hold beyond the output array: their
-    varints (up to 10 bytes each), written chunk by chunk, then joined into the message."""
-    return count * 2 * _MAX_VARINT_BYTES + min(count, _VARINT_CHUNK) * 40
+#: The most bytes one element takes as typed contents: a negative INT8-32 is a ten-byte varint
+#: (its 64-bit two's complement), a UINT32 at most five bytes; floats their own size.
+_WIRE_BYTES = {
+    "BOOL": 1,
+    "INT8": 10,
+    "INT16": 10,
+    "INT32": 10,
+    "INT64": 10,
+    "UINT8": 2,
+    "UINT16": 3,
+    "UINT32": 5,
+    "UINT64": 10,
+    "FP32": 4,
+    "FP64": 8,
+}
+
+
+def typed_wire_bytes(dtype: np.dtype[Any], count: int) -> int:
+    """The most ``count`` elements of ``dtype`` take as typed contents on the wire."""
+    return count * _WIRE_BYTES[v2_datatype(dtype)]
+
+
+def typed_bytes(dtype: np.dtype[Any], count: int) -> int:
+    """What an answer of ``count`` typed elements holds beyond the output array: the message
+    (joined once), and for integers their varints first, written a chunk at a time (about 40
+    bytes an element of the chunk's temporaries)."""
+    wire = typed_wire_bytes(dtype, count)
+    if dtype.kind == "f":
+        return wire
+    return 2 * wire + min(count, _VARINT_CHUNK) * 40
 
 
 def packed_varints(values: npt.NDArray[Any]) -> list[npt.NDArray[np.uint8]]:
@@ -149,4 +175,5 @@ def encode_typed(response: Any, tensor: Any, array: npt.NDArray[Any]) -> bytes:
     number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[field].number
     contents = nested(number, packed) if flat.size else []
     body = [tensor.SerializeToString(), *nested(CONTENTS_NUMBER, contents)]
-    return join_raw(response.SerializeToString(), OUTPUTS_NUMBER, [b"".join(body)])
+    # One join: the response's head, then its one output, its contents nested inside.
+    return b"".join([response.SerializeToString(), *nested(OUTPUTS_NUMBER, body)])

@@ -610,3 +610,27 @@ async def test_unreadable_messages_of_every_method_are_invalid(address: str, met
             await raw_infer(channel, method)(b"\xff\xff\xff")
     assert caught.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert f"the message is not a {method}Request" in (caught.value.details() or "")
+
+
+async def test_answers_over_the_send_limit_are_refused_before_any_work() -> None:
+    """A negative INT8 takes ten bytes as typed contents: an answer that would pass the send
+    limit is refused (413's code, naming the setting and what to ask for instead), while the
+    same output as raw contents goes through; an id too long to echo is refused too."""
+    app = create_app(Settings(max_output_bytes=1 << 20))
+    data = np.full(300_000, -1, np.int8)
+    arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stub = inference_stub(channel)
+        error = await refusal(stub, request("roll", arrays, binary_data_output=False))
+        assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        message = error.details() or ""
+        assert "as typed contents (up to 10 bytes an element)" in message
+        assert "TENSOR_OPS_MAX_OUTPUT_BYTES" in message
+        assert "binary_data_output true" in message
+        response = await stub.ModelInfer(request("roll", arrays))
+        assert_same_bits(output_of(response), data)
+        long_id = request("roll", one_dim(np.zeros(4, np.float32)))
+        long_id.id = "x" * (2 << 20)
+        error = await refusal(stub, long_id)
+        assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert app.state.budget.in_use == 0
