@@ -4,9 +4,12 @@ process holds."""
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from typing import Any
 
 import grpc
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import join_raw, split_raw
 from tests.support import ROOT, free_port, launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
@@ -121,5 +125,41 @@ def test_grpc_port_zero_serves_http_only() -> None:
     _, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": "0"})
     try:
         assert "gRPC serving" not in server_output(process)
+    finally:
+        stop_server(process)
+
+
+def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
+    port = free_port()
+    _, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
+    address = f"127.0.0.1:{port}"
+    data = np.random.default_rng(1).standard_normal((4096, 4096), dtype=np.float32)  # 64 MiB
+    head = pb.ModelInferRequest(model_name="roll")
+    head.inputs.add(name="data", datatype="FP32", shape=[4096, 4096])
+    head.inputs.add(name="shift", datatype="INT64", shape=[1])
+    head.inputs.add(name="axes", datatype="INT64", shape=[1])
+    tensors = [data.tobytes(), np.array([3], "<i8").tobytes(), np.array([0], "<i8").tobytes()]
+    message = join_raw(head.SerializeToString(), 7, tensors)
+    answers: list[bytes] = []
+    options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    try:
+        with grpc.insecure_channel(address, options=options) as channel:
+            infer: Any = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+            caller = threading.Thread(target=lambda: answers.append(infer(message, timeout=60)))
+            caller.start()
+            time.sleep(0.2)  # the call is on its way or being served
+            os.kill(process.pid, signal.SIGTERM)
+            caller.join(60)
+        # uvicorn re-raises the signal once it has shut down: the status says SIGTERM.
+        assert process.wait(30) in (0, -signal.SIGTERM)
+        assert "Traceback" not in server_output(process)
+        [answer] = answers
+        head_bytes, [raw] = split_raw(answer, 6)
+        assert pb.ModelInferResponse.FromString(head_bytes).outputs[0].datatype == "FP32"
+        rolled = np.frombuffer(raw, "<f4").reshape(4096, 4096)
+        assert np.array_equal(rolled.view(np.uint32), np.roll(data, 3, axis=0).view(np.uint32))
+        with pytest.raises(grpc.RpcError) as caught:
+            grpc_roll(address)
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         stop_server(process)

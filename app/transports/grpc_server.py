@@ -148,11 +148,11 @@ class GrpcServer:
     async def stop(self) -> None:
         """Refuse new calls (UNAVAILABLE), let those in flight finish within the graceful
         timeout, then stop."""
-        if self.server is None:
+        server, self.server = self.server, None
+        if server is None:
             return
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(self.settings.graceful_timeout)
-        self.server = None
+        await server.stop(self.settings.graceful_timeout)
 
 
 def _reflection_pool() -> DescriptorPool:
