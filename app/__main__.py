@@ -30,20 +30,26 @@ import uvicorn  # noqa: E402
 
 from app.observability import configure_logging  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.transports.grpc_server import held_message, port_is_free  # noqa: E402
+from app.transports.grpc_server import (  # noqa: E402
+    GrpcPortError,
+    held_message,
+    port_is_free,
+)
 
 
 def main() -> None:
     """Run uvicorn from the ``TENSOR_OPS_*`` settings; several workers share one metrics dir."""
     settings = Settings()
-    if settings.grpc_port and not port_is_free(settings.host, settings.grpc_port):
+    if settings.grpc_port:
         # Each worker would refuse the port at its start-up too, but uvicorn's supervisor then
         # exits with status 0: a process manager would take that for a clean stop.
-        configure_logging(settings.log_level, settings.log_format)
-        logging.getLogger("tensor_ops.service").error(
-            "gRPC cannot start: %s", held_message(settings.host, settings.grpc_port)
-        )
-        sys.exit(1)
+        try:
+            if not port_is_free(settings.host, settings.grpc_port):
+                raise GrpcPortError(held_message(settings.host, settings.grpc_port))
+        except GrpcPortError as error:
+            configure_logging(settings.log_level, settings.log_format)
+            logging.getLogger("tensor_ops.service").error("gRPC cannot start: %s", error)
+            sys.exit(1)
     metrics_dir = None
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Set before any worker imports prometheus_client: each writes its samples there.

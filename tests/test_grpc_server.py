@@ -140,12 +140,19 @@ def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
     head.inputs.add(name="axes", datatype="INT64", shape=[1])
     tensors = [data.tobytes(), np.array([3], "<i8").tobytes(), np.array([0], "<i8").tobytes()]
     message = join_raw(head.SerializeToString(), 7, tensors)
-    answers: list[bytes] = []
+    answers: list[Any] = []
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
     try:
         with grpc.insecure_channel(address, options=options) as channel:
             infer: Any = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
-            caller = threading.Thread(target=lambda: answers.append(infer(message, timeout=60)))
+
+            def call() -> None:
+                try:
+                    answers.append(infer(message, timeout=60))
+                except grpc.RpcError as error:
+                    answers.append(error)
+
+            caller = threading.Thread(target=call)
             caller.start()
             time.sleep(0.2)  # the call is on its way or being served
             os.kill(process.pid, signal.SIGTERM)
@@ -154,6 +161,7 @@ def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
         assert process.wait(30) in (0, -signal.SIGTERM)
         assert "Traceback" not in server_output(process)
         [answer] = answers
+        assert isinstance(answer, bytes), (answer, server_output(process)[-3000:])
         head_bytes, [raw] = split_raw(answer, 6)
         assert pb.ModelInferResponse.FromString(head_bytes).outputs[0].datatype == "FP32"
         rolled = np.frombuffer(raw, "<f4").reshape(4096, 4096)
@@ -163,3 +171,15 @@ def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
         assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         stop_server(process)
+
+
+def test_an_address_that_cannot_be_bound_stops_the_start_with_its_reason() -> None:
+    # 192.0.2.1 (TEST-NET-1, RFC 5737) is no address of this machine.
+    status, output = start_and_fail(
+        {"TENSOR_OPS_HOST": "192.0.2.1", "TENSOR_OPS_GRPC_PORT": str(free_port())},
+        ["-m", "app"],
+    )
+    assert status == 1, output
+    assert "the gRPC address 192.0.2.1:" in output
+    assert "cannot be bound" in output
+    assert "Traceback" not in output

@@ -275,12 +275,17 @@ def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reserv
 
 
 class CallNotes:
-    """What a call leaves for its log line: the memory it reserved at its peak."""
+    """What a call leaves for its log line: its reservation, whose peak is its memory
+    estimate (refused or cancelled calls included)."""
 
-    __slots__ = ("reserved",)
+    __slots__ = ("reservation",)
 
     def __init__(self) -> None:
-        self.reserved = 0
+        self.reservation: Reservation | None = None
+
+    @property
+    def reserved(self) -> int:
+        return self.reservation.peak if self.reservation is not None else 0
 
 
 Call = Callable[[Any, Any, CallNotes], Awaitable[Any]]
@@ -323,14 +328,11 @@ class InferenceService:
         )
 
     async def model_infer(self, message: bytes, context: Any, notes: CallNotes) -> bytes:
-        if not self.ready():
-            raise ServiceError(
-                Fault.SHUTTING_DOWN,
-                (),
-                "the service is shutting down and takes no new calls; retry on another replica",
-            )
-
+        # No readiness check here: once the service stops, gRPC itself answers new calls
+        # UNAVAILABLE, and a call it has taken (its message perhaps still arriving when the
+        # stop began) is served to the end.
         async def read(reservation: Reservation) -> Body:
+            notes.reservation = reservation
             # The message as gRPC received it (its buffer is not all given back at once) and
             # as the bytes this call was handed: twice its size, measured.
             await reservation.grow_to(2 * len(message))
@@ -339,7 +341,6 @@ class InferenceService:
         answer, reservation = await self.pipeline.run(read, GrpcExchange())
         if reservation.held:
             _release_when_done(context, reservation)
-        notes.reserved = reservation.peak
         return bytes(answer.buffers[0])
 
 

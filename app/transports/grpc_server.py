@@ -43,35 +43,52 @@ def grpc_address(host: str, port: int) -> str:
 
 def port_is_free(host: str, port: int) -> bool:
     """Whether no socket is bound to ``port`` on ``host``: a plain bind, without SO_REUSEPORT,
-    fails while any socket holds the port, one that lets others share it included."""
-    for family, kind, protocol, _, address in socket.getaddrinfo(
-        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    ):
-        with socket.socket(family, kind, protocol) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as error:
-                if error.errno == errno.EADDRINUSE:
-                    return False
-                raise
+    fails while any socket holds the port, one that lets others share it included. An address
+    that cannot be bound at all (not this machine's, a port below 1024 without the right) is a
+    ``GrpcPortError`` that says so."""
+    try:
+        addresses = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, protocol, _, address in addresses:
+            with socket.socket(family, kind, protocol) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(address)
+                except OSError as error:
+                    if error.errno == errno.EADDRINUSE:
+                        return False
+                    raise
+    except OSError as error:
+        raise GrpcPortError(unbindable_message(host, port, error)) from None
     return True
 
 
+def unbindable_message(host: str, port: int, error: object) -> str:
+    """The start-up error of a gRPC address that cannot be bound for another reason."""
+    return (
+        f"the gRPC address {grpc_address(host, port)} cannot be bound ({error}); check "
+        "TENSOR_OPS_HOST and TENSOR_OPS_GRPC_PORT, or set TENSOR_OPS_GRPC_PORT=0 to serve HTTP "
+        "only"
+    )
+
+
 @contextmanager
-def _claimed(host: str, port: int) -> Iterator[bool]:
+def _claimed(host: str, port: int, workers: int) -> Iterator[bool]:
     """Whether the port is to be bound shared (SO_REUSEPORT), decided and bound under a lock.
 
     A process that runs alone binds the port for itself: taken, the bind fails. A worker of a
-    supervisor (uvicorn's ``--workers``) shares it with its siblings only: the first to claim
-    the port writes its supervisor's pid beside it; a later worker joins when the port is held
-    by that supervisor's workers, and fails when a stranger holds it (a second service, or
-    Triton, which also binds with SO_REUSEPORT and would silently get half the calls).
+    supervisor (uvicorn's ``--workers``, or ``TENSOR_OPS_WORKERS`` above 1 for a supervisor
+    that forks, as gunicorn does) shares it with its siblings only: the first to claim the
+    address writes its supervisor's pid beside it; a later worker joins when the address is
+    held by that supervisor's workers, and fails when a stranger holds it (a second service,
+    or Triton, which also binds with SO_REUSEPORT and would silently get half the calls).
     """
-    if multiprocessing.parent_process() is None:
+    if multiprocessing.parent_process() is None and workers <= 1:
         yield False
         return
-    owner_file = Path(tempfile.gettempdir()) / f"tensor-ops-grpc-{port}.owner"
+    name = "".join(c if c.isalnum() else "_" for c in host) or "any"
+    owner_file = Path(tempfile.gettempdir()) / f"tensor-ops-grpc-{name}-{port}.owner"
     supervisor = str(os.getppid())
     with owner_file.open("a+") as owner:
         fcntl.flock(owner, fcntl.LOCK_EX)
@@ -111,7 +128,7 @@ class GrpcServer:
         """Bind and serve; returns the port (the one bound, when the setting asks for any)."""
         settings = self.settings
         host, port = settings.host, settings.grpc_port
-        with _claimed(host, port) as shared:
+        with _claimed(host, port, settings.workers) as shared:
             server = grpc.aio.server(
                 options=[
                     (
@@ -136,8 +153,10 @@ class GrpcServer:
             )
             try:
                 self.port = server.add_insecure_port(grpc_address(host, port))
-            except RuntimeError:
-                raise GrpcPortError(held_message(host, port)) from None
+            except RuntimeError as error:
+                held = port and not port_is_free(host, port)
+                reason = held_message(host, port) if held else unbindable_message(host, port, error)
+                raise GrpcPortError(reason) from None
         await server.start()
         self.server = server
         for name in ("", SERVICE_NAME):

@@ -26,6 +26,7 @@ from app.metrics import REQUESTS
 from app.ops import gather, roll
 from app.settings import Settings
 from app.transports.grpc import CODES, SERVICE_NAME, GrpcExchange
+from app.transports.grpc_server import GrpcServer
 from app.transports.grpc_tensors import packed_varints
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import fields, join_raw, nested
@@ -455,28 +456,40 @@ async def test_a_call_past_its_deadline_gives_its_memory_back() -> None:
 
 
 async def test_shutdown_drains_calls_in_flight_and_refuses_new_ones() -> None:
+    """What the lifespan does on SIGTERM: readiness off, then the server's stop, during which a
+    call already in flight (here, waiting for memory) is answered whole and a new one is
+    UNAVAILABLE."""
     app = create_app(Settings(memory_budget_bytes=64 << 20, admission_timeout=30))
+    settings = app.state.settings.model_copy(
+        update={"host": "127.0.0.1", "grpc_port": 0, "graceful_timeout": 20}
+    )
+    server = GrpcServer(settings, app.state.pipeline, lambda: bool(app.state.ready))
+    address = f"127.0.0.1:{await server.start()}"
     budget = app.state.budget
     held = budget.reserve()
     await held.grow_to(60 << 20)
     data = np.arange(2048 * 1024, dtype=np.float32).reshape(2048, 1024)
     arrays = {"data": data, "shift": np.array(3, np.int64), "axes": np.array(0, np.int64)}
-    async with grpc_serving(app, graceful_timeout=20) as address, grpc_channel(address) as channel:
-        stub = inference_stub(channel)
-        in_flight = asyncio.ensure_future(stub.ModelInfer(request("roll", arrays)))
-        await asyncio.sleep(0.3)  # the call waits for memory
-        assert not in_flight.done()
-        app.state.ready = False  # what the lifespan does first on SIGTERM
-        try:
-            error = await refusal(stub, request("roll", ROLL))
-            assert error.code() is grpc.StatusCode.UNAVAILABLE
-            assert "shutting down" in (error.details() or "")
+    try:
+        async with grpc_channel(address) as channel:
+            stub = inference_stub(channel)
+            in_flight = asyncio.ensure_future(stub.ModelInfer(request("roll", arrays)))
+            await asyncio.sleep(0.3)  # the call waits for memory
+            assert not in_flight.done()
+            app.state.ready = False
             ready = await stub.ServerReady(pb.ServerReadyRequest())
             assert ready.ready is False
+            stopping = asyncio.ensure_future(server.stop())
+            await asyncio.sleep(0.2)
+            async with grpc_channel(address) as fresh:
+                error = await refusal(inference_stub(fresh), request("roll", ROLL), timeout=5)
+            assert error.code() is grpc.StatusCode.UNAVAILABLE
             await held.release()  # memory comes free: the call in flight finishes
             response = await in_flight
-        finally:
-            app.state.ready = True
+            await stopping
+    finally:
+        await server.stop()
+        app.state.ready = True
     assert_same_bits(output_of(response), np.roll(data, 3, axis=0))
 
 
