@@ -70,6 +70,11 @@ def test_workers_share_the_port_and_the_metrics() -> None:
         env={"TENSOR_OPS_GRPC_PORT": str(port), "TENSOR_OPS_WORKERS": "2"}, command=["-m", "app"]
     )
     try:
+        # Both workers serving first (the second may start a few seconds after the first).
+        deadline = time.monotonic() + 30
+        while server_output(process).count('"message":"gRPC serving"') < 2:
+            assert time.monotonic() < deadline, server_output(process)
+            time.sleep(0.1)
         for _ in range(24):  # a connection each: the kernel spreads them over the workers
             assert grpc_roll(f"127.0.0.1:{port}") == ROLLED
         metrics = httpx.get(f"{url}/metrics", timeout=10).text
