@@ -4,6 +4,7 @@ Routes, the OpenAPI document, ``/v2`` model metadata and the tests read this tab
 its kernel file and one entry here.
 """
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +91,7 @@ class Op:
     #: name -> {"summary", "value" (a JSON request), "x-expected-output"}: the spec's examples.
     examples: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
-    @property
+    @functools.cached_property
     def input_names(self) -> tuple[str, ...]:
         return tuple(item.name for item in self.inputs)
 

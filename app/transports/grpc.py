@@ -117,6 +117,8 @@ def parameter_values(parameters: Mapping[str, Any]) -> Parameters:
     """A protobuf map of ``InferParameter`` as plain values (bool, int, str or float; None for
     an unset one), for the protocol's rules to read as they read JSON's."""
     values: Parameters = {}
+    if not parameters:
+        return values
     for name, parameter in parameters.items():
         choice = parameter.WhichOneof("parameter_choice")
         values[name] = None if choice is None else getattr(parameter, choice)

@@ -97,6 +97,8 @@ def refuse_extensions(
 ) -> None:
     """Refuse a parameter of an extension not served here: ignoring it would answer something
     other than what the client asked for (the tensor from shared memory, say)."""
+    if not parameters:
+        return
     refused = sorted(extensions.keys() & parameters.keys())
     if refused:
         name = refused[0]
