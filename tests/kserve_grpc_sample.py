@@ -20,27 +20,13 @@ from kserve import InferenceGRPCClient, InferInput, InferRequest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.ops import gather, roll
-from tests.support import assert_same_bits, sample
+from tests.support import assert_same_bits, sample, v2_name
 
 Array = npt.NDArray[Any]
-KSERVE_TYPES = {
-    "bool": "BOOL",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
 
 
 def infer_input(name: str, array: Array, raw: bool) -> InferInput:
-    datatype = KSERVE_TYPES[array.dtype.name]
+    datatype = v2_name(array.dtype)
     if raw:
         tensor = InferInput(name, list(array.shape), datatype)
         tensor.set_data_from_numpy(array, binary_data=True)

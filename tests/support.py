@@ -253,6 +253,28 @@ DTYPES: dict[str, np.dtype[Any]] = {
 }
 INTEGER_TYPES = [name for name in DTYPES if name.startswith(("INT", "UINT"))]
 FLOAT_TYPES = ("FP16", "BF16", "FP32", "FP64")
+#: The field of gRPC's typed ``contents`` each datatype's elements go in, as the protocol says
+#: (FP16 and BF16 have none: they travel as raw contents only).
+TYPED_CONTENTS: dict[str, str] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+}
+_DATATYPES = {dtype: name for name, dtype in DTYPES.items()}
+
+
+def v2_name(dtype: np.dtype[Any]) -> str:
+    """The KServe V2 datatype of ``dtype`` (in either byte order)."""
+    return _DATATYPES[dtype.newbyteorder("=")]
+
 
 # Bit patterns per float type: -0.0, the smallest subnormal, the largest finite value and its
 # negative (all of which JSON carries exactly), then +inf, -inf, a quiet NaN with a payload and a

@@ -48,7 +48,14 @@ import pytest
 from tensor_ops_wire.dtypes import BFLOAT16, element_type_of
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, join_raw, split_raw
-from tests.support import free_port, launch_server, npy_bytes, server_output, stop_server
+from tests.support import (
+    TYPED_CONTENTS,
+    free_port,
+    launch_server,
+    npy_bytes,
+    server_output,
+    stop_server,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -70,16 +77,6 @@ JSON_FORM = ("json", "v2-json")
 #: sends them), and with typed ``contents`` both ways (one protobuf scalar an element).
 GRPC = ("grpc", "grpc-typed")
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
-#: The field of ``InferTensorContents`` each datatype's elements go in (FP16 and BF16 have none).
-TYPED_FIELDS = {
-    "BOOL": "bool_contents",
-    "INT8": "int_contents",
-    "INT32": "int_contents",
-    "INT64": "int64_contents",
-    "UINT64": "uint64_contents",
-    "FP32": "fp32_contents",
-    "FP64": "fp64_contents",
-}
 DTYPES: dict[str, np.dtype[Any]] = {
     "bool": np.dtype(np.bool_),
     "int8": np.dtype(np.int8),
@@ -302,7 +299,7 @@ def grpc_message(case: Case, typed: bool) -> bytes:
         datatype = element_type_of(array.dtype).kserve
         tensor = message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
         if typed:
-            getattr(tensor.contents, TYPED_FIELDS[datatype]).extend(array.reshape(-1).tolist())
+            getattr(tensor.contents, TYPED_CONTENTS[datatype]).extend(array.reshape(-1).tolist())
     head: bytes = message.SerializeToString()
     if typed:
         return head
@@ -407,11 +404,11 @@ def check_grpc_answer(transport: str, reply: GrpcReply, expected: Array) -> str 
         actual = np.frombuffer(raw[0], dtype=expected.dtype)
     else:
         # Typed contents are asked for and given when the type has a typed form (not FP16, BF16).
-        if transport != "grpc-typed" or datatype not in TYPED_FIELDS:
+        if transport != "grpc-typed" or datatype not in TYPED_CONTENTS:
             return "typed contents where raw contents were due"
-        values = getattr(output.contents, TYPED_FIELDS[datatype])
+        values = getattr(output.contents, TYPED_CONTENTS[datatype])
         actual = np.array(values, dtype=expected.dtype)
-    if transport == "grpc-typed" and datatype in TYPED_FIELDS and raw:
+    if transport == "grpc-typed" and datatype in TYPED_CONTENTS and raw:
         return "raw contents where typed contents were asked for"
     if actual.size != math.prod(shape):
         return f"{actual.size} elements for shape {shape}"

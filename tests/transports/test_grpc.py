@@ -30,39 +30,21 @@ from app.transports.grpc_server import GrpcServer
 from app.transports.grpc_tensors import packed_varints
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import fields, join_raw, nested
-from tests.support import assert_same_bits, grpc_channel, grpc_serving, inference_stub, raw_infer
+from tests.support import (
+    DTYPES,
+    TYPED_CONTENTS,
+    assert_same_bits,
+    grpc_channel,
+    grpc_serving,
+    inference_stub,
+    raw_infer,
+    v2_name,
+)
 
 pytestmark = pytest.mark.anyio
 
 Array = npt.NDArray[Any]
 INFER = f"/{SERVICE_NAME}/ModelInfer"
-V2_TYPES = {
-    "bool": "BOOL",
-    "int8": "INT8",
-    "int16": "INT16",
-    "int32": "INT32",
-    "int64": "INT64",
-    "uint8": "UINT8",
-    "uint16": "UINT16",
-    "uint32": "UINT32",
-    "uint64": "UINT64",
-    "float16": "FP16",
-    "float32": "FP32",
-    "float64": "FP64",
-}
-TYPED_FIELDS = {
-    "bool": "bool_contents",
-    "int8": "int_contents",
-    "int16": "int_contents",
-    "int32": "int_contents",
-    "int64": "int64_contents",
-    "uint8": "uint_contents",
-    "uint16": "uint_contents",
-    "uint32": "uint_contents",
-    "uint64": "uint64_contents",
-    "float32": "fp32_contents",
-    "float64": "fp64_contents",
-}
 
 
 def request(
@@ -71,10 +53,10 @@ def request(
     message = pb.ModelInferRequest(model_name=model)
     for name, array in arrays.items():
         tensor = message.inputs.add(
-            name=name, datatype=V2_TYPES[array.dtype.name], shape=list(array.shape)
+            name=name, datatype=v2_name(array.dtype), shape=list(array.shape)
         )
         if typed:
-            getattr(tensor.contents, TYPED_FIELDS[array.dtype.name]).extend(
+            getattr(tensor.contents, TYPED_CONTENTS[v2_name(array.dtype)]).extend(
                 array.reshape(-1).tolist()
             )
         else:
@@ -122,11 +104,11 @@ async def refusal(stub: Any, message: Any, **options: Any) -> grpc.aio.AioRpcErr
 
 def output_of(response: Any) -> Array:
     [tensor] = response.outputs
-    dtype = np.dtype({v: k for k, v in V2_TYPES.items()}[tensor.datatype]).newbyteorder("<")
+    dtype = DTYPES[tensor.datatype].newbyteorder("<")
     if response.raw_output_contents:
         flat = np.frombuffer(response.raw_output_contents[0], dtype=dtype)
     else:
-        values = getattr(tensor.contents, TYPED_FIELDS[dtype.name])
+        values = getattr(tensor.contents, TYPED_CONTENTS[tensor.datatype])
         flat = np.array(list(values)).astype(dtype)
     return flat.reshape(list(tensor.shape))
 
@@ -146,10 +128,10 @@ def test_every_fault_kind_has_a_code_and_client_faults_are_never_internal() -> N
     assert CODES[Fault.UNAUTHENTICATED] is grpc.StatusCode.UNAUTHENTICATED
 
 
-@pytest.mark.parametrize("dtype", list(TYPED_FIELDS))
-async def test_typed_contents_both_ways(stub: Any, dtype: str) -> None:
+@pytest.mark.parametrize("datatype", list(TYPED_CONTENTS))
+async def test_typed_contents_both_ways(stub: Any, datatype: str) -> None:
     """Typed contents in, and typed contents out when the output is asked for as non-binary."""
-    data = (np.arange(12).reshape(3, 4) % 7 * 9).astype(dtype)
+    data = (np.arange(12).reshape(3, 4) % 7 * 9).astype(DTYPES[datatype])
     indices = np.array([[2, -1], [0, 4]], np.int32)
     axis = np.array(1, np.int64)
     arrays = {"data": data, "indices": indices, "axis": axis}
@@ -186,9 +168,11 @@ async def test_typed_floats_keep_every_bit(
     comes back with its payload, as typed or raw contents."""
     width = np.dtype(dtype).itemsize
     data = np.array(patterns, dtype=f"<u{width}").view(f"<f{width}")
-    number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[TYPED_FIELDS[dtype]].number
+    number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[
+        TYPED_CONTENTS[v2_name(np.dtype(dtype))]
+    ].number
     tensor = pb.ModelInferRequest.InferInputTensor(
-        name="data", datatype=V2_TYPES[dtype], shape=[len(patterns)]
+        name="data", datatype=v2_name(np.dtype(dtype)), shape=[len(patterns)]
     ).SerializeToString()
     contents = nested(number, [data.view(np.uint8)])
     head = pb.ModelInferRequest(model_name="roll")
@@ -208,7 +192,7 @@ async def test_typed_floats_keep_every_bit(
     if typed_output:
         # protobuf's Python floats would quiet the NaN: the bits are read from the answer's wire.
         assert np.roll(data, 1).tobytes() in answer
-        assert len(getattr(output.contents, TYPED_FIELDS[dtype])) == len(patterns)
+        assert len(getattr(output.contents, TYPED_CONTENTS[output.datatype])) == len(patterns)
     else:
         got = np.frombuffer(response.raw_output_contents[0], dtype=f"<f{width}")
         assert_same_bits(got, np.roll(data, 1))
