@@ -62,32 +62,29 @@ from tensor_ops_wire.grpc_v2.framing import (
 LOG = logging.getLogger("tensor_ops.grpc")
 
 SERVICE_NAME = "inference.GRPCInferenceService"
-#: The gRPC status of each fault kind; HTTP's status and gRPC's code agree as api.md's table says.
-CODES: dict[Fault, grpc.StatusCode] = {
-    Fault.JSON_INVALID: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.TENSOR_DECODE: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.BAD_HEADER: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.BAD_ENCODING: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.BAD_LENGTH: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.DISCONNECTED: grpc.StatusCode.CANCELLED,
-    Fault.BAD_PARAMETER: grpc.StatusCode.INVALID_ARGUMENT,
+#: The gRPC code of each HTTP status, as api.md's table maps them.
+_CODE_OF_STATUS: dict[int, grpc.StatusCode] = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    404: grpc.StatusCode.NOT_FOUND,
+    405: grpc.StatusCode.UNIMPLEMENTED,
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    413: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    415: grpc.StatusCode.INVALID_ARGUMENT,
+    422: grpc.StatusCode.INVALID_ARGUMENT,
+    500: grpc.StatusCode.INTERNAL,
+    503: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+#: The kinds whose code says more than their status does.
+_OWN_CODES: dict[Fault, grpc.StatusCode] = {
     Fault.NOT_OFFERED: grpc.StatusCode.UNIMPLEMENTED,
-    Fault.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-    Fault.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    Fault.METHOD_NOT_ALLOWED: grpc.StatusCode.UNIMPLEMENTED,
-    Fault.TIMEOUT: grpc.StatusCode.DEADLINE_EXCEEDED,
-    Fault.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    Fault.UNSUPPORTED_MEDIA_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
     Fault.UNSUPPORTED_ENCODING: grpc.StatusCode.UNIMPLEMENTED,
-    Fault.MISSING_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.UNKNOWN_INPUT: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.INVALID_FIELD: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.TENSOR_TYPE: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.SPEC_VIOLATION: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.NOT_JSON: grpc.StatusCode.INVALID_ARGUMENT,
-    Fault.BUSY: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    Fault.DISCONNECTED: grpc.StatusCode.CANCELLED,
     Fault.SHUTTING_DOWN: grpc.StatusCode.UNAVAILABLE,
-    Fault.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+#: The gRPC status of each fault kind.
+CODES: dict[Fault, grpc.StatusCode] = {
+    kind: _OWN_CODES.get(kind, _CODE_OF_STATUS[kind.status]) for kind in Fault
 }
 #: Trailing metadata of a refusal: the fault's kind, machine-readable (as ``type`` on HTTP).
 FAULT_KEY = "tensor-ops-fault"
@@ -110,13 +107,11 @@ _PARSED_WHOLE = 64 * 1024
 #: A typed message's arena and the arrays made from it, per byte of the message (see prepare).
 _TYPED_BYTES_PER_WIRE_BYTE = 2 * ARENA_BYTES_PER_ELEMENT + 1
 
-Parameters = dict[str, Any]
 
-
-def parameter_values(parameters: Mapping[str, Any]) -> Parameters:
+def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
     """A protobuf map of ``InferParameter`` as plain values (bool, int, str or float; None for
     an unset one), for the protocol's rules to read as they read JSON's."""
-    values: Parameters = {}
+    values: dict[str, Any] = {}
     if not parameters:
         return values
     for name, parameter in parameters.items():
@@ -293,10 +288,8 @@ class CallNotes:
 Call = Callable[[Any, Any, CallNotes], Awaitable[Any]]
 
 
-def _unreadable(reason: str) -> ServiceError:
-    return ServiceError(
-        Fault.TENSOR_DECODE, ("body",), f"the message is not a ModelInferRequest: {reason}"
-    )
+def _unreadable(reason: object, message: str = "ModelInferRequest") -> ServiceError:
+    return ServiceError(Fault.TENSOR_DECODE, ("body",), f"the message is not a {message}: {reason}")
 
 
 class InferenceService:
@@ -419,11 +412,7 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             try:
                 request = request_type.FromString(message)
             except DecodeError as error:
-                raise ServiceError(
-                    Fault.TENSOR_DECODE,
-                    ("body",),
-                    f"the message is not a {request_type.DESCRIPTOR.name}: {error}",
-                ) from None
+                raise _unreadable(error, request_type.DESCRIPTOR.name) from None
             return await call(request, context, notes)
 
         return grpc.unary_unary_rpc_method_handler(

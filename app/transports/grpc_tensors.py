@@ -33,14 +33,11 @@ CONTENTS_FIELDS: dict[str, tuple[str, np.dtype[Any]]] = {
     "FP64": ("fp64_contents", np.dtype(np.float64)),
 }
 _ALL_FIELDS = sorted({field for field, _ in CONTENTS_FIELDS.values()} | {"bytes_contents"})
-#: Field numbers: a tensor's ``contents`` (input and output alike), and the float fields, read
-#: and written as their wire bytes (see ``packed_fixed``).
+#: Field numbers: a tensor's ``contents`` (input and output alike), its typed fields, and a
+#: response's outputs, for the fields read and written as wire bytes.
 CONTENTS_NUMBER = pb.ModelInferRequest.InferInputTensor.DESCRIPTOR.fields_by_name["contents"].number
+FIELD_NUMBERS = {field.name: field.number for field in pb.InferTensorContents.DESCRIPTOR.fields}
 OUTPUTS_NUMBER = pb.ModelInferResponse.DESCRIPTOR.fields_by_name["outputs"].number
-FLOAT_NUMBERS = {
-    name: pb.InferTensorContents.DESCRIPTOR.fields_by_name[name].number
-    for name in ("fp32_contents", "fp64_contents")
-}
 #: The most a parsed element of typed contents holds in protobuf's arena (a 64-bit scalar);
 #: each takes at least one byte on the wire.
 ARENA_BYTES_PER_ELEMENT = 8
@@ -70,9 +67,10 @@ def decode_contents(
             f"shape {shown(list(shape))} holds {expected} elements but contents.{field} has "
             f"{len(values)}"
         )
-    if field in FLOAT_NUMBERS:
+    if wide.kind == "f":
+        # Read from the wire: protobuf hands floats over as Python floats, which quiet a NaN.
         try:
-            data = packed_fixed(wire, (CONTENTS_NUMBER, FLOAT_NUMBERS[field]), wide.itemsize)
+            data = packed_fixed(wire, (CONTENTS_NUMBER, FIELD_NUMBERS[field]), wide.itemsize)
         except FramingError as error:
             raise undecodable(f"contents.{field} cannot be read: {error}") from None
         return np.frombuffer(data, dtype=wide.newbyteorder("<")).reshape(shape)
@@ -100,26 +98,16 @@ _VARINT_CHUNK = 1 << 20
 _MAX_VARINT_BYTES = 10
 
 
-#: The most bytes one element takes as typed contents: a negative INT8-32 is a ten-byte varint
-#: (its 64-bit two's complement), a UINT32 at most five bytes; floats their own size.
-_WIRE_BYTES = {
-    "BOOL": 1,
-    "INT8": 10,
-    "INT16": 10,
-    "INT32": 10,
-    "INT64": 10,
-    "UINT8": 2,
-    "UINT16": 3,
-    "UINT32": 5,
-    "UINT64": 10,
-    "FP32": 4,
-    "FP64": 8,
-}
-
-
 def typed_wire_bytes(dtype: np.dtype[Any], count: int) -> int:
-    """The most ``count`` elements of ``dtype`` take as typed contents on the wire."""
-    return count * _WIRE_BYTES[v2_datatype(dtype)]
+    """The most ``count`` elements of ``dtype`` take as typed contents on the wire: floats
+    their own size; a varint 7 bits a byte, and ten bytes for any negative number (protobuf
+    writes INT8-64 as 64-bit two's complement)."""
+    if dtype.kind == "f":
+        return count * dtype.itemsize
+    if dtype.kind == "i":
+        return count * _MAX_VARINT_BYTES
+    bits = 1 if dtype.kind == "b" else 8 * dtype.itemsize
+    return count * -(-bits // 7)
 
 
 def typed_bytes(dtype: np.dtype[Any], count: int) -> int:
@@ -168,12 +156,11 @@ def encode_typed(response: Any, tensor: Any, array: npt.NDArray[Any]) -> bytes:
     """
     field, wide = CONTENTS_FIELDS[v2_datatype(array.dtype)]
     flat = np.ascontiguousarray(array).reshape(-1).astype(wide, copy=False)
-    if field in FLOAT_NUMBERS:
+    if wide.kind == "f":
         packed = [flat.astype(wide.newbyteorder("<"), copy=False).view(np.uint8)]
     else:
         packed = packed_varints(flat)
-    number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[field].number
-    contents = nested(number, packed) if flat.size else []
+    contents = nested(FIELD_NUMBERS[field], packed) if flat.size else []
     body = [tensor.SerializeToString(), *nested(CONTENTS_NUMBER, contents)]
     # One join: the response's head, then its one output, its contents nested inside.
     return b"".join([response.SerializeToString(), *nested(OUTPUTS_NUMBER, body)])
