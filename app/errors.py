@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.ops.errors import SpecError
-from tensor_ops_wire.errors import TensorError, WireFault
+from tensor_ops_wire.errors import FAULT_STATUS, TensorError, WireFault
 
 LOG = logging.getLogger("tensor_ops.errors")
 
@@ -68,32 +68,8 @@ class Fault(StrEnum):
         return _STATUS[self]
 
 
-_STATUS: dict[Fault, int] = {
-    Fault.JSON_INVALID: 400,
-    Fault.TENSOR_DECODE: 400,
-    Fault.BAD_HEADER: 400,
-    Fault.BAD_ENCODING: 400,
-    Fault.BAD_LENGTH: 400,
-    Fault.DISCONNECTED: 400,
-    Fault.BAD_PARAMETER: 400,
-    Fault.NOT_OFFERED: 400,
-    Fault.UNAUTHENTICATED: 401,
-    Fault.NOT_FOUND: 404,
-    Fault.METHOD_NOT_ALLOWED: 405,
-    Fault.TIMEOUT: 408,
-    Fault.TOO_LARGE: 413,
-    Fault.UNSUPPORTED_MEDIA_TYPE: 415,
-    Fault.UNSUPPORTED_ENCODING: 415,
-    Fault.MISSING_INPUT: 422,
-    Fault.UNKNOWN_INPUT: 422,
-    Fault.INVALID_FIELD: 422,
-    Fault.TENSOR_TYPE: 422,
-    Fault.SPEC_VIOLATION: 422,
-    Fault.NOT_JSON: 422,
-    Fault.BUSY: 503,
-    Fault.SHUTTING_DOWN: 503,
-    Fault.INTERNAL: 500,
-}
+#: Each kind's status, from the wire's table (the client reads the same one).
+_STATUS: dict[Fault, int] = {kind: FAULT_STATUS[kind.value] for kind in Fault}
 
 _FROM_WIRE = {
     WireFault.UNDECODABLE: Fault.TENSOR_DECODE,

@@ -22,7 +22,8 @@ from app.errors import Fault
 from app.ops import gather, roll
 from app.transports.grpc import CODES
 from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, main
-from tensor_ops_client._grpc import FAULT_STATUS, rpc_failure
+from tensor_ops_client._grpc import rpc_failure
+from tensor_ops_wire.errors import FAULT_STATUS
 from tests.support import (
     DTYPES,
     ROOT,

@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.errors import FAULT_STATUS
 from tensor_ops_wire.grpc_v2.framing import (
     RAW_INPUT_FIELD,
     RAW_OUTPUT_FIELD,
@@ -50,35 +51,6 @@ FAULT_KEY = "tensor-ops-fault"
 REQUEST_ID_KEY = "x-request-id"
 RETRY_AFTER_KEY = "retry-after"
 
-#: The HTTP status of each fault kind the service names in ``tensor-ops-fault``: the status it
-#: gives the same refusal over HTTP (the server's own table is ``app.errors``, which this
-#: package does not import; a test keeps the two the same).
-FAULT_STATUS: dict[str, int] = {
-    "json_invalid": 400,
-    "tensor_decode": 400,
-    "bad_header": 400,
-    "bad_encoding": 400,
-    "bad_length": 400,
-    "disconnected": 400,
-    "bad_parameter": 400,
-    "not_offered": 400,
-    "unauthenticated": 401,
-    "not_found": 404,
-    "method_not_allowed": 405,
-    "timeout": 408,
-    "too_large": 413,
-    "unsupported_media_type": 415,
-    "unsupported_encoding": 415,
-    "missing": 422,
-    "extra_forbidden": 422,
-    "invalid_field": 422,
-    "tensor_type": 422,
-    "spec_violation": 422,
-    "not_json": 422,
-    "busy": 503,
-    "shutting_down": 503,
-    "internal": 500,
-}
 #: A status without the service's fault kind (gRPC's own refusal, a message over the service's
 #: size limit say, or a proxy's): the HTTP status nearest the code. RESOURCE_EXHAUSTED is 413,
 #: or 503 when it comes with ``retry-after``; any code not listed is 500.

@@ -44,3 +44,34 @@ def unacceptable(message: str) -> TensorError:
 def too_large(message: str) -> TensorError:
     """A tensor beyond a size limit."""
     return TensorError(message, WireFault.TOO_LARGE)
+
+
+#: Every kind of fault the service names (``type`` in an HTTP error, the trailing metadata
+#: ``tensor-ops-fault`` of a gRPC one) and its HTTP status: the server's ``Fault`` kinds take
+#: their statuses from here, and the client reads a gRPC refusal's status here.
+FAULT_STATUS: dict[str, int] = {
+    "json_invalid": 400,
+    "tensor_decode": 400,
+    "bad_header": 400,
+    "bad_encoding": 400,
+    "bad_length": 400,
+    "disconnected": 400,
+    "bad_parameter": 400,
+    "not_offered": 400,
+    "unauthenticated": 401,
+    "not_found": 404,
+    "method_not_allowed": 405,
+    "timeout": 408,
+    "too_large": 413,
+    "unsupported_media_type": 415,
+    "unsupported_encoding": 415,
+    "missing": 422,
+    "extra_forbidden": 422,
+    "invalid_field": 422,
+    "tensor_type": 422,
+    "spec_violation": 422,
+    "not_json": 422,
+    "busy": 503,
+    "shutting_down": 503,
+    "internal": 500,
+}

@@ -182,9 +182,7 @@ def _varint_bytes(value: int) -> bytes:
 def join_raw(head: bytes, field: int, raw: Sequence[Any]) -> bytes:
     """``head`` (a serialised message) with each buffer of ``raw`` appended as a ``field``
     entry: the bytes protobuf would write had they been set on the message, in one copy."""
-    key = _varint_bytes(field << 3 | _LENGTH)
     pieces: list[Any] = [head]
     for buffer in raw:
-        view = memoryview(buffer).cast("B")
-        pieces += [key, _varint_bytes(len(view)), view]
+        pieces += nested(field, [memoryview(buffer).cast("B")])
     return b"".join(pieces)
