@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 import pybase64
+import pytest
 
 from app.transports.grpc_server import GrpcServer
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2_grpc
@@ -361,3 +362,67 @@ def raw_infer(
         f"/inference.GRPCInferenceService/{method}"
     )
     return call
+
+
+# ------------------------------------------------------------------------------------------------
+# Refusals every client transport must report alike: op, inputs, batch_dims, field, words
+
+#: Requests that break the specs, sent through the Python client on every transport.
+SPEC_VIOLATIONS = [
+    pytest.param(
+        "roll",
+        {"data": np.zeros((2, 3)), "shift": 1, "axes": 2},
+        0,
+        "axes",
+        "axes = 2 is out of range for data of rank 2",
+        id="axes-out-of-range",
+    ),
+    pytest.param(
+        "roll",
+        {"data": np.zeros(3), "shift": np.float32(1), "axes": 0},
+        0,
+        "shift",
+        "shift must be of type int32 or int64, got float32",
+        id="float-shift",
+    ),
+    pytest.param(
+        "roll",
+        {"data": np.zeros(3), "shift": np.uint8(1), "axes": 0},
+        0,
+        "shift",
+        "got uint8",
+        id="uint8-shift",
+    ),
+    pytest.param(
+        "roll",
+        {"data": np.zeros((2, 2)), "shift": [1, 2], "axes": [0]},
+        0,
+        "shift",
+        "axes must be a 1D tensor of the same size",
+        id="shift-axes-lengths",
+    ),
+    pytest.param(
+        "gather",
+        {"data": np.zeros((2, 3)), "indices": [[0]], "axis": 1},
+        3,
+        "batch_dims",
+        "batch_dims = 3 is out of range [-2, 2]",
+        id="batch-dims-out-of-range",
+    ),
+    pytest.param(
+        "gather",
+        {"data": np.zeros((2, 3)), "indices": [0.5], "axis": 0},
+        0,
+        "indices",
+        "indices must be of an integer type",
+        id="float-indices",
+    ),
+    pytest.param(
+        "gather",
+        {"data": np.zeros((2, 3)), "indices": [0], "axis": [0, 1]},
+        0,
+        "axis",
+        "axis must be a scalar or a 1D tensor with one element",
+        id="two-axes",
+    ),
+]

@@ -17,7 +17,13 @@ import pytest
 
 from app.ops import gather, roll
 from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
-from tests.support import assert_same_bits, free_port, launch_server, stop_server
+from tests.support import (
+    SPEC_VIOLATIONS,
+    assert_same_bits,
+    free_port,
+    launch_server,
+    stop_server,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -281,66 +287,6 @@ def test_inputs_in_any_layout(tops: TensorOpsClient) -> None:
     assert_same_bits(tops.gather(transposed, [1, 0], 1), gather(transposed, [1, 0], 1))
     nested = [[1, 2, 3], [4, 5, 6]]
     assert tops.gather(nested, [[1, 1]], 0).tolist() == [[[4, 5, 6], [4, 5, 6]]]
-
-
-SPEC_VIOLATIONS = [
-    pytest.param(
-        "roll",
-        {"data": np.zeros((2, 3)), "shift": 1, "axes": 2},
-        0,
-        "axes",
-        "axes = 2 is out of range for data of rank 2",
-        id="axes-out-of-range",
-    ),
-    pytest.param(
-        "roll",
-        {"data": np.zeros(3), "shift": np.float32(1), "axes": 0},
-        0,
-        "shift",
-        "shift must be of type int32 or int64, got float32",
-        id="float-shift",
-    ),
-    pytest.param(
-        "roll",
-        {"data": np.zeros(3), "shift": np.uint8(1), "axes": 0},
-        0,
-        "shift",
-        "got uint8",
-        id="uint8-shift",
-    ),
-    pytest.param(
-        "roll",
-        {"data": np.zeros((2, 2)), "shift": [1, 2], "axes": [0]},
-        0,
-        "shift",
-        "axes must be a 1D tensor of the same size",
-        id="shift-axes-lengths",
-    ),
-    pytest.param(
-        "gather",
-        {"data": np.zeros((2, 3)), "indices": [[0]], "axis": 1},
-        3,
-        "batch_dims",
-        "batch_dims = 3 is out of range [-2, 2]",
-        id="batch-dims-out-of-range",
-    ),
-    pytest.param(
-        "gather",
-        {"data": np.zeros((2, 3)), "indices": [0.5], "axis": 0},
-        0,
-        "indices",
-        "indices must be of an integer type",
-        id="float-indices",
-    ),
-    pytest.param(
-        "gather",
-        {"data": np.zeros((2, 3)), "indices": [0], "axis": [0, 1]},
-        0,
-        "axis",
-        "axis must be a scalar or a 1D tensor with one element",
-        id="two-axes",
-    ),
-]
 
 
 @pytest.mark.parametrize(("op", "arrays", "batch_dims", "field", "words"), SPEC_VIOLATIONS)

@@ -27,6 +27,7 @@ from tensor_ops_wire.errors import FAULT_STATUS
 from tests.support import (
     DTYPES,
     ROOT,
+    SPEC_VIOLATIONS,
     assert_same_bits,
     free_port,
     launch_server,
@@ -287,58 +288,6 @@ def test_transport_may_change_after_construction(server: Server) -> None:
         output = client.roll([1, 2, 3], 1, 0)
         assert output.tolist() == [3, 1, 2]
         assert not output.flags.writeable
-
-
-SPEC_VIOLATIONS = [
-    pytest.param(
-        "roll",
-        {"data": np.zeros((2, 3)), "shift": 1, "axes": 2},
-        0,
-        "axes",
-        "axes = 2 is out of range for data of rank 2",
-        id="axes-out-of-range",
-    ),
-    pytest.param(
-        "roll",
-        {"data": np.zeros(3), "shift": np.float32(1), "axes": 0},
-        0,
-        "shift",
-        "shift must be of type int32 or int64, got float32",
-        id="float-shift",
-    ),
-    pytest.param(
-        "roll",
-        {"data": np.zeros((2, 2)), "shift": [1, 2], "axes": [0]},
-        0,
-        "shift",
-        "axes must be a 1D tensor of the same size",
-        id="shift-axes-lengths",
-    ),
-    pytest.param(
-        "gather",
-        {"data": np.zeros((2, 3)), "indices": [[0]], "axis": 1},
-        3,
-        "batch_dims",
-        "batch_dims = 3 is out of range [-2, 2]",
-        id="batch-dims-out-of-range",
-    ),
-    pytest.param(
-        "gather",
-        {"data": np.zeros((2, 3)), "indices": [0.5], "axis": 0},
-        0,
-        "indices",
-        "indices must be of an integer type",
-        id="float-indices",
-    ),
-    pytest.param(
-        "gather",
-        {"data": np.zeros((2, 3)), "indices": [0], "axis": [0, 1]},
-        0,
-        "axis",
-        "axis must be a scalar or a 1D tensor with one element",
-        id="two-axes",
-    ),
-]
 
 
 @pytest.mark.parametrize(("op", "arrays", "batch_dims", "field", "words"), SPEC_VIOLATIONS)
