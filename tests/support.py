@@ -254,6 +254,26 @@ DTYPES: dict[str, np.dtype[Any]] = {
 }
 INTEGER_TYPES = [name for name in DTYPES if name.startswith(("INT", "UINT"))]
 FLOAT_TYPES = ("FP16", "BF16", "FP32", "FP64")
+#: Roll's shift and axes of every form and type: (shift, axes).
+ROLL_SHIFT_AXES = [
+    pytest.param(np.array(2, np.int32), np.array(1, np.int32), id="scalar-i32-i32"),
+    pytest.param(np.array(-3, np.int64), np.array([0, 2], np.int32), id="scalar-shift-1d-axes"),
+    pytest.param(np.array([1, 2], np.int32), np.array([-1, 0], np.int64), id="i32-shift-i64-axes"),
+    pytest.param(np.array([5, -9], np.int64), np.array([1, 1], np.int64), id="repeated-axis"),
+    pytest.param(np.array([2**62 + 1], np.int64), np.array([2], np.int32), id="huge-shift"),
+    pytest.param(np.array([-(2**31)], np.int32), np.array([-3], np.int32), id="i32-min-shift"),
+    pytest.param(np.array([], np.int64), np.array([], np.int64), id="no-axes"),
+]
+
+#: Gather's batch_dims cases: (data shape, indices, axis, batch_dims).
+GATHER_BATCH_CASES = [
+    pytest.param((2, 5), [[0, -1, 4], [5, -6, -5]], 1, 1, id="spec-like"),
+    pytest.param((2, 3, 4), [[1, -2], [7, 0]], 2, 1, id="axis-2"),
+    pytest.param((2, 3, 4), [[[2], [-4], [0]], [[3], [4], [-1]]], 2, 2, id="two-batches"),
+    pytest.param((2, 3, 4), [[[2], [-4], [0]], [[3], [4], [-1]]], -1, -1, id="negative"),
+    pytest.param((2, 3, 4), [[0, 1], [-1, 5]], 1, 0, id="zero"),
+]
+
 #: The field of gRPC's typed ``contents`` each datatype's elements go in, as the protocol says
 #: (FP16 and BF16 have none: they travel as raw contents only).
 TYPED_CONTENTS: dict[str, str] = {

@@ -11,7 +11,14 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.ops import gather, roll
-from tests.support import DTYPES, INTEGER_TYPES, assert_same_bits, sample
+from tests.support import (
+    DTYPES,
+    GATHER_BATCH_CASES,
+    INTEGER_TYPES,
+    ROLL_SHIFT_AXES,
+    assert_same_bits,
+    sample,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -187,17 +194,7 @@ def test_gather_every_type(triton: Any, dtype: str, binary_in: bool, binary_out:
 
 @pytest.mark.parametrize(
     ("shift", "axes"),
-    [
-        pytest.param(np.array(2, np.int32), np.array(1, np.int32), id="scalar-i32-i32"),
-        pytest.param(np.array(-3, np.int64), np.array([0, 2], np.int32), id="scalar-shift-1d-axes"),
-        pytest.param(
-            np.array([1, 2], np.int32), np.array([-1, 0], np.int64), id="i32-shift-i64-axes"
-        ),
-        pytest.param(np.array([5, -9], np.int64), np.array([1, 1], np.int64), id="repeated-axis"),
-        pytest.param(np.array([2**62 + 1], np.int64), np.array([2], np.int32), id="huge-shift"),
-        pytest.param(np.array([-(2**31)], np.int32), np.array([-3], np.int32), id="i32-min-shift"),
-        pytest.param(np.array([], np.int64), np.array([], np.int64), id="no-axes"),
-    ],
+    ROLL_SHIFT_AXES,
 )
 @pytest.mark.parametrize("binary_in", [True, False], ids=["bin", "json"])
 def test_roll_shift_and_axes_types(triton: Any, shift: Array, axes: Array, binary_in: bool) -> None:
@@ -210,13 +207,7 @@ def test_roll_shift_and_axes_types(triton: Any, shift: Array, axes: Array, binar
 
 @pytest.mark.parametrize(
     ("data_shape", "indices", "axis", "batch_dims"),
-    [
-        pytest.param((2, 5), [[0, -1, 4], [5, -6, -5]], 1, 1, id="spec-like"),
-        pytest.param((2, 3, 4), [[1, -2], [7, 0]], 2, 1, id="axis-2"),
-        pytest.param((2, 3, 4), [[[2], [-4], [0]], [[3], [4], [-1]]], 2, 2, id="two-batches"),
-        pytest.param((2, 3, 4), [[[2], [-4], [0]], [[3], [4], [-1]]], -1, -1, id="negative"),
-        pytest.param((2, 3, 4), [[0, 1], [-1, 5]], 1, 0, id="zero"),
-    ],
+    GATHER_BATCH_CASES,
 )
 @pytest.mark.parametrize(("binary_in", "binary_out"), MODES, ids=[mode_id(*m) for m in MODES])
 def test_gather_batch_dims_parameter(

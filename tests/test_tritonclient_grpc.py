@@ -21,7 +21,9 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from app.ops import gather, roll
 from tests.support import (
     DTYPES,
+    GATHER_BATCH_CASES,
     INTEGER_TYPES,
+    ROLL_SHIFT_AXES,
     ROOT,
     TYPED_CONTENTS,
     assert_same_bits,
@@ -196,14 +198,7 @@ def test_half_floats_have_no_typed_contents(triton: Any, dtype: str) -> None:
 
 @pytest.mark.parametrize(
     ("shift", "axes"),
-    [
-        pytest.param(np.array(2, np.int32), np.array(1, np.int32), id="scalar-i32-i32"),
-        pytest.param(np.array(-3, np.int64), np.array([0, 2], np.int32), id="scalar-shift-1d-axes"),
-        pytest.param(np.array([5, -9], np.int64), np.array([1, 1], np.int64), id="repeated-axis"),
-        pytest.param(np.array([2**62 + 1], np.int64), np.array([2], np.int32), id="huge-shift"),
-        pytest.param(np.array([-(2**31)], np.int32), np.array([-3], np.int32), id="i32-min-shift"),
-        pytest.param(np.array([], np.int64), np.array([], np.int64), id="no-axes"),
-    ],
+    ROLL_SHIFT_AXES,
 )
 @pytest.mark.parametrize("form", FORMS)
 def test_roll_shift_and_axes_types(triton: Any, shift: Array, axes: Array, form: str) -> None:
@@ -214,12 +209,7 @@ def test_roll_shift_and_axes_types(triton: Any, shift: Array, axes: Array, form:
 
 @pytest.mark.parametrize(
     ("data_shape", "indices", "axis", "batch_dims"),
-    [
-        pytest.param((2, 5), [[0, -1, 4], [5, -6, -5]], 1, 1, id="spec-like"),
-        pytest.param((2, 3, 4), [[[2], [-4], [0]], [[3], [4], [-1]]], 2, 2, id="two-batches"),
-        pytest.param((2, 3, 4), [[[2], [-4], [0]], [[3], [4], [-1]]], -1, -1, id="negative"),
-        pytest.param((2, 3, 4), [[0, 1], [-1, 5]], 1, 0, id="zero"),
-    ],
+    GATHER_BATCH_CASES,
 )
 @pytest.mark.parametrize("form", FORMS)
 def test_gather_batch_dims_parameter(
