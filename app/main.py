@@ -12,20 +12,22 @@ from typing import Any
 
 from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
-from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel
+from starlette.types import Receive, Scope, Send
 
+from app.docs import add_offline_docs
+from app.front import DirectRoute, FrontDoor, ObservedApp
 from app.metrics import render as render_metrics
-from app.observability import ObservabilityMiddleware, configure_logging
+from app.observability import configure_logging
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
 from app.registry import REGISTRY
 from app.settings import Settings
 from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
-from app.transports.http import build_router
+from app.transports.http import build_router, op_endpoints
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
-from app.transports.v2 import build_v2_router
+from app.transports.v2 import build_v2_router, direct_infer_routes
 from app.transports.v2_models import InferenceRequest
 from app.version import VERSION
 
@@ -110,19 +112,38 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             await stopping
 
 
+class Service(FastAPI):
+    """FastAPI, with the op and infer routes served by the front door before FastAPI's own
+    layers (routing, dependencies, exception and telemetry middleware) see the request."""
+
+    front: FrontDoor
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = self.front.direct_route(scope)
+        if route is None:
+            await super().__call__(scope, receive, send)
+            return
+        scope["app"] = self
+        await self.front.serve(route, scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
 
-    # FastAPIOffline is FastAPI with the docs UI's scripts and styles served from the package.
-    app = FastAPIOffline(
-        title="tensor-ops", version=VERSION, description=DESCRIPTION, lifespan=lifespan
+    app = Service(
+        title="tensor-ops",
+        version=VERSION,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
+    add_offline_docs(app)
     app.state.settings = settings
     app.state.ready = True
     install_error_handlers(app)
-    app.add_middleware(ObservabilityMiddleware)
     capacity, source = derive_budget(
         settings.memory_budget_bytes, container_limit(), settings.workers, resident_bytes()
     )
@@ -131,8 +152,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.budget = budget
     pipeline = Pipeline(settings, budget)
     app.state.pipeline = pipeline
-    app.include_router(build_router(pipeline))
+    endpoints = op_endpoints(pipeline)
+    app.include_router(build_router(endpoints))
     app.include_router(build_v2_router(pipeline))
+    direct = {path: DirectRoute(path, endpoint) for path, endpoint in endpoints.items()}
+    app.front = FrontDoor(direct | direct_infer_routes(pipeline))
+    # Every other request goes through FastAPI, tagged, logged and measured all the same.
+    app.add_middleware(ObservedApp, front=app.front)
 
     @app.get("/health", summary="Liveness: the process answers", tags=["service"])
     async def health() -> dict[str, str]:

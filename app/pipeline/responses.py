@@ -53,8 +53,20 @@ class BuffersResponse(Response):
         self.reservation = reservation
         self.min_rate = min_rate
         self.window = window
-        super().__init__(content=b"", media_type=media_type, headers=headers)
-        self.headers["content-length"] = str(sum(len(buffer) for buffer in self.buffers))
+        self.status_code = 200
+        self.media_type = media_type
+        self.background = None
+        self.body = b""
+        self.length = sum(len(buffer) for buffer in self.buffers)
+        # The headers written as the server takes them (Response's own pass costs more).
+        self.raw_headers = [
+            (b"content-length", str(self.length).encode()),
+            (b"content-type", media_type.encode("latin-1")),
+            *(
+                (k.lower().encode("latin-1"), v.encode("latin-1"))
+                for k, v in (headers or {}).items()
+            ),
+        ]
 
     async def _send_all(self, send: Send, sent: Callable[[int], None]) -> None:
         await send(
@@ -75,10 +87,18 @@ class BuffersResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            if int(self.headers["content-length"]) <= _SEND_PIECE:
+            if self.length <= _SEND_PIECE:
                 # One piece: the server takes it whole, read or not, and it holds no
                 # reservation worth a deadline.
-                await self._send_all(send, lambda size: None)
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": self.status_code,
+                        "headers": self.raw_headers,
+                    }
+                )
+                body = b"".join(self._pieces())
+                await send({"type": "http.response.body", "body": body, "more_body": False})
                 return
             quota = self.min_rate * self.window
             unread = 0

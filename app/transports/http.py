@@ -13,6 +13,7 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
+from app.front import Endpoint
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.json_body import JsonBody, split_json_body
 from app.pipeline.responses import serve_http
@@ -107,7 +108,10 @@ def wants_npy(request: Request) -> bool:
     answer's form is the request's, and a 406 would only hide the result or the error it needs.
     """
     # Several Accept lines are one list, as if joined by commas (RFC 9110, 5.3).
-    header = ", ".join(request.headers.getlist("accept"))
+    accepts = request.headers.getlist("accept")
+    if not accepts:
+        return False
+    header = ", ".join(accepts)
     if not header:
         return False
     ranges = _accept_ranges(header)
@@ -225,7 +229,7 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     if kind == NPZ_TYPE:
         return NpzExchange(op, request.query_params, max_body_bytes)
     if kind in (JSON_TYPE, ""):
-        for name in ("dtype", *sorted(attribute_names())):
+        for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
             if name in request.query_params:
                 raise ServiceError(
                     Fault.UNKNOWN_INPUT,
@@ -302,21 +306,31 @@ def _openapi_extra(op: Op) -> dict[str, Any]:
     }
 
 
-def build_router(pipeline: Pipeline) -> APIRouter:
-    """A ``POST /<op>`` route for every op of the registry."""
-    router = APIRouter()
+def op_endpoints(pipeline: Pipeline) -> dict[str, Endpoint]:
+    """The endpoint of each op's ``POST /<op>`` route, by path."""
     max_body_bytes = pipeline.settings.max_body_bytes
 
-    def add_route(op: Op) -> None:
+    def endpoint(op: Op) -> Endpoint:
         async def route(request: Request) -> Response:
             return await serve_http(
                 pipeline, request, lambda: exchange_for(op, request, max_body_bytes), render_detail
             )
 
         route.__doc__ = op.description
+        return route
+
+    return {f"/{op.name}": endpoint(op) for op in REGISTRY.values()}
+
+
+def build_router(endpoints: Mapping[str, Endpoint]) -> APIRouter:
+    """A ``POST /<op>`` route for every op of the registry (for the docs, and any request the
+    front door does not serve itself)."""
+    router = APIRouter()
+    for op in REGISTRY.values():
+        path = f"/{op.name}"
         router.add_api_route(
-            f"/{op.name}",
-            route,
+            path,
+            endpoints[path],
             methods=["POST"],
             name=op.name,
             summary=op.summary,
@@ -324,7 +338,4 @@ def build_router(pipeline: Pipeline) -> APIRouter:
             responses=_responses(),
             openapi_extra=_openapi_extra(op),
         )
-
-    for op in REGISTRY.values():
-        add_route(op)
     return router

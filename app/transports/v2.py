@@ -4,7 +4,7 @@ An adapter of the request pipeline: where V2 puts inputs and parameters, how it 
 tensors, how it writes its answer and its ``{"error"}``.
 """
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Annotated, Any
 
 import orjson
@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
+from app.front import DirectRoute, Endpoint
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.json_body import parsing_bytes
 from app.pipeline.responses import serve_http
@@ -264,6 +265,36 @@ def encode_infer(
     return [head, output], headers
 
 
+#: The infer routes' templates: their labels in metrics and logs.
+INFER_PATH = "/v2/models/{name}/infer"
+VERSION_INFER_PATH = "/v2/models/{name}/versions/{version}/infer"
+
+
+def infer_endpoint(pipeline: Pipeline) -> Callable[[Request, Op], Awaitable[Response]]:
+    """What serves an infer request for an op."""
+
+    async def serve_infer(request: Request, op: Op) -> Response:
+        return await serve_http(pipeline, request, lambda: v2_exchange(op, request), render_v2)
+
+    return serve_infer
+
+
+def direct_infer_routes(pipeline: Pipeline) -> dict[str, DirectRoute]:
+    """The infer route of every model and version by its path, for the front door."""
+    serve_infer = infer_endpoint(pipeline)
+
+    def endpoint(op: Op) -> Endpoint:
+        return lambda request: serve_infer(request, op)
+
+    routes = {}
+    for op in REGISTRY.values():
+        direct = endpoint(op)
+        routes[INFER_PATH.format(name=op.name)] = DirectRoute(INFER_PATH, direct)
+        path = VERSION_INFER_PATH.format(name=op.name, version=MODEL_VERSION)
+        routes[path] = DirectRoute(VERSION_INFER_PATH, direct)
+    return routes
+
+
 class V2Route(APIRoute):
     """A ``/v2`` route: every refusal in the protocol's ``{"error"}`` shape, the framework's
     own (a wrong method) included."""
@@ -362,8 +393,7 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
         **errors,
     }
 
-    async def serve_infer(request: Request, op: Op) -> Response:
-        return await serve_http(pipeline, request, lambda: v2_exchange(op, request), render_v2)
+    serve_infer = infer_endpoint(pipeline)
 
     async def infer(request: Request, name: ModelName) -> Response:
         return await serve_infer(request, model(name))
@@ -372,8 +402,8 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
         return await serve_infer(request, model(name, version))
 
     for path, endpoint, summary in (
-        ("/models/{name}/infer", infer, "Inference: run the op"),
-        ("/models/{name}/versions/{version}/infer", version_infer, "Inference (one version)"),
+        (INFER_PATH.removeprefix("/v2"), infer, "Inference: run the op"),
+        (VERSION_INFER_PATH.removeprefix("/v2"), version_infer, "Inference (one version)"),
     ):
         router.add_api_route(
             path,
