@@ -146,6 +146,37 @@ def test_a_client_that_stops_sending_gets_408(server: tuple[str, int]) -> None:
     healthy(url, pid)
 
 
+def test_a_small_body_that_stalls_gets_408_at_the_body_timeout(
+    tight_server: tuple[str, int],
+) -> None:
+    # 200 bytes, well below a window's quota: read by the small-body path, whose one deadline
+    # is the body timeout (5 s here, shorter than the 10 s window).
+    url, pid = tight_server
+    with socket.create_connection(address(url)) as connection:
+        started = time.monotonic()
+        connection.sendall(request_head("/roll", 200) + b'{"data": [')
+        reply = read_reply(connection)
+        elapsed = time.monotonic() - started
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert b"TENSOR_OPS_BODY_TIMEOUT" in reply
+    assert 4.5 < elapsed < 10
+    healthy(url, pid)
+
+
+def test_a_small_body_in_pieces_is_served(tight_server: tuple[str, int]) -> None:
+    url, pid = tight_server
+    body = b'{"data": [1, 2, 3, 4], "shift": 1, "axes": 0}'
+    with socket.create_connection(address(url)) as connection:
+        connection.sendall(request_head("/roll", len(body)))
+        for start in range(0, len(body), 8):
+            connection.sendall(body[start : start + 8])
+            time.sleep(0.05)
+        reply = read_reply(connection)
+    assert reply.startswith(b"HTTP/1.1 200"), reply[:200]
+    assert b'"data":[4,1,2,3]' in reply
+    healthy(url, pid)
+
+
 def test_a_slow_but_steady_client_is_served(server: tuple[str, int]) -> None:
     url, pid = server
     body = b'{"data": [1, 2, 3, 4], "shift": 1, "axes": 0}'

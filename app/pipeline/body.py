@@ -1,7 +1,6 @@
 """Reading request bodies: size limits, memory reserved as bytes arrive, a minimum transfer rate
 and a total time limit, gzip and deflate (every member)."""
 
-import asyncio
 import math
 import zlib
 
@@ -11,6 +10,7 @@ from starlette.requests import ClientDisconnect, Request
 
 from app.errors import Fault, ServiceError, quote
 from app.pipeline.admission import UNCOUNTED_BYTES, Reservation
+from app.pipeline.deadlines import Deadline
 from app.pipeline.threads import run_sized
 from app.settings import Settings
 
@@ -99,7 +99,7 @@ async def _read_small(request: Request, length: int, settings: Settings) -> byte
     pieces = []
     arrived = 0
     try:
-        async with asyncio.timeout(min(settings.rate_window, settings.body_timeout)):
+        with Deadline(min(settings.rate_window, settings.body_timeout)):
             while True:
                 message = await receive()
                 if message["type"] != "http.request":

@@ -136,9 +136,14 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limi
     (its bytes, its rank, NumPy's own) is 413, refused before it exists. Both ops keep the
     element type of ``data``.
     """
+    rank_limit = min(limits.max_rank, MAX_RANK)
     for item in op.inputs:
         array = arrays[item.name]
-        check_shape(array.shape, item.name, limits, itemsize=array.dtype.itemsize)
+        shape = array.shape
+        # An array NumPy made can be held; only the limits remain, checked inline (the full
+        # check, which says what is wrong, runs when they are passed).
+        if len(shape) > rank_limit or (shape and max(shape) > limits.max_dimension):
+            check_shape(shape, item.name, limits, itemsize=array.dtype.itemsize)
         if type_name(array.dtype) not in item.element_types:
             raise ServiceError(
                 Fault.TENSOR_TYPE,
