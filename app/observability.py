@@ -3,10 +3,10 @@
 import contextlib
 import functools
 import logging
+import os
 import re
 import sys
 import time
-import uuid
 from typing import Any, NamedTuple
 
 import orjson
@@ -117,7 +117,9 @@ def _write_access_line(fields: dict[str, Any]) -> None:
 def accepted_request_id(given: str | None) -> str:
     """The client's request id when it is a sane one (letters, digits, ``._:-``, at most 128),
     else a new one."""
-    return given if given and _REQUEST_ID.match(given) else uuid.uuid4().hex
+    # 128 random bits as 32 hex digits, as uuid4().hex reads (less its 6 fixed bits) at a
+    # quarter of the cost.
+    return given if given and _REQUEST_ID.match(given) else os.urandom(16).hex()
 
 
 def record(

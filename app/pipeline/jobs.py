@@ -27,6 +27,12 @@ def type_name(dtype: np.dtype[Any]) -> str:
     return dtype.name
 
 
+@functools.cache
+def _elements(op: str) -> Any:
+    # The labelled child looked up once per op, not once a request.
+    return ELEMENTS.labels(op)
+
+
 @dataclass(frozen=True)
 class Limits:
     """The size limits a request is held to."""
@@ -125,7 +131,7 @@ class Job:
             result = out
         else:
             result = self.op.kernel(self.arrays, self.attributes, out)
-        ELEMENTS.labels(self.op.name).inc(result.size)
+        _elements(self.op.name).inc(result.size)
         return result
 
 

@@ -139,7 +139,9 @@ class JsonExchange:
     def decode(self, limits: Limits) -> Job:
         assert self.json is not None
         try:
-            fields = dict(request_model(self.op).model_validate(self.json.parse()))
+            # The model's core validator, not model_validate (whose wrapper costs 5 us more).
+            model = request_model(self.op).__pydantic_validator__.validate_python(self.json.parse())
+            fields = dict(model.__dict__)
         except ValidationError as error:
             raise from_validation(error) from None
         data, self.form = decode_data(fields["data"], fields["dtype"])
