@@ -9,6 +9,7 @@ contents joined in once, and an error as a status code with the message HTTP wou
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -240,20 +241,44 @@ class GrpcExchange:
         return self.raw_output or not can_be_typed(job.output_dtype)
 
     def encode(self, job: Job) -> Answer:
-        response = pb.ModelInferResponse(
-            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
-        )
-        tensor = pb.ModelInferResponse.InferOutputTensor(
-            name=OUTPUT_NAME, datatype=v2_datatype(job.output_dtype), shape=job.output_shape
-        )
+        datatype = v2_datatype(job.output_dtype)
         if self._raw_output(job):
-            response.outputs.append(tensor)
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
             raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
-            message = join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, [raw])
+            request_id = self.request.id
+            head = (
+                _raw_answer_head(job.op.name, datatype, job.output_shape, request_id)
+                if len(request_id) <= _CACHED_ID
+                else _answer_head(job.op.name, datatype, job.output_shape, request_id)
+            )
+            message = join_raw(head, RAW_OUTPUT_FIELD, [raw])
         else:
+            response = pb.ModelInferResponse(
+                model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+            )
+            tensor = pb.ModelInferResponse.InferOutputTensor(
+                name=OUTPUT_NAME, datatype=datatype, shape=job.output_shape
+            )
             message = encode_typed(response, tensor, job.output())
         return Answer([message], "application/grpc")
+
+
+# Answers' heads are kept for ids up to this long: a client's fixed id, or none.
+_CACHED_ID = 64
+
+
+def _answer_head(op: str, datatype: str, shape: tuple[int, ...], request_id: str) -> bytes:
+    """An answer with raw contents, without them: model, version, id and the output's name,
+    datatype and shape."""
+    response = pb.ModelInferResponse(model_name=op, model_version=MODEL_VERSION, id=request_id)
+    response.outputs.append(
+        pb.ModelInferResponse.InferOutputTensor(name=OUTPUT_NAME, datatype=datatype, shape=shape)
+    )
+    return bytes(response.SerializeToString())
+
+
+# Most calls of a client repeat their op, type and shape: their heads are made once.
+_raw_answer_head = functools.lru_cache(maxsize=512)(_answer_head)
 
 
 #: Releases of reservations scheduled when a call ends, kept until they have run.

@@ -1,5 +1,6 @@
 """Tensors of the KServe V2 / Open Inference Protocol: JSON data and Triton's binary data."""
 
+import functools
 import math
 from typing import Any
 
@@ -81,9 +82,8 @@ def decode_v2_binary(
             f"shape {shown(shape)} of {datatype} takes {expected} bytes but {size_name} "
             f"is {len(chunk)}"
         )
-    wire = dtype if dtype == BFLOAT16 or dtype.itemsize == 1 else dtype.newbyteorder("<")
     # A BOOL byte other than 0 or 1 is true, and is answered as 1, as on every transport.
-    return canonical_bools(np.frombuffer(chunk, dtype=wire)).reshape(shape)
+    return canonical_bools(np.frombuffer(chunk, dtype=wire_dtype(dtype))).reshape(shape)
 
 
 def v2_json_data(array: npt.NDArray[Any]) -> npt.NDArray[Any] | Any:
@@ -94,5 +94,10 @@ def v2_json_data(array: npt.NDArray[Any]) -> npt.NDArray[Any] | Any:
 
 def v2_output_buffer(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
     """An array for an output sent as binary data: little-endian, row-major, sent as it is."""
-    wire = dtype if dtype.itemsize == 1 or dtype == BFLOAT16 else dtype.newbyteorder("<")
-    return np.empty(shape, dtype=wire)
+    return np.empty(shape, dtype=wire_dtype(dtype))
+
+
+@functools.cache
+def wire_dtype(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """``dtype`` as binary tensors carry it: little-endian (made once per type, not per call)."""
+    return dtype if dtype.itemsize == 1 or dtype == BFLOAT16 else dtype.newbyteorder("<")
