@@ -1,6 +1,6 @@
 """Scaling of tensor-ops over worker processes: requests/s, p99 and memory for 1, 2 and 4 workers.
 
-    .venv/bin/python tests/benchmarks/scaling.py                  # full run, about 4 minutes
+    .venv/bin/python tests/benchmarks/scaling.py                  # full run, about 3 minutes
     .venv/bin/python tests/benchmarks/scaling.py --quick          # short runs, under a minute
     .venv/bin/python tests/benchmarks/scaling.py --workers 1,2 --json scaling.json
     .venv/bin/python tests/benchmarks/scaling.py --replot scaling.json  # tables and plot again
