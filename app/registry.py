@@ -5,6 +5,7 @@ its kernel file and one entry here.
 """
 
 import functools
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,8 +13,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops.gather import gather, gather_plan, gather_workspace
-from app.ops.roll import ROLL_INDEX_TYPES, roll, roll_shifts, roll_workspace
+from app.ops.gather import gather, gather_plan, gather_planned, gather_workspace
+from app.ops.roll import ROLL_INDEX_TYPES, roll, roll_planned, roll_shifts, roll_workspace
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 from tensor_ops_wire.npy import encode_npy_base64
 
@@ -29,6 +30,43 @@ Workspace = Callable[[Arrays, Attributes], int]
 
 def _no_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans kept for the kernel: the pipeline calls an op's plan (the spec's checks) when it makes a
+# job and its kernel later with the same inputs; the kernel then runs from the plan already
+# made instead of checking everything again. A plan is used only for the very same mappings of
+# inputs and attributes, left as they were, and while its ``data`` array lives; any other call
+# of a kernel checks its inputs itself.
+
+#: id(data) -> (a weak reference to data, id(arrays), id(attributes), the plan)
+_PLANS: dict[int, tuple[weakref.ref[Any], int, int, Any]] = {}
+# Past this many kept plans, those whose data is gone are dropped (ids are reused: an entry's
+# reference tells whether it is still its array's).
+_KEPT = 256
+
+
+def _keep_plan(arrays: Arrays, attributes: Attributes, plan: Any) -> None:
+    data = arrays["data"]
+    if len(_PLANS) >= _KEPT:
+        for key, entry in list(_PLANS.items()):
+            if entry[0]() is None:
+                _PLANS.pop(key, None)
+    _PLANS[id(data)] = (weakref.ref(data), id(arrays), id(attributes), plan)
+
+
+def _kept_plan(arrays: Arrays, attributes: Attributes) -> Any:
+    """The plan ``_keep_plan`` kept for these very inputs, or None."""
+    data = arrays["data"]
+    entry = _PLANS.get(id(data))
+    if (
+        entry is None
+        or entry[0]() is not data
+        or entry[1] != id(arrays)
+        or entry[2] != id(attributes)
+    ):
+        return None
+    return entry[3]
 
 
 ALL_TYPES: tuple[str, ...] = tuple(e.numpy for e in ELEMENT_TYPES)
@@ -122,12 +160,16 @@ _MATRIX = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]
 
 
 def _plan_roll(arrays: Arrays, attributes: Attributes) -> tuple[int, ...]:
-    roll_shifts(arrays["data"].shape, arrays["shift"], arrays["axes"])
-    return arrays["data"].shape
+    data = arrays["data"]
+    _keep_plan(arrays, attributes, roll_shifts(data.shape, arrays["shift"], arrays["axes"]))
+    return data.shape
 
 
 def _roll(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
+    net = _kept_plan(arrays, attributes)
+    if net is None:
+        return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
+    return roll_planned(arrays["data"], net, out)
 
 
 def _roll_workspace(arrays: Arrays, attributes: Attributes) -> int:
@@ -203,6 +245,7 @@ def _plan_gather(arrays: Arrays, attributes: Attributes) -> tuple[int, ...]:
     plan = gather_plan(
         arrays["data"].shape, indices.shape, indices.dtype, arrays["axis"], attributes["batch_dims"]
     )
+    _keep_plan(arrays, attributes, plan)
     return plan.output_shape
 
 
@@ -211,7 +254,12 @@ def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
 
 
 def _gather(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather(arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out)
+    plan = _kept_plan(arrays, attributes)
+    if plan is None:
+        return gather(
+            arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out
+        )
+    return gather_planned(arrays["data"], arrays["indices"], plan, out)
 
 
 GATHER = Op(

@@ -1,21 +1,32 @@
 """Gather-8: take slices of a tensor along one axis at the given indices, batch by batch."""
 
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import compiled
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
-# Up to this many batches, each is gathered by its own take.
-_LOOPED_BATCHES = 4096
+#: Indices are turned into positions this many at a time (a chunk): the positions and the
+#: out-of-range marks of one chunk, 16 bytes an index, are all the kernel holds.
+CHUNK = 1 << 16
+# A row (the elements of data along axis and after it, for one batch and outer index) of at
+# least this many bytes has the next one prefetched while it is gathered: its elements are read
+# in index order, which the CPU's own prefetcher cannot follow.
+_PREFETCH_ROW_BYTES = 4096
+_CACHE_LINE = 64
+# The signed integer type of each width: indices are read through it (see _signed_indices).
+_SIGNED = {size: np.dtype(f"i{size}") for size in (1, 2, 4, 8)}
+# Chunks of up to this many indices take their positions' buffers from a pool (no allocation a
+# call); the pool keeps as many pairs as there were gathers at once, 16 bytes an index each.
+_POOLED = 4096
+_POOL: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]] = []
 
 
-@dataclass(frozen=True)
-class GatherPlan:
+class GatherPlan(NamedTuple):
     """The normalised attributes of one Gather and the shape of its output."""
 
     axis: int
@@ -48,13 +59,14 @@ def gather_plan(
             "axis",
             f"axis must be a scalar or a 1D tensor with one element, got shape {axis.shape}",
         )
-    if isinstance(batch_dims, bool) or not isinstance(batch_dims, int | np.integer):
-        raise SpecError("batch_dims", f"batch_dims must be an integer, got {batch_dims!r}")
-    batch_dims = int(batch_dims)
+    if type(batch_dims) is not int:
+        if isinstance(batch_dims, bool) or not isinstance(batch_dims, int | np.integer):
+            raise SpecError("batch_dims", f"batch_dims must be an integer, got {batch_dims!r}")
+        batch_dims = int(batch_dims)
     data_rank = len(data_shape)
     indices_rank = len(indices_shape)
 
-    axis_value = int(axis.reshape(-1)[0])
+    axis_value = int(axis.item())
     if not -data_rank <= axis_value < data_rank:
         allowed = (
             f"[{-data_rank}, {data_rank - 1}]" if data_rank else "none: data must not be a scalar"
@@ -80,7 +92,7 @@ def gather_plan(
             f"batch_dims = {batch_dims} (normalised: {normal_batch_dims}) must not be greater "
             f"than axis = {axis_value} (normalised: {normal_axis})",
         )
-    if data_shape[:normal_batch_dims] != indices_shape[:normal_batch_dims]:
+    if normal_batch_dims and data_shape[:normal_batch_dims] != indices_shape[:normal_batch_dims]:
         raise SpecError(
             "indices",
             f"the first batch_dims = {normal_batch_dims} dimensions of data and indices must be "
@@ -106,16 +118,31 @@ def gather(
     end, and any value outside that range yields a slice of zeros. ``axis`` is a scalar or a
     one-element 1D tensor of any integer type. The first ``batch_dims`` dimensions of ``data`` and
     ``indices`` are batches gathered independently; a negative ``batch_dims`` counts from
-    ``indices.rank``. ``out``, if given, is a C-contiguous array of the output's shape and
-    ``data``'s item size that receives the output.
+    ``indices.rank``. ``out``, if given, is an array of the output's shape and ``data``'s item
+    size that receives the output.
     """
     data = np.asarray(data)
     indices = np.asarray(indices)
     plan = gather_plan(data.shape, indices.shape, indices.dtype, axis, batch_dims)
+    return gather_planned(data, indices, plan, out)
+
+
+def gather_planned(
+    data: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    plan: GatherPlan,
+    out: npt.NDArray[Any] | None = None,
+) -> npt.NDArray[Any]:
+    """``gather`` with the inputs already checked: ``plan`` is ``gather_plan``'s for them."""
     if out is None:
         out = np.empty(plan.output_shape, dtype=data.dtype)
     if out.size:
-        _gather_into(as_raw(data), indices, plan, as_raw(out))
+        if out.flags.c_contiguous:
+            _gather_into(as_raw(data), indices, plan, as_raw(out))
+        else:
+            target = np.empty(plan.output_shape, dtype=data.dtype)
+            _gather_into(as_raw(data), indices, plan, as_raw(target))
+            np.copyto(out, target)
     return out
 
 
@@ -125,70 +152,93 @@ def _gather_into(
     plan: GatherPlan,
     out: npt.NDArray[Any],
 ) -> None:
+    """Gather into ``out`` (C-contiguous, not empty), chunk by chunk of indices: the compiled
+    loops find each chunk's positions, then copy every row's elements (or slices) at them."""
     axis, batch = plan.axis, plan.batch_dims
-    length = source.shape[axis]
+    shape = source.shape
+    length = shape[axis]
     if length == 0:
         # Every index is outside the empty range [0, -1], so every output element is a zero.
         out.fill(0)
         return
-    batches = math.prod(source.shape[:batch])
-    outer = math.prod(source.shape[batch:axis])
-    inner = math.prod(source.shape[axis + 1 :])
-    count = math.prod(indices.shape[batch:])
-    positions, valid = _normalise_indices(indices.reshape(batches, count), length)
-    source4 = source.reshape(batches, outer, length, inner)
-    out4 = out.reshape(batches, outer, count, inner)
-    if batches <= _LOOPED_BATCHES:
-        # Each batch is one take into its part of the output (no temporary, no index mesh).
-        for batch_index in range(batches):
-            np.take(
-                source4[batch_index],
-                positions[batch_index],
-                axis=1,
-                out=out4[batch_index],
-                mode="clip",
+    batches = math.prod(shape[:batch]) if batch else 1
+    outer = math.prod(shape[batch:axis])
+    inner = math.prod(shape[axis + 1 :])
+    count = indices.size // batches
+    flat_indices, wrap = _signed_indices(indices, length)
+    # ravel: a view of a C-contiguous input, a C-ordered copy of a strided one.
+    flat_source = source.ravel()
+    flat_out = out.ravel()
+    itemsize = source.dtype.itemsize
+    row_bytes = length * inner * itemsize
+    # Prefetch the next row when it is long and this one's indices cover much of it.
+    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * inner * itemsize >= row_bytes
+    line = _CACHE_LINE // itemsize if prefetch else 0
+    total = batches * count
+    if total <= _POOLED:
+        try:
+            positions, invalid = _POOL.pop()
+        except IndexError:
+            positions, invalid = np.empty(_POOLED, np.uint64), np.empty(_POOLED, np.int64)
+        try:
+            bad = compiled.positions_of(flat_indices, 0, total, length, wrap, positions, invalid)
+            compiled.take(
+                flat_source, flat_out, positions, invalid, bad,
+                0, batches, 0, count, outer, length, count, inner, line,
+            )  # fmt: skip
+        finally:
+            _POOL.append((positions, invalid))
+        return
+    size = min(total, CHUNK)
+    positions, invalid = np.empty(size, np.uint64), np.empty(size, np.int64)
+    if count <= CHUNK:
+        per_chunk = CHUNK // count
+        for first in range(0, batches, per_chunk):
+            taken = min(per_chunk, batches - first)
+            start = first * count
+            stop = start + taken * count
+            bad = compiled.positions_of(flat_indices, start, stop, length, wrap, positions, invalid)
+            compiled.take(
+                flat_source, flat_out, positions, invalid, bad,
+                first, taken, 0, count, outer, length, count, inner, line,
+            )  # fmt: skip
+        return
+    for batch_index in range(batches):
+        for column in range(0, count, CHUNK):
+            columns = min(CHUNK, count - column)
+            start = batch_index * count + column
+            bad = compiled.positions_of(
+                flat_indices, start, start + columns, length, wrap, positions, invalid
             )
-    else:
-        # Many small batches: three broadcast index arrays pick (batch, outer, position) for
-        # each output row; NumPy iterates their broadcast without building it.
-        out4[...] = source4[
-            np.arange(batches)[:, None, None],
-            np.arange(outer)[None, :, None],
-            positions[:, None, :],
-        ]
-    if valid is not None:
-        # Out-of-range indices give zeros: a mask broadcast over the slices, no index arrays.
-        np.copyto(out4, 0, where=~valid[:, None, :, None])
+            compiled.take(
+                flat_source, flat_out, positions, invalid, bad,
+                batch_index, 1, column, columns, outer, length, count, inner, line,
+            )  # fmt: skip
+
+
+def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray[Any], int]:
+    """The indices, flat, as the signed type of their width (in native byte order), and what a
+    negative value of that view needs added to become the position it means.
+
+    A signed type's negative index counts from the end: ``length``. An unsigned type's value
+    with its top bit set reads as negative in the signed view: adding ``2**bits`` gives the
+    value back (it is compared as unsigned: ``2**64 - 1`` is out of range, not -1); for uint64,
+    whose values of 2**63 and more are out of range of any tensor, nothing is added and they
+    stay negative, out of range.
+    """
+    dtype = indices.dtype
+    if not dtype.isnative:
+        indices = indices.astype(dtype.newbyteorder("="))
+    itemsize = dtype.itemsize
+    wrap = length if dtype.kind == "i" else (1 << (8 * itemsize) if itemsize < 8 else 0)
+    flat = indices.ravel()
+    return (flat if dtype.kind == "i" and dtype.isnative else flat.view(_SIGNED[itemsize])), wrap
 
 
 def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any]) -> int:
-    """The most bytes ``gather`` holds beyond its inputs and output: the indices as int64
-    positions, and three masks of one byte an index (unsigned ones also a copy of their own)."""
+    """The most bytes ``gather`` holds beyond its inputs and output: one chunk's positions and
+    out-of-range marks (16 bytes an index, ``CHUNK`` indices at most), and the indices in native
+    byte order when they come in the other."""
     count = math.prod(indices_shape)
-    extra = indices_dtype.itemsize if indices_dtype.kind == "u" else 0
-    return count * (8 + 3 + extra)
-
-
-def _normalise_indices(
-    indices: npt.NDArray[Any], length: int
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_] | None]:
-    """Map indices to positions in ``[0, length)``; also return which were in range (None: all).
-
-    The common case, every index already in ``[0, length)``, costs two reductions and no copy.
-    """
-    if indices.size == 0 or (indices.min() >= 0 and indices.max() < length):
-        return indices.astype(np.int64, copy=False), None
-    # In place where it can be: the int64 positions and one-byte masks are all it holds.
-    if indices.dtype.kind == "u":
-        # Unsigned values are compared as they are: 2**64 - 1 is far out of range, not -1.
-        valid = indices < np.array(length, dtype=indices.dtype)
-        positions = np.where(valid, indices, 0).astype(np.int64)
-    else:
-        positions = indices.astype(np.int64)  # a copy: it is changed below
-        np.add(positions, length, out=positions, where=positions < 0)
-        valid = positions >= 0
-        valid &= positions < length
-    if valid.all():
-        return positions, None
-    np.copyto(positions, 0, where=~valid)
-    return positions, valid
+    swapped = 0 if indices_dtype.isnative else count * indices_dtype.itemsize
+    return 16 * min(count, CHUNK) + swapped

@@ -1,12 +1,11 @@
 """Roll-7: shift the elements of a tensor along the given axes, wrapping around."""
 
-import itertools
-import math
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import compiled
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
 
@@ -15,14 +14,11 @@ ROLL_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
 # Their type numbers, the same in either byte order: a cheap membership test.
 _ROLL_INDEX_NUMBERS = frozenset(dtype.num for dtype in ROLL_INDEX_TYPES)
 
-# Rolling k axes by slices copies 2**k blocks; past this many rolled axes an index mesh is cheaper.
-_MAX_SLICED_AXES = 6
 # Up to this many axes entries, shifts are summed in Python integers.
 _SMALL = 64
-# Up to this many runs, a shifted flat copy is done run by run (each a memmove).
-_FEW_RUNS = 256
-# Tensors up to this many elements take the plain path: per-call overhead dominates there.
-_SMALL_TENSOR = 1 << 16
+# The table of a roll with no dimensions before its rows.
+_NO_DIMENSIONS = np.zeros(0, np.int64)
+_BYTE, _WORD = np.dtype(np.uint8), np.dtype(np.uint64)
 
 
 def _describe(name: str, array: npt.NDArray[Any], position: int) -> str:
@@ -102,8 +98,8 @@ def _net_shifts_small(
     axes_rank: int,
 ) -> dict[int, int]:
     # Few axes: Python integers, exact at any size and cheaper than array calls.
-    axes_list = axes.reshape(-1).tolist()
-    shifts_list = shift.reshape(-1).tolist() if shift.ndim else [shift.item()] * len(axes_list)
+    axes_list = axes.tolist() if axes.ndim else [axes.item()]
+    shifts_list = shift.tolist() if shift.ndim else [shift.item()] * len(axes_list)
     for position, axis in enumerate(axes_list):
         if not -axes_rank <= axis < axes_rank:
             _out_of_range(axes, position, axis, len(data_shape))
@@ -128,123 +124,66 @@ def roll(
     ``shift`` and ``axes`` are scalars or 1D tensors of int32 or int64. A scalar shift applies to
     every axis given; a 1D shift pairs with a 1D ``axes`` of the same size. Negative axes count
     from the end; an axis given several times is rolled by the sum of its shifts. The output has
-    the shape and type of ``data``; ``out``, if given, is a C-contiguous array of that shape and
-    item size that receives it (a response buffer, say).
+    the shape and type of ``data``; ``out``, if given, is an array of that shape and item size
+    that receives it (a response buffer, say).
     """
     data = np.asarray(data)
-    net = roll_shifts(data.shape, shift, axes)
-    source = as_raw(data)
+    return roll_planned(data, roll_shifts(data.shape, shift, axes), out)
+
+
+def roll_planned(
+    data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any] | None = None
+) -> npt.NDArray[Any]:
+    """``roll`` with the inputs already checked: ``net`` is ``roll_shifts``' for them."""
     if out is None:
         out = np.empty(data.shape, dtype=data.dtype)
-    target = as_raw(out)
     if not net:
-        np.copyto(target, source)
-    elif len(net) > _MAX_SLICED_AXES:
-        _roll_by_mesh(source, target, net)
+        np.copyto(as_raw(out), as_raw(data))
+    elif out.flags.c_contiguous:
+        _roll_into(data, net, out)
     else:
-        _roll_by_blocks(source, target, net)
+        target = np.empty(data.shape, dtype=data.dtype)
+        _roll_into(data, net, target)
+        np.copyto(as_raw(out), as_raw(target))
     return out
+
+
+def _roll_into(data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any]) -> None:
+    """Roll into ``out`` (C-contiguous, not empty) by the compiled loop, as bytes (or 8-byte
+    words), whatever the element type.
+
+    The dimensions from the last rolled axis on make rows, each rolled within by two run copies;
+    each output row comes from the source row at its index less the shifts of the axes before
+    (an odometer over them, so any number of rolled axes costs no index arrays).
+    """
+    shape = data.shape
+    last = max(net)
+    itemsize = data.dtype.itemsize
+    inner = itemsize
+    for length in shape[last + 1 :]:
+        inner *= length
+    row = shape[last] * inner
+    split = net[last] * inner
+    if last:
+        lengths = shape[:last]
+        strides = [1] * last
+        for axis in range(last - 1, 0, -1):
+            strides[axis - 1] = strides[axis] * lengths[axis]
+        table = np.array([*lengths, *[net.get(axis, 0) for axis in range(last)], *strides])
+    else:
+        table = _NO_DIMENSIONS
+    # ravel: a view of a C-contiguous input, a C-ordered copy of a strided one.
+    source, target = data.ravel(), out.ravel()
+    if row % 8 == 0 and split % 8 == 0:
+        # Whole 8-byte words: copied a word at a time, however long the runs.
+        compiled.roll_rows(source.view(_WORD), target.view(_WORD), table, row // 8, split // 8)
+    else:
+        compiled.roll_rows(source.view(_BYTE), target.view(_BYTE), table, row, split)
 
 
 def roll_workspace(
     data_shape: tuple[int, ...], itemsize: int, shift: npt.ArrayLike, axes: npt.ArrayLike
 ) -> int:
-    """The most bytes ``roll`` holds beyond its input and output: none when it copies blocks,
-    a whole output's worth when more axes roll than blocks pay for (an index mesh's gather)."""
-    # Fewer axes entries than blocks pay for cannot roll more axes than that: no second check.
-    if np.size(axes) <= _MAX_SLICED_AXES:
-        return 0
-    if len(roll_shifts(data_shape, shift, axes)) <= _MAX_SLICED_AXES:
-        return 0
-    return math.prod(data_shape) * itemsize
-
-
-def _roll_by_blocks(source: npt.NDArray[Any], out: npt.NDArray[Any], net: dict[int, int]) -> None:
-    # Along one axis of length n rolled by s, out[s:] = source[:n-s] and out[:s] = source[n-s:].
-    # The outer rolled axes split the tensor into 2**(k-1) such blocks; within each, the innermost
-    # rolled axis is rolled by _roll_innermost. Every element is written once (a single pass),
-    # but for a small seam.
-    *outer, innermost = sorted(net)
-    halves = []
-    for axis in outer:
-        length, amount = source.shape[axis], net[axis]
-        halves.append(
-            [
-                (axis, slice(amount, None), slice(None, length - amount)),
-                (axis, slice(None, amount), slice(length - amount, None)),
-            ]
-        )
-    for combination in itertools.product(*halves):
-        target = [slice(None)] * source.ndim
-        origin = [slice(None)] * source.ndim
-        for axis, target_slice, origin_slice in combination:
-            target[axis] = target_slice
-            origin[axis] = origin_slice
-        _roll_innermost(source[tuple(origin)], out[tuple(target)], innermost, net[innermost])
-
-
-def _roll_innermost(
-    source: npt.NDArray[Any], out: npt.NDArray[Any], axis: int, amount: int
-) -> None:
-    """Roll ``source`` into ``out`` along ``axis``, the last rolled one, by ``amount`` > 0.
-
-    Two block copies would each run in pieces of (length - amount) x inner elements, and NumPy
-    copies such strided pieces slowly when they are misaligned. Instead, where the dimensions
-    from ``axis - 1`` on are contiguous, the whole stretch is copied as one flat run shifted by
-    ``amount x inner`` elements, which is right everywhere but in the seam of ``min(amount,
-    length - amount)`` rows per step of ``axis``, copied again after.
-    """
-    length = source.shape[axis]
-    inner = math.prod(source.shape[axis + 1 :])
-    lead = source.shape[: max(axis - 1, 0)]
-    steps = source.shape[axis - 1] if axis > 0 else 1
-    flat_shape = (*lead, steps * length * inner)
-    seam_shape = (*lead, steps, length, inner)
-    try:
-        if source.size <= _SMALL_TENSOR:
-            raise ValueError  # small: two plain block copies cost fewer calls
-        source_flat = source.reshape(flat_shape, copy=False)
-        out_flat = out.reshape(flat_shape, copy=False)
-    except ValueError:
-        # A small or strided input: two block copies along the axis.
-        index = [slice(None)] * source.ndim
-        for out_part, source_part in (
-            (slice(amount, None), slice(None, length - amount)),
-            (slice(None, amount), slice(length - amount, None)),
-        ):
-            index[axis] = out_part
-            target = tuple(index)
-            index[axis] = source_part
-            out[target] = source[tuple(index)]
-        return
-    total = flat_shape[-1]
-    source_seam = source.reshape(seam_shape)
-    out_seam = out.reshape(seam_shape)
-    if amount <= length - amount:
-        offset = amount * inner
-        _copy_runs(out_flat[..., offset:], source_flat[..., : total - offset])
-        out_seam[..., :amount, :] = source_seam[..., length - amount :, :]
-    else:
-        offset = (length - amount) * inner
-        _copy_runs(out_flat[..., : total - offset], source_flat[..., offset:])
-        out_seam[..., amount:, :] = source_seam[..., : length - amount, :]
-
-
-def _copy_runs(out: npt.NDArray[Any], source: npt.NDArray[Any]) -> None:
-    # A 1D copy is a memmove; NumPy's 2D copies of misaligned runs are several times slower,
-    # so a few long runs are copied one by one.
-    if out.ndim > 1 and math.prod(out.shape[:-1]) <= _FEW_RUNS:
-        for index in np.ndindex(out.shape[:-1]):
-            out[index] = source[index]
-    else:
-        out[...] = source
-
-
-def _roll_by_mesh(source: npt.NDArray[Any], out: npt.NDArray[Any], net: dict[int, int]) -> None:
-    positions = []
-    for axis, length in enumerate(source.shape):
-        index = np.arange(length, dtype=np.intp)
-        if axis in net:
-            index = (index - net[axis]) % length
-        positions.append(index)
-    out[...] = source[np.ix_(*positions)]
+    """The most bytes ``roll`` holds beyond its input and output: none (the compiled loop walks
+    the rolled axes with an odometer of a few integers, however many there are)."""
+    return 0

@@ -1,0 +1,302 @@
+"""The compiled loops of Roll and Gather (numba), compiled when this module is imported.
+
+Each loop is compiled for explicit signatures, so no request ever waits for the compiler: a call
+whose types match no signature is a ``TypeError``, never a compilation. The loops work on the
+raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
+only whole runs are moved), and Gather's indices on their signed view of the same width (four
+index types): 14 compiled signatures in all.
+
+The machine code is cached on disk (numba's ``cache=True``): in ``NUMBA_CACHE_DIR`` when it is
+set, else in ``__pycache__`` beside this file. A cache directory that exists but cannot be
+written (an image's, under a read-only root filesystem) is still read; what is compiled then
+stays in memory. Without any usable directory everything is compiled in memory, as with no cache.
+"""
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import caching, cgutils
+from numba.extending import intrinsic
+
+# ---------------------------------------------------------------------------------------------
+# Compilation and its cache
+
+
+def _cache_usable(path: str) -> bool:
+    """A directory numba may read its cache from: writable, or at least there and readable."""
+    with contextlib.suppress(OSError):
+        os.makedirs(path, exist_ok=True)
+    return os.path.isdir(path) and os.access(path, os.R_OK | os.X_OK)
+
+
+class _ReadableUserDirectory(caching.UserProvidedCacheLocator):  # type: ignore[misc]
+    """``NUMBA_CACHE_DIR``, read even where it cannot be written."""
+
+    def ensure_cache_path(self) -> None:
+        if not _cache_usable(self.get_cache_path()):
+            raise OSError(f"cannot read {self.get_cache_path()}")
+
+
+class _ReadableInTree(caching.InTreeCacheLocator):  # type: ignore[misc]
+    """``__pycache__`` beside this file, read even where it cannot be written."""
+
+    def ensure_cache_path(self) -> None:
+        if not _cache_usable(self.get_cache_path()):
+            raise OSError(f"cannot read {self.get_cache_path()}")
+
+
+class _CacheImpl(caching.CompileResultCacheImpl):  # type: ignore[misc]
+    _locator_classes: ClassVar[list[type]] = [_ReadableUserDirectory, _ReadableInTree]
+
+
+class _Cache(caching.FunctionCache):  # type: ignore[misc]
+    """numba's cache of compiled functions, which takes a cache it cannot write as read-only."""
+
+    _impl_class = _CacheImpl
+
+    def save_overload(self, sig: Any, data: Any) -> None:
+        with contextlib.suppress(OSError):
+            super().save_overload(sig, data)
+
+
+def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
+    """``function`` compiled (or loaded from the cache) for each of ``signatures``, and no other."""
+    dispatcher = numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
+    # Without a usable cache directory (RuntimeError), everything is compiled in memory.
+    with contextlib.suppress(RuntimeError, OSError):
+        dispatcher._cache = _Cache(function)
+    for signature in signatures:
+        dispatcher.compile(signature)
+    dispatcher.disable_compile()
+    return dispatcher
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+    """Ask the CPU to bring ``array[index]``'s cache line in (``llvm.prefetch``: read, keep)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        pointer_type = ir.IntType(8).as_pointer()
+        word = ir.IntType(32)
+        function_type = ir.FunctionType(ir.VoidType(), [pointer_type, word, word, word])
+        prefetch = cgutils.get_or_insert_function(builder.module, function_type, "llvm.prefetch")
+        address = builder.bitcast(builder.gep(data, [args[1]]), pointer_type)
+        builder.call(prefetch, [address, word(0), word(3), word(1)])
+        return context.get_dummy_value()
+
+    return types.void(array, index), codegen
+
+
+# ---------------------------------------------------------------------------------------------
+# The loops. Offsets are unsigned (uint64): numba then indexes without its negative-index
+# wrap-around, and the copy loops vectorise.
+
+
+def _positions_loop(
+    indices: Any,
+    start: int,
+    stop: int,
+    length: int,
+    wrap: int,
+    positions: Any,
+    invalid: Any,
+) -> int:  # pragma: no cover - compiled
+    """``positions[k]``: where ``indices[start + k]`` points in ``[0, length)``, or 0 for an index
+    out of range, whose ``k`` goes to ``invalid``; returns how many went there.
+
+    ``indices`` is the signed view of the index type; a negative value gets ``wrap`` added:
+    ``length`` for a signed type (counting from the end), ``2**bits`` for an unsigned type of
+    fewer than 64 bits (its true value), 0 for uint64 (a value of 2**63 or more stays negative:
+    out of range).
+    """
+    bad = 0
+    first = np.uint64(start)
+    end = np.uint64(length)
+    for k in range(np.uint64(stop - start)):
+        value = np.int64(indices[first + k])
+        value += (value >> 63) & wrap
+        position = np.uint64(value)
+        if position < end:
+            positions[k] = position
+        else:
+            positions[k] = 0
+            invalid[bad] = k
+            bad += 1
+    return bad
+
+
+def _take_loop(
+    source: Any,
+    out: Any,
+    positions: Any,
+    invalid: Any,
+    bad: int,
+    first_batch: int,
+    batches: int,
+    column: int,
+    columns: int,
+    outer: int,
+    length: int,
+    count: int,
+    inner: int,
+    line: int,
+) -> None:  # pragma: no cover - compiled
+    """Gather one chunk: ``batches`` batches from ``first_batch``, index columns ``column`` to
+    ``column + columns`` of each, their ``positions`` already found; each of the ``outer`` rows of
+    a batch takes ``inner`` elements at each position. The out-of-range ones (``invalid``) are
+    zeroed after. ``line`` > 0: the next row's cache lines (``line`` elements each) are
+    prefetched while a row is gathered, one every few indices.
+    """
+    u = np.uint64
+    width = u(inner)
+    row_length = u(length) * width
+    row_count = u(count)
+    total = u(source.size)
+    span = u(columns)
+    lines = (row_length + u(line) - u(1)) // u(line) if line else u(0)
+    step = max(u(1), span // lines) if lines else span
+    for batch in range(u(batches)):
+        base = batch * span
+        for o in range(u(outer)):
+            row = (u(first_batch) + batch) * u(outer) + o
+            origin = row * row_length
+            target = (row * row_count + u(column)) * width
+            ahead = origin + row_length
+            stop = min(ahead + row_length, total) if lines else ahead
+            j = u(0)
+            while j < span:
+                end = min(span, j + step)
+                if ahead < stop:
+                    _prefetch(source, ahead)
+                    ahead += u(line)
+                if inner == 1:
+                    for k in range(j, end):
+                        out[target + k] = source[origin + positions[base + k]]
+                else:
+                    for k in range(j, end):
+                        into = target + k * width
+                        start = origin + positions[base + k] * width
+                        for e in range(width):
+                            out[into + e] = source[start + e]
+                j = end
+    for b in range(bad):
+        slot = u(invalid[b])
+        in_chunk = slot // span
+        place = slot - in_chunk * span
+        for o in range(u(outer)):
+            row = (u(first_batch) + in_chunk) * u(outer) + o
+            into = (row * row_count + u(column) + place) * width
+            for e in range(width):
+                out[into + e] = 0
+
+
+def _roll_loop(source: Any, out: Any, table: Any, row: int, split: int) -> None:  # pragma: no cover
+    """Roll ``source`` into ``out``, both flat: rows of ``row`` elements, each rolled by ``split``
+    (two runs copied). ``table`` holds, for the dimensions before the rows, their lengths, their
+    shifts (in ``[0, length)``) and their strides in rows: output row ``r`` (a multi-index over
+    those lengths) is taken from the source row at ``(r - shifts) mod lengths``."""
+    u = np.uint64
+    dims = table.size // 3
+    lengths = table[:dims]
+    shifts = table[dims : 2 * dims]
+    strides = table[2 * dims :]
+    rows = u(1)
+    for d in range(dims):
+        rows *= u(lengths[d])
+    index = np.zeros(dims, np.int64)
+    origin_index = np.empty(dims, np.int64)
+    origin = 0
+    for d in range(dims):
+        origin_index[d] = (lengths[d] - shifts[d]) % lengths[d]
+        origin += origin_index[d] * strides[d]
+    size = u(row)
+    head = u(row - split)
+    tail = u(split)
+    for r in range(rows):
+        at = r * size
+        start = u(origin) * size
+        for e in range(head):
+            out[at + tail + e] = source[start + e]
+        for e in range(tail):
+            out[at + e] = source[start + head + e]
+        d = dims - 1
+        while d >= 0:
+            origin_index[d] += 1
+            origin += strides[d]
+            if origin_index[d] == lengths[d]:
+                origin_index[d] = 0
+                origin -= lengths[d] * strides[d]
+            index[d] += 1
+            if index[d] < lengths[d]:
+                break
+            index[d] = 0
+            d -= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Signatures
+
+_I64 = types.int64
+_WIDTHS = (types.uint8, types.uint16, types.uint32, types.uint64)
+_INDEX_TYPES = (types.int8, types.int16, types.int32, types.int64)
+
+
+# Arrays are typed unaligned: an aligned one matches too, and a tensor read from a body at an odd
+# offset (V2's binary tensors) goes through as it is. x86 loads and stores either at one speed.
+def _readonly(element: Any) -> Any:
+    return types.Array(element, 1, "C", readonly=True, aligned=False)
+
+
+def _mutable(element: Any) -> Any:
+    return types.Array(element, 1, "C", aligned=False)
+
+
+#: positions(indices, start, stop, length, wrap, positions, invalid) -> number invalid
+positions_of = _compiled(
+    _positions_loop,
+    [
+        _I64(_readonly(index), _I64, _I64, _I64, _I64, _mutable(types.uint64), _mutable(_I64))
+        for index in _INDEX_TYPES
+    ],
+)
+
+#: take(source, out, positions, invalid, bad, first_batch, batches, column, columns, outer,
+#: length, count, inner, line): one signature per element width.
+take = _compiled(
+    _take_loop,
+    [
+        types.void(
+            _readonly(width),
+            _mutable(width),
+            _readonly(types.uint64),
+            _readonly(_I64),
+            *[_I64] * 10,
+        )
+        for width in _WIDTHS
+    ],
+)
+
+#: roll(source, out, table, row, split): bytes, or 8-byte words.
+roll_rows = _compiled(
+    _roll_loop,
+    [
+        types.void(_readonly(width), _mutable(width), _readonly(_I64), _I64, _I64)
+        for width in (types.uint8, types.uint64)
+    ],
+)
+
+
+def compiled_signatures() -> Iterator[tuple[str, int]]:
+    """Each compiled loop and how many signatures it has (for tests and logs)."""
+    for name, dispatcher in (("positions", positions_of), ("take", take), ("roll", roll_rows)):
+        yield name, len(dispatcher.signatures)
+
+
+__all__ = ["compiled_signatures", "positions_of", "roll_rows", "take"]
