@@ -99,102 +99,77 @@ def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
 # wrap-around, and the copy loops vectorise.
 
 
-def _positions_loop(
-    indices: Any,
-    start: int,
-    stop: int,
-    length: int,
-    wrap: int,
-    positions: Any,
-    invalid: Any,
-) -> int:  # pragma: no cover - compiled
-    """``positions[k]``: where ``indices[start + k]`` points in ``[0, length)``, or 0 for an index
-    out of range, whose ``k`` goes to ``invalid``; returns how many went there.
-
-    ``indices`` is the signed view of the index type; a negative value gets ``wrap`` added:
-    ``length`` for a signed type (counting from the end), ``2**bits`` for an unsigned type of
-    fewer than 64 bits (its true value), 0 for uint64 (a value of 2**63 or more stays negative:
-    out of range).
-    """
-    bad = 0
-    first = np.uint64(start)
-    end = np.uint64(length)
-    for k in range(np.uint64(stop - start)):
-        value = np.int64(indices[first + k])
-        value += (value >> 63) & wrap
-        position = np.uint64(value)
-        if position < end:
-            positions[k] = position
-        else:
-            positions[k] = 0
-            invalid[bad] = k
-            bad += 1
-    return bad
-
-
 def _take_loop(
     source: Any,
+    indices: Any,
     out: Any,
-    positions: Any,
-    invalid: Any,
-    bad: int,
-    first_batch: int,
     batches: int,
-    column: int,
-    columns: int,
     outer: int,
     length: int,
     count: int,
     inner: int,
+    wrap: int,
     line: int,
 ) -> None:  # pragma: no cover - compiled
-    """Gather one chunk: ``batches`` batches from ``first_batch``, index columns ``column`` to
-    ``column + columns`` of each, their ``positions`` already found; each of the ``outer`` rows of
-    a batch takes ``inner`` elements at each position. The out-of-range ones (``invalid``) are
-    zeroed after. ``line`` > 0: the next row's cache lines (``line`` elements each) are
-    prefetched while a row is gathered, one every few indices.
+    """Gather-8 on flat arrays: ``source`` is (batches, outer, length, inner), ``indices``
+    (batches, count), ``out`` (batches, outer, count, inner), all C-ordered. Slices of ``inner``
+    elements are moved as bytes (``inner`` is then their size in bytes), single elements (
+    ``inner`` = 1) in their own width.
+
+    ``indices`` is the signed view of the index type; a negative value gets ``wrap`` added:
+    ``length`` for a signed type (counting from the end), ``2**32`` for uint32 (its true value),
+    0 for uint64 (a value of 2**63 or more stays negative: out of range). A position outside
+    ``[0, length)`` gives zeros.
+
+    ``line`` > 0: the next row's cache lines (``line`` elements each) are prefetched while a row
+    is gathered, one every few indices: its elements are read in index order, which the CPU's
+    own prefetcher cannot follow.
     """
     u = np.uint64
     width = u(inner)
-    row_length = u(length) * width
-    row_count = u(count)
+    end = u(length)
+    row_length = end * width
+    span = u(count)
     total = u(source.size)
-    span = u(columns)
     lines = (row_length + u(line) - u(1)) // u(line) if line else u(0)
     step = max(u(1), span // lines) if lines else span
     for batch in range(u(batches)):
-        base = batch * span
+        first = batch * span
         for o in range(u(outer)):
-            row = (u(first_batch) + batch) * u(outer) + o
+            row = batch * u(outer) + o
             origin = row * row_length
-            target = (row * row_count + u(column)) * width
+            target = row * span * width
             ahead = origin + row_length
             stop = min(ahead + row_length, total) if lines else ahead
             j = u(0)
             while j < span:
-                end = min(span, j + step)
+                last = min(span, j + step)
                 if ahead < stop:
                     _prefetch(source, ahead)
                     ahead += u(line)
                 if inner == 1:
-                    for k in range(j, end):
-                        out[target + k] = source[origin + positions[base + k]]
+                    for k in range(j, last):
+                        value = np.int64(indices[first + k])
+                        value += (value >> 63) & wrap
+                        position = u(value)
+                        if position < end:
+                            out[target + k] = source[origin + position]
+                        else:
+                            out[target + k] = 0
                 else:
-                    for k in range(j, end):
+                    for k in range(j, last):
+                        value = np.int64(indices[first + k])
+                        value += (value >> 63) & wrap
+                        position = u(value)
                         into = target + k * width
-                        start = origin + positions[base + k] * width
-                        for e in range(width):
-                            out[into + e] = source[start + e]
-                j = end
-    for b in range(bad):
-        slot = u(invalid[b])
-        in_chunk = slot // span
-        place = slot - in_chunk * span
-        for o in range(u(outer)):
-            row = (u(first_batch) + in_chunk) * u(outer) + o
-            into = (row * row_count + u(column) + place) * width
-            for e in range(width):
-                out[into + e] = 0
+                        if position < end:
+                            start = origin + position * width
+                            for e in range(width):
+                                out[into + e] = source[start + e]
+                        else:
+                            for e in range(width):
+                                out[into + e] = 0
+                j = last
 
 
 def _roll_loop(source: Any, out: Any, table: Any, row: int, split: int) -> None:  # pragma: no cover
@@ -245,7 +220,7 @@ def _roll_loop(source: Any, out: Any, table: Any, row: int, split: int) -> None:
 
 _I64 = types.int64
 _WIDTHS = (types.uint8, types.uint16, types.uint32, types.uint64)
-_INDEX_TYPES = (types.int8, types.int16, types.int32, types.int64)
+_INDEX_TYPES = (types.int32, types.int64)
 
 
 # Arrays are typed unaligned: an aligned one matches too, and a tensor read from a body at an odd
@@ -258,28 +233,14 @@ def _mutable(element: Any) -> Any:
     return types.Array(element, 1, "C", aligned=False)
 
 
-#: positions(indices, start, stop, length, wrap, positions, invalid) -> number invalid
-positions_of = _compiled(
-    _positions_loop,
-    [
-        _I64(_readonly(index), _I64, _I64, _I64, _I64, _mutable(types.uint64), _mutable(_I64))
-        for index in _INDEX_TYPES
-    ],
-)
-
-#: take(source, out, positions, invalid, bad, first_batch, batches, column, columns, outer,
-#: length, count, inner, line): one signature per element width.
+#: take(source, indices, out, batches, outer, length, count, inner, wrap, line): elements of
+#: each width, or slices as bytes; int32 or int64 indices (narrower ones are widened first).
 take = _compiled(
     _take_loop,
     [
-        types.void(
-            _readonly(width),
-            _mutable(width),
-            _readonly(types.uint64),
-            _readonly(_I64),
-            *[_I64] * 10,
-        )
+        types.void(_readonly(width), _readonly(index), _mutable(width), *[_I64] * 7)
         for width in _WIDTHS
+        for index in _INDEX_TYPES
     ],
 )
 
@@ -295,8 +256,8 @@ roll_rows = _compiled(
 
 def compiled_signatures() -> Iterator[tuple[str, int]]:
     """Each compiled loop and how many signatures it has (for tests and logs)."""
-    for name, dispatcher in (("positions", positions_of), ("take", take), ("roll", roll_rows)):
+    for name, dispatcher in (("take", take), ("roll", roll_rows)):
         yield name, len(dispatcher.signatures)
 
 
-__all__ = ["compiled_signatures", "positions_of", "roll_rows", "take"]
+__all__ = ["compiled_signatures", "roll_rows", "take"]

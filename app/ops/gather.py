@@ -10,20 +10,14 @@ from app.ops import compiled
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
-#: Indices are turned into positions this many at a time (a chunk): the positions and the
-#: out-of-range marks of one chunk, 16 bytes an index, are all the kernel holds.
-CHUNK = 1 << 16
 # A row (the elements of data along axis and after it, for one batch and outer index) of at
 # least this many bytes has the next one prefetched while it is gathered: its elements are read
 # in index order, which the CPU's own prefetcher cannot follow.
 _PREFETCH_ROW_BYTES = 4096
 _CACHE_LINE = 64
-# The signed integer type of each width: indices are read through it (see _signed_indices).
-_SIGNED = {size: np.dtype(f"i{size}") for size in (1, 2, 4, 8)}
-# Chunks of up to this many indices take their positions' buffers from a pool (no allocation a
-# call); the pool keeps as many pairs as there were gathers at once, 16 bytes an index each.
-_POOLED = 4096
-_POOL: list[tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]] = []
+_BYTE, _WORD = np.dtype(np.uint8), np.dtype(np.uint64)
+# The signed integer type of each width: unsigned indices are read through it.
+_SIGNED = {size: np.dtype(f"i{size}") for size in (4, 8)}
 
 
 class GatherPlan(NamedTuple):
@@ -152,8 +146,8 @@ def _gather_into(
     plan: GatherPlan,
     out: npt.NDArray[Any],
 ) -> None:
-    """Gather into ``out`` (C-contiguous, not empty), chunk by chunk of indices: the compiled
-    loops find each chunk's positions, then copy every row's elements (or slices) at them."""
+    """Gather into ``out`` (C-contiguous, not empty) by the compiled loop, which reads each index
+    as it goes (negative ones from the end, out-of-range ones as zeros): no positions, no masks."""
     axis, batch = plan.axis, plan.batch_dims
     shape = source.shape
     length = shape[axis]
@@ -166,79 +160,53 @@ def _gather_into(
     inner = math.prod(shape[axis + 1 :])
     count = indices.size // batches
     flat_indices, wrap = _signed_indices(indices, length)
-    # ravel: a view of a C-contiguous input, a C-ordered copy of a strided one.
-    flat_source = source.ravel()
-    flat_out = out.ravel()
     itemsize = source.dtype.itemsize
     row_bytes = length * inner * itemsize
     # Prefetch the next row when it is long and this one's indices cover much of it.
     prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * inner * itemsize >= row_bytes
-    line = _CACHE_LINE // itemsize if prefetch else 0
-    total = batches * count
-    if total <= _POOLED:
-        try:
-            positions, invalid = _POOL.pop()
-        except IndexError:
-            positions, invalid = np.empty(_POOLED, np.uint64), np.empty(_POOLED, np.int64)
-        try:
-            bad = compiled.positions_of(flat_indices, 0, total, length, wrap, positions, invalid)
-            compiled.take(
-                flat_source, flat_out, positions, invalid, bad,
-                0, batches, 0, count, outer, length, count, inner, line,
-            )  # fmt: skip
-        finally:
-            _POOL.append((positions, invalid))
-        return
-    size = min(total, CHUNK)
-    positions, invalid = np.empty(size, np.uint64), np.empty(size, np.int64)
-    if count <= CHUNK:
-        per_chunk = CHUNK // count
-        for first in range(0, batches, per_chunk):
-            taken = min(per_chunk, batches - first)
-            start = first * count
-            stop = start + taken * count
-            bad = compiled.positions_of(flat_indices, start, stop, length, wrap, positions, invalid)
-            compiled.take(
-                flat_source, flat_out, positions, invalid, bad,
-                first, taken, 0, count, outer, length, count, inner, line,
-            )  # fmt: skip
-        return
-    for batch_index in range(batches):
-        for column in range(0, count, CHUNK):
-            columns = min(CHUNK, count - column)
-            start = batch_index * count + column
-            bad = compiled.positions_of(
-                flat_indices, start, start + columns, length, wrap, positions, invalid
-            )
-            compiled.take(
-                flat_source, flat_out, positions, invalid, bad,
-                batch_index, 1, column, columns, outer, length, count, inner, line,
-            )  # fmt: skip
+    # ravel: a view of a C-contiguous input, a C-ordered copy of a strided one.
+    flat_source, flat_out = source.ravel(), out.ravel()
+    if inner > 1:
+        # Slices: moved as bytes (8-byte words when they are whole words).
+        unit = _WORD if (inner * itemsize) % 8 == 0 else _BYTE
+        inner = inner * itemsize // unit.itemsize
+        itemsize = unit.itemsize
+        flat_source, flat_out = flat_source.view(unit), flat_out.view(unit)
+    compiled.take(
+        flat_source, flat_indices, flat_out,
+        batches, outer, length, count, inner, wrap, _CACHE_LINE // itemsize if prefetch else 0,
+    )  # fmt: skip
 
 
 def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray[Any], int]:
-    """The indices, flat, as the signed type of their width (in native byte order), and what a
-    negative value of that view needs added to become the position it means.
+    """The indices, flat, as int32 or int64 (in native byte order), and what a negative value of
+    that view needs added to become the position it means.
 
-    A signed type's negative index counts from the end: ``length``. An unsigned type's value
-    with its top bit set reads as negative in the signed view: adding ``2**bits`` gives the
-    value back (it is compared as unsigned: ``2**64 - 1`` is out of range, not -1); for uint64,
-    whose values of 2**63 and more are out of range of any tensor, nothing is added and they
-    stay negative, out of range.
+    A signed type's negative index counts from the end: ``length``. A uint32 value with its top
+    bit set reads as negative in the int32 view: adding ``2**32`` gives the value back (it is
+    compared as unsigned: ``2**32 - 1`` is out of range, not -1); uint64 values of 2**63 and
+    more, out of range of any tensor, stay negative in the int64 view, out of range: nothing is
+    added. 8- and 16-bit indices, and indices in the other byte order, are first converted to
+    int32 or int64 (a copy: ``gather_workspace`` counts it).
     """
     dtype = indices.dtype
+    itemsize = dtype.itemsize
+    if itemsize < 4:
+        return indices.astype(np.int32).ravel(), length
     if not dtype.isnative:
         indices = indices.astype(dtype.newbyteorder("="))
-    itemsize = dtype.itemsize
-    wrap = length if dtype.kind == "i" else (1 << (8 * itemsize) if itemsize < 8 else 0)
     flat = indices.ravel()
-    return (flat if dtype.kind == "i" and dtype.isnative else flat.view(_SIGNED[itemsize])), wrap
+    if dtype.kind == "i":
+        return flat, length
+    return flat.view(_SIGNED[itemsize]), (1 << 32 if itemsize == 4 else 0)
 
 
 def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any]) -> int:
-    """The most bytes ``gather`` holds beyond its inputs and output: one chunk's positions and
-    out-of-range marks (16 bytes an index, ``CHUNK`` indices at most), and the indices in native
-    byte order when they come in the other."""
-    count = math.prod(indices_shape)
-    swapped = 0 if indices_dtype.isnative else count * indices_dtype.itemsize
-    return 16 * min(count, CHUNK) + swapped
+    """The most bytes ``gather`` holds beyond its inputs and output: none (the compiled loop reads
+    each index where it is), but a copy of the indices as int32 when they are of 8 or 16 bits,
+    or in native byte order when they come in the other."""
+    if indices_dtype.itemsize < 4:
+        return math.prod(indices_shape) * 4
+    if indices_dtype.isnative:
+        return 0
+    return math.prod(indices_shape) * indices_dtype.itemsize
