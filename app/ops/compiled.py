@@ -172,7 +172,9 @@ def _take_loop(
                 j = last
 
 
-def _roll_loop(source: Any, out: Any, table: Any, row: int, split: int) -> None:  # pragma: no cover
+def _roll_loop(
+    source: Any, out: Any, table: Any, row: int, split: int
+) -> None:  # pragma: no cover - compiled
     """Roll ``source`` into ``out``, both flat: rows of ``row`` elements, each rolled by ``split``
     (two runs copied). ``table`` holds, for the dimensions before the rows, their lengths, their
     shifts (in ``[0, length)``) and their strides in rows: output row ``r`` (a multi-index over

@@ -174,11 +174,12 @@ def _roll_into(data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any
         table = _NO_DIMENSIONS
     # ravel: a view of a C-contiguous input, a C-ordered copy of a strided one.
     source, target = data.ravel(), out.ravel()
-    if row % 8 == 0 and split % 8 == 0:
-        # Whole 8-byte words: copied a word at a time, however long the runs.
-        compiled.roll_rows(source.view(_WORD), target.view(_WORD), table, row // 8, split // 8)
-    else:
-        compiled.roll_rows(source.view(_BYTE), target.view(_BYTE), table, row, split)
+    unit = _WORD if row % 8 == 0 and split % 8 == 0 else _BYTE
+    source, target = source.view(unit), target.view(unit)
+    row //= unit.itemsize
+    split //= unit.itemsize
+    # Whole 8-byte words are copied a word at a time, however long the runs.
+    compiled.roll_rows(source, target, table, row, split)
 
 
 def roll_workspace(

@@ -1,0 +1,291 @@
+"""The compiled loops (app/ops/compiled.py) against plain NumPy references written here.
+
+Gather: every element type, every index type (signed and unsigned, 8 to 64 bits), indices at
+the edges of the range and of their type (negative, out of range, 2**64 - 1), every legal
+(axis, batch_dims) of data of rank 1 to 4, empty dimensions, rows long enough to be prefetched,
+slices moved as bytes and as 8-byte words; inputs strided, misaligned, byte-swapped; ``out``
+given or not. Roll: every element type against ``np.roll``, up to 8 rolled axes. The registry
+runs its kernel from the plan its plan function made. The loops are compiled once, at import,
+for fixed signatures, and cached on disk.
+"""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from app import registry
+from app.ops import compiled, gather, roll
+from tests.support import assert_same_bits
+
+Array = npt.NDArray[Any]
+ROOT = Path(__file__).resolve().parents[2]
+ALL_TYPES = [
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
+]  # fmt: skip
+INDEX_TYPES: list[Any] = [
+    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+]  # fmt: skip
+
+
+def name_of(dtype: Any) -> str:
+    return str(np.dtype(dtype).name)
+
+
+def random_data(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any) -> Array:
+    """Every bit pattern of the width: NaN payloads, -0.0, infinities and subnormals too."""
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    raw = rng.integers(0, 256, size=(*shape, dtype.itemsize), dtype=np.uint8)
+    data: Array = raw.view(dtype).reshape(shape)
+    return data
+
+
+def edge_indices(
+    rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, length: int
+) -> Array:
+    """Indices of ``dtype`` in ``shape``: the edges of [-length, length), the type's own
+    extremes, and random values in and around the range."""
+    info = np.iinfo(dtype)
+    edges = [0, length - 1, length, length + 1, -1, -length, -length - 1, info.min, info.max]
+    edges += [info.max - 1, info.min + 1, info.max // 2 + 1]
+    pool = [value for value in edges if info.min <= value <= info.max]
+    size = int(np.prod(shape))
+    picked = rng.integers(-2 * length - 2, 2 * length + 2, size=size)
+    values = [pool[int(rng.integers(len(pool)))] if rng.random() < 0.3 else int(v) for v in picked]
+    values = [
+        v if info.min <= v <= info.max else int(rng.integers(0, max(length, 1))) for v in values
+    ]
+    return np.array(values, dtype=object).reshape(shape).astype(dtype)
+
+
+def reference_gather(data: Array, indices: Array, axis: int, batch_dims: int) -> Array:
+    """Gather-8 by the spec's loops, in Python integers: data viewed as unsigned integers of its
+    width; each index exact (no casts), negative from the end, out of range a slice of zeros."""
+    width = data.dtype.itemsize
+    raw = data.view(f"u{width}") if data.dtype != np.bool_ else data.view(np.uint8)
+    length = data.shape[axis]
+    batch_shape = data.shape[:batch_dims]
+    out_shape = data.shape[:axis] + indices.shape[batch_dims:] + data.shape[axis + 1 :]
+    out = np.zeros(out_shape, dtype=raw.dtype)
+    for batch in np.ndindex(batch_shape):
+        for outer in np.ndindex(data.shape[batch_dims:axis]):
+            for position in np.ndindex(indices.shape[batch_dims:]):
+                value = int(indices[batch + position])
+                if value < 0:
+                    value += length
+                if 0 <= value < length:
+                    out[batch + outer + position] = raw[batch + outer + (value,)]
+    return out.view(data.dtype) if data.dtype != np.bool_ else out.view(np.bool_)
+
+
+def legal_axes(data_rank: int, indices_rank: int) -> list[tuple[int, int]]:
+    return [
+        (axis, batch_dims)
+        for axis in range(data_rank)
+        for batch_dims in range(min(data_rank, indices_rank) + 1)
+        if batch_dims <= axis
+    ]
+
+
+GATHER_SHAPES = [
+    ((7,), (5,)),
+    ((3, 5), (3, 4)),
+    ((2, 3, 6), (2, 3, 4)),
+    ((2, 1, 4, 3), (2, 1, 3)),
+    ((2, 0, 3), (2, 0, 2)),
+    ((3, 0), (3, 2)),
+    ((2, 4), (2, 0)),
+    ((4, 3), ()),
+]
+
+
+@pytest.mark.parametrize("index_type", INDEX_TYPES, ids=name_of)
+@pytest.mark.parametrize("dtype", ALL_TYPES, ids=name_of)
+def test_gather_matches_the_reference(dtype: Any, index_type: Any) -> None:
+    rng = np.random.default_rng([np.dtype(dtype).num, np.dtype(index_type).num])
+    for data_shape, indices_shape in GATHER_SHAPES:
+        data = random_data(rng, data_shape, dtype)
+        for axis, batch_dims in legal_axes(len(data_shape), len(indices_shape)):
+            if data_shape[:batch_dims] != indices_shape[:batch_dims]:
+                continue
+            indices = edge_indices(rng, indices_shape, index_type, data_shape[axis])
+            expected = reference_gather(data, indices, axis, batch_dims)
+            described = f"{data_shape} {indices_shape} axis={axis} batch_dims={batch_dims}"
+            out = gather(data, indices, axis, batch_dims)
+            assert out.dtype == data.dtype, described
+            assert_same_bits(out, expected)
+            # Negative forms of axis and batch_dims, into a given output.
+            given = np.empty(expected.shape, dtype=data.dtype)
+            result = gather(
+                data,
+                indices,
+                axis - len(data_shape),
+                batch_dims - len(indices_shape) if batch_dims else 0,
+                out=given,
+            )
+            assert result is given
+            assert_same_bits(given, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64], ids=name_of)
+@pytest.mark.parametrize("inner", [1, 2, 3, 8, 1500])
+def test_gather_long_rows_and_slices(dtype: Any, inner: int) -> None:
+    """Rows of 4 KiB and more (their successors prefetched) and slices of every size: single
+    elements, bytes (odd sizes), 8-byte words."""
+    rng = np.random.default_rng(inner)
+    data = random_data(rng, (3, 4096 // inner + 5, inner), dtype)
+    length = data.shape[1]
+    for batch_dims, indices_shape in ((0, (length + 7,)), (1, (3, length))):
+        indices = edge_indices(rng, indices_shape, np.int64, length)
+        assert_same_bits(
+            gather(data, indices, 1, batch_dims), reference_gather(data, indices, 1, batch_dims)
+        )
+
+
+def test_gather_inputs_strided_misaligned_byte_swapped() -> None:
+    rng = np.random.default_rng(11)
+    base = random_data(rng, (6, 40), np.float32)
+    strided = base[::2, ::3]  # not contiguous
+    buffer = np.zeros(strided.nbytes + 1, np.uint8)
+    misaligned = buffer[1:].view(np.float32).reshape(strided.shape)
+    misaligned[...] = strided
+    assert not misaligned.flags.aligned
+    length = strided.shape[1]
+    for index_type in (">i8", ">u4", ">i2", "<u8"):
+        indices = edge_indices(rng, (3, 9), np.dtype(index_type).newbyteorder("="), length)
+        indices = indices.astype(index_type)[:, ::2]  # byte order as given, strided
+        expected = reference_gather(strided, indices, 1, 1)
+        assert_same_bits(gather(strided, indices, 1, 1), expected)
+        assert_same_bits(gather(misaligned, indices, 1, 1), expected)
+        out_buffer = np.zeros(expected.nbytes + 1, np.uint8)
+        out = out_buffer[1:].view(np.float32).reshape(expected.shape)
+        gather(misaligned, indices, 1, 1, out=out)
+        assert_same_bits(out, expected)
+        wide = np.zeros((expected.shape[0], 2 * expected.shape[1]), np.float32)
+        gather(strided, indices, 1, 1, out=wide[:, ::2])  # a strided output
+        assert_same_bits(wide[:, ::2], expected)
+
+
+def test_unsigned_indices_compare_as_unsigned() -> None:
+    data = np.arange(1, 6, dtype=np.int16)
+    for index_type in (np.uint8, np.uint16, np.uint32, np.uint64):
+        top = np.iinfo(index_type).max
+        indices = np.array([top, top // 2 + 1, 4, 0], dtype=index_type)
+        assert gather(data, indices, 0).tolist() == [0, 0, 5, 1]
+
+
+@pytest.mark.parametrize("dtype", ALL_TYPES, ids=name_of)
+def test_roll_matches_numpy(dtype: Any) -> None:
+    rng = np.random.default_rng(np.dtype(dtype).num)
+    shapes = [(7,), (4, 6), (3, 1, 5), (2, 3, 4, 5), (2,) * 8 + (3,), (3, 0, 2)]
+    for shape in shapes:
+        data = random_data(rng, shape, dtype)
+        rank = len(shape)
+        for count in range(1, min(rank, 9) + 1):
+            axes = rng.permutation(rank)[:count]
+            shift = rng.integers(-20, 20, size=count)
+            axes_given = np.where(rng.random(count) < 0.5, axes - rank, axes)
+            expected = np.roll(data, shift.tolist(), tuple(axes.tolist()))
+            assert_same_bits(roll(data, shift, axes_given), expected)
+            out = np.empty_like(data)
+            assert roll(data, shift, axes_given, out=out) is out
+            assert_same_bits(out, expected)
+            strided = np.repeat(data, 2, axis=-1)[..., ::2]
+            assert_same_bits(roll(strided, shift, axes_given), expected)
+
+
+def test_roll_misaligned_and_odd_runs() -> None:
+    rng = np.random.default_rng(4)
+    data = random_data(rng, (5, 7, 3), np.float64)
+    buffer = np.zeros(data.nbytes + 3, np.uint8)
+    misaligned = buffer[3:].view(np.float64).reshape(data.shape)
+    misaligned[...] = data
+    for shift, axes in (([1, 2], [0, 1]), ([3], [2]), ([-1, 1, 1], [0, 1, 2])):
+        assert_same_bits(roll(misaligned, shift, axes), np.roll(data, shift, axes))
+
+
+def test_the_registry_runs_its_kernel_from_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """make_job calls plan, Job.output calls kernel on the same mappings: the spec's checks are
+    not run again. Another mapping, or one changed since, is checked as a fresh call."""
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    arrays = {"data": data, "indices": np.array([[1, -1], [0, 9], [3, 2]]), "axis": np.array(1)}
+    attributes = {"batch_dims": 1}
+    op = registry.REGISTRY["gather"]
+    expected = reference_gather(data, arrays["indices"], 1, 1)
+    assert op.plan(arrays, attributes) == (3, 2)
+
+    def refused(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(registry, "gather", refused)
+    monkeypatch.setattr(registry, "roll", refused)
+    assert_same_bits(op.kernel(arrays, attributes, None), expected)
+    with pytest.raises(AssertionError, match="checked again"):
+        op.kernel(dict(arrays), attributes, None)
+    with pytest.raises(AssertionError, match="checked again"):
+        op.kernel(arrays, {"batch_dims": 1}, None)
+
+    roll_op = registry.REGISTRY["roll"]
+    roll_arrays = {"data": data, "shift": np.array([1, -1]), "axes": np.array([0, 1])}
+    assert roll_op.plan(roll_arrays, {}) == (3, 4)
+    empty: dict[str, int] = {}
+    roll_op.plan(roll_arrays, empty)
+    assert_same_bits(roll_op.kernel(roll_arrays, empty, None), np.roll(data, [1, -1], (0, 1)))
+
+
+def test_compiled_for_fixed_signatures_only() -> None:
+    assert dict(compiled.compiled_signatures()) == {"take": 8, "roll": 2}
+    source = np.zeros(4, np.float32)  # not a raw unsigned view: no signature takes it
+    with pytest.raises(TypeError):
+        compiled.take(source, np.zeros(1, np.int64), source, 1, 1, 4, 1, 1, 4, 0)
+
+
+def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
+    """NUMBA_CACHE_DIR chooses where: a first import compiles and writes there, the next one
+    loads every signature from it and compiles nothing."""
+    script = (
+        "import json; from app.ops import compiled; "
+        "print(json.dumps([[sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]"
+        " for d in (compiled.take, compiled.roll_rows)]))"
+    )
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+
+    def run() -> list[list[int]]:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            check=False,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        result: list[list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    assert run() == [[0, 8], [0, 2]]
+    assert list(tmp_path.rglob("*.nbi")) and list(tmp_path.rglob("*.nbc"))
+    assert run() == [[8, 0], [2, 0]]
+
+
+def test_edge_indices_cover_the_extremes() -> None:
+    rng = np.random.default_rng(0)
+    for index_type in INDEX_TYPES:
+        values = set(edge_indices(rng, (400,), index_type, 5).tolist())
+        info = np.iinfo(index_type)
+        assert info.max in values and info.min in values
+        assert {0, 4, 5} <= values
+        if info.min < 0:
+            assert {-1, -5, -6} <= values
+    assert list(itertools.islice(legal_axes(3, 2), 3)) == [(0, 0), (1, 0), (1, 1)]
