@@ -30,6 +30,12 @@ COPY app ./app
 RUN pip install --no-compile --no-deps ./client . \
     && find /opt/venv -name '__pycache__' -type d -prune -exec rm -rf {} +
 
+# The kernels' compiled loops (numba), compiled once here, into app/ops/__pycache__ of the
+# installed package, for any x86-64 CPU (NUMBA_CPU_NAME, set in the final stage too: the cache
+# is keyed by it): a container loads them in a second at start-up, read-only root filesystem or
+# not, instead of compiling them. -P: the installed app, not ./app.
+RUN NUMBA_CPU_NAME=generic python -P -c "import app.ops"
+
 # ---- final stage: the runtime and the virtual environment, nothing else ----
 FROM python:3.11.7-slim-bookworm
 
@@ -38,6 +44,8 @@ FROM python:3.11.7-slim-bookworm
 # MALLOC_MMAP_THRESHOLD_: glibc serves blocks of 1 MiB and more by mmap, and so gives them back
 # when they are freed (its default threshold grows to the largest block freed, up to 32 MiB, and
 # an idle worker then keeps hundreds of MiB). Read once, when the process starts.
+# NUMBA_CPU_NAME: the kernels' compiled loops are those compiled at build for any x86-64 CPU,
+# found in the image by this name (another CPU's name would have them compiled again).
 ENV PATH="/opt/venv/bin:$PATH" \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -45,7 +53,8 @@ ENV PATH="/opt/venv/bin:$PATH" \
     MALLOC_MMAP_THRESHOLD_=1048576 \
     TENSOR_OPS_HOST=0.0.0.0 \
     TENSOR_OPS_PORT=8000 \
-    TENSOR_OPS_GRPC_PORT=8001
+    TENSOR_OPS_GRPC_PORT=8001 \
+    NUMBA_CPU_NAME=generic
 
 RUN groupadd --system --gid 10001 tensorops \
     && useradd --system --uid 10001 --gid tensorops --no-create-home --shell /usr/sbin/nologin tensorops
