@@ -9,6 +9,7 @@ runs its kernel from the plan its plan function made. The loops are compiled onc
 for fixed signatures, and cached on disk.
 """
 
+import importlib
 import itertools
 import json
 import os
@@ -28,6 +29,8 @@ from tests.support import assert_same_bits
 
 Array = npt.NDArray[Any]
 ROOT = Path(__file__).resolve().parents[2]
+#: The module app.ops.roll (``app.ops.roll`` is the function).
+roll_module = importlib.import_module("app.ops.roll")
 ALL_TYPES = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
@@ -203,6 +206,30 @@ def test_roll_matches_numpy(dtype: Any) -> None:
             assert_same_bits(out, expected)
             strided = np.repeat(data, 2, axis=-1)[..., ::2]
             assert_same_bits(roll(strided, shift, axes_given), expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float32, ml_dtypes.bfloat16], ids=name_of)
+def test_roll_of_large_tensors_by_flat_copies(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large outputs are rolled by flat copies and their seams where few blocks make them (the
+    size thresholds lowered here to reach that path on small tensors), else by the loop."""
+    monkeypatch.setattr(roll_module, "_LARGE", 0)
+    monkeypatch.setattr(roll_module, "_LARGE_RUNS", 0)
+    monkeypatch.setattr(roll_module, "_MAX_BLOCKS", 8)
+    rng = np.random.default_rng(np.dtype(dtype).num)
+    cases = [
+        ((9, 13), [4, -3], [0, 1]),
+        ((9, 13), [2], [0]),
+        ((9, 13), [11], [1]),
+        ((9, 13), [-1], [-1]),
+        ((2, 5, 7), [3, 2], [1, 2]),
+        ((3, 5, 7), [1], [0]),
+        ((6, 5, 7), [3, 2], [1, 2]),  # 12 blocks: the loop
+        ((3, 4, 5, 2), [1, 2, 1], [0, 1, 3]),  # two rolled axes before the rows: the loop
+        ((5, 4, 3), [2, 1], [0, 2]),
+    ]
+    for shape, shift, axes in cases:
+        data = random_data(rng, shape, dtype)
+        assert_same_bits(roll(data, shift, axes), np.roll(data, shift, axes))
 
 
 def test_roll_misaligned_and_odd_runs() -> None:
