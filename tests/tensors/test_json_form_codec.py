@@ -1,5 +1,6 @@
 """Tensors in JSON form: shapes, inferred and named types, exact values, refusals."""
 
+import re
 from typing import Any
 
 import ml_dtypes
@@ -145,3 +146,79 @@ def test_dtype_names_of_numpy_openvino_and_kserve() -> None:
     assert element_type_of(np.dtype(">i4")).numpy == "int32"
     with pytest.raises(ValueError, match="not supported"):
         element_type_of(np.dtype(np.complex64))
+
+
+LONG = 100  # past the few dozen elements from which arrays are filled by np.fromiter
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype", "status", "message"),
+    [
+        ([[1] * LONG] * 3 + [[1] * (LONG - 1)], None, 400, "at depth 1"),
+        ([[1] * LONG, 3], None, 400, "at depth 1"),
+        ([[[1]] * LONG, [[1]] * (LONG - 1) + [1]], None, 400, "at depth 2"),
+        ([[1] * LONG, [1] * (LONG - 1) + [[2]]], None, 400, "at depth 2"),
+        ([1] * LONG + [True], None, 422, "all booleans or all numbers, not a mix"),
+        ([[1.5] * LONG, [1.5] * (LONG - 1) + ["a"]], None, 422, "found strings"),
+        ([0.5] * LONG + [None], "float32", 422, "found nulls"),
+        ([1] * LONG + [2**63], None, 422, "value 9223372036854775808 is out of range for int64"),
+        ([0] * LONG + [300, -300], "int8", 422, "value 300 is out of range for int8 [-128, 127]"),
+        ([[0] * LONG, [0] * (LONG - 1) + [-1]], "uint64", 422, "value -1 is out of range for"),
+        ([1] * LONG + [1.5], "int32", 422, "must be integers, found fractions"),
+        ([[1] * LONG] * 2, "bool", 422, "must be true or false, found integers"),
+        ([[True] * LONG] * 2, "float32", 422, "must be numbers, found booleans"),
+        ([[0.5] * LONG, [0.5] * (LONG - 1) + [1e39]], "float32", 422, "value 1e+39 overflows"),
+        ([1.0] * LONG + [70000, 80000], "float16", 422, "value 70000.0 overflows float16"),
+        ([1.0] * LONG + [1e39], "bfloat16", 422, "value 1e+39 overflows bfloat16"),
+    ],
+)
+def test_refusals_of_long_arrays_say_the_same(
+    value: Any, dtype: str | None, status: int, message: str
+) -> None:
+    with pytest.raises(TensorError, match=re.escape(message)) as caught:
+        decode_json_data(value, dtype_from_name(dtype) if dtype else None)
+    assert from_wire(caught.value, None).status == status
+
+
+def test_long_index_refusals_say_the_same() -> None:
+    with pytest.raises(TensorError, match="value 9223372036854775808 does not fit in int64"):
+        decode_json_indices([0] * LONG + [2**63])
+    with pytest.raises(TensorError, match=r"must hold integers \(int64\), found booleans$"):
+        decode_json_indices([[0] * LONG, [0] * (LONG - 1) + [False]])
+
+
+@pytest.mark.parametrize("count", [3, LONG, 4096])
+@pytest.mark.parametrize("name", ["float16", "float32", "float64", "bfloat16"])
+def test_floats_round_once_from_their_double(name: str, count: int) -> None:
+    # Each number rounded from its double to the type, ties and subnormals included: the same
+    # bits as NumPy's float64 array cast to the type, and an integer as its double.
+    dtype = dtype_from_name(name)
+    rng = np.random.default_rng(count)
+    doubles = rng.standard_normal(count) * 10.0 ** rng.integers(-8, 5, count)
+    narrow = doubles.astype(np.float32 if name == "bfloat16" else dtype)
+    above = np.nextafter(narrow, np.array(np.inf, narrow.dtype)).astype(np.float64)
+    ties = (narrow.astype(np.float64) + above) / 2  # halfway between two neighbours
+    values = [*np.concatenate([doubles, ties])[: count - 2].tolist(), -0.0, 2049]
+    array = decode_json_data([values[: count // 2], values[count // 2 : 2 * (count // 2)]], dtype)
+    expected = np.array(values[: 2 * (count // 2)], dtype=np.float64).astype(dtype)
+    assert array.dtype == dtype
+    assert (
+        array.view(f"u{dtype.itemsize}").tolist()
+        == expected.reshape(2, -1).view(f"u{dtype.itemsize}").tolist()
+    )
+
+
+@pytest.mark.parametrize("element", ELEMENT_TYPES, ids=lambda e: e.numpy)
+def test_long_arrays_of_every_type_are_exact(element: Any) -> None:
+    rng = np.random.default_rng(3)
+    if element.numpy == "bool":
+        value = rng.integers(0, 2, (3, LONG)).astype(bool).tolist()
+    elif element.dtype.kind in "iu":
+        info = np.iinfo(element.dtype)
+        value = rng.integers(info.min, info.max, (3, LONG), dtype=element.dtype).tolist()
+    else:
+        value = (rng.standard_normal((3, LONG)) * 1000).tolist()
+    array = decode_json_data(value, element.dtype)
+    assert array.shape == (3, LONG)
+    expected = np.array(value, dtype=np.float64 if element.numpy == "bfloat16" else element.dtype)
+    assert array.tolist() == expected.astype(element.dtype).tolist()
