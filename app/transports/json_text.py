@@ -1,10 +1,14 @@
-"""Arrays as nested JSON text, written in pieces from a flat encoding: no object per subarray.
+"""Arrays as nested JSON text: whole by orjson where its lists are few, else in pieces from a
+flat encoding, with no object per subarray.
 
-orjson serialises an N-dimensional array by visiting each subarray, which at high rank costs
-hundreds of bytes per element (a rank-20 array of 2**20 int8 took 250 MB). Here the elements are
+orjson serialises an N-dimensional array by visiting each subarray, which costs it some 100 bytes
+per subarray (list) at rank 2 and 250 at rank 20 (a rank-20 array of 2**20 int8 took 250 MB).
+Where the lists are few (a long last dimension, as most tensors have), that is nothing, and orjson
+writes the whole text at once, 4-6 times faster than the pieces. Otherwise the elements are
 encoded flat, and the brackets between them are worked out arithmetically: after element ``i``
 (counting from 1) come ``j`` closing brackets, a comma and ``j`` opening brackets, where ``j`` is
-the number of trailing dimensions whose product divides ``i``.
+the number of trailing dimensions whose product divides ``i``. Both write each element with
+orjson, so their texts are the same, byte for byte.
 """
 
 import math
@@ -18,6 +22,10 @@ import orjson
 PIECE_BYTES = 24 << 20
 #: The fewest elements a piece holds.
 MIN_PIECE_ELEMENTS = 1024
+#: What orjson holds beyond the text when it writes a whole array: this much a list and this
+#: much more a dimension (measured 95-150 bytes a list at rank 2, 250 at rank 20, with glibc
+#: giving large blocks back: MALLOC_MMAP_THRESHOLD_), and a fixed part (some 70 KiB measured).
+WHOLE_LIST_BYTES, WHOLE_DIMENSION_BYTES, WHOLE_FIXED_BYTES = 128, 8, 128 << 10
 _OPEN, _CLOSE, _COMMA = ord("["), ord("]"), ord(",")
 # The longest JSON text of one element of each kind (bool, signed, unsigned, float), by size.
 _LONGEST = {"b": {1: 5}, "i": {1: 4, 2: 6, 4: 11, 8: 20}, "u": {1: 3, 2: 5, 4: 10, 8: 20}}
@@ -43,6 +51,30 @@ def text_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     return leaves * ((longest or _LONGEST_FLOAT) + 1) + 2 * lists + 2
 
 
+def _lists(shape: tuple[int, ...]) -> int:
+    """The lists of the nested text of an array of ``shape``, the outermost included."""
+    return sum(math.prod(shape[:level]) for level in range(_leaf_levels(shape)))
+
+
+def _whole_bytes(shape: tuple[int, ...]) -> int:
+    """What orjson's temporaries take when it writes an array of ``shape`` whole."""
+    per_list = WHOLE_LIST_BYTES + WHOLE_DIMENSION_BYTES * len(shape)
+    return _lists(shape) * per_list + WHOLE_FIXED_BYTES
+
+
+def writes_whole(shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
+    """Whether orjson writes the text of an array of ``shape`` at once: always up to one
+    dimension; above, when it has no more lists than elements (past that, as with dimensions
+    of size 1 at high rank, its 100-250 ns a list make it slower than the pieces) and its
+    temporaries take no more than a piece's would at most (``PIECE_BYTES``) or than half the
+    text's bound (last dimensions of a dozen elements and more, at rank 2)."""
+    if len(shape) < 2:
+        return True
+    if _lists(shape) > math.prod(shape[: _leaf_levels(shape)]):
+        return False
+    return _whole_bytes(shape) <= max(PIECE_BYTES, text_bytes(shape, dtype) // 2)
+
+
 def _piece_elements(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[int, int]:
     """Elements a piece holds, and the bytes its temporaries take at most (some 16 bytes a
     byte of element text, 4 a byte of output)."""
@@ -52,18 +84,29 @@ def _piece_elements(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[int, 
     return step, min(step, leaves) * per_element
 
 
-def piece_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
-    """The most the temporaries of one piece of the text hold (for the memory estimate)."""
-    return 0 if len(shape) < 2 else _piece_elements(shape, dtype)[1]
+def writing_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """The most the writer's temporaries hold beside the text (for the memory estimate): those
+    of one piece, or orjson's when it writes the array whole and they take more (nothing counted
+    up to one dimension, where orjson has one list). Never less than a piece: the estimate of
+    V2's flat JSON answers counts it too, as it always has."""
+    if len(shape) < 2:
+        return 0
+    pieces = _piece_elements(shape, dtype)[1]
+    return max(pieces, _whole_bytes(shape)) if writes_whole(shape, dtype) else pieces
 
 
 def nested_json(array: npt.NDArray[Any]) -> list[bytes | npt.NDArray[np.uint8]]:
     """The JSON text of ``array`` (C order, native, of a type orjson writes) as nested arrays,
-    in pieces to send one after the other."""
+    in pieces to send one after the other (one piece when orjson writes it whole)."""
     if array.ndim == 0:
         return [orjson.dumps(array.item())]
-    if array.ndim == 1:
+    if writes_whole(array.shape, array.dtype):
         return [orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY)]
+    return _in_pieces(array)
+
+
+def _in_pieces(array: npt.NDArray[Any]) -> list[bytes | npt.NDArray[np.uint8]]:
+    """The text of ``array`` (two dimensions or more) in pieces of bounded temporaries."""
     levels = _leaf_levels(array.shape)
     dims = array.shape[:levels]
     count = math.prod(dims)

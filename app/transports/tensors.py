@@ -1,5 +1,6 @@
 """Tensors in a JSON body (nested arrays or base64 ``.npy``), to arrays and back, errors located."""
 
+import functools
 from enum import Enum
 from typing import Any
 
@@ -15,7 +16,7 @@ from app.transports.json_form import (
     json_can_carry,
     json_ready,
 )
-from app.transports.json_text import nested_json, piece_bytes, text_bytes
+from app.transports.json_text import nested_json, text_bytes, writes_whole, writing_bytes
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     UnknownDTypeError,
@@ -118,10 +119,10 @@ def check_json_text_size(
 
 def json_encoding_bytes(job: Job, text: int) -> int:
     """What a JSON-form answer holds at its peak: the output, its copy ready for JSON (bfloat16
-    widened), the text, and the temporaries of one piece of it."""
+    widened), the text, and the writer's temporaries (orjson's lists, or one piece's)."""
     ready = job.output_count * (4 if job.output_dtype == BFLOAT16 else job.output_dtype.itemsize)
-    pieces = piece_bytes(job.output_shape, job.output_dtype)
-    return job.output_bytes + ready + text + pieces
+    writing = writing_bytes(job.output_shape, job.output_dtype)
+    return job.output_bytes + ready + text + writing
 
 
 def require_json_can_carry(output: npt.NDArray[Any], loc: tuple[str, ...], advice: str) -> None:
@@ -132,6 +133,12 @@ def require_json_can_carry(output: npt.NDArray[Any], loc: tuple[str, ...], advic
             loc,
             f"the output holds NaN or infinity, which JSON cannot carry; {advice}",
         )
+
+
+@functools.cache
+def _numpy_name(dtype: np.dtype[Any]) -> str:
+    """The NumPy name of ``dtype``'s element type, looked up once per type."""
+    return element_type_of(dtype).numpy
 
 
 def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
@@ -150,6 +157,12 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         return [b'{"data":"', Base64Stream(buffer), b'",' + suffix[1:]], "application/json"
     output = job.output()
     require_json_can_carry(output, ("body", "data"), "send data in npy form")
-    suffix = orjson.dumps({"dtype": element_type_of(output.dtype).numpy, "shape": output.shape})
-    pieces = nested_json(json_ready(output))
-    return [b'{"data":', *pieces, b"," + suffix[1:]], "application/json"
+    ready = json_ready(output)
+    name = _numpy_name(output.dtype)
+    if writes_whole(ready.shape, ready.dtype):
+        # The whole answer in one orjson call: one buffer, as nested_json would write its data.
+        data = ready.item() if ready.ndim == 0 else ready
+        answer = {"data": data, "dtype": name, "shape": output.shape}
+        return [orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)], "application/json"
+    suffix = orjson.dumps({"dtype": name, "shape": output.shape})
+    return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
