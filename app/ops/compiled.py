@@ -107,69 +107,90 @@ def _take_loop(
     outer: int,
     length: int,
     count: int,
-    inner: int,
     wrap: int,
     line: int,
 ) -> None:  # pragma: no cover - compiled
-    """Gather-8 on flat arrays: ``source`` is (batches, outer, length, inner), ``indices``
-    (batches, count), ``out`` (batches, outer, count, inner), all C-ordered. Slices of ``inner``
-    elements are moved as bytes (``inner`` is then their size in bytes), single elements (
-    ``inner`` = 1) in their own width.
+    """Gather-8 of single elements on flat arrays: ``source`` is (batches, outer, length),
+    ``indices`` (batches, count), ``out`` (batches, outer, count), all C-ordered.
 
     ``indices`` is the signed view of the index type; a negative value gets ``wrap`` added:
     ``length`` for a signed type (counting from the end), ``2**32`` for uint32 (its true value),
     0 for uint64 (a value of 2**63 or more stays negative: out of range). A position outside
-    ``[0, length)`` gives zeros.
+    ``[0, length)`` gives a zero.
 
     ``line`` > 0: the next row's cache lines (``line`` elements each) are prefetched while a row
     is gathered, one every few indices: its elements are read in index order, which the CPU's
-    own prefetcher cannot follow.
+    own prefetcher cannot follow. (Each row works on its own slices of the three arrays: fewer
+    values live in the inner loop, none of them spilled to the stack.)
     """
+    u = np.uint64
+    end = u(length)
+    span = u(count)
+    per = u(outer)
+    total = u(source.size)
+    lines = (end + u(line) - u(1)) // u(line) if line else u(0)
+    step = max(u(1), span // lines) if lines else span
+    for row in range(u(batches) * per):
+        batch = row // per
+        src = source[row * end : (row + u(1)) * end]
+        idx = indices[batch * span : (batch + u(1)) * span]
+        dst = out[row * span : (row + u(1)) * span]
+        ahead = (row + u(1)) * end
+        stop = min(ahead + end, total) if lines else ahead
+        j = u(0)
+        while j < span:
+            last = min(span, j + step)
+            if ahead < stop:
+                _prefetch(source, ahead)
+                ahead += u(line)
+            for k in range(j, last):
+                value = np.int64(idx[k])
+                value += (value >> 63) & wrap
+                position = u(value)
+                if position < end:
+                    dst[k] = src[position]
+                else:
+                    dst[k] = 0
+            j = last
+
+
+def _take_slices_loop(
+    source: Any,
+    indices: Any,
+    out: Any,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    inner: int,
+    wrap: int,
+) -> None:  # pragma: no cover - compiled
+    """Gather-8 of slices: as ``_take_loop`` with ``inner`` units (bytes or 8-byte words) a
+    slice: ``source`` is (batches, outer, length, inner), ``out`` (batches, outer, count,
+    inner); a position out of range gives a slice of zeros."""
     u = np.uint64
     width = u(inner)
     end = u(length)
-    row_length = end * width
     span = u(count)
-    total = u(source.size)
-    lines = (row_length + u(line) - u(1)) // u(line) if line else u(0)
-    step = max(u(1), span // lines) if lines else span
-    for batch in range(u(batches)):
-        first = batch * span
-        for o in range(u(outer)):
-            row = batch * u(outer) + o
-            origin = row * row_length
-            target = row * span * width
-            ahead = origin + row_length
-            stop = min(ahead + row_length, total) if lines else ahead
-            j = u(0)
-            while j < span:
-                last = min(span, j + step)
-                if ahead < stop:
-                    _prefetch(source, ahead)
-                    ahead += u(line)
-                if inner == 1:
-                    for k in range(j, last):
-                        value = np.int64(indices[first + k])
-                        value += (value >> 63) & wrap
-                        position = u(value)
-                        if position < end:
-                            out[target + k] = source[origin + position]
-                        else:
-                            out[target + k] = 0
-                else:
-                    for k in range(j, last):
-                        value = np.int64(indices[first + k])
-                        value += (value >> 63) & wrap
-                        position = u(value)
-                        into = target + k * width
-                        if position < end:
-                            start = origin + position * width
-                            for e in range(width):
-                                out[into + e] = source[start + e]
-                        else:
-                            for e in range(width):
-                                out[into + e] = 0
-                j = last
+    per = u(outer)
+    row_length = end * width
+    for row in range(u(batches) * per):
+        batch = row // per
+        src = source[row * row_length : (row + u(1)) * row_length]
+        idx = indices[batch * span : (batch + u(1)) * span]
+        dst = out[row * span * width : (row + u(1)) * span * width]
+        for k in range(span):
+            value = np.int64(idx[k])
+            value += (value >> 63) & wrap
+            position = u(value)
+            into = k * width
+            if position < end:
+                start = position * width
+                for e in range(width):
+                    dst[into + e] = src[start + e]
+            else:
+                for e in range(width):
+                    dst[into + e] = 0
 
 
 def _roll_loop(
@@ -235,13 +256,24 @@ def _mutable(element: Any) -> Any:
     return types.Array(element, 1, "C", aligned=False)
 
 
-#: take(source, indices, out, batches, outer, length, count, inner, wrap, line): elements of
-#: each width, or slices as bytes; int32 or int64 indices (narrower ones are widened first).
+#: take(source, indices, out, batches, outer, length, count, wrap, line): single elements of
+#: each width; int32 or int64 indices (narrower ones are widened first).
 take = _compiled(
     _take_loop,
     [
-        types.void(_readonly(width), _readonly(index), _mutable(width), *[_I64] * 7)
+        types.void(_readonly(width), _readonly(index), _mutable(width), *[_I64] * 6)
         for width in _WIDTHS
+        for index in _INDEX_TYPES
+    ],
+)
+
+#: take_slices(source, indices, out, batches, outer, length, count, inner, wrap): slices as
+#: bytes or 8-byte words.
+take_slices = _compiled(
+    _take_slices_loop,
+    [
+        types.void(_readonly(unit), _readonly(index), _mutable(unit), *[_I64] * 6)
+        for unit in (types.uint8, types.uint64)
         for index in _INDEX_TYPES
     ],
 )
@@ -258,8 +290,8 @@ roll_rows = _compiled(
 
 def compiled_signatures() -> Iterator[tuple[str, int]]:
     """Each compiled loop and how many signatures it has (for tests and logs)."""
-    for name, dispatcher in (("take", take), ("roll", roll_rows)):
+    for name, dispatcher in (("take", take), ("take_slices", take_slices), ("roll", roll_rows)):
         yield name, len(dispatcher.signatures)
 
 
-__all__ = ["compiled_signatures", "roll_rows", "take"]
+__all__ = ["compiled_signatures", "roll_rows", "take", "take_slices"]

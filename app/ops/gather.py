@@ -161,20 +161,22 @@ def _gather_into(
     count = indices.size // batches
     flat_indices, wrap = _signed_indices(indices, length)
     itemsize = source.dtype.itemsize
-    row_bytes = length * inner * itemsize
-    # Prefetch the next row when it is long and this one's indices cover much of it.
-    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * inner * itemsize >= row_bytes
     # ravel: a view of a C-contiguous input, a C-ordered copy of a strided one.
     flat_source, flat_out = source.ravel(), out.ravel()
     if inner > 1:
         # Slices: moved as bytes (8-byte words when they are whole words).
         unit = _WORD if (inner * itemsize) % 8 == 0 else _BYTE
-        inner = inner * itemsize // unit.itemsize
-        itemsize = unit.itemsize
-        flat_source, flat_out = flat_source.view(unit), flat_out.view(unit)
+        compiled.take_slices(
+            flat_source.view(unit), flat_indices, flat_out.view(unit),
+            batches, outer, length, count, inner * itemsize // unit.itemsize, wrap,
+        )  # fmt: skip
+        return
+    # Prefetch the next row when it is long and this one's indices cover much of it.
+    row_bytes = length * itemsize
+    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
     compiled.take(
         flat_source, flat_indices, flat_out,
-        batches, outer, length, count, inner, wrap, _CACHE_LINE // itemsize if prefetch else 0,
+        batches, outer, length, count, wrap, _CACHE_LINE // itemsize if prefetch else 0,
     )  # fmt: skip
 
 

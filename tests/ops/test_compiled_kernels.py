@@ -272,10 +272,10 @@ def test_the_registry_runs_its_kernel_from_the_plan(monkeypatch: pytest.MonkeyPa
 
 
 def test_compiled_for_fixed_signatures_only() -> None:
-    assert dict(compiled.compiled_signatures()) == {"take": 8, "roll": 2}
+    assert dict(compiled.compiled_signatures()) == {"take": 8, "take_slices": 4, "roll": 2}
     source = np.zeros(4, np.float32)  # not a raw unsigned view: no signature takes it
     with pytest.raises(TypeError):
-        compiled.take(source, np.zeros(1, np.int64), source, 1, 1, 4, 1, 1, 4, 0)
+        compiled.take(source, np.zeros(1, np.int64), source, 1, 1, 4, 1, 4, 0)
 
 
 def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
@@ -284,7 +284,7 @@ def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
     script = (
         "import json; from app.ops import compiled; "
         "print(json.dumps([[sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]"
-        " for d in (compiled.take, compiled.roll_rows)]))"
+        " for d in (compiled.take, compiled.take_slices, compiled.roll_rows)]))"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
 
@@ -301,9 +301,9 @@ def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
         result: list[list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
         return result
 
-    assert run() == [[0, 8], [0, 2]]
+    assert run() == [[0, 8], [0, 4], [0, 2]]
     assert list(tmp_path.rglob("*.nbi")) and list(tmp_path.rglob("*.nbc"))
-    assert run() == [[8, 0], [2, 0]]
+    assert run() == [[8, 0], [4, 0], [2, 0]]
 
 
 def test_edge_indices_cover_the_extremes() -> None:
