@@ -38,7 +38,6 @@ formulas, with the pipeline's own estimate per element beside the measured peak 
 import argparse
 import asyncio
 import gc
-import math
 import os
 import re
 import sys
@@ -60,7 +59,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
-from app.ops.gather import _normalise_indices  # noqa: E402
+from app.ops.gather import _signed_indices  # noqa: E402
 from app.pipeline.admission import MemoryBudget, Reservation  # noqa: E402
 from app.pipeline.jobs import Job, Limits  # noqa: E402
 from app.pipeline.responses import BuffersResponse  # noqa: E402
@@ -161,15 +160,13 @@ def send(answer: Answer) -> int:
 
 
 def normalise(job: Job) -> Any:
-    """Gather's index normalisation alone, on the decoded indices (None for Roll)."""
+    """Gather's index conversion alone, on the decoded indices (None for Roll): 8- and 16-bit
+    indices widened to int32, indices in the other byte order swapped, others read in place."""
     if job.op.name != "gather":
         return None
     data, indices = job.arrays["data"], job.arrays["indices"]
     axis = int(np.asarray(job.arrays["axis"]).reshape(-1)[0]) % data.ndim
-    batch = job.attributes["batch_dims"] % max(indices.ndim, 1)
-    batches = math.prod(indices.shape[:batch])
-    count = math.prod(indices.shape[batch:])
-    return _normalise_indices(indices.reshape(batches, count), data.shape[axis])
+    return _signed_indices(indices, data.shape[axis])
 
 
 @dataclass
