@@ -30,7 +30,7 @@ import uvicorn  # noqa: E402
 
 from app.observability import configure_logging  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.transports.grpc_server import (  # noqa: E402
+from app.transports.ports import (  # noqa: E402
     GrpcPortError,
     held_message,
     port_is_free,
