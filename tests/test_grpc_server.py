@@ -136,7 +136,7 @@ def test_grpc_port_zero_serves_http_only() -> None:
 
 def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
     port = free_port()
-    _, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
+    url, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
     address = f"127.0.0.1:{port}"
     data = np.random.default_rng(1).standard_normal((4096, 4096), dtype=np.float32)  # 64 MiB
     head = pb.ModelInferRequest(model_name="roll")
@@ -159,7 +159,10 @@ def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
 
             caller = threading.Thread(target=call)
             caller.start()
-            time.sleep(0.2)  # the call is on its way or being served
+            # The signal comes once the call is being served (its memory reserved), however
+            # long a loaded machine takes to send 64 MiB: a call the server has not yet taken
+            # would rightly be turned away.
+            assert _reserved_soon(url), server_output(process)[-3000:]
             os.kill(process.pid, signal.SIGTERM)
             caller.join(60)
         # uvicorn re-raises the signal once it has shut down: the status says SIGTERM.
@@ -176,6 +179,18 @@ def test_sigterm_drains_the_calls_in_flight_and_turns_new_ones_away() -> None:
         assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
     finally:
         stop_server(process)
+
+
+def _reserved_soon(url: str, seconds: float = 30) -> bool:
+    """Whether the server reports memory reserved by a request in flight within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        text = httpx.get(f"{url}/metrics", timeout=5).text
+        found = re.search(r"^tensor_ops_memory_reserved_bytes (\S+)$", text, flags=re.M)
+        if found and float(found.group(1)) > 0:
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def test_an_address_that_cannot_be_bound_stops_the_start_with_its_reason() -> None:
