@@ -23,18 +23,24 @@ class JsonFormatter(logging.Formatter):
     _standard = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "color_message"}
 
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": utc_time(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in self._standard:
-                line[key] = value
+        fields = {key: value for key, value in record.__dict__.items() if key not in self._standard}
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return orjson.dumps(line, default=str).decode()
+            fields["exception"] = self.formatException(record.exc_info)
+        return json_line(
+            record.created, record.levelname.lower(), record.name, record.getMessage(), fields
+        )
+
+
+def json_line(created: float, level: str, logger: str, message: str, fields: dict[str, Any]) -> str:
+    """One log line as JSON: time, level, logger and message first, then the fields."""
+    line = {
+        "time": utc_time(created),
+        "level": level,
+        "logger": logger,
+        "message": message,
+        **fields,
+    }
+    return orjson.dumps(line, default=str).decode()
 
 
 class _Clock:
@@ -57,23 +63,13 @@ utc_time = _Clock().utc
 SERVICE_LOG = logging.getLogger("tensor_ops")
 
 
-class _Sink:
-    #: The handler configure_logging put in place for JSON lines; None with text logs.
-    json_handler: "logging.StreamHandler[Any] | None" = None
-
-
-_SINK = _Sink()
-
-
 def configure_logging(level: str, form: str) -> None:
     """Send the service's logs to standard error, as JSON lines or as plain text."""
-    handler: logging.StreamHandler[Any] = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
     if form == "json":
         handler.setFormatter(JsonFormatter())
-        _SINK.json_handler = handler
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-        _SINK.json_handler = None
     SERVICE_LOG.handlers[:] = [handler]
     SERVICE_LOG.setLevel(level.upper() if level != "trace" else "DEBUG")
     SERVICE_LOG.propagate = False
@@ -81,29 +77,24 @@ def configure_logging(level: str, form: str) -> None:
 
 def _write_access_line(fields: dict[str, Any]) -> None:
     """The access log line: written straight as JSON when the only thing that would see its
-    record is the JSON handler configure_logging set up (a record and a formatter's pass cost
-    about 25 us a request), else logged as any record, for whatever handlers are there."""
-    handler = _SINK.json_handler
+    record is one handler with our JSON formatter (what configure_logging sets up): a record
+    and a formatter's pass cost about 25 us a request. Else logged as any record, for whatever
+    handlers are there."""
+    handlers = SERVICE_LOG.handlers
+    handler = handlers[0] if len(handlers) == 1 else None
     if (
-        handler is not None
+        isinstance(handler, logging.StreamHandler)
+        and isinstance(handler.formatter, JsonFormatter)
+        and not handler.filters
+        and handler.level <= logging.INFO
         and not ACCESS_LOG.handlers
         and not ACCESS_LOG.filters
         and not ACCESS_LOG.disabled
         and ACCESS_LOG.parent is SERVICE_LOG
-        and SERVICE_LOG.handlers == [handler]
         and not SERVICE_LOG.filters
-        and not handler.filters
         and ACCESS_LOG.isEnabledFor(logging.INFO)
-        and handler.level <= logging.INFO
     ):
-        line = {
-            "time": utc_time(time.time()),
-            "level": "info",
-            "logger": ACCESS_LOG.name,
-            "message": "request",
-            **fields,
-        }
-        text = orjson.dumps(line, option=orjson.OPT_APPEND_NEWLINE).decode()
+        text = json_line(time.time(), "info", ACCESS_LOG.name, "request", fields) + "\n"
         with handler.lock or contextlib.nullcontext():
             try:
                 handler.stream.write(text)
