@@ -1,9 +1,12 @@
 """Every setting the service reads, from environment variables prefixed ``TENSOR_OPS_``."""
 
-from typing import Literal
+import re
 
-from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from tensor_ops_wire.npy import MAX_NBYTES
 
@@ -77,6 +80,80 @@ class Settings(BaseSettings):
         ge=0,
         description="bodies and outputs above this size are processed off the event loop",
     )
+
+    api_keys_file: Path | None = Field(
+        None,
+        description="file of API keys, one '<sha256 hex of the key> [label]' a line ('#' starts "
+        "a comment); set, op routes, /v2 and gRPC need 'Authorization: Bearer <key>'. Re-read "
+        "on SIGHUP and when it changes",
+    )
+    auth_probes: bool = Field(
+        False,
+        description="with API keys on, health, readiness and metrics need a key too "
+        "(Kubernetes probes then need the header)",
+    )
+    tls_cert_file: Path | None = Field(
+        None, description="PEM certificate (chain): python -m app serves HTTPS and gRPC over TLS"
+    )
+    tls_key_file: Path | None = Field(None, description="PEM private key of the certificate")
+    tls_client_ca_file: Path | None = Field(
+        None,
+        description="PEM CA bundle: clients must present a certificate it signed (mutual TLS)",
+    )
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        (),
+        description="comma-separated origins browsers may call from "
+        "(https://app.example.com,http://localhost:3000; '*' for any); empty, CORS is off",
+    )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip().rstrip("/") for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for origin in value:
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ValueError(
+                    f"TENSOR_OPS_CORS_ORIGINS: {origin!r} is not an origin: write scheme, host "
+                    "and port only (https://app.example.com, http://localhost:3000), or '*'"
+                )
+        return value
+
+    @field_validator("api_keys_file", "tls_cert_file", "tls_key_file", "tls_client_ca_file")
+    @classmethod
+    def _readable(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None:
+            name = f"TENSOR_OPS_{(info.field_name or '').upper()}"
+            try:
+                with value.open("rb"):
+                    pass
+            except OSError as error:
+                raise ValueError(f"{name} = {str(value)!r} cannot be read: {error.strerror}")
+        return value
+
+    @model_validator(mode="after")
+    def _tls_pairs(self) -> Self:
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError(
+                "TENSOR_OPS_TLS_CERT_FILE and TENSOR_OPS_TLS_KEY_FILE go together: set both "
+                "(TLS on) or neither (plain)"
+            )
+        if self.tls_client_ca_file is not None and self.tls_cert_file is None:
+            raise ValueError(
+                "TENSOR_OPS_TLS_CLIENT_CA_FILE checks client certificates over TLS: set "
+                "TENSOR_OPS_TLS_CERT_FILE and TENSOR_OPS_TLS_KEY_FILE too"
+            )
+        return self
+
+    @property
+    def tls(self) -> bool:
+        """Whether HTTP and gRPC are served over TLS."""
+        return self.tls_cert_file is not None
 
     @field_validator(*_NUMPY_BOUNDED)
     @classmethod
