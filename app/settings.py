@@ -1,7 +1,6 @@
 """Every setting the service reads, from environment variables prefixed ``TENSOR_OPS_``."""
 
 import re
-
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -133,7 +132,8 @@ class Settings(BaseSettings):
                 with value.open("rb"):
                     pass
             except OSError as error:
-                raise ValueError(f"{name} = {str(value)!r} cannot be read: {error.strerror}")
+                reason = error.strerror
+                raise ValueError(f"{name} = {str(value)!r} cannot be read: {reason}") from None
         return value
 
     @model_validator(mode="after")
