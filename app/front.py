@@ -18,7 +18,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.access import AccessControl
+from app.errors import ServiceError
 from app.observability import accepted_request_id, record
+from app.transports.errors import render_detail, render_v2
 
 #: An endpoint that needs nothing but the request.
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -38,9 +41,11 @@ class FrontDoor:
     """Serves the direct routes, and tags each HTTP request with an id, then logs and measures
     it once it is answered, whichever way it went."""
 
-    def __init__(self, direct: dict[str, DirectRoute]) -> None:
+    def __init__(self, direct: dict[str, DirectRoute], access: AccessControl | None = None) -> None:
         #: POST routes by path.
         self.direct = direct
+        #: API keys, when they are on: checked here, before any route runs, for both ways in.
+        self.access = access
 
     def direct_route(self, scope: Scope) -> DirectRoute | None:
         """The direct route of a request, or None for FastAPI to route it."""
@@ -98,7 +103,15 @@ class FrontDoor:
             await send(message)
 
         label = "unmatched"
+        key = None
         try:
+            if self.access is not None and self.access.needs_key(scope["path"]):
+                try:
+                    key = self.access.keys.admit(scope["headers"])
+                except ServiceError as error:
+                    label = route.label if route is not None else "unauthenticated"
+                    await _refusal(scope["path"], error)(scope, counting_receive, tagging_send)
+                    return
             if route is not None:
                 label = route.label
                 response = await route.endpoint(Request(scope, counting_receive))
@@ -118,6 +131,7 @@ class FrontDoor:
                 bytes_in=arrived,
                 bytes_out=sent,
                 reserved=int(getattr(reservation, "peak", 0)),
+                key=key,
             )
 
 
@@ -133,6 +147,13 @@ class ObservedApp:
             await self.app(scope, receive, send)
             return
         await self.front.observe(self.app, scope, receive, send)
+
+
+def _refusal(path: str, error: ServiceError) -> Response:
+    # Refused before any route was chosen: the protocol is told by the path, as V2 puts all of
+    # its routes under /v2.
+    v2 = path == "/v2" or path.startswith("/v2/")
+    return render_v2(error) if v2 else render_detail(error)
 
 
 def _route_of(scope: Scope) -> str:

@@ -14,8 +14,10 @@ from typing import Any
 from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
-from starlette.types import Receive, Scope, Send
+from starlette.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.access import AccessControl, access_control
 from app.docs import add_offline_docs
 from app.front import DirectRoute, FrontDoor, ObservedApp
 from app.metrics import render as render_metrics
@@ -77,14 +79,36 @@ def on_exit_signals(
     return undo
 
 
+def on_reload_signal(
+    loop: asyncio.AbstractEventLoop, access: AccessControl | None
+) -> Callable[[], None]:
+    """Re-read the API keys on SIGHUP (in the main thread only, with keys on); returns what
+    takes the handler away. Without it, SIGHUP would end the process: uvicorn leaves it to
+    its default. (Under several workers uvicorn's supervisor takes SIGHUP itself and replaces
+    the workers one by one; each new one reads the file. Each worker also re-reads the file
+    within a second of a change, signal or not.)"""
+    if access is None or threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    try:
+        loop.add_signal_handler(signal.SIGHUP, access.keys.reload)
+    except (NotImplementedError, RuntimeError):  # an event loop without signal handling
+        return lambda: None
+
+    def undo() -> None:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+    return undo
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """gRPC started beside HTTP, and both drained on the way out."""
     settings: Settings = app.state.settings
     pipeline: Pipeline = app.state.pipeline
     grpc_server = None
+    access: AccessControl | None = app.state.access
     if settings.grpc_port:
-        grpc_server = GrpcServer(settings, pipeline, lambda: bool(app.state.ready))
+        grpc_server = GrpcServer(settings, pipeline, lambda: bool(app.state.ready), access)
         try:
             await grpc_server.start()
         except Exception as error:
@@ -112,9 +136,11 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # uvicorn ends the lifespan only once its HTTP drain is over: the stop begins with the
     # signal instead, so that the two drains take one graceful timeout, not two.
     undo = on_exit_signals(asyncio.get_running_loop(), begin_stopping)
+    undo_reload = on_reload_signal(asyncio.get_running_loop(), access)
     try:
         yield
     finally:
+        undo_reload()
         undo()
         begin_stopping()
         if stopping is not None:
@@ -126,8 +152,17 @@ class Service(FastAPI):
     layers (routing, dependencies, exception and telemetry middleware) see the request."""
 
     front: FrontDoor
+    #: The CORS layer, around everything else, when TENSOR_OPS_CORS_ORIGINS allows origins.
+    cors: ASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.cors is not None:
+            await self.cors(scope, receive, send)
+            return
+        await self.dispatch(scope, receive, send)
+
+    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The direct routes by the front door, everything else by FastAPI."""
         route = self.front.direct_route(scope)
         if route is None:
             await super().__call__(scope, receive, send)
@@ -165,7 +200,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(build_router(endpoints))
     app.include_router(build_v2_router(pipeline))
     direct = {path: DirectRoute(path, endpoint) for path, endpoint in endpoints.items()}
-    app.front = FrontDoor(direct | direct_infer_routes(pipeline))
+    access = access_control(settings.api_keys_file, settings.auth_probes)
+    app.state.access = access
+    app.front = FrontDoor(direct | direct_infer_routes(pipeline), access)
+    if settings.cors_origins:
+        app.cors = cors_layer(app.dispatch, settings.cors_origins)
     # Every other request goes through FastAPI, tagged, logged and measured all the same.
     app.add_middleware(ObservedApp, front=app.front)
 
@@ -206,11 +245,58 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(model_schema.pop("$defs", {}))
                 components[model.__name__] = model_schema
+            if access is not None:
+                require_keys(schema, access)
             app.openapi_schema = link_shared_schemas(schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def cors_layer(app: ASGIApp, origins: tuple[str, ...]) -> ASGIApp:
+    """Starlette's CORS middleware around ``app``: preflights answered, the allowed origins
+    told they may read the answers (errors included) and the headers a client needs."""
+    return CORSMiddleware(
+        app,
+        allow_origins=list(origins),
+        allow_methods=["GET", "POST"],
+        # Beyond the safelisted ones: the key, the request id, a gzip body, trace context.
+        allow_headers=[
+            "authorization",
+            "content-type",
+            "content-encoding",
+            "x-request-id",
+            "traceparent",
+            "tracestate",
+        ],
+        expose_headers=["x-request-id", "retry-after", "www-authenticate"],
+        max_age=600,
+    )
+
+
+#: The OpenAPI security scheme of API keys: /docs shows an Authorize button for it.
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "An API key from the service's key file (TENSOR_OPS_API_KEYS_FILE), sent as "
+    "'Authorization: Bearer <key>'.",
+}
+
+
+def require_keys(schema: dict[str, Any], access: AccessControl) -> None:
+    """Declare the bearer scheme, and on each operation that needs a key, that it does, and
+    its 401."""
+    schema.setdefault("components", {})["securitySchemes"] = {"apiKey": BEARER_SCHEME}
+    for path, operations in schema.get("paths", {}).items():
+        probe_path = path.replace("{name}", "roll").replace("{version}", "1")
+        if not access.needs_key(probe_path):
+            continue
+        for operation in operations.values():
+            operation["security"] = [{"apiKey": []}]
+            operation.setdefault("responses", {})["401"] = {
+                "description": "No key, or one that is not valid (with WWW-Authenticate: Bearer)"
+            }
 
 
 app = create_app()

@@ -23,6 +23,11 @@ LATENCY = Histogram(
 )
 BYTES_IN = Counter("tensor_ops_request_bytes_total", "Request body bytes received", ["route"])
 BYTES_OUT = Counter("tensor_ops_response_bytes_total", "Response body bytes sent", ["route"])
+KEY_REQUESTS = Counter(
+    "tensor_ops_key_requests_total",
+    "Requests admitted by an API key, by the key's label (TENSOR_OPS_API_KEYS_FILE)",
+    ["key"],
+)
 ELEMENTS = Counter("tensor_ops_elements_total", "Output elements computed, by op", ["op"])
 RESERVED = Gauge(
     "tensor_ops_memory_reserved_bytes",

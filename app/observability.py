@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from app.metrics import BYTES_IN, BYTES_OUT, LATENCY, REQUESTS
+from app.metrics import BYTES_IN, BYTES_OUT, KEY_REQUESTS, LATENCY, REQUESTS
 
 ACCESS_LOG = logging.getLogger("tensor_ops.access")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -124,11 +124,12 @@ def record(
     bytes_in: int,
     bytes_out: int,
     reserved: int,
+    key: str | None = None,
 ) -> None:
     """Count one request (HTTP or gRPC) in the metrics and write its access log line.
 
     ``route`` is a bounded label (a route template, a gRPC method); ``status`` an HTTP status
-    or a gRPC status code's name.
+    or a gRPC status code's name; ``key`` the label of the API key that admitted it.
     """
     duration = time.perf_counter() - started
     metrics = _route_metrics(route, status)
@@ -136,19 +137,21 @@ def record(
     metrics.latency.observe(duration)
     metrics.bytes_in.inc(bytes_in)
     metrics.bytes_out.inc(bytes_out)
-    _write_access_line(
-        {
-            "request_id": request_id,
-            "method": method,
-            "route": route,
-            "path": path,
-            "status": status,
-            "duration_ms": round(duration * 1000, 3),
-            "bytes_in": bytes_in,
-            "bytes_out": bytes_out,
-            "reserved_bytes": reserved,
-        }
-    )
+    fields = {
+        "request_id": request_id,
+        "method": method,
+        "route": route,
+        "path": path,
+        "status": status,
+        "duration_ms": round(duration * 1000, 3),
+        "bytes_in": bytes_in,
+        "bytes_out": bytes_out,
+        "reserved_bytes": reserved,
+    }
+    if key is not None:
+        fields["key"] = key
+        _key_requests(key).inc()
+    _write_access_line(fields)
 
 
 class _RouteMetrics(NamedTuple):
@@ -156,6 +159,11 @@ class _RouteMetrics(NamedTuple):
     latency: Any
     bytes_in: Any
     bytes_out: Any
+
+
+@functools.cache
+def _key_requests(key: str) -> Any:
+    return KEY_REQUESTS.labels(key)
 
 
 @functools.cache

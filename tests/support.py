@@ -353,7 +353,9 @@ async def grpc_serving(app: Any, **settings: Any) -> AsyncIterator[str]:
     changed = app.state.settings.model_copy(
         update={"host": "127.0.0.1", "grpc_port": 0, **settings}
     )
-    server = GrpcServer(changed, app.state.pipeline, lambda: bool(app.state.ready))
+    server = GrpcServer(
+        changed, app.state.pipeline, lambda: bool(app.state.ready), app.state.access
+    )
     port = await server.start()
     try:
         yield f"127.0.0.1:{port}"

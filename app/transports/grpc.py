@@ -20,6 +20,7 @@ import grpc.aio
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from app.access import AccessControl
 from app.errors import Fault, ServiceError, from_wire, internal_error
 from app.observability import accepted_request_id, record
 from app.pipeline.admission import Reservation
@@ -90,6 +91,8 @@ CODES: dict[Fault, grpc.StatusCode] = {
 #: Trailing metadata of a refusal: the fault's kind, machine-readable (as ``type`` on HTTP).
 FAULT_KEY = "tensor-ops-fault"
 REQUEST_ID_KEY = "x-request-id"
+#: The API key's metadata (``Bearer <key>``), as HTTP's header.
+AUTHORIZATION_KEY = "authorization"
 INPUTS_NUMBER = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["inputs"].number
 #: Room beside the output for an answer's names, shape, id and framing; no message may pass
 #: 2 GiB - 1 (gRPC's and protobuf's limit).
@@ -320,9 +323,16 @@ def _unreadable(reason: object, message: str = "ModelInferRequest") -> ServiceEr
 class InferenceService:
     """The V2 service's calls, each an ``async`` function of the request and the context."""
 
-    def __init__(self, pipeline: Pipeline, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        ready: Callable[[], bool],
+        access: AccessControl | None = None,
+    ) -> None:
         self.pipeline = pipeline
         self.ready = ready
+        #: API keys, when they are on: every call but the probes needs the metadata's key.
+        self.access = access
 
     async def server_live(self, request: Any, context: Any, notes: CallNotes) -> Any:
         return pb.ServerLiveResponse(live=True)
@@ -374,21 +384,30 @@ def _size(message: Any) -> int:
     return len(message) if isinstance(message, bytes) else int(message.ByteSize())
 
 
-def observed(method: str, call: Call) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
-    """``call`` with its request id, metrics and log line, and its refusals as gRPC statuses
-    (the message HTTP's ``{"error"}`` would hold, the fault's kind in trailing metadata)."""
+def observed(
+    method: str, call: Call, access: AccessControl | None = None
+) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
+    """``call`` with its request id, metrics and log line, its key checked (with ``access``),
+    and its refusals as gRPC statuses (the message HTTP's ``{"error"}`` would hold, the
+    fault's kind in trailing metadata)."""
     route = f"/{SERVICE_NAME}/{method}"
+    keys = access.keys if access is not None and access.grpc_needs_key(route) else None
 
     async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started = time.perf_counter()
-        given = dict(context.invocation_metadata() or ()).get(REQUEST_ID_KEY)
+        metadata = dict(context.invocation_metadata() or ())
+        given = metadata.get(REQUEST_ID_KEY)
         request_id = accepted_request_id(given if isinstance(given, str) else None)
         tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, request_id)]
         status = "UNKNOWN"
         sent = 0
         notes = CallNotes()
+        key = None
         try:
             try:
+                if keys is not None:
+                    value = metadata.get(AUTHORIZATION_KEY)
+                    key = keys.admit_value(value if isinstance(value, str) else None)
                 response = await call(request, context, notes)
             except ServiceError as caught:
                 error = caught
@@ -422,6 +441,7 @@ def observed(method: str, call: Call) -> Callable[[Any, grpc.aio.ServicerContext
                 bytes_in=_size(request),
                 bytes_out=sent,
                 reserved=notes.reserved,
+                key=key,
             )
 
     return handle
@@ -441,7 +461,7 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             return await call(request, context, notes)
 
         return grpc.unary_unary_rpc_method_handler(
-            observed(method, parsed),
+            observed(method, parsed, service.access),
             response_serializer=lambda message: message.SerializeToString(),
         )
 
@@ -459,7 +479,7 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             ),
             # Bytes in, bytes out: the message is framed by GrpcExchange itself.
             "ModelInfer": grpc.unary_unary_rpc_method_handler(
-                observed("ModelInfer", service.model_infer)
+                observed("ModelInfer", service.model_infer, service.access)
             ),
         },
     )

@@ -1,8 +1,11 @@
 """The gRPC server beside HTTP: same process, settings and memory budget; health, reflection,
 a port shared by the workers of one service and by nobody else, and a drain on shutdown."""
 
+from __future__ import annotations
+
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -10,6 +13,8 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
+from app.access import AccessControl
+from app.errors import ServiceError
 from app.pipeline.run import Pipeline
 from app.settings import Settings
 from app.transports.grpc import (
@@ -44,10 +49,17 @@ LOG = logging.getLogger("tensor_ops.grpc")
 class GrpcServer:
     """The V2 service over gRPC, started and stopped with the app."""
 
-    def __init__(self, settings: Settings, pipeline: Pipeline, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pipeline: Pipeline,
+        ready: Callable[[], bool],
+        access: AccessControl | None = None,
+    ) -> None:
         self.settings = settings
         self.pipeline = pipeline
         self.ready = ready
+        self.access = access
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.port = 0
@@ -68,10 +80,11 @@ class GrpcServer:
                         answer_limit(settings.max_output_bytes),
                     ),
                     ("grpc.so_reuseport", int(shared)),
-                ]
+                ],
+                interceptors=_interceptors(self.access),
             )
             server.add_generic_rpc_handlers(
-                (inference_handler(InferenceService(self.pipeline, self.ready)),)
+                (inference_handler(InferenceService(self.pipeline, self.ready, self.access)),)
             )
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(
@@ -100,6 +113,54 @@ class GrpcServer:
             return
         await self.health.enter_graceful_shutdown()
         await server.stop(self.settings.graceful_timeout)
+
+
+class HealthKeys(grpc.aio.ServerInterceptor):
+    """The standard health service's calls (``grpc.health.v1``) with the key check the V2
+    service does itself, for TENSOR_OPS_AUTH_PROBES."""
+
+    def __init__(self, access: AccessControl) -> None:
+        self.access = access
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        method = handler_call_details.method
+        if not method.startswith("/grpc.health.") or not self.access.grpc_needs_key(method):
+            return await continuation(handler_call_details)
+        metadata = dict(handler_call_details.invocation_metadata or ())
+        value = metadata.get("authorization")
+        try:
+            self.access.keys.admit_value(value if isinstance(value, str) else None)
+        except ServiceError as error:
+            return _refusing(error, streams=method.endswith("/Watch"))
+        return await continuation(handler_call_details)
+
+
+def _refusing(error: ServiceError, streams: bool) -> grpc.RpcMethodHandler[Any, Any]:
+    trailers = tuple((name, value) for name, value in error.headers.items())
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message, trailers)
+
+    async def refuse_stream(
+        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message, trailers)
+        yield None  # never reached: abort raises; this makes the function a generator
+
+    # Health's Watch streams its answers: it is refused as a stream.
+    if streams:
+        return grpc.unary_stream_rpc_method_handler(refuse_stream)
+    return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def _interceptors(access: AccessControl | None) -> list[grpc.aio.ServerInterceptor]:
+    return [HealthKeys(access)] if access is not None and access.probes else []
 
 
 def _reflection_pool() -> DescriptorPool:

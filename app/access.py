@@ -1,0 +1,225 @@
+"""API keys: the key file read and kept current, and each request's bearer key checked.
+
+The file holds SHA-256 hashes, never keys: one ``<64 hex digits> [label]`` a line, ``#`` starting
+a comment. A request's key is hashed and compared with every stored hash by
+``hmac.compare_digest`` (no early exit), so the time taken says nothing of which hash, or how
+much of one, matched. The label, never the key, is what logs and metrics see.
+"""
+
+import hashlib
+import hmac
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from app.errors import Fault, ServiceError
+
+LOG = logging.getLogger("tensor_ops.access")
+
+#: The header and scheme of RFC 6750; the scheme is case-insensitive.
+_AUTHORIZATION = b"authorization"
+_BEARER = "bearer"
+#: A label is a metrics label value and a log field: short and plain.
+_LABEL = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
+_HASH = re.compile(r"[0-9a-fA-F]{64}")
+#: How often, at most, a request looks whether the key file has changed (a ``stat``).
+RECHECK_SECONDS = 1.0
+
+
+class KeyFileError(ValueError):
+    """The key file cannot be read, or a line of it is not ``<sha256 hex> [label]``."""
+
+
+@dataclass(frozen=True)
+class Key:
+    """One stored key: the SHA-256 digest of the key, and the name logs and metrics give it."""
+
+    digest: bytes
+    label: str
+
+
+def parse_keys(text: str, source: str = "the key file") -> tuple[Key, ...]:
+    """The keys of a key file's text; a line that is not ``<sha256 hex> [label]`` is refused
+    with its number (its content is never quoted: it may hold a key pasted by mistake)."""
+    keys: list[Key] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = line.split()
+        if len(fields) > 2 or not _HASH.fullmatch(fields[0]):
+            raise KeyFileError(
+                f"{source}, line {number}: expected '<sha256 of the key, 64 hex digits> [label]'"
+                ' (make one with: printf %s "$KEY" | sha256sum)'
+            )
+        label = fields[1] if len(fields) == 2 else f"sha256:{fields[0][:8].lower()}"
+        if not _LABEL.fullmatch(label):
+            raise KeyFileError(
+                f"{source}, line {number}: a label is 1 to 64 of A-Z a-z 0-9 . _ : @ -"
+            )
+        keys.append(Key(bytes.fromhex(fields[0]), label))
+    return tuple(keys)
+
+
+def read_keys(path: Path) -> tuple[Key, ...]:
+    """The keys of the file at ``path``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise KeyFileError(f"{path}: cannot be read: {error}") from None
+    return parse_keys(text, str(path))
+
+
+def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+    # What changes when the file is rewritten, replaced (a new inode: editors, Kubernetes'
+    # atomic symlink swap of a mounted Secret) or touched.
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
+
+
+class ApiKeys:
+    """The keys of one key file, re-read when the file changes (looked at no more than once a
+    second) and on ``reload()`` (SIGHUP). A file that turns unreadable or malformed leaves the
+    keys as they were, with an error in the log: a bad edit never locks everyone out, nor in."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp = _stamp(path)
+        self.keys = read_keys(path)
+        self._checked = time.monotonic()
+
+    def reload(self) -> bool:
+        """Read the file again; returns whether the keys were replaced."""
+        self._stamp = _stamp(self.path)
+        try:
+            keys = read_keys(self.path)
+        except KeyFileError as error:
+            LOG.error("API keys not reloaded, the previous ones stay: %s", error)
+            return False
+        self.keys = keys
+        LOG.info("API keys loaded", extra={"keys": len(keys), "labels": _labels(keys)})
+        return True
+
+    def _current(self) -> tuple[Key, ...]:
+        now = time.monotonic()
+        if now - self._checked >= RECHECK_SECONDS:
+            self._checked = now
+            if _stamp(self.path) != self._stamp:
+                self.reload()
+        return self.keys
+
+    def label_of(self, key: str) -> str | None:
+        """The label of ``key``, or None when no stored hash is the key's."""
+        digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).digest()
+        found = None
+        for stored in self._current():
+            if hmac.compare_digest(stored.digest, digest) and found is None:
+                found = stored.label
+        return found
+
+    def admit(self, headers: Iterable[tuple[bytes, bytes]]) -> str:
+        """The label of the request's bearer key; a ``ServiceError`` (401) when it has none or
+        one that is not stored."""
+        value = None
+        for name, raw in headers:
+            if len(name) == 13 and name.lower() == _AUTHORIZATION:
+                value = raw.decode("latin-1")
+                break
+        return self.admit_value(value)
+
+    def admit_value(self, value: str | None) -> str:
+        """As ``admit``, from the ``Authorization`` value itself (gRPC's metadata)."""
+        if value is None:
+            raise unauthenticated("a key is needed: send 'Authorization: Bearer <key>'", None)
+        scheme, _, token = value.strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != _BEARER or not token:
+            raise unauthenticated(
+                "the Authorization header must be 'Bearer <key>'", "invalid_request"
+            )
+        label = self.label_of(token)
+        if label is None:
+            raise unauthenticated("the key is not valid", "invalid_token")
+        return label
+
+
+def unauthenticated(message: str, error: str | None) -> ServiceError:
+    """A 401 with the challenge RFC 6750 asks for (the error code when a key was sent)."""
+    challenge = 'Bearer realm="tensor-ops"'
+    if error:
+        challenge += f', error="{error}"'
+    return ServiceError(
+        Fault.UNAUTHENTICATED,
+        ("header", "authorization"),
+        message,
+        headers={"www-authenticate": challenge},
+    )
+
+
+def _labels(keys: tuple[Key, ...]) -> list[str]:
+    return sorted({key.label for key in keys})
+
+
+#: Paths any client may read with API keys on: the docs UI and its schema (the UI is where a
+#: key is entered), as Triton and KServe leave them.
+OPEN_PATHS = frozenset({"/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"})
+OPEN_PREFIXES = ("/static-offline-docs/",)
+#: Probes: open unless TENSOR_OPS_AUTH_PROBES asks for keys there too (an orchestrator's
+#: probe rarely carries a secret). The V2 protocol's health group: server live and ready,
+#: model ready.
+PROBE_PATHS = frozenset(
+    {"/health", "/health/ready", "/metrics", "/v2/health/live", "/v2/health/ready"}
+)
+_MODEL_READY = re.compile(r"/v2/models/[^/]+(/versions/[^/]+)?/ready")
+
+
+#: The gRPC methods that are probes (``grpc.health.v1`` and the V2 health group); the rest of
+#: the V2 service needs a key, server reflection (gRPC's ``/openapi.json``) does not.
+GRPC_PROBES = frozenset(
+    {
+        "/inference.GRPCInferenceService/ServerLive",
+        "/inference.GRPCInferenceService/ServerReady",
+        "/inference.GRPCInferenceService/ModelReady",
+        "/grpc.health.v1.Health/Check",
+        "/grpc.health.v1.Health/Watch",
+    }
+)
+
+
+class AccessControl:
+    """Which requests need a key, and the keys that admit them."""
+
+    def __init__(self, keys: ApiKeys, probes: bool) -> None:
+        self.keys = keys
+        #: Whether probes need a key too (TENSOR_OPS_AUTH_PROBES).
+        self.probes = probes
+
+    def needs_key(self, path: str) -> bool:
+        """Whether an HTTP request for ``path`` must carry a key."""
+        if path in OPEN_PATHS or path.startswith(OPEN_PREFIXES):
+            return False
+        if path in PROBE_PATHS or _MODEL_READY.fullmatch(path):
+            return self.probes
+        return True
+
+    def grpc_needs_key(self, method: str) -> bool:
+        """Whether a gRPC call of ``method`` (``/package.Service/Method``) must carry a key."""
+        if method.startswith("/grpc.reflection."):
+            return False
+        if method in GRPC_PROBES:
+            return self.probes
+        return True
+
+
+def access_control(api_keys_file: Path | None, probes: bool) -> AccessControl | None:
+    """The service's access control from its settings; None when no key file is set (open)."""
+    if api_keys_file is None:
+        return None
+    return AccessControl(ApiKeys(api_keys_file), probes)
