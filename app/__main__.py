@@ -24,10 +24,12 @@ if __name__ == "__main__":
 import logging  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
+from typing import Any, NoReturn  # noqa: E402
 
 import uvicorn  # noqa: E402
+from pydantic import ValidationError  # noqa: E402
 
+from app.keyfile import KeyFileError, read_keys  # noqa: E402
 from app.observability import configure_logging  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.transports.ports import (  # noqa: E402
@@ -39,7 +41,7 @@ from app.transports.ports import (  # noqa: E402
 
 def main() -> None:
     """Run uvicorn from the ``TENSOR_OPS_*`` settings; several workers share one metrics dir."""
-    settings = Settings()
+    settings = _settings_or_exit()
     if settings.grpc_port:
         # Each worker would refuse the port at its start-up too, but uvicorn's supervisor then
         # exits with status 0: a process manager would take that for a clean stop.
@@ -70,6 +72,36 @@ def main() -> None:
     finally:
         if metrics_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _settings_or_exit() -> Settings:
+    """The settings, and the key file they name, checked before any worker starts: a refusal
+    is one log line a problem and exit status 2, not a traceback from each worker."""
+    try:
+        settings = Settings()
+        if settings.api_keys_file is not None:
+            read_keys(settings.api_keys_file)
+    except ValidationError as error:
+        _refuse_start([_in_words(item) for item in error.errors(include_url=False)])
+    except KeyFileError as error:
+        _refuse_start([f"TENSOR_OPS_API_KEYS_FILE: {error}"])
+    return settings
+
+
+def _in_words(item: Any) -> str:
+    message = str(item["msg"]).removeprefix("Value error, ")
+    if message.startswith("TENSOR_OPS_") or not item["loc"]:
+        return message
+    name = "TENSOR_OPS_" + "_".join(str(part) for part in item["loc"]).upper()
+    return f"{name} = {str(item.get('input'))[:64]!r}: {message}"
+
+
+def _refuse_start(problems: list[str]) -> NoReturn:
+    # The settings that would say how to log may be what is wrong: JSON, as by default.
+    configure_logging("info", os.environ.get("TENSOR_OPS_LOG_FORMAT", "json").lower())
+    for problem in problems:
+        logging.getLogger("tensor_ops.service").error("cannot start: %s", problem)
+    sys.exit(2)
 
 
 def _log_config(form: str) -> dict[str, Any]:
