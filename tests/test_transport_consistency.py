@@ -23,6 +23,7 @@ Transports:
 
 import base64
 import gzip
+import hashlib
 import io
 import re
 from collections.abc import AsyncIterator, Callable
@@ -612,6 +613,14 @@ ROWS = [
         app="rank",
     ),
     Row(
+        "no-api-key",
+        "no API key (with TENSOR_OPS_API_KEYS_FILE set)",
+        401,
+        every(lambda make: make("roll", ROLL)),
+        field="authorization",
+        app="keyed",
+    ),
+    Row(
         "unknown-model",
         "unknown model",
         404,
@@ -643,6 +652,7 @@ GRPC_CELLS: dict[str, Callable[[], bytes]] = {
     "output-too-large": lambda: gr("gather", WIDE_GATHER),
     "rank-too-large": lambda: gr("roll", DEEP_ROLL),
     "unknown-model": lambda: gr("roll", ROLL, model="nope"),
+    "no-api-key": lambda: gr("roll", ROLL),
 }
 ROWS = [replace(row, grpc_cell=GRPC_CELLS.get(row.key)) for row in ROWS]
 
@@ -658,10 +668,13 @@ CELLS = [
 
 
 @pytest.fixture(scope="module")
-def apps(app: FastAPI) -> dict[str, FastAPI]:
-    """The default app and one app per small limit, built once for the module."""
+def apps(app: FastAPI, tmp_path_factory: pytest.TempPathFactory) -> dict[str, FastAPI]:
+    """The default app, one app per small limit, and one with API keys, built once."""
     limited = {name: create_app(settings) for name, settings in LIMITED_SETTINGS.items()}
-    return {"default": app, **limited}
+    keys = tmp_path_factory.mktemp("keys") / "api-keys"
+    keys.write_text(f"{hashlib.sha256(b'a key no cell sends').hexdigest()} table\n")
+    keyed = create_app(Settings(api_keys_file=keys))
+    return {"default": app, **limited, "keyed": keyed}
 
 
 @pytest.fixture
