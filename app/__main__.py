@@ -1,4 +1,4 @@
-"""``python -m app``: serve tensor-ops with uvicorn as its settings say (host, port, workers)."""
+"""``python -m app``: serve tensor-ops with uvicorn as its settings say (address, workers, TLS)."""
 
 import os
 import sys
@@ -23,7 +23,9 @@ if __name__ == "__main__":
 
 import logging  # noqa: E402
 import shutil  # noqa: E402
+import ssl  # noqa: E402
 import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
 
 import uvicorn  # noqa: E402
@@ -68,6 +70,7 @@ def main() -> None:
             timeout_graceful_shutdown=int(settings.graceful_timeout),
             server_header=False,
             log_config=_log_config(settings.log_format),
+            **_tls_arguments(settings),
         )
     finally:
         if metrics_dir:
@@ -85,7 +88,67 @@ def _settings_or_exit() -> Settings:
         _refuse_start([_in_words(item) for item in error.errors(include_url=False)])
     except KeyFileError as error:
         _refuse_start([f"TENSOR_OPS_API_KEYS_FILE: {error}"])
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        problem = _tls_problem(
+            settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file
+        )
+        if problem:
+            _refuse_start([problem])
     return settings
+
+
+def _tls_arguments(settings: Settings) -> dict[str, Any]:
+    """uvicorn's TLS arguments: HTTPS from the certificate and key, and with a client CA,
+    a certificate from every client. The context is uvicorn's ``ssl.SSLContext`` of
+    ``PROTOCOL_TLS_SERVER``: TLS 1.2 at least (Python's floor since 3.10), no ALPN, HTTP/1.1."""
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return {}
+    arguments: dict[str, Any] = {
+        "ssl_certfile": str(settings.tls_cert_file),
+        "ssl_keyfile": str(settings.tls_key_file),
+    }
+    if settings.tls_client_ca_file is not None:
+        arguments["ssl_ca_certs"] = str(settings.tls_client_ca_file)
+        arguments["ssl_cert_reqs"] = ssl.CERT_REQUIRED
+    return arguments
+
+
+class _EncryptedKeyError(Exception):
+    """Raised instead of OpenSSL asking for a passphrase on the terminal."""
+
+
+def _no_passphrase() -> str:
+    raise _EncryptedKeyError
+
+
+def _tls_problem(cert: Path, key: Path, client_ca: Path | None) -> str | None:
+    """What is wrong with the TLS files, in words, before any worker loads them (uvicorn and
+    gRPC would each fail with a traceback or a bare "cannot bind"); None when they load."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    for name, path in (("CERT_FILE", cert), ("CLIENT_CA_FILE", client_ca)):
+        if path is None:
+            continue
+        try:
+            context.load_verify_locations(cafile=path)
+        except (ssl.SSLError, OSError, ValueError) as error:
+            return f"TENSOR_OPS_TLS_{name} = {str(path)!r} holds no PEM certificate ({error})"
+    try:
+        context.load_cert_chain(cert, key, password=_no_passphrase)
+    except _EncryptedKeyError:
+        return (
+            f"TENSOR_OPS_TLS_KEY_FILE = {str(key)!r} is encrypted: give the key unencrypted "
+            "(kept readable by the service's user alone); there is no passphrase setting"
+        )
+    except ssl.SSLError as error:
+        if error.reason == "KEY_VALUES_MISMATCH":
+            return (
+                f"TENSOR_OPS_TLS_KEY_FILE = {str(key)!r} is not the private key of the "
+                f"certificate in TENSOR_OPS_TLS_CERT_FILE = {str(cert)!r}"
+            )
+        return f"TENSOR_OPS_TLS_KEY_FILE = {str(key)!r} holds no PEM private key ({error})"
+    except OSError as error:
+        return f"TENSOR_OPS_TLS_KEY_FILE = {str(key)!r} cannot be read: {error.strerror}"
+    return None
 
 
 def _in_words(item: Any) -> str:

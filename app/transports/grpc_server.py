@@ -92,17 +92,30 @@ class GrpcServer:
                 server,
                 pool=_reflection_pool(),
             )
+            credentials = _server_credentials(settings)
             try:
-                self.port = server.add_insecure_port(grpc_address(host, port))
+                if credentials is None:
+                    self.port = server.add_insecure_port(grpc_address(host, port))
+                else:
+                    self.port = server.add_secure_port(grpc_address(host, port), credentials)
             except RuntimeError as error:
                 held = port and not port_is_free(host, port)
                 reason = held_message(host, port) if held else unbindable_message(host, port, error)
+                if credentials is not None and not held:
+                    # gRPC refuses a certificate or key it cannot load as an unbindable address.
+                    reason += (
+                        "; or gRPC refused TENSOR_OPS_TLS_CERT_FILE and TENSOR_OPS_TLS_KEY_FILE "
+                        "(not PEM, or a key that is not the certificate's)"
+                    )
                 raise GrpcPortError(reason) from None
         await server.start()
         self.server = server
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        LOG.info("gRPC serving", extra={"address": grpc_address(host, self.port)})
+        LOG.info(
+            "gRPC serving",
+            extra={"address": grpc_address(host, self.port), "tls": credentials is not None},
+        )
         return self.port
 
     async def stop(self) -> None:
@@ -157,6 +170,19 @@ def _refusing(error: ServiceError, streams: bool) -> grpc.RpcMethodHandler[Any, 
     if streams:
         return grpc.unary_stream_rpc_method_handler(refuse_stream)
     return grpc.unary_unary_rpc_method_handler(refuse)
+
+
+def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
+    """TLS from the certificate and key HTTPS is served with (read once, at start-up), and
+    with a client CA, a certificate from every client; None: plaintext."""
+    if settings.tls_cert_file is None or settings.tls_key_file is None:
+        return None
+    client_ca = settings.tls_client_ca_file
+    return grpc.ssl_server_credentials(
+        [(settings.tls_key_file.read_bytes(), settings.tls_cert_file.read_bytes())],
+        root_certificates=client_ca.read_bytes() if client_ca is not None else None,
+        require_client_auth=client_ca is not None,
+    )
 
 
 def _interceptors(access: AccessControl | None) -> list[grpc.aio.ServerInterceptor]:

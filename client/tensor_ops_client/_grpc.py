@@ -1,7 +1,8 @@
 """``transport="grpc"``: KServe V2 ``ModelInfer`` over gRPC, for the sync and async clients.
 
-Everything but the call itself is here once: the target, the channel, the request's bytes, the
-answer's array and a gRPC status as ``TensorOpsError``. grpcio and protobuf (the client's
+Everything but the call itself is here once: the target, the channel (plaintext or TLS, and the
+API key's metadata), the request's bytes, the answer's array and a gRPC status as
+``TensorOpsError``. grpcio and protobuf (the client's
 ``grpc`` extra) are imported only when a client first uses this transport: without them the
 package imports and its other transports work as ever.
 
@@ -13,8 +14,10 @@ read-only view of them.
 """
 
 import math
+import os
+import ssl
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -105,6 +108,60 @@ def check_target(target: str | None) -> str:
     if found and scheme.lower() in ("http", "https", "grpc", "grpcs"):
         raise ValueError(f"grpc_target is host:port, not a URL: got {target!r}")
     return target
+
+
+class ChannelSecurity:
+    """How the channel is dialled and each call made: TLS (with the PEM bytes of the CA bundle
+    and of the client certificate and key, read once) or plaintext, and the API key's metadata.
+
+    Over TLS, ``verify`` is True (gRPC's own root certificates, or the file named by
+    ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH``) or a CA bundle's path; gRPC can neither take an
+    ``ssl.SSLContext`` nor skip the check, so those are refused here.
+    """
+
+    def __init__(
+        self,
+        tls: bool,
+        verify: "bool | str | os.PathLike[str] | ssl.SSLContext" = True,
+        cert: "tuple[str | os.PathLike[str], str | os.PathLike[str]] | None" = None,
+        api_key: str | None = None,
+    ) -> None:
+        self.tls = tls
+        self.root_certificates: bytes | None = None
+        self.private_key: bytes | None = None
+        self.certificate_chain: bytes | None = None
+        if tls:
+            if isinstance(verify, ssl.SSLContext):
+                raise ValueError(
+                    "transport='grpc' takes verify= as a CA bundle's path (or True), not an "
+                    "ssl.SSLContext: gRPC reads the certificates itself"
+                )
+            if verify is False:
+                raise ValueError(
+                    "transport='grpc' cannot skip the server's certificate check: give verify= "
+                    "the path of the CA certificate that signed it"
+                )
+            if verify is not True:
+                with open(verify, "rb") as file:
+                    self.root_certificates = file.read()
+            if cert is not None:
+                with open(cert[0], "rb") as file:
+                    self.certificate_chain = file.read()
+                with open(cert[1], "rb") as file:
+                    self.private_key = file.read()
+        #: Each call's metadata: the key as ``authorization: Bearer <key>``, or none.
+        self.metadata: tuple[tuple[str, str], ...] | None = (
+            (("authorization", f"Bearer {api_key}"),) if api_key else None
+        )
+
+    def credentials(self) -> "grpc.ChannelCredentials":
+        import grpc  # noqa: PLC0415
+
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.root_certificates,
+            private_key=self.private_key,
+            certificate_chain=self.certificate_chain,
+        )
 
 
 def _detail(
@@ -224,11 +281,17 @@ def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError
 class GrpcModelInfer:
     """``ModelInfer`` on a channel of its own, bytes in and bytes out (sync)."""
 
-    def __init__(self, target: str | None) -> None:
+    def __init__(self, target: str | None, security: ChannelSecurity) -> None:
         require_grpc()
         import grpc  # noqa: PLC0415
 
-        self.channel = grpc.insecure_channel(check_target(target), options=CHANNEL_OPTIONS)
+        self.metadata = security.metadata
+        if security.tls:
+            self.channel = grpc.secure_channel(
+                check_target(target), security.credentials(), options=CHANNEL_OPTIONS
+            )
+        else:
+            self.channel = grpc.insecure_channel(check_target(target), options=CHANNEL_OPTIONS)
         self.method: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(
             MODEL_INFER
         )
@@ -244,7 +307,7 @@ class GrpcModelInfer:
 
         request = infer_request(op, arrays, batch_dims)
         try:
-            answer = self.method(request, timeout=timeout)
+            answer = self.method(request, timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as error:
             raise rpc_failure(error, timeout) from error
         return infer_output(answer)
@@ -257,9 +320,10 @@ class AsyncGrpcModelInfer:
     """``ModelInfer`` on a ``grpc.aio`` channel of its own: made in the event loop it is first
     called from, as ``grpc.aio`` wants."""
 
-    def __init__(self, target: str | None) -> None:
+    def __init__(self, target: str | None, security: ChannelSecurity) -> None:
         require_grpc()
         self.target = check_target(target)
+        self.security = security
         self._channel: grpc.aio.Channel | None = None
         self._method: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] | None = None
 
@@ -267,7 +331,12 @@ class AsyncGrpcModelInfer:
         if self._method is None:
             import grpc.aio  # noqa: PLC0415
 
-            self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+            if self.security.tls:
+                self._channel = grpc.aio.secure_channel(
+                    self.target, self.security.credentials(), options=CHANNEL_OPTIONS
+                )
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=CHANNEL_OPTIONS)
             self._method = self._channel.unary_unary(MODEL_INFER)
         return self._method
 
@@ -283,7 +352,7 @@ class AsyncGrpcModelInfer:
         method = self._ready()
         request = infer_request(op, arrays, batch_dims)
         try:
-            answer = await method(request, timeout=timeout)
+            answer = await method(request, timeout=timeout, metadata=self.security.metadata)
         except grpc.RpcError as error:
             raise rpc_failure(error, timeout) from error
         return infer_output(answer)
@@ -302,10 +371,10 @@ class SyncSlot:
         self._lock = threading.Lock()
         self.infer: GrpcModelInfer | None = None
 
-    def get(self, target: str | None) -> GrpcModelInfer:
+    def get(self, target: str | None, security: Callable[[], ChannelSecurity]) -> GrpcModelInfer:
         with self._lock:
             if self.infer is None:
-                self.infer = GrpcModelInfer(target)
+                self.infer = GrpcModelInfer(target, security())
             return self.infer
 
     def close(self) -> None:

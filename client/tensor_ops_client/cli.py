@@ -11,7 +11,12 @@ import numpy.typing as npt
 
 from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
 from tensor_ops_client._version import __version__
-from tensor_ops_client.client import DEFAULT_URL, TensorOpsClient, TensorOpsError
+from tensor_ops_client.client import (
+    API_KEY_VARIABLE,
+    DEFAULT_URL,
+    TensorOpsClient,
+    TensorOpsError,
+)
 from tensor_ops_wire.dtypes import BFLOAT16
 from tensor_ops_wire.npy import decode_npy, encode_npy
 
@@ -54,6 +59,25 @@ def _parser() -> argparse.ArgumentParser:
         help="the service's gRPC address, for --transport grpc (default: the host of --url, "
         f"port {DEFAULT_GRPC_PORT})",
     )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help=f"the API key, sent as 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE}; "
+        "prefer the variable, as other users of the machine can read a command's arguments)",
+    )
+    parser.add_argument(
+        "--ca-cert",
+        metavar="PATH",
+        help="PEM CA bundle to check the service's certificate against, for an https:// --url "
+        "(HTTP and gRPC) (default: the public roots httpx (certifi) and gRPC come with)",
+    )
+    parser.add_argument(
+        "--client-cert",
+        metavar="PATH",
+        help="PEM client certificate (chain) to present, for a service that asks for one "
+        "(mutual TLS); with --client-key",
+    )
+    parser.add_argument("--client-key", metavar="PATH", help="PEM private key of --client-cert")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     ops = parser.add_subparsers(dest="op", required=True)
     roll = ops.add_parser("roll", help="Roll-7: shift elements along axes")
@@ -77,10 +101,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.grpc_target is not None and args.transport != "grpc":
         parser.error("--grpc-target is for --transport grpc")
+    if (args.client_cert is None) != (args.client_key is None):
+        parser.error("--client-cert and --client-key go together")
     data = _load(args.data, args.dtype)
     try:
-        client = TensorOpsClient(args.url, transport=args.transport, grpc_target=args.grpc_target)
-    except (ImportError, ValueError) as error:  # no grpcio, or a URL as --grpc-target
+        client = TensorOpsClient(
+            args.url,
+            transport=args.transport,
+            grpc_target=args.grpc_target,
+            api_key=args.api_key,
+            verify=args.ca_cert if args.ca_cert is not None else True,
+            cert=(args.client_cert, args.client_key) if args.client_cert is not None else None,
+        )
+    # No grpcio, a URL as --grpc-target, TLS options for an http:// URL, a key that cannot be
+    # sent, a certificate file that cannot be read or loaded.
+    except (ImportError, ValueError, OSError) as error:
         raise SystemExit(f"tensor-ops: {error}") from None
     with client:
         try:
