@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app import tracing
 from app.access import AccessControl
 from app.errors import ServiceError
 from app.observability import accepted_request_id, record
@@ -46,6 +47,8 @@ class FrontDoor:
         self.direct = direct
         #: API keys, when they are on: checked here, before any route runs, for both ways in.
         self.access = access
+        if tracing.TRACER is not None:  # each request in a server span (nothing when off)
+            self._observed = tracing.http_spans(self._observed)  # type: ignore[method-assign]
 
     def direct_route(self, scope: Scope) -> DirectRoute | None:
         """The direct route of a request, or None for FastAPI to route it."""

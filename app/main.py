@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app import tracing
 from app.access import AccessControl, access_control
 from app.docs import add_offline_docs
 from app.front import DirectRoute, FrontDoor, ObservedApp
@@ -145,6 +146,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         begin_stopping()
         if stopping is not None:
             await stopping
+        await tracing.flush()  # the worker's last spans, before it exits
 
 
 class Service(FastAPI):
@@ -175,12 +177,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)
+    # In each worker process, from the standard OTEL_* variables (off when they are unset).
+    tracing.configure()
 
     app = Service(
         title="tensor-ops",
         version=VERSION,
         description=DESCRIPTION,
         lifespan=lifespan,
+        # The service traces every request itself (app.tracing): FastAPI's own telemetry
+        # would add a second server span to the routes it serves, and only to those.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
         docs_url=None,
         redoc_url=None,
     )

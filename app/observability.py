@@ -1,4 +1,6 @@
-"""One JSON log line and the metrics of every request, and its ``X-Request-ID``."""
+"""One JSON log line and the metrics of every request, and its ``X-Request-ID``; with tracing
+on, the line and its span tied together (the span's ids in the line, the request id on the span).
+"""
 
 import contextlib
 import functools
@@ -11,6 +13,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from app import tracing
 from app.metrics import BYTES_IN, BYTES_OUT, KEY_REQUESTS, LATENCY, REQUESTS
 
 ACCESS_LOG = logging.getLogger("tensor_ops.access")
@@ -24,6 +27,8 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         fields = {key: value for key, value in record.__dict__.items() if key not in self._standard}
+        if tracing.TRACER is not None and "trace_id" not in fields:
+            fields.update(tracing.log_ids())  # a line written inside a span
         if record.exc_info:
             fields["exception"] = self.formatException(record.exc_info)
         return json_line(
@@ -151,6 +156,9 @@ def record(
     if key is not None:
         fields["key"] = key
         _key_requests(key).inc()
+    if tracing.TRACER is not None:
+        # The request's span is current: it takes what the line says, and the line its ids.
+        fields |= tracing.request_done(request_id, route, status, bytes_in, bytes_out, reserved)
     _write_access_line(fields)
 
 

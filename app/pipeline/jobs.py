@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app import tracing
 from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
@@ -133,6 +134,26 @@ class Job:
             result = self.op.kernel(self.arrays, self.attributes, out)
         _elements(self.op.name).inc(result.size)
         return result
+
+
+class KernelSpanJob(Job):
+    """A job whose kernel runs in a "kernel" span (tracing on)."""
+
+    def output(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+        with tracing.kernel_span():
+            return super().output(out)
+
+
+def with_kernel_span(job: Job) -> Job:
+    """``job``, its kernel run in a span of its own."""
+    return KernelSpanJob(
+        job.op,
+        job.arrays,
+        job.attributes,
+        job.output_shape,
+        job.output_dtype,
+        job.workspace_bytes,
+    )
 
 
 def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limits) -> Job:

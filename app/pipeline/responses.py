@@ -10,6 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from app import tracing
 from app.errors import ServiceError, internal_error
 from app.pipeline.admission import Reservation
 from app.pipeline.body import read_body
@@ -123,6 +124,14 @@ class BuffersResponse(Response):
             await self.reservation.release()
 
 
+class SendSpanResponse(BuffersResponse):
+    """A ``BuffersResponse`` sent inside a "send" span (tracing on)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        with tracing.send_span():
+            await super().__call__(scope, receive, send)
+
+
 async def serve_http(
     pipeline: Pipeline,
     request: Request,
@@ -143,11 +152,17 @@ async def serve_http(
     try:
         answer, reservation = await pipeline.run(read, exchange())
     except ServiceError as error:
+        if tracing.TRACER is not None:
+            tracing.note_fault(error)
         return render(error)
     except Exception as error:
-        return render(internal_error(error))
+        failure = internal_error(error)
+        if tracing.TRACER is not None:
+            tracing.note_fault(failure)
+        return render(failure)
     settings = pipeline.settings
-    return BuffersResponse(
+    response = BuffersResponse if tracing.TRACER is None else SendSpanResponse
+    return response(
         answer.buffers,
         reservation,
         answer.media_type,

@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from app import tracing
 from app.pipeline.admission import MemoryBudget, Reservation
-from app.pipeline.jobs import Job, Limits
+from app.pipeline.jobs import Job, Limits, with_kernel_span
 from app.pipeline.threads import run_sized
 from app.settings import Settings
 
@@ -64,21 +65,36 @@ class Pipeline:
         """The answer to one request, and the reservation the caller releases once it is sent.
 
         Any failure releases the reservation and propagates (a ``ServiceError`` for the client's
-        faults), for the transport to render.
+        faults), for the transport to render. With tracing on, the stages are spans: "read",
+        "decode" (with the memory it waits for), and "encode" with the "kernel" inside it.
         """
+        # Tracing's stage spans, when it is on: a test here, and of a local below, when off.
+        stages = None if tracing.TRACER is None else tracing.Stages()
         reservation = self.budget.reserve()
         try:
+            if stages is not None:
+                stages.begin("read")
             body = await read(reservation)
             large = len(body) > self.settings.offload_bytes
+            if stages is not None:
+                stages.begin("decode", large)
             decoding = await run_sized(large, exchange.prepare, body)
             await reservation.grow_to(len(body) + decoding)
             job = await run_sized(large, exchange.decode, self.limits)
+            offload = large or job.output_bytes > self.settings.offload_bytes
+            if stages is not None:
+                stages.op(job.op.name)
+                stages.begin("encode", offload)
+                job = with_kernel_span(job)
             # The output and its encoding, and the kernel's own temporaries while it runs.
             compute = exchange.encoding_bytes(job) + job.workspace_bytes
             await reservation.grow_to(max(reservation.held, reservation.peak) + compute)
-            offload = large or job.output_bytes > self.settings.offload_bytes
             answer = await run_sized(offload, exchange.encode, job)
-        except BaseException:
+            if stages is not None:
+                stages.end()
+        except BaseException as error:
+            if stages is not None:
+                stages.fail(error)
             await reservation.release()
             raise
         return answer, reservation

@@ -20,6 +20,7 @@ import grpc.aio
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from app import tracing
 from app.access import AccessControl
 from app.errors import Fault, ServiceError, from_wire, internal_error
 from app.observability import accepted_request_id, record
@@ -444,7 +445,9 @@ def observed(
                 key=key,
             )
 
-    return handle
+    if tracing.TRACER is None:
+        return handle
+    return tracing.grpc_spans(route, handle, FAULT_KEY)  # each call in a server span
 
 
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
