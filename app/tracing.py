@@ -373,22 +373,23 @@ def request_done(
     if not ids.is_valid:
         return {}
     if span.is_recording():
-        span.set_attribute(REQUEST_ID, request_id)
-        span.set_attribute(RESERVED, reserved)
+        # What the span has so far (an SDK span shows it; the API's does not).
+        given: Mapping[str, Any] = getattr(span, "attributes", None) or {}
+        attributes: dict[str, Any] = {REQUEST_ID: request_id, RESERVED: reserved}
         if isinstance(status, int):
-            span.set_attribute("http.response.status_code", status)
-            span.set_attribute("http.request.body.size", bytes_in)
-            span.set_attribute("http.response.body.size", bytes_out)
-            if route not in _NO_ROUTE:
-                span.set_attribute("http.route", route)
-                method = getattr(span, "attributes", {}).get("http.request.method", "HTTP")
-                span.update_name(f"{method} {route}")
+            attributes["http.response.status_code"] = status
+            attributes["http.request.body.size"] = bytes_in
+            attributes["http.response.body.size"] = bytes_out
+            if route not in _NO_ROUTE and given.get("http.route") != route:
+                attributes["http.route"] = route  # known once FastAPI has routed it
+                span.update_name(f"{given.get('http.request.method', 'HTTP')} {route}")
             if status >= 500:
                 span.set_status(Status(StatusCode.ERROR, str(status)))
-                if "error.type" not in getattr(span, "attributes", {}):
-                    span.set_attribute("error.type", str(status))
+                if "error.type" not in given:
+                    attributes["error.type"] = str(status)
         elif status in _GRPC_CODES:
-            span.set_attribute("rpc.grpc.status_code", _GRPC_CODES[status])
+            attributes["rpc.grpc.status_code"] = _GRPC_CODES[status]
+        span.set_attributes(attributes)  # at once: the span takes its lock once
     return {"trace_id": format(ids.trace_id, "032x"), "span_id": format(ids.span_id, "016x")}
 
 
@@ -404,6 +405,19 @@ def log_ids() -> dict[str, str]:
 # Stage spans
 
 
+def recording() -> bool:
+    """Whether the current span (the request's) is recorded: sampled, its children will be."""
+    return trace.get_current_span().is_recording()
+
+
+def stages() -> Stages | None:
+    """The stage spans of the request under way; None when its span is not recorded (not
+    sampled): its stages would not be either, and making them would cost all the same."""
+    parent = otel_context.get_current()
+    request = trace.get_current_span(parent)
+    return Stages(parent, request) if request.is_recording() else None
+
+
 class Stages:
     """The stage spans of one request in the pipeline (read, decode, encode): one at a time,
     children of the request's span, each current while it runs (so that the kernel's span,
@@ -411,10 +425,9 @@ class Stages:
 
     __slots__ = ("parent", "request", "span", "token")
 
-    def __init__(self) -> None:
-        assert TRACER is not None
-        self.parent = otel_context.get_current()
-        self.request = trace.get_current_span(self.parent)
+    def __init__(self, parent: Context, request: Span) -> None:
+        self.parent = parent
+        self.request = request
         self.span: Span | None = None
         self.token: Token[Context] | None = None
 
@@ -431,8 +444,7 @@ class Stages:
 
     def op(self, name: str) -> None:
         """The op the request runs, on the request's span."""
-        if self.request.is_recording():
-            self.request.set_attribute(OP, name)
+        self.request.set_attribute(OP, name)
 
     def end(self) -> None:
         self._close()

@@ -497,6 +497,26 @@ async def test_the_json_log_line_carries_the_span_ids(
     assert line["span_id"] == hex_id(server.context.span_id, 16)
 
 
+async def test_an_unsampled_trace_makes_no_spans_but_its_log_line_has_its_id(
+    client: httpx.AsyncClient, exporter: InMemorySpanExporter
+) -> None:
+    handler = logging.getLogger("tensor_ops").handlers[0]
+    assert isinstance(handler, logging.StreamHandler)
+    stream = io.StringIO()
+    previous = handler.setStream(stream)
+    try:
+        # Flags 00: the caller does not sample this trace, and the default sampler follows it.
+        response = await client.post(
+            "/roll", json=ROLL, headers={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"}
+        )
+    finally:
+        handler.setStream(previous)
+    assert response.json()["data"] == ROLLED
+    assert exporter.get_finished_spans() == ()
+    [line] = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert line["trace_id"] == TRACE_ID
+
+
 def test_lines_logged_inside_a_span_carry_its_ids(exporter: InMemorySpanExporter) -> None:
     assert tracing.TRACER is not None
     record = logging.makeLogRecord({"name": "tensor_ops.x", "msg": "inside", "levelname": "INFO"})

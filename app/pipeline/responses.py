@@ -161,7 +161,8 @@ async def serve_http(
             tracing.note_fault(failure)
         return render(failure)
     settings = pipeline.settings
-    response = BuffersResponse if tracing.TRACER is None else SendSpanResponse
+    traced = tracing.TRACER is not None and tracing.recording()
+    response = SendSpanResponse if traced else BuffersResponse
     return response(
         answer.buffers,
         reservation,

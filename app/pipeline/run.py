@@ -69,7 +69,7 @@ class Pipeline:
         "decode" (with the memory it waits for), and "encode" with the "kernel" inside it.
         """
         # Tracing's stage spans, when it is on: a test here, and of a local below, when off.
-        stages = None if tracing.TRACER is None else tracing.Stages()
+        stages = None if tracing.TRACER is None else tracing.stages()
         reservation = self.budget.reserve()
         try:
             if stages is not None:

@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/benchmarks/small_stages.py            # /roll, /gather, /v2, gRPC
     .venv/bin/python tests/benchmarks/small_stages.py --json stages.json
+    .venv/bin/python tests/benchmarks/small_stages.py --tracing  # what tracing costs a /roll
 
 Each request is driven through the ASGI app (or the gRPC handler) as the server would drive
 it, with a receive that hands the whole body over at once and a send that keeps nothing; the
@@ -14,6 +15,13 @@ table and never asserts a time.
 
 What the server itself adds (HTTP parsing, socket writes, the event loop) is the same for the
 service and the anchor and is not here: ``bench.py``'s small-request section measures it all.
+
+``--tracing`` measures a small ``POST /roll`` the same way (no stage timers) with tracing off,
+on with every span sampled (a batch span processor, an exporter that drops them), and on with
+none sampled, each in a fresh process, the processes taking turns round after round; beside
+them the same request on the code of a commit before tracing existed (``--baseline``: by
+default the parent of the commit that added ``app/tracing.py``), extracted with ``git archive``.
+It also replays the checks a request makes of tracing when it is off, alone.
 """
 
 import argparse
@@ -23,8 +31,11 @@ import functools
 import json
 import logging
 import os
+import subprocess
 import sys
+import tempfile
 import time
+import timeit
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +54,7 @@ import app.pipeline.responses  # noqa: E402
 import app.transports.grpc  # noqa: E402
 import app.transports.http  # noqa: E402
 import app.transports.v2  # noqa: E402
+from app import tracing  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: E402
@@ -227,12 +239,191 @@ def report(name: str, figures: dict[str, float]) -> list[tuple[str, float]]:
     return rows
 
 
+#: Measures a small /roll in a fresh process, in the tree it runs in (this one, or a commit's):
+#: argv is the mode (off, on, unsampled), batches and batch size; prints the microseconds of
+#: the best batch's requests as JSON. Only the app's own names are used: any tree has them.
+TRACING_DRIVER = """
+import asyncio, json, logging, os, sys, time
+
+mode, batches, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for name in [name for name in os.environ if name.startswith("OTEL_")]:
+    del os.environ[name]
+os.environ["TENSOR_OPS_GRPC_PORT"] = "0"
+if mode != "off":
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON
+
+    class Dropped(SpanExporter):
+        def export(self, spans):
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider(sampler=ALWAYS_ON if mode == "on" else ALWAYS_OFF)
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    from app import tracing
+
+    tracing.install(provider)
+import app
+from app.main import create_app
+from app.settings import Settings
+
+service = create_app(Settings())
+for handler in logging.getLogger("tensor_ops").handlers:
+    handler.setStream(open(os.devnull, "w"))
+body = b'{"data":[1,2,3],"shift":1,"axes":0}'
+headers = [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
+           (b"content-length", str(len(body)).encode())]
+
+
+async def call():
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/roll", "raw_path": b"/roll",
+             "query_string": b"", "root_path": "", "headers": headers,
+             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000), "state": {}}
+    given = False
+    status = 0
+
+    async def receive():
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+
+    await service(scope, receive, send)
+    assert status == 200, status
+
+
+async def measure():
+    for _ in range(300):
+        await call()
+    best = float("inf")
+    for _ in range(batches):
+        started = time.perf_counter()
+        for _ in range(size):
+            await call()
+        best = min(best, (time.perf_counter() - started) / size)
+    return best
+
+
+print(json.dumps({"us": asyncio.run(measure()) * 1e6, "app": app.__file__}))
+"""
+TRACING_MODES = {
+    "tracing off": "off",
+    "tracing on, not sampled": "unsampled",
+    "tracing on, every span sampled and batched": "on",
+}
+
+
+def baseline_commit() -> str:
+    """The parent of the commit that added app/tracing.py."""
+    added = subprocess.run(
+        ["git", "log", "--diff-filter=A", "--format=%H", "--", "app/tracing.py"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    if not added:
+        raise SystemExit("no commit adds app/tracing.py: give --baseline")
+    return f"{added[-1]}^"
+
+
+def extract(commit: str, folder: Path) -> str:
+    """The tree of ``commit`` in ``folder``; returns its short hash."""
+    short = subprocess.run(
+        ["git", "rev-parse", "--short", commit], cwd=ROOT, capture_output=True, text=True,
+        check=True,
+    ).stdout.strip()  # fmt: skip
+    archive = subprocess.run(
+        ["git", "archive", commit], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return short
+
+
+def roll_in(tree: Path, mode: str, batches: int, size: int) -> float:
+    """A small /roll's microseconds, measured in a fresh process on ``tree``'s code."""
+    env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{tree / 'client'}"}
+    done = subprocess.run(
+        [sys.executable, "-c", TRACING_DRIVER, mode, str(batches), str(size)],
+        cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        raise SystemExit(f"the measurement failed in {tree}:\n{done.stderr}")
+    result = json.loads(done.stdout.splitlines()[-1])
+    if not str(result["app"]).startswith(str(tree)):
+        raise SystemExit(f"{tree}'s app was not the one measured: {result['app']}")
+    return float(result["us"])
+
+
+def tracing_checks_when_off() -> float:
+    """The seconds a request spends in tracing's code when it is off: the same tests, replayed
+    (the pipeline's, the HTTP answer's and the log line's)."""
+
+    def checks() -> None:
+        stages = None if tracing.TRACER is None else tracing.stages()
+        for _ in range(5):  # each stage's, the end's (or the failure's)
+            if stages is not None:
+                stages.end()
+        if tracing.TRACER is not None:  # the answer's class
+            pass
+        if tracing.TRACER is not None:  # the log line's ids
+            pass
+
+    number = 200_000
+    return min(timeit.repeat(checks, number=number, repeat=7)) / number
+
+
+def tracing_report(arguments: argparse.Namespace) -> dict[str, float]:
+    rows: dict[str, list[float]] = collections.defaultdict(list)
+    with tempfile.TemporaryDirectory(prefix="tensor-ops-baseline-") as folder:
+        commit = arguments.baseline or baseline_commit()
+        short = extract(commit, Path(folder))
+        trees = {f"no tracing code (commit {short})": (Path(folder), "off")}
+        trees |= {name: (ROOT, mode) for name, mode in TRACING_MODES.items()}
+        for turn in range(arguments.rounds):
+            for name, (tree, mode) in trees.items():
+                rows[name].append(roll_in(tree, mode, arguments.batches, arguments.size))
+            print(f"round {turn + 1} of {arguments.rounds} done", file=sys.stderr)
+    best = {name: min(values) for name, values in rows.items()}
+    off = best["tracing off"]
+    checks = tracing_checks_when_off() * 1e6
+    print(
+        f"\nPOST /roll (a 3-element int64 tensor) in process, per request: the best batch of "
+        f"{arguments.size} over {arguments.batches} batches, best of {arguments.rounds} "
+        "processes taking turns"
+    )
+    print(f"  {'':52s} {'us':>8s} {'x off':>7s}")
+    for name, value in best.items():
+        print(f"  {name:52s} {value:8.1f} {value / off:7.3f}")
+    print(
+        f"  {'the tests tracing adds when off, replayed alone':52s} {checks:8.3f} {checks / off:7.4f}"
+    )
+    spread = {name: (max(values) - min(values)) / min(values) for name, values in rows.items()}
+    print(
+        "  spread of one mode over its rounds (max/min - 1): "
+        + ", ".join(f"{value:.1%}" for value in spread.values())
+    )
+    return best | {"tracing checks when off": checks}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--size", type=int, default=300)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--tracing", action="store_true", help="what tracing costs a /roll")
+    parser.add_argument("--rounds", type=int, default=5, help="with --tracing: turns per mode")
+    parser.add_argument("--baseline", help="with --tracing: a commit without tracing")
     arguments = parser.parse_args()
+    if arguments.tracing:
+        figures = tracing_report(arguments)
+        if arguments.json:
+            arguments.json.write_text(json.dumps(figures, indent=2))
+        return
     instrument()
     service = create_app(Settings())
     for handler in logging.getLogger("tensor_ops").handlers:
