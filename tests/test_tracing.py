@@ -3,6 +3,7 @@ children on every transport, incoming trace context continued, the span's ids in
 nothing at all when off, and spans sent over OTLP from each worker of a real server."""
 
 import base64
+import concurrent.futures
 import contextlib
 import gzip
 import io
@@ -29,7 +30,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpSpanExporter,
 )
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -706,6 +707,53 @@ def collector() -> Iterator[Collector]:
         receiver.shutdown()
         receiver.server_close()
         thread.join(5)
+
+
+class GrpcCollector(trace_service_pb2_grpc.TraceServiceServicer):
+    """An OTLP/gRPC trace receiver: the names of the spans it was sent."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def Export(self, request: Any, context: Any) -> Any:  # noqa: N802 - the service's name
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                self.names.extend(span.name for span in scope_spans.spans)
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+
+async def test_the_grpc_protocol_sends_spans_over_otlp_grpc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    receiver = GrpcCollector()
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(2))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(receiver, server)  # type: ignore[no-untyped-call]
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    environ = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    try:
+        tracing.configure()
+        assert tracing.TRACER is not None
+        app = create_app(Settings(grpc_port=0))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://test"
+        ) as client:
+            assert (await client.post("/roll", json=ROLL)).json()["data"] == ROLLED
+        await tracing.flush()
+    finally:
+        provider = tracing._PROVIDER
+        tracing.uninstall()
+        if provider is not None:
+            provider.shutdown()
+        server.stop(None)
+    assert sorted(receiver.names) == sorted(
+        ["POST /roll", "read", "decode", "encode", "kernel", "send"]
+    )
 
 
 @pytest.mark.e2e
