@@ -191,7 +191,7 @@ def test_nginx_config_is_valid(tmp_path: Path) -> None:
     assert "[warn]" not in result.stderr and "[emerg]" not in result.stderr, result.stderr
 
 
-BUILT_IN = ["deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml"]
+BUILT_IN = ["deployment.yaml", "service.yaml", "hpa.yaml", "pdb.yaml", "networkpolicy.yaml"]
 
 
 def kubernetes_validate(paths: list[Path]) -> None:
