@@ -26,7 +26,10 @@ _NUMPY_BOUNDED = (
 class Settings(BaseSettings):
     """The service's settings; ``TENSOR_OPS_MAX_BODY_BYTES=1000`` sets ``max_body_bytes``."""
 
-    model_config = SettingsConfigDict(env_prefix="TENSOR_OPS_", extra="ignore")
+    # An empty variable is an unset one: templates (Compose's ${VAR:-}, Helm) write them.
+    model_config = SettingsConfigDict(
+        env_prefix="TENSOR_OPS_", extra="ignore", env_ignore_empty=True
+    )
 
     host: str = Field("127.0.0.1", description="address the server binds to")
     port: int = Field(8000, ge=0, le=65535, description="port the server listens on")

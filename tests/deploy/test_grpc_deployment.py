@@ -179,7 +179,7 @@ def deployment_container() -> dict[str, Any]:
 
 
 @pytest.mark.e2e
-def test_deployment_probes_pass_on_a_server_set_up_as_the_deployment() -> None:
+def test_deployment_probes_pass_on_a_server_set_up_as_the_deployment(tmp_path: Path) -> None:
     # The Deployment's environment (its two workers sharing the gRPC port included), run as the
     # image runs it; only the ports are free ones of 127.0.0.1.
     container = deployment_container()
@@ -189,6 +189,10 @@ def test_deployment_probes_pass_on_a_server_set_up_as_the_deployment() -> None:
     setting_of = {ports["http"]: "TENSOR_OPS_PORT", ports["grpc"]: "TENSOR_OPS_GRPC_PORT"}
     for name in ("TENSOR_OPS_HOST", "TENSOR_OPS_PORT"):
         del env[name]
+    # The key Secret the Deployment mounts, standing in: no key at all, the probes still open.
+    keys = tmp_path / "api-keys"
+    keys.write_text("# no key\n")
+    env["TENSOR_OPS_API_KEYS_FILE"] = str(keys)
     env["TENSOR_OPS_GRPC_PORT"] = str(grpc_port)
     url, process = launch_server(env=env, command=["-m", "app"])
     try:
