@@ -2,10 +2,11 @@
 ``OTEL_*`` variables name somewhere to send them, and off otherwise.
 
 Off, nothing of OpenTelemetry is imported by this module: ``TRACER`` is None, and each place
-that would make a span tests that once (a few nanoseconds). On, the SDK's tracer provider sends
-spans through a batch span processor to the OTLP exporter the variables choose (or to the
-console), from each worker process: the provider is made where the app is (after uvicorn has
-started the worker), never in its supervisor.
+that would make a span tests that once (a few nanoseconds); the front door and gRPC's handlers,
+which make the requests' spans, are wrapped only when the app is built with tracing on. On, the
+SDK's tracer provider sends spans through a batch span processor to the OTLP exporter the
+variables choose (or to the console), from each worker process: the provider is made where the
+app is (after uvicorn has started the worker), never in its supervisor.
 
 What turns it on (``settings_from``): ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` set, or ``OTEL_TRACES_EXPORTER`` naming ``console``; what keeps
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
     from opentelemetry.context import Context
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
@@ -179,12 +181,12 @@ def exporters_for(settings: TracingSettings) -> list[SpanExporter]:
     return exporters
 
 
-def service_resource() -> Any:
+def service_resource() -> Resource:
     """What the spans come from: this service, its version and worker process, overridden by
     ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``."""
     from opentelemetry.sdk.resources import OTELResourceDetector, Resource  # noqa: PLC0415
 
-    from app.version import VERSION  # noqa: PLC0415
+    from app.version import VERSION  # noqa: PLC0415 - read from the package's metadata
 
     own = Resource(
         {"service.name": "tensor-ops", "service.version": VERSION, "process.pid": os.getpid()}
@@ -197,7 +199,7 @@ def install(provider: TracerProvider) -> None:
     """Turn tracing on with ``provider`` (tests and benchmarks give their own)."""
     global TRACER, _PROVIDER, _CONTEXT_FIELDS  # noqa: PLW0603
     _load_api()
-    from app.version import VERSION  # noqa: PLC0415
+    from app.version import VERSION  # noqa: PLC0415 - read from the package's metadata
 
     _PROVIDER = provider
     _CONTEXT_FIELDS = frozenset(propagate.get_global_textmap().fields)
