@@ -31,6 +31,7 @@ from typing import Any, NoReturn  # noqa: E402
 import uvicorn  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
+from app import tracing  # noqa: E402
 from app.keyfile import KeyFileError, read_keys  # noqa: E402
 from app.observability import configure_logging  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -94,6 +95,10 @@ def _settings_or_exit() -> Settings:
         )
         if problem:
             _refuse_start([problem])
+    try:
+        tracing.settings_from(os.environ)
+    except tracing.TracingError as error:
+        _refuse_start([str(error)])
     return settings
 
 
