@@ -6,6 +6,7 @@ test module imports from another.
 
 import contextlib
 import io
+import logging
 import os
 import re
 import signal
@@ -161,6 +162,18 @@ def malloc_env() -> dict[str, str]:
 # Real servers
 
 _LOGS: dict[int, str] = {}  # server pid -> the file its output goes to
+
+
+class LogCollector(logging.Handler):
+    """Every record a logger hands it, kept (the service's loggers do not propagate to pytest's
+    caplog); add it after ``create_app``, which sets the service's handlers anew."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
 
 
 def free_port() -> int:

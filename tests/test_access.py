@@ -27,6 +27,7 @@ from app.main import create_app
 from app.settings import Settings
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.support import (
+    LogCollector,
     grpc_channel,
     grpc_serving,
     inference_stub,
@@ -58,22 +59,11 @@ def key_file(tmp_path: Path, *lines: str) -> Path:
     return path
 
 
-class Collector(logging.Handler):
-    """The service's log records, as its own handler sees them (it does not propagate)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
-def service_log() -> Iterator[Collector]:
+def service_log() -> Iterator[LogCollector]:
     """The service's records (ask for it after the app's fixture: create_app sets the
     handlers anew)."""
-    collector = Collector()
+    collector = LogCollector()
     logger = logging.getLogger("tensor_ops")
     logger.addHandler(collector)
     try:
@@ -295,7 +285,7 @@ async def test_probes_need_a_key_under_auth_probes(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_the_label_is_logged_and_counted_and_the_key_never(
-    keyed: httpx.AsyncClient, service_log: Collector
+    keyed: httpx.AsyncClient, service_log: LogCollector
 ) -> None:
     await keyed.post("/roll", json=ROLL, headers=bearer(OTHER_KEY))
     await keyed.post("/roll", json=ROLL, headers=bearer(KEY + "x"))
@@ -367,7 +357,7 @@ async def test_a_changed_key_file_is_read_again_and_a_broken_one_keeps_the_keys(
     monkeypatch.setattr(access_module, "RECHECK_SECONDS", 0.0)
     path = key_file(tmp_path, f"{digest(KEY)} first")
     transport = httpx.ASGITransport(app=create_app(Settings(api_keys_file=path)))
-    service_log = Collector()  # after create_app, which sets the service's handlers anew
+    service_log = LogCollector()  # after create_app, which sets the service's handlers anew
     logging.getLogger("tensor_ops").addHandler(service_log)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
         assert (await client.post("/roll", json=ROLL, headers=bearer(KEY))).status_code == 200

@@ -12,7 +12,7 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.support import launch_server, server_output, stop_server
+from tests.support import LogCollector, launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.anyio
 
@@ -63,17 +63,8 @@ async def test_request_id_taken_or_made_and_returned(client: httpx.AsyncClient) 
     assert re.fullmatch(r"[0-9a-f]{32}", hostile)
 
 
-class Collector(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 async def test_one_log_record_per_request(client: httpx.AsyncClient) -> None:
-    collector = Collector()
+    collector = LogCollector()
     logger = logging.getLogger("tensor_ops.access")
     logger.addHandler(collector)
     try:
