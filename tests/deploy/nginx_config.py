@@ -99,7 +99,10 @@ def render(
     ``upstreams`` maps each replica port the file names (8000, 8001) to the addresses of the
     servers standing in for the replicas; ``listens`` maps each port nginx listens on (8080,
     8081) to a port of 127.0.0.1. Logs go to ``run_dir``: ``access.log`` has one line per
-    request, ``port|upstream addresses tried|status|uri``.
+    request, ``port|upstream addresses tried|status|uri``; ``timing.log`` has one line per
+    request too, ``time|request time|upstream addresses|their statuses|their response
+    times|status|uri|client's X-Request-ID`` (times in seconds; lists as nginx writes them, one
+    entry per replica tried, separated by ", ").
     """
     text = CONFIG.read_text()
 
@@ -124,7 +127,10 @@ def render(
     text = text.replace(
         "http {",
         "http {\n    log_format calls '$server_port|$upstream_addr|$status|$request_uri';"
-        f"\n    access_log {run_dir}/access.log calls;{temp_paths}",
+        "\n    log_format timing '$msec|$request_time|$upstream_addr|$upstream_status|"
+        "$upstream_response_time|$status|$request_uri|$http_x_request_id';"
+        f"\n    access_log {run_dir}/access.log calls;"
+        f"\n    access_log {run_dir}/timing.log timing;{temp_paths}",
         1,
     )
     # One process in the foreground, as this user: nothing to daemonise or hand to workers.
