@@ -70,6 +70,9 @@ def main() -> None:
             access_log=False,  # the service logs each request itself, as JSON
             timeout_graceful_shutdown=int(settings.graceful_timeout),
             server_header=False,
+            # Each answer's head and body in one write: a replica that dies between the two
+            # would leave a load balancer an answer it can neither finish nor move on.
+            http="app.transports.http_protocol:JoinedWritesProtocol",
             log_config=_log_config(settings.log_format),
             **_tls_arguments(settings),
         )
