@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.deploy.browser import PageServer, Preflights, chromium, fresh_page, needs_chromium
+from tests.deploy.browser import PageServer, Preflights, fresh_page, needs_chromium
 from tests.support import launch_server, stop_server
 
 if TYPE_CHECKING:
@@ -74,12 +74,6 @@ def service_url(
         yield url
     finally:
         stop_server(process)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator["Browser"]:
-    with chromium() as launched:
-        yield launched
 
 
 @needs_chromium

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from app.registry import REGISTRY
-from tests.deploy.browser import STEP_MS, chromium, fresh_page, needs_chromium
+from tests.deploy.browser import STEP_MS, fresh_page, needs_chromium
 from tests.support import launch_server, stop_server
 
 if TYPE_CHECKING:
@@ -27,12 +27,6 @@ def keyed_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
     finally:
         stop_server(process)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator["Browser"]:
-    with chromium() as launched:
-        yield launched
 
 
 def roll_operation(page: "Page") -> "Locator":
