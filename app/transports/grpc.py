@@ -334,6 +334,9 @@ class InferenceService:
         self.ready = ready
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
+        #: Inference calls begun and not yet ended (their answers sent, or given up): the
+        #: stop waits for none.
+        self.calls_in_flight = 0
 
     async def server_live(self, request: Any, context: Any, notes: CallNotes) -> Any:
         return pb.ServerLiveResponse(live=True)
@@ -359,9 +362,12 @@ class InferenceService:
         )
 
     async def model_infer(self, message: bytes, context: Any, notes: CallNotes) -> bytes:
-        # No readiness check here: once the service stops, gRPC itself answers new calls
-        # UNAVAILABLE, and a call it has taken (its message perhaps still arriving when the
-        # stop began) is served to the end.
+        # No readiness check here: once the service stops, new calls are refused UNAVAILABLE
+        # before they get here (GrpcServer.stop), and a call already taken (its message
+        # perhaps still arriving when the stop began) is served to the end.
+        self.calls_in_flight += 1
+        context.add_done_callback(self._ended)
+
         async def read(reservation: Reservation) -> Body:
             notes.reservation = reservation
             # The message as gRPC received it (its buffer is not all given back at once) and
@@ -373,6 +379,9 @@ class InferenceService:
         if reservation.held:
             _release_when_done(context, reservation)
         return bytes(answer.buffers[0])
+
+    def _ended(self, _: Any) -> None:
+        self.calls_in_flight -= 1
 
 
 def _tensor_metadata(item: dict[str, Any]) -> Any:

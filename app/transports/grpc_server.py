@@ -3,7 +3,9 @@ a port shared by the workers of one service and by nobody else, and a drain on s
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -14,10 +16,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from app.access import AccessControl
-from app.errors import ServiceError
+from app.errors import Fault, ServiceError
 from app.pipeline.run import Pipeline
 from app.settings import Settings
 from app.transports.grpc import (
+    CODES,
+    FAULT_KEY,
     LARGEST_MESSAGE,
     SERVICE_NAME,
     InferenceService,
@@ -44,6 +48,7 @@ __all__ = [
 ]
 
 LOG = logging.getLogger("tensor_ops.grpc")
+INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
 
 
 class GrpcServer:
@@ -62,6 +67,8 @@ class GrpcServer:
         self.access = access
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
+        self.service = InferenceService(pipeline, ready, access)
+        self.drain = Drain()
         self.port = 0
 
     async def start(self) -> int:
@@ -81,11 +88,9 @@ class GrpcServer:
                     ),
                     ("grpc.so_reuseport", int(shared)),
                 ],
-                interceptors=_interceptors(self.access),
+                interceptors=[self.drain, *_interceptors(self.access)],
             )
-            server.add_generic_rpc_handlers(
-                (inference_handler(InferenceService(self.pipeline, self.ready, self.access)),)
-            )
+            server.add_generic_rpc_handlers((inference_handler(self.service),))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             reflection.enable_server_reflection(
                 (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -120,12 +125,63 @@ class GrpcServer:
 
     async def stop(self) -> None:
         """Refuse new calls (UNAVAILABLE), let those in flight finish within the graceful
-        timeout, then stop."""
+        timeout, then stop.
+
+        gRPC's own stop closes a connection as soon as its last call has ended; a large answer's
+        tail then still sits in the socket's send buffer, and the close (with the client's
+        window updates unread) resets the connection and loses it: the client sees UNAVAILABLE
+        for a call the service finished. So the service refuses new inference calls itself
+        first, waits until those in flight have ended and lingers a moment for their last bytes
+        to leave, and only then hands the rest of the graceful timeout to gRPC's stop (which
+        still serves a call whose message was arriving when the stop began)."""
         server, self.server = self.server, None
         if server is None:
             return
+        deadline = time.monotonic() + self.settings.graceful_timeout
+        self.drain.closing = True
         await self.health.enter_graceful_shutdown()
-        await server.stop(self.settings.graceful_timeout)
+        quiet_since: float | None = None
+        while time.monotonic() < deadline:
+            now = time.monotonic()
+            if self.service.calls_in_flight:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= LINGER:
+                break
+            await asyncio.sleep(0.02)
+        await server.stop(max(0.0, deadline - time.monotonic()))
+
+
+#: How long no inference call must have been in flight before gRPC's stop closes the
+#: connections: time for the last answer's bytes to reach the client.
+LINGER = 0.5
+
+
+class Drain(grpc.aio.ServerInterceptor):
+    """Once the stop has begun, new inference calls are refused UNAVAILABLE (``shutting_down``,
+    as HTTP's 503); the probes and metadata calls are still answered (ready: false)."""
+
+    def __init__(self) -> None:
+        self.closing = False
+        error = ServiceError(Fault.SHUTTING_DOWN, (), "the service is shutting down")
+        trailers = ((FAULT_KEY, error.kind.value),)
+
+        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            await context.abort(CODES[error.kind], error.message, trailers)
+
+        self.refusal: grpc.RpcMethodHandler[Any, Any] = grpc.unary_unary_rpc_method_handler(refuse)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[
+            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+        ],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        if self.closing and handler_call_details.method == INFER_ROUTE:
+            return self.refusal
+        return await continuation(handler_call_details)
 
 
 class HealthKeys(grpc.aio.ServerInterceptor):

@@ -468,9 +468,15 @@ async def test_shutdown_drains_calls_in_flight_and_refuses_new_ones() -> None:
             async with grpc_channel(address) as fresh:
                 error = await refusal(inference_stub(fresh), request("roll", ROLL), timeout=5)
             assert error.code() is grpc.StatusCode.UNAVAILABLE
+            assert error.details() == "the service is shutting down"
+            assert ("tensor-ops-fault", "shutting_down") in tuple(error.trailing_metadata() or ())
+            # The probes are still answered while the service drains.
+            assert (await stub.ServerLive(pb.ServerLiveRequest())).live is True
+            assert not stopping.done()  # the stop waits for the call in flight
             await held.release()  # memory comes free: the call in flight finishes
             response = await in_flight
             await stopping
+            assert server.service.calls_in_flight == 0
     finally:
         await server.stop()
         app.state.ready = True
