@@ -30,6 +30,7 @@ from app.settings import Settings
 from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
 from app.transports.http import build_router, op_endpoints
+from app.transports.inference import SERVER_NAME
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.transports.v2 import build_v2_router, direct_infer_routes
 from app.transports.v2_models import InferenceRequest
@@ -226,6 +227,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(b'{"status":"shutting down"}', 503, media_type="application/json")
 
     @app.get(
+        "/info",
+        summary="The service: name, version, ops, limits and ports",
+        tags=["service"],
+    )
+    async def info() -> dict[str, Any]:
+        # What a client needs to size its requests; behind the API key when keys are on.
+        return service_info(settings, capacity)
+
+    @app.get(
         "/metrics",
         summary="Prometheus metrics",
         tags=["service"],
@@ -277,7 +287,7 @@ def cors_layer(app: ASGIApp, origins: tuple[str, ...]) -> ASGIApp:
             "traceparent",
             "tracestate",
         ],
-        expose_headers=["x-request-id", "retry-after", "www-authenticate"],
+        expose_headers=["x-request-id", "retry-after", "www-authenticate", "tensor-ops-fault"],
         max_age=600,
     )
 
@@ -307,3 +317,36 @@ def require_keys(schema: dict[str, Any], access: AccessControl) -> None:
 
 
 app = create_app()
+
+
+def service_info(settings: Settings, budget_bytes: int) -> dict[str, Any]:
+    """``GET /info``: the service's name and version, its ops (with their spec, inputs and
+    attributes), its limits and the ports of its transports."""
+    return {
+        "name": SERVER_NAME,
+        "version": VERSION,
+        "ops": [
+            {
+                "name": op.name,
+                "spec": op.spec,
+                "inputs": list(op.input_names),
+                "attributes": {item.name: item.default for item in op.attributes},
+            }
+            for op in REGISTRY.values()
+        ],
+        "limits": {
+            "max_body_bytes": settings.max_body_bytes,
+            "max_output_bytes": settings.max_output_bytes,
+            "max_rank": settings.max_rank,
+            "max_dimension": settings.max_dimension,
+            "memory_budget_bytes": budget_bytes,
+            "admission_timeout": settings.admission_timeout,
+            "body_timeout": settings.body_timeout,
+            "min_transfer_rate": settings.min_transfer_rate,
+        },
+        "transports": {
+            "http": ["json", "npz", "v2"],
+            "grpc_port": settings.grpc_port,
+        },
+        "access": {"api_keys": settings.api_keys_file is not None, "tls": settings.tls},
+    }

@@ -38,12 +38,18 @@ def render_detail(error: ServiceError) -> Response:
     )
 
 
+#: The fault's kind of a /v2 refusal (the ``type`` of the plain routes' items).
+FAULT_HEADER = "Tensor-Ops-Fault"
+
+
 def render_v2(error: ServiceError) -> Response:
     """The KServe V2 shape, ``{"error": "..."}``, each problem's location in words."""
+    # The protocol's body has room for a message only: the fault's kind goes in a header, as
+    # gRPC's trailing metadata carries it (the plain routes' body has it as ``type``).
     return Response(
         orjson.dumps({"error": error.message}),
         error.status,
-        headers=error.headers,
+        headers={**error.headers, FAULT_HEADER: error.kind.value},
         media_type="application/json",
     )
 
