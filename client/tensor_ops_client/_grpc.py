@@ -52,6 +52,7 @@ CHANNEL_OPTIONS = (
 #: Trailing metadata of the service's refusals.
 FAULT_KEY = "tensor-ops-fault"
 REQUEST_ID_KEY = "x-request-id"
+FIELD_KEY = "tensor-ops-field"
 RETRY_AFTER_KEY = "retry-after"
 
 #: A status without the service's fault kind (gRPC's own refusal, a message over the service's
@@ -195,6 +196,8 @@ def infer_request(op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int 
                 422,
                 f"parameters.batch_dims: must be an int64 integer, got {batch_dims!r:.64}",
                 _detail(None, "invalid_field"),
+                kind="invalid_field",
+                field="parameters.batch_dims",
             ) from None
     raw: list[npt.NDArray[np.uint8]] = []
     for name, value in arrays.items():
@@ -202,7 +205,10 @@ def infer_request(op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int 
         try:
             element = element_type_of(tensor.dtype)
         except UnknownDTypeError as error:
-            raise TensorOpsError(422, f"{name}: {error}", _detail(None, "tensor_type")) from None
+            detail = _detail(None, "tensor_type")
+            raise TensorOpsError(
+                422, f"{name}: {error}", detail, kind="tensor_type", field=name
+            ) from None
         request.inputs.add(name=name, datatype=element.kserve, shape=tensor.shape)
         # Little-endian and C order, as the protocol's raw contents are: no copy when it is so.
         little = np.ascontiguousarray(tensor, dtype=element.dtype.newbyteorder("<"))
@@ -252,7 +258,8 @@ def _text(value: str | bytes) -> str:
 
 def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError:
     """A failed call as ``TensorOpsError``: the HTTP status the service gives the same refusal,
-    its message, and in ``detail`` the gRPC code's name and the service's trailing metadata."""
+    its message, its fault kind, field, request id and ``retry-after``, and in ``detail`` the
+    gRPC code's name and the service's trailing metadata."""
     code = error.code()
     code_name = code.name if code is not None else "UNKNOWN"
     details = error.details() or code_name
@@ -263,19 +270,46 @@ def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError
         metadata.setdefault(key.lower(), _text(value))
     fault = metadata.get(FAULT_KEY)
     retry_after = metadata.get(RETRY_AFTER_KEY)
-    detail = _detail(code_name, fault, metadata.get(REQUEST_ID_KEY), retry_after)
+    request_id = metadata.get(REQUEST_ID_KEY)
+    detail = _detail(code_name, fault, request_id, retry_after)
     status = FAULT_STATUS.get(fault) if fault is not None else None
     if status is None:
+        fault = None
         if code_name in NO_ANSWER:
             reason = NO_ANSWER[code_name]
             if code_name == "DEADLINE_EXCEEDED" and timeout is not None:
                 reason = f"no answer within the timeout of {timeout:g} s"
-            return TensorOpsError(0, f"{reason}: {details}", detail)
+            # UNAVAILABLE: the channel could not connect, or the connection broke: a repeat
+            # is safe (the ops are pure). A deadline passed or a cancel is not repeated.
+            return TensorOpsError(
+                0,
+                f"{reason}: {details}",
+                detail,
+                request_id=request_id,
+                retryable=code_name == "UNAVAILABLE",
+            )
         if code_name == "RESOURCE_EXHAUSTED" and retry_after is not None:
             status = 503
         else:
             status = CODE_STATUS.get(code_name, 500)
-    return TensorOpsError(status, details, detail)
+    return TensorOpsError(
+        status,
+        details,
+        detail,
+        kind=fault,
+        field=metadata.get(FIELD_KEY) or None,
+        request_id=request_id,
+        retry_after=_seconds(retry_after),
+        retryable=status == 503,
+    )
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
 class GrpcModelInfer:
@@ -296,21 +330,14 @@ class GrpcModelInfer:
             MODEL_INFER
         )
 
-    def __call__(
-        self,
-        op: str,
-        arrays: Mapping[str, npt.ArrayLike],
-        batch_dims: int | None,
-        timeout: float | None,
-    ) -> npt.NDArray[Any]:
+    def send(self, message: bytes, timeout: float | None) -> bytes:
+        """One ``ModelInfer`` call: the answer's bytes, or ``TensorOpsError``."""
         import grpc  # noqa: PLC0415
 
-        request = infer_request(op, arrays, batch_dims)
         try:
-            answer = self.method(request, timeout=timeout, metadata=self.metadata)
+            return self.method(message, timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as error:
             raise rpc_failure(error, timeout) from error
-        return infer_output(answer)
 
     def close(self) -> None:
         self.channel.close()
@@ -340,22 +367,15 @@ class AsyncGrpcModelInfer:
             self._method = self._channel.unary_unary(MODEL_INFER)
         return self._method
 
-    async def __call__(
-        self,
-        op: str,
-        arrays: Mapping[str, npt.ArrayLike],
-        batch_dims: int | None,
-        timeout: float | None,
-    ) -> npt.NDArray[Any]:
+    async def send(self, message: bytes, timeout: float | None) -> bytes:
+        """One ``ModelInfer`` call: the answer's bytes, or ``TensorOpsError``."""
         import grpc  # noqa: PLC0415
 
         method = self._ready()
-        request = infer_request(op, arrays, batch_dims)
         try:
-            answer = await method(request, timeout=timeout, metadata=self.security.metadata)
+            return await method(message, timeout=timeout, metadata=self.security.metadata)
         except grpc.RpcError as error:
             raise rpc_failure(error, timeout) from error
-        return infer_output(answer)
 
     async def close(self) -> None:
         if self._channel is not None:

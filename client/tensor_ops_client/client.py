@@ -1,10 +1,11 @@
 """The sync and async clients of tensor-ops: NumPy arrays in, NumPy arrays out.
 
-Three transports, chosen by ``transport=``:
+Four transports, chosen by ``transport=``:
 
 - ``"npz"`` (the default): an ``.npz`` body to ``POST /roll`` or ``/gather`` over HTTP, the
   output back as raw ``.npy``;
 - ``"json"``: the same routes, each tensor a base64 ``.npy`` string in a JSON body;
+- ``"v2"``: KServe V2 ``POST /v2/models/{op}/infer`` with Triton's binary tensor extension;
 - ``"grpc"``: KServe V2 ``ModelInfer`` over gRPC (``inference.GRPCInferenceService``), each
   tensor as raw contents. Needs the ``grpc`` extra: ``pip install 'tensor-ops-client[grpc]'``.
 
@@ -12,6 +13,18 @@ The gRPC target: ``grpc_target="host:port"`` when given; else the host of the HT
 or the base URL of the ``http`` client given) with port 8001, the service's default
 ``TENSOR_OPS_GRPC_PORT``. So ``TensorOpsClient("http://gpu-box:8000", transport="grpc")`` calls
 ``gpu-box:8001``.
+
+Timeouts and retries:
+
+- ``timeout`` (seconds, default 120; None for none) bounds each attempt. Over HTTP it is httpx's
+  timeout: connecting, each read and each write may take that long (a large answer arriving
+  steadily is not cut off). Over gRPC it is the call's deadline: the whole call.
+- ``retry`` (a ``Retry``; default ``Retry()``: 5 attempts within 120 s; ``False``: one
+  attempt) repeats a call that failed for a reason a repeat can cure: no connection or a broken
+  one, the service's 503 (busy, or shutting down; its ``Retry-After`` honoured), a proxy's 502
+  or 504, gRPC's ``UNAVAILABLE``, and ``RESOURCE_EXHAUSTED`` with ``retry-after``. Roll and
+  Gather are pure functions, so a repeat is always safe. A call whose timeout passed is not
+  repeated. Each attempt's timeout is cut to what is left of ``Retry.deadline``.
 
 API keys and TLS (the service's ``TENSOR_OPS_API_KEYS_FILE`` and ``TENSOR_OPS_TLS_*``):
 
@@ -28,208 +41,161 @@ API keys and TLS (the service's ``TENSOR_OPS_API_KEYS_FILE`` and ``TENSOR_OPS_TL
   refused (ValueError) rather than ignored: the calls would not be encrypted. An httpx client
   given as ``http=`` keeps its own TLS settings; ``verify`` and ``cert`` then serve gRPC alone.
 
-Every failure raises ``TensorOpsError``; its ``status`` is an HTTP status whatever the
-transport. Over gRPC it is the status the service gives the same refusal over HTTP, read from
-the fault kind the service puts in the trailing metadata (``tensor-ops-fault``: 422 for
+Every failure raises ``TensorOpsError`` with ``status``, ``kind``, ``field``, ``message`` and
+``request_id`` (see its documentation); ``status`` is an HTTP status whatever the transport.
+Over gRPC it is the status the service gives the same refusal over HTTP, read from the fault
+kind the service puts in the trailing metadata (``tensor-ops-fault``: 422 for
 ``spec_violation``, 400 for ``tensor_decode``...). A status without it (gRPC's own refusal, or
 a proxy's) is mapped from its code: INVALID_ARGUMENT, FAILED_PRECONDITION and OUT_OF_RANGE 400,
 UNAUTHENTICATED 401, PERMISSION_DENIED 403, NOT_FOUND 404, ALREADY_EXISTS and ABORTED 409,
-RESOURCE_EXHAUSTED 413 (503 with ``retry-after``), UNIMPLEMENTED 501, any other 500. ``detail``
-is then ``{"grpc_code", "fault", "request_id", "retry_after"}`` (``grpc_code`` None: refused by
-the client before any call, an element type with no V2 datatype say).
+RESOURCE_EXHAUSTED 413 (503 with ``retry-after``), UNIMPLEMENTED 501, any other 500.
 
 Status 0 means no answer came, on any transport: the service could not be reached (over gRPC:
-UNAVAILABLE without the service's fault kind) or did not answer within ``timeout`` (over gRPC:
-DEADLINE_EXCEEDED; ``timeout`` is each call's deadline).
+UNAVAILABLE without the service's fault kind), the connection broke, or no answer came within
+``timeout`` (over gRPC: DEADLINE_EXCEEDED).
 """
 
-import json
-import os
-import ssl
-from collections.abc import Mapping
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self, TypeVar
 
 import httpx
-import numpy as np
 import numpy.typing as npt
 
-from tensor_ops_client._errors import TensorOpsError
-from tensor_ops_client._grpc import (
-    AsyncGrpcModelInfer,
-    ChannelSecurity,
-    SyncSlot,
-    default_target,
+from tensor_ops_client._core import (
+    API_KEY_VARIABLE,
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    TRANSPORTS,
+    ClientBase,
+    ClientCert,
+    Health,
+    HttpAnswer,
+    Plan,
+    ProgressHook,
+    SendGrpc,
+    SendHttp,
+    Transport,
+    Verify,
+    Wait,
+    http_verify,
+    transport_failure,
 )
-from tensor_ops_wire.b64 import b64encode
-from tensor_ops_wire.dtypes import BFLOAT16
-from tensor_ops_wire.npy import decode_npy, encode_npy
-from tensor_ops_wire.npz import encode_npz
-
-Transport = Literal["npz", "json", "grpc"]
-DEFAULT_URL = "http://127.0.0.1:8000"
-#: The environment variable an API key is read from when none is given.
-API_KEY_VARIABLE = "TENSOR_OPS_API_KEY"
-#: How the server's certificate is checked: True (the default roots), False (not at all; HTTP
-#: only), a CA bundle's path, or an ``ssl.SSLContext`` (HTTP only).
-Verify = bool | str | os.PathLike[str] | ssl.SSLContext
-#: A client certificate (chain) and its private key, two PEM files.
-ClientCert = tuple[str | os.PathLike[str], str | os.PathLike[str]]
+from tensor_ops_client._errors import TensorOpsError
+from tensor_ops_client._grpc import AsyncGrpcModelInfer, SyncSlot
+from tensor_ops_client._retry import Retry
 
 __all__ = [
     "API_KEY_VARIABLE",
+    "DEFAULT_TIMEOUT",
     "DEFAULT_URL",
+    "TRANSPORTS",
     "AsyncTensorOpsClient",
     "ClientCert",
+    "Health",
+    "ProgressHook",
+    "Retry",
     "TensorOpsClient",
     "TensorOpsError",
     "Transport",
     "Verify",
 ]
 
-
-def _api_key(given: str | None) -> str | None:
-    """The key to send: the one given, else ``TENSOR_OPS_API_KEY``'s; None for none or ``""``."""
-    key = (os.environ.get(API_KEY_VARIABLE, "") if given is None else given).strip()
-    # A header value with a space or a control character would be refused by httpx or gRPC
-    # with the value quoted in the message: refused here, unquoted.
-    if any(not "!" <= character <= "~" for character in key):
-        raise ValueError(
-            f"api_key (or {API_KEY_VARIABLE}) must be printable ASCII without spaces; "
-            "the value is not shown"
-        )
-    return key or None
+R = TypeVar("R")
+#: Bytes a progress hook is called after, going out and coming in.
+PROGRESS_STEP = 1 << 20
 
 
-def _tls_check(url: httpx.URL, verify: Verify, cert: ClientCert | None) -> bool:
-    """Whether the calls go over TLS (an https:// URL); ``verify`` or ``cert`` given for a
-    plaintext URL is refused rather than ignored."""
-    tls = url.scheme == "https"
-    if not tls and (cert is not None or verify is not True):
-        raise ValueError(
-            f"verify= and cert= are for TLS, but the URL is {url.scheme}:// (plaintext, for "
-            "gRPC too): give the service's https:// URL"
-        )
-    return tls
+def _chunks(content: bytes, progress: ProgressHook) -> Iterator[bytes]:
+    view = memoryview(content)
+    for start in range(0, len(view), PROGRESS_STEP):
+        chunk = view[start : start + PROGRESS_STEP]
+        yield bytes(chunk)
+        progress("upload", start + len(chunk), len(view))
 
 
-def _http_verify(verify: Verify, cert: ClientCert | None) -> ssl.SSLContext | bool:
-    """httpx's ``verify``: as given, or a context with the CA bundle and client certificate."""
-    if isinstance(verify, ssl.SSLContext):
-        if cert is not None:
-            raise ValueError(
-                "cert= goes with verify= True or a CA bundle's path; with an ssl.SSLContext, "
-                "load the client certificate into it (load_cert_chain)"
-            )
-        return verify
-    if isinstance(verify, bool):
-        if cert is None:
-            return verify
-        context = httpx.create_ssl_context(verify=verify)
-    else:
-        context = ssl.create_default_context(cafile=os.fspath(verify))
-    if cert is not None:
-        context.load_cert_chain(os.fspath(cert[0]), os.fspath(cert[1]))
-    return context
+async def _async_chunks(content: bytes, progress: ProgressHook) -> AsyncIterator[bytes]:
+    for chunk in _chunks(content, progress):
+        yield chunk
 
 
-def _json_body(
-    tensors: Mapping[str, npt.NDArray[Any]], batch_dims: int | None, bfloat16: bool
-) -> bytes:
-    """The JSON request with every tensor as a base64 ``.npy`` string.
-
-    The base64 alphabet (A-Z a-z 0-9 + / =) needs no escaping in a JSON string, so the encoded
-    files go in as they are: one join, with no JSON encoder passing over them (the standard
-    library's takes half a second on a 64 MiB tensor).
-    """
-    parts: list[bytes] = []
-    for name, tensor in tensors.items():
-        parts += [b",", json.dumps(name).encode(), b':"', b64encode(encode_npy(tensor).data), b'"']
-    if batch_dims is not None:
-        parts += [b',"batch_dims":', json.dumps(batch_dims).encode()]
-    if bfloat16:
-        parts.append(b',"dtype":"bfloat16"')
-    parts[0] = b"{"  # the first member's comma (there is always a data member)
-    parts.append(b"}")
-    return b"".join(parts)
+def _total(response: httpx.Response) -> int | None:
+    length = response.headers.get("content-length")
+    return int(length) if length is not None and length.isdigit() else None
 
 
-def _request(
-    op: str,
-    arrays: Mapping[str, npt.ArrayLike],
-    batch_dims: int | None,
-    transport: Transport,
-    api_key: str | None,
-) -> dict[str, Any]:
-    """Method, path, body, headers and query of one op call."""
-    tensors = {name: np.asarray(value) for name, value in arrays.items()}
-    bfloat16 = tensors["data"].dtype == BFLOAT16
-    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    if transport == "npz":
-        params: dict[str, Any] = {}
-        if batch_dims is not None:
-            params["batch_dims"] = batch_dims
-        if bfloat16:
-            params["dtype"] = "bfloat16"
-        return {
-            "url": f"/{op}",
-            "content": encode_npz(tensors),
-            "headers": {
-                "content-type": "application/x-npz",
-                "accept": "application/x-npy",
-                **headers,
-            },
-            "params": params,
-        }
-    return {
-        "url": f"/{op}",
-        "content": _json_body(tensors, batch_dims, bfloat16),
-        "headers": {"content-type": "application/json", "accept": "application/x-npy", **headers},
+class _Download:
+    """The answer's body as it comes, and the progress hook told on the way."""
+
+    def __init__(self, response: httpx.Response, progress: ProgressHook | None) -> None:
+        self.body = bytearray()
+        self.progress = progress
+        self.total = _total(response)
+        self.told = 0
+
+    def add(self, chunk: bytes) -> None:
+        self.body += chunk
+        if self.progress is not None and len(self.body) - self.told >= PROGRESS_STEP:
+            self.told = len(self.body)
+            self.progress("download", self.told, self.total)
+
+    def done(self, response: httpx.Response) -> HttpAnswer:
+        if self.progress is not None and self.told != len(self.body):
+            self.progress("download", len(self.body), self.total)
+        return HttpAnswer(response.status_code, response.headers, self.body)
+
+
+def _stream_arguments(action: SendHttp, progress: ProgressHook | None) -> dict[str, Any]:
+    request = action.request
+    arguments: dict[str, Any] = {
+        "method": request.method,
+        "url": request.url,
+        "headers": request.headers,
+        "params": request.params,
+        "timeout": action.timeout,
     }
+    if request.content is not None:
+        # Large bodies go in chunks when someone is watching the upload; else in one piece.
+        if progress is not None and len(request.content) > PROGRESS_STEP:
+            arguments["headers"] = {**request.headers, "content-length": str(len(request.content))}
+        else:
+            arguments["content"] = request.content
+    return arguments
 
 
-def _failure(status: int, body: bytes) -> TensorOpsError:
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested beyond reason
-        return TensorOpsError(status, body[:500].decode("utf-8", "replace") or "no message")
-    detail = payload.get("detail") if isinstance(payload, dict) else None
-    if isinstance(detail, list) and detail and isinstance(detail[0], dict):
-        messages = []
-        for item in detail:
-            where = ".".join(str(part) for part in item.get("loc", []) if part != "body")
-            messages.append(f"{where}: {item.get('msg')}" if where else str(item.get("msg")))
-        return TensorOpsError(status, "; ".join(messages), detail)
-    if isinstance(payload, dict) and "error" in payload:
-        return TensorOpsError(status, str(payload["error"]), payload)
-    return TensorOpsError(status, str(detail if detail is not None else payload), payload)
-
-
-def _output(body: bytearray, data_dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    array = decode_npy(body)
-    # Both ops keep the element type of data; bfloat16 comes back as 2-byte elements.
-    return array.view(BFLOAT16) if data_dtype == BFLOAT16 else array
-
-
-class TensorOpsClient:
+class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any]]):
     """Calls a tensor-ops service: ``TensorOpsClient(url).roll(data, shift, axes)``.
 
     Tensors go as an ``.npz`` body and come back as raw ``.npy`` by default (no JSON, no
-    base64); ``transport="json"`` sends base64 ``.npy`` in JSON instead, ``transport="grpc"``
-    calls KServe V2 ``ModelInfer`` over gRPC. Every failure raises ``TensorOpsError`` with the
-    service's status and message.
+    base64); ``transport="json"`` sends base64 ``.npy`` in JSON instead, ``transport="v2"``
+    KServe V2 binary tensors over HTTP, ``transport="grpc"`` KServe V2 ``ModelInfer`` over
+    gRPC. Every failure raises ``TensorOpsError`` with the service's status, fault kind, field
+    and message.
 
-    ``url`` is the service's HTTP address. ``grpc_target`` is its gRPC address, ``"host:port"``
-    (or any target gRPC dials, ``"unix:/path"`` say), for ``transport="grpc"``; by default the
-    host of ``url`` (of the base URL of ``http``, when one is given) with port 8001. ``timeout``
-    is in seconds: httpx's timeout, and each gRPC call's deadline.
-
-    ``api_key`` (default: ``TENSOR_OPS_API_KEY``), ``verify`` and ``cert``: see the module's
-    documentation. An ``https://`` URL is TLS for gRPC too.
+    - ``url``: the service's HTTP address.
+    - ``transport``: ``"npz"``, ``"json"``, ``"v2"`` or ``"grpc"``.
+    - ``timeout``: seconds each attempt may take (None: no limit); see the module's
+      documentation for what it bounds on each transport.
+    - ``retry``: a ``Retry`` (``True``: the default policy; ``False``: no retry; an int: that
+      many attempts).
+    - ``progress``: called as a request's body goes out and an answer's comes in (HTTP
+      transports), ``progress("upload" | "download", done, total)``, every MiB.
+    - ``http``: an ``httpx.Client`` of your own (its base URL is the service's).
+    - ``grpc_target``: the gRPC address, ``"host:port"`` (or any target gRPC dials,
+      ``"unix:/path"`` say); by default the host of ``url`` with port 8001.
+    - ``api_key`` (default: ``TENSOR_OPS_API_KEY``), ``verify`` and ``cert``: see the module's
+      documentation. An ``https://`` URL is TLS for gRPC too.
 
     With ``transport="grpc"`` the output is a read-only view of the received message (no copy);
     ``.copy()`` it to write into it. Without grpcio the constructor raises ``ImportError``
     saying ``pip install 'tensor-ops-client[grpc]'``.
+
+    >>> with TensorOpsClient("http://127.0.0.1:8000") as client:
+    ...     client.roll(np.arange(6).reshape(2, 3), shift=1, axes=1)
+    array([[2, 0, 1],
+           [5, 3, 4]])
     """
 
     def __init__(
@@ -237,68 +203,75 @@ class TensorOpsClient:
         url: str = DEFAULT_URL,
         *,
         transport: Transport = "npz",
-        timeout: float = 120.0,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retry: Retry | bool | int | None = True,
+        progress: ProgressHook | None = None,
         http: httpx.Client | None = None,
         grpc_target: str | None = None,
         api_key: str | None = None,
         verify: Verify = True,
         cert: ClientCert | None = None,
     ) -> None:
-        self.transport = transport
-        self.timeout = timeout
         base_url = httpx.URL(url) if http is None else http.base_url
-        #: Where ``transport="grpc"`` calls (None: no host to default to; give grpc_target).
-        self.grpc_target = grpc_target or default_target(base_url)
-        self._api_key = _api_key(api_key)
-        tls = _tls_check(base_url, verify, cert)
+        super().__init__(
+            url,
+            base_url,
+            transport=transport,
+            timeout=timeout,
+            retry=retry,
+            progress=progress,
+            grpc_target=grpc_target,
+            api_key=api_key,
+            verify=verify,
+            cert=cert,
+        )
         self._grpc = SyncSlot()
-        self._tls_options = (tls, verify, cert)
         if transport == "grpc":
             # grpcio missing, no target, or TLS files that cannot be read: said now.
             self._grpc.get(self.grpc_target, self._grpc_security)
         self._http = http or httpx.Client(
-            base_url=url, timeout=timeout, verify=_http_verify(verify, cert) if tls else True
+            base_url=url,
+            timeout=timeout,
+            verify=http_verify(verify, cert) if self._tls else True,
         )
 
-    def roll(
-        self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike
-    ) -> npt.NDArray[Any]:
-        """Roll-7: ``data`` shifted by ``shift`` along ``axes``."""
-        return self._call("roll", {"data": data, "shift": shift, "axes": axes}, None)
-
-    def gather(
-        self,
-        data: npt.ArrayLike,
-        indices: npt.ArrayLike,
-        axis: npt.ArrayLike,
-        batch_dims: int = 0,
-    ) -> npt.NDArray[Any]:
-        """Gather-8: the slices of ``data`` along ``axis`` at ``indices``."""
-        arrays = {"data": data, "indices": indices, "axis": axis}
-        return self._call("gather", arrays, batch_dims)
-
-    def _call(
-        self, op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int | None
-    ) -> npt.NDArray[Any]:
-        if self.transport == "grpc":
-            infer = self._grpc.get(self.grpc_target, self._grpc_security)
-            return infer(op, arrays, batch_dims, self.timeout)
-        request = _request(op, arrays, batch_dims, self.transport, self._api_key)
+    def _run(self, plan: Plan[R]) -> R:
         try:
-            with self._http.stream("POST", **request) as response:
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-        except httpx.HTTPError as error:
-            raise TensorOpsError(0, f"cannot reach the service: {error}") from error
-        if response.status_code != 200:
-            raise _failure(response.status_code, bytes(body))
-        return _output(body, np.asarray(arrays["data"]).dtype)
+            action = next(plan)
+            while True:
+                try:
+                    result = self._perform(action)
+                except TensorOpsError as error:
+                    action = plan.throw(error)
+                else:
+                    action = plan.send(result)
+        except StopIteration as stop:
+            value: R = stop.value
+            return value
 
-    def _grpc_security(self) -> ChannelSecurity:
-        return ChannelSecurity(*self._tls_options, self._api_key)
+    def _perform(self, action: SendHttp | SendGrpc | Wait) -> Any:
+        if isinstance(action, Wait):
+            time.sleep(action.seconds)
+            return None
+        if isinstance(action, SendGrpc):
+            infer = self._grpc.get(self.grpc_target, self._grpc_security)
+            return infer.send(action.message, action.timeout)
+        progress = self.progress
+        arguments = _stream_arguments(action, progress)
+        if "content" not in arguments and action.request.content is not None:
+            assert progress is not None
+            arguments["content"] = _chunks(action.request.content, progress)
+        try:
+            with self._http.stream(**arguments) as response:
+                download = _Download(response, progress)
+                for chunk in response.iter_bytes():
+                    download.add(chunk)
+        except httpx.HTTPError as error:
+            raise transport_failure(error, action.timeout) from error
+        return download.done(response)
 
     def close(self) -> None:
+        """Close the HTTP connections and the gRPC channel."""
         self._http.close()
         self._grpc.close()
 
@@ -314,12 +287,22 @@ class TensorOpsClient:
         self.close()
 
 
-class AsyncTensorOpsClient:
+class AsyncTensorOpsClient(
+    ClientBase[
+        Awaitable[npt.NDArray[Any]],
+        Awaitable[Health],
+        Awaitable[dict[str, Any]],
+    ]
+):
     """The asynchronous twin of ``TensorOpsClient``: ``await client.roll(...)``.
 
-    Same arguments (``api_key``, ``verify`` and ``cert`` too), same gRPC target rule
-    (``grpc_target``, else the host of ``url`` with port 8001); the ``grpc.aio`` channel is made
-    on the first call, in the event loop of that call.
+    Same arguments (``http`` is then an ``httpx.AsyncClient``), same methods, same retry
+    policy (its waits are ``asyncio.sleep``); the ``grpc.aio`` channel is made on the first
+    call, in the event loop of that call.
+
+    >>> async with AsyncTensorOpsClient("http://127.0.0.1:8000") as client:
+    ...     await client.gather([10, 20, 30], indices=[2, 0], axis=0)
+    array([30, 10])
     """
 
     def __init__(
@@ -327,70 +310,78 @@ class AsyncTensorOpsClient:
         url: str = DEFAULT_URL,
         *,
         transport: Transport = "npz",
-        timeout: float = 120.0,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        retry: Retry | bool | int | None = True,
+        progress: ProgressHook | None = None,
         http: httpx.AsyncClient | None = None,
         grpc_target: str | None = None,
         api_key: str | None = None,
         verify: Verify = True,
         cert: ClientCert | None = None,
     ) -> None:
-        self.transport = transport
-        self.timeout = timeout
         base_url = httpx.URL(url) if http is None else http.base_url
-        #: Where ``transport="grpc"`` calls (None: no host to default to; give grpc_target).
-        self.grpc_target = grpc_target or default_target(base_url)
-        self._api_key = _api_key(api_key)
-        tls = _tls_check(base_url, verify, cert)
+        super().__init__(
+            url,
+            base_url,
+            transport=transport,
+            timeout=timeout,
+            retry=retry,
+            progress=progress,
+            grpc_target=grpc_target,
+            api_key=api_key,
+            verify=verify,
+            cert=cert,
+        )
         self._grpc: AsyncGrpcModelInfer | None = None
-        self._tls_options = (tls, verify, cert)
         if transport == "grpc":
             self._grpc_infer()  # grpcio missing, no target, or unreadable TLS files: said now
         self._http = http or httpx.AsyncClient(
-            base_url=url, timeout=timeout, verify=_http_verify(verify, cert) if tls else True
+            base_url=url,
+            timeout=timeout,
+            verify=http_verify(verify, cert) if self._tls else True,
         )
 
-    async def roll(
-        self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike
-    ) -> npt.NDArray[Any]:
-        """Roll-7: ``data`` shifted by ``shift`` along ``axes``."""
-        return await self._call("roll", {"data": data, "shift": shift, "axes": axes}, None)
-
-    async def gather(
-        self,
-        data: npt.ArrayLike,
-        indices: npt.ArrayLike,
-        axis: npt.ArrayLike,
-        batch_dims: int = 0,
-    ) -> npt.NDArray[Any]:
-        """Gather-8: the slices of ``data`` along ``axis`` at ``indices``."""
-        arrays = {"data": data, "indices": indices, "axis": axis}
-        return await self._call("gather", arrays, batch_dims)
-
-    async def _call(
-        self, op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int | None
-    ) -> npt.NDArray[Any]:
-        if self.transport == "grpc":
-            return await self._grpc_infer()(op, arrays, batch_dims, self.timeout)
-        request = _request(op, arrays, batch_dims, self.transport, self._api_key)
+    async def _run(self, plan: Plan[R]) -> R:
         try:
-            async with self._http.stream("POST", **request) as response:
-                body = bytearray()
+            action = next(plan)
+            while True:
+                try:
+                    result = await self._perform(action)
+                except TensorOpsError as error:
+                    action = plan.throw(error)
+                else:
+                    action = plan.send(result)
+        except StopIteration as stop:
+            value: R = stop.value
+            return value
+
+    async def _perform(self, action: SendHttp | SendGrpc | Wait) -> Any:
+        if isinstance(action, Wait):
+            await asyncio.sleep(action.seconds)
+            return None
+        if isinstance(action, SendGrpc):
+            return await self._grpc_infer().send(action.message, action.timeout)
+        progress = self.progress
+        arguments = _stream_arguments(action, progress)
+        if "content" not in arguments and action.request.content is not None:
+            assert progress is not None
+            arguments["content"] = _async_chunks(action.request.content, progress)
+        try:
+            async with self._http.stream(**arguments) as response:
+                download = _Download(response, progress)
                 async for chunk in response.aiter_bytes():
-                    body += chunk
+                    download.add(chunk)
         except httpx.HTTPError as error:
-            raise TensorOpsError(0, f"cannot reach the service: {error}") from error
-        if response.status_code != 200:
-            raise _failure(response.status_code, bytes(body))
-        return _output(body, np.asarray(arrays["data"]).dtype)
+            raise transport_failure(error, action.timeout) from error
+        return download.done(response)
 
     def _grpc_infer(self) -> AsyncGrpcModelInfer:
         if self._grpc is None:
-            self._grpc = AsyncGrpcModelInfer(
-                self.grpc_target, ChannelSecurity(*self._tls_options, self._api_key)
-            )
+            self._grpc = AsyncGrpcModelInfer(self.grpc_target, self._grpc_security())
         return self._grpc
 
     async def aclose(self) -> None:
+        """Close the HTTP connections and the gRPC channel."""
         await self._http.aclose()
         if self._grpc is not None:
             await self._grpc.close()

@@ -1,0 +1,317 @@
+"""Everything the sync and async clients share: their methods, arguments and documentation, and
+each call's course (requests, answers, errors, retries) written once as a *plan*.
+
+A plan is a generator that yields what it needs done (``SendHttp``, ``SendGrpc``, ``Wait``)
+and is sent the result, or has the failure (``TensorOpsError``) thrown into it; it returns the
+call's result. ``TensorOpsClient`` carries the actions out with httpx's and gRPC's blocking
+calls and ``time.sleep``, ``AsyncTensorOpsClient`` with their ``async`` twins and
+``asyncio.sleep``: the I/O is all that differs between the two.
+"""
+
+import os
+import ssl
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, cast
+
+import httpx
+import numpy.typing as npt
+
+from tensor_ops_client._errors import TensorOpsError
+from tensor_ops_client._grpc import ChannelSecurity, default_target, infer_output, infer_request
+from tensor_ops_client._http import HttpRequest, failure, op_request, read_output
+from tensor_ops_client._retry import Attempts, Retry
+
+Transport = Literal["npz", "json", "v2", "grpc"]
+TRANSPORTS: tuple[Transport, ...] = ("npz", "json", "v2", "grpc")
+DEFAULT_URL = "http://127.0.0.1:8000"
+#: Seconds each attempt of a call may take (see ``TensorOpsClient``); None: no limit.
+DEFAULT_TIMEOUT = 120.0
+#: The environment variable an API key is read from when none is given.
+API_KEY_VARIABLE = "TENSOR_OPS_API_KEY"
+#: How the server's certificate is checked: True (the default roots), False (not at all; HTTP
+#: only), a CA bundle's path, or an ``ssl.SSLContext`` (HTTP only).
+Verify = bool | str | os.PathLike[str] | ssl.SSLContext
+#: A client certificate (chain) and its private key, two PEM files.
+ClientCert = tuple[str | os.PathLike[str], str | os.PathLike[str]]
+#: Called as bytes go out and come in: ``progress("upload" | "download", done, total)``,
+#: ``total`` None when the size is not known. HTTP transports only.
+ProgressHook = Callable[[str, int, int | None], None]
+
+R = TypeVar("R")
+ArrayT = TypeVar("ArrayT")
+HealthT = TypeVar("HealthT")
+InfoT = TypeVar("InfoT")
+
+
+@dataclass(frozen=True)
+class Health:
+    """The service's liveness (its process answers) and readiness (it takes work)."""
+
+    live: bool
+    ready: bool
+
+
+@dataclass
+class SendHttp:
+    """Make one HTTP request; the result is an ``HttpAnswer``."""
+
+    request: HttpRequest
+    timeout: float | None
+
+
+@dataclass
+class HttpAnswer:
+    status: int
+    headers: httpx.Headers
+    body: bytearray
+
+
+@dataclass
+class SendGrpc:
+    """Make one ``ModelInfer`` call of these bytes; the result is the answer's bytes."""
+
+    message: bytes
+    timeout: float | None
+
+
+@dataclass
+class Wait:
+    """Sleep this many seconds; the result is None."""
+
+    seconds: float
+
+
+Action = SendHttp | SendGrpc | Wait
+#: A call's course: yields actions, is sent their results, returns the call's result.
+Plan = Generator[Action, Any, R]
+
+
+def api_key_of(given: str | None) -> str | None:
+    """The key to send: the one given, else ``TENSOR_OPS_API_KEY``'s; None for none or ``""``."""
+    key = (os.environ.get(API_KEY_VARIABLE, "") if given is None else given).strip()
+    # A header value with a space or a control character would be refused by httpx or gRPC
+    # with the value quoted in the message: refused here, unquoted.
+    if any(not "!" <= character <= "~" for character in key):
+        raise ValueError(
+            f"api_key (or {API_KEY_VARIABLE}) must be printable ASCII without spaces; "
+            "the value is not shown"
+        )
+    return key or None
+
+
+def tls_of(url: httpx.URL, verify: Verify, cert: ClientCert | None) -> bool:
+    """Whether the calls go over TLS (an https:// URL); ``verify`` or ``cert`` given for a
+    plaintext URL is refused rather than ignored."""
+    tls = url.scheme == "https"
+    if not tls and (cert is not None or verify is not True):
+        raise ValueError(
+            f"verify= and cert= are for TLS, but the URL is {url.scheme}:// (plaintext, for "
+            "gRPC too): give the service's https:// URL"
+        )
+    return tls
+
+
+def http_verify(verify: Verify, cert: ClientCert | None) -> ssl.SSLContext | bool:
+    """httpx's ``verify``: as given, or a context with the CA bundle and client certificate."""
+    if isinstance(verify, ssl.SSLContext):
+        if cert is not None:
+            raise ValueError(
+                "cert= goes with verify= True or a CA bundle's path; with an ssl.SSLContext, "
+                "load the client certificate into it (load_cert_chain)"
+            )
+        return verify
+    if isinstance(verify, bool):
+        if cert is None:
+            return verify
+        context = httpx.create_ssl_context(verify=verify)
+    else:
+        context = ssl.create_default_context(cafile=os.fspath(verify))
+    if cert is not None:
+        context.load_cert_chain(os.fspath(cert[0]), os.fspath(cert[1]))
+    return context
+
+
+class ClientBase(Generic[ArrayT, HealthT, InfoT]):
+    """The methods of both clients, each a plan run by the subclass's ``_run``.
+
+    ``ArrayT``, ``HealthT`` and ``InfoT`` are what the methods give: the values themselves
+    (``TensorOpsClient``) or awaitables of them (``AsyncTensorOpsClient``).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        base_url: httpx.URL,
+        *,
+        transport: Transport,
+        timeout: float | None,
+        retry: "Retry | bool | int | None",
+        progress: ProgressHook | None,
+        grpc_target: str | None,
+        api_key: str | None,
+        verify: Verify,
+        cert: ClientCert | None,
+    ) -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        self.transport: Transport = transport
+        self.timeout = timeout
+        #: The retry policy (``retry=`` as given, made a ``Retry``).
+        self.retry = Retry.of(retry)
+        self.progress = progress
+        #: Where ``transport="grpc"`` calls (None: no host to default to; give grpc_target).
+        self.grpc_target = grpc_target or default_target(base_url)
+        self._api_key = api_key_of(api_key)
+        self._tls = tls_of(base_url, verify, cert)
+        self._verify = verify
+        self._cert = cert
+        self._auth = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+
+    def __repr__(self) -> str:
+        # The key is never shown.
+        return (
+            f"{type(self).__name__}(transport={self.transport!r}, timeout={self.timeout!r}, "
+            f"retry={self.retry!r})"
+        )
+
+    def _grpc_security(self) -> ChannelSecurity:
+        return ChannelSecurity(self._tls, self._verify, self._cert, self._api_key)
+
+    def _run(self, plan: Plan[Any]) -> Any:
+        raise NotImplementedError
+
+    # --- The methods ------------------------------------------------------------------------
+
+    def roll(self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike) -> ArrayT:
+        """Roll-7: ``data`` with its elements shifted by ``shift`` along ``axes``.
+
+        ``shift`` and ``axes`` are integers or 1-D integer arrays of the same length (one shift
+        for all axes is broadcast); negative axes count from the end. The output has the shape
+        and element type of ``data``.
+
+        >>> client.roll([[1, 2, 3], [4, 5, 6]], shift=1, axes=1)
+        array([[3, 1, 2],
+               [6, 4, 5]])
+        """
+        arrays = {"data": data, "shift": shift, "axes": axes}
+        return cast(ArrayT, self._run(self._op_plan("roll", arrays, None)))
+
+    def gather(
+        self,
+        data: npt.ArrayLike,
+        indices: npt.ArrayLike,
+        axis: npt.ArrayLike,
+        batch_dims: int = 0,
+    ) -> ArrayT:
+        """Gather-8: the slices of ``data`` along ``axis`` at ``indices``.
+
+        Negative indices count from the end of the axis; an index out of range gives a slice
+        of zeros. ``batch_dims`` leading dimensions are shared by ``data`` and ``indices``.
+
+        >>> client.gather([1, 2, 3, 4, 5], indices=[3, 10, -20], axis=0)
+        array([4, 0, 0])
+        """
+        arrays = {"data": data, "indices": indices, "axis": axis}
+        return cast(ArrayT, self._run(self._op_plan("gather", arrays, batch_dims)))
+
+    def health(self) -> HealthT:
+        """Whether the service is live and ready (``GET /health``, ``/health/ready``).
+
+        Not ready (shutting down) is ``Health(live=True, ready=False)``, not an error; no
+        answer raises ``TensorOpsError`` with status 0. One attempt, no retry: it is a probe.
+
+        >>> client.health()
+        Health(live=True, ready=True)
+        """
+        return cast(HealthT, self._run(self._health_plan()))
+
+    def info(self) -> InfoT:
+        """The service's name, version, ops, limits and ports (``GET /info``), a dict.
+
+        >>> client.info()["limits"]["max_rank"]
+        32
+        """
+        return cast(InfoT, self._run(self._info_plan()))
+
+    # --- The plans --------------------------------------------------------------------------
+
+    def _op_plan(
+        self, op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int | None
+    ) -> Plan[npt.NDArray[Any]]:
+        attempts = Attempts(self.retry)
+        if self.transport == "grpc":
+            message = infer_request(op, arrays, batch_dims)
+            while True:
+                try:
+                    answer = yield SendGrpc(message, attempts.timeout(self.timeout))
+                    return infer_output(answer)
+                except TensorOpsError as error:
+                    wait = attempts.wait_after(error)
+                    if wait is None:
+                        raise
+                yield Wait(wait)
+        request = op_request(op, arrays, batch_dims, self.transport)
+        request.headers.update(self._auth)
+
+        def read(answer: HttpAnswer) -> npt.NDArray[Any]:
+            return read_output(request, answer.body, answer.headers)
+
+        return (yield from self._http_plan(request, attempts, read))
+
+    def _http_plan(
+        self, request: HttpRequest, attempts: Attempts, read: Callable[[HttpAnswer], R]
+    ) -> Plan[R]:
+        """One HTTP call, repeated as the retry policy says; ``read`` makes a 200's result."""
+        while True:
+            try:
+                answer: HttpAnswer = yield SendHttp(request, attempts.timeout(self.timeout))
+                if answer.status != 200:
+                    raise failure(answer.status, bytes(answer.body), answer.headers)
+                return read(answer)
+            except TensorOpsError as error:
+                wait = attempts.wait_after(error)
+                if wait is None:
+                    raise
+            yield Wait(wait)
+
+    def _health_plan(self) -> Plan[Health]:
+        live: HttpAnswer = yield SendHttp(
+            HttpRequest("GET", "/health", headers=dict(self._auth)), self.timeout
+        )
+        if live.status != 200:
+            raise failure(live.status, bytes(live.body), live.headers)
+        ready: HttpAnswer = yield SendHttp(
+            HttpRequest("GET", "/health/ready", headers=dict(self._auth)), self.timeout
+        )
+        if ready.status not in (200, 503):
+            raise failure(ready.status, bytes(ready.body), ready.headers)
+        return Health(live=True, ready=ready.status == 200)
+
+    def _info_plan(self) -> Plan[dict[str, Any]]:
+        request = HttpRequest("GET", "/info", headers=dict(self._auth))
+
+        def read(answer: HttpAnswer) -> dict[str, Any]:
+            try:
+                info = httpx.Response(200, content=bytes(answer.body)).json()
+            except ValueError as error:
+                raise TensorOpsError(0, f"the service's /info is not JSON: {error}") from None
+            if not isinstance(info, dict):
+                raise TensorOpsError(0, "the service's /info is not a JSON object")
+            return info
+
+        return (yield from self._http_plan(request, Attempts(self.retry), read))
+
+
+def transport_failure(error: httpx.HTTPError, timeout: float | None) -> TensorOpsError:
+    """httpx's failure as ``TensorOpsError`` status 0: retryable when the connection could not
+    be made or broke, not when the timeout passed."""
+    if isinstance(error, httpx.ConnectTimeout):
+        return TensorOpsError(0, f"cannot reach the service: {error}", retryable=True)
+    if isinstance(error, httpx.TimeoutException):
+        limit = f" of {timeout:g} s" if timeout is not None else ""
+        return TensorOpsError(0, f"no answer within the timeout{limit}: {error}")
+    retryable = isinstance(error, httpx.NetworkError | httpx.RemoteProtocolError)
+    return TensorOpsError(0, f"cannot reach the service: {error}", retryable=retryable)
