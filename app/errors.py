@@ -94,9 +94,15 @@ class Problem:
         """FastAPI's shape of one error; ``type`` is the kind, the same on every transport."""
         return {"loc": list(self.loc), "msg": self.msg, "type": self.kind.value}
 
+    @property
+    def field(self) -> str:
+        """Where the problem is, dotted, without the part of the request (``"axes"``,
+        ``"parameters.batch_dims"``); ``""`` for the request as a whole."""
+        return ".".join(str(part) for part in self.loc if part not in ("body", "header", "query"))
+
     def in_words(self) -> str:
         """The problem as one line: ``"axes: axis 3 is out of range ..."``."""
-        where = ".".join(str(part) for part in self.loc if part not in ("body", "header", "query"))
+        where = self.field
         return f"{where}: {self.msg}" if where else self.msg
 
 

@@ -76,3 +76,20 @@ async def test_v2_refusals_name_their_fault_kind(body: object, status: int, kind
     assert answer.status_code == status
     assert answer.headers["tensor-ops-fault"] == kind
     assert set(answer.json()) == {"error"}
+
+
+async def test_v2_refusals_name_their_field() -> None:
+    app = create_app(Settings())
+    body = {
+        "inputs": [
+            {"name": "data", "shape": [2], "datatype": "INT64", "data": [1, 2]},
+            {"name": "shift", "shape": [1], "datatype": "INT64", "data": [1]},
+            {"name": "axes", "shape": [1], "datatype": "INT64", "data": [3]},
+        ]
+    }
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        answer = await c.post("/v2/models/roll/infer", json=body)
+    assert answer.status_code == 422
+    assert answer.headers["tensor-ops-fault"] == "spec_violation"
+    assert answer.headers["tensor-ops-field"] == "axes"
+    assert answer.json()["error"].startswith("axes: ")

@@ -38,8 +38,19 @@ def render_detail(error: ServiceError) -> Response:
     )
 
 
-#: The fault's kind of a /v2 refusal (the ``type`` of the plain routes' items).
+#: The fault's kind and field of a /v2 refusal (the ``type`` and ``loc`` of the plain routes'
+#: items), as gRPC's trailing metadata carries them.
 FAULT_HEADER = "Tensor-Ops-Fault"
+FIELD_HEADER = "Tensor-Ops-Field"
+
+
+def fault_headers(error: ServiceError) -> dict[str, str]:
+    """The kind and, when the fault is in one field, the field of a refusal."""
+    first = error.problems[0]
+    headers = {FAULT_HEADER: first.kind.value}
+    if first.field and first.field.isascii() and first.field.isprintable():
+        headers[FIELD_HEADER] = first.field
+    return headers
 
 
 def render_v2(error: ServiceError) -> Response:
@@ -49,7 +60,7 @@ def render_v2(error: ServiceError) -> Response:
     return Response(
         orjson.dumps({"error": error.message}),
         error.status,
-        headers={**error.headers, FAULT_HEADER: error.kind.value},
+        headers={**error.headers, **fault_headers(error)},
         media_type="application/json",
     )
 

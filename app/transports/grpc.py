@@ -28,6 +28,7 @@ from app.pipeline.admission import Reservation
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
+from app.transports.errors import fault_headers
 from app.transports.grpc_tensors import (
     ARENA_BYTES_PER_ELEMENT,
     can_be_typed,
@@ -437,7 +438,7 @@ def observed(
                 return response
             code = CODES[error.kind]
             status = code.name
-            tags.append((FAULT_KEY, error.kind.value))
+            tags.extend((name.lower(), value) for name, value in fault_headers(error).items())
             tags.extend((name.lower(), value) for name, value in error.headers.items())
             await context.abort(code, error.message, tuple(tags))
         finally:

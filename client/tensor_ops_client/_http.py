@@ -27,6 +27,7 @@ from tensor_ops_wire.npz import encode_npz
 
 HEADER_LENGTH = "inference-header-content-length"
 FAULT_HEADER = "tensor-ops-fault"
+FIELD_HEADER = "tensor-ops-field"
 REQUEST_ID_HEADER = "x-request-id"
 #: Statuses after which the same call may be made again: the service's memory is busy or it
 #: is shutting down (503), or a proxy in front of it found no replica that answered (502, 504).
@@ -180,7 +181,7 @@ def failure(status: int, body: bytes, headers: Mapping[str, str]) -> TensorOpsEr
     retry_after = _seconds(headers.get("retry-after"))
     request_id = headers.get(REQUEST_ID_HEADER)
     kind = headers.get(FAULT_HEADER)
-    field_name: str | None = None
+    field_name = headers.get(FIELD_HEADER) or None
     detail: Any = None
     try:
         payload = json.loads(body)

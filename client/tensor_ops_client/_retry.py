@@ -94,9 +94,16 @@ class Attempts:
         return max(0.0, self.started + self.policy.deadline - self.clock())
 
     def wait_after(self, error: TensorOpsError) -> float | None:
-        """Seconds to wait before the next attempt, or None: give up and raise ``error``."""
+        """Seconds to wait before the next attempt, or None: give up and raise ``error``
+        (with a note saying why, when it was a retry that gave up)."""
         error.attempts = self.made
-        if not error.retryable or self.made >= self.policy.attempts:
+        if not error.retryable:
+            if self.made > 1:
+                error.add_note(f"(after {self.made} attempts)")
+            return None
+        if self.made >= self.policy.attempts:
+            if self.policy.attempts > 1:
+                error.add_note(f"(gave up after {self.made} attempts, the most Retry allows)")
             return None
         ceiling = min(self.policy.max_backoff, self.policy.backoff * 2 ** (self.made - 1))
         wait = self.draw(0.0, ceiling)
@@ -105,5 +112,9 @@ class Attempts:
         left = self.left()
         # No time for the wait and a call after it: give up now, with the error in hand.
         if left is not None and wait >= left:
+            error.add_note(
+                f"(gave up after {self.made} attempts: the next would begin past the retry "
+                f"deadline of {self.policy.deadline:g} s)"
+            )
             return None
         return wait
