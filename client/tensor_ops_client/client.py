@@ -300,8 +300,11 @@ class AsyncTensorOpsClient(
     policy (its waits are ``asyncio.sleep``); the ``grpc.aio`` channel is made on the first
     call, in the event loop of that call.
 
-    >>> async with AsyncTensorOpsClient("http://127.0.0.1:8000") as client:
-    ...     await client.gather([10, 20, 30], indices=[2, 0], axis=0)
+    >>> import asyncio
+    >>> async def main():
+    ...     async with AsyncTensorOpsClient("http://127.0.0.1:8000") as client:
+    ...         return await client.gather([10, 20, 30], indices=[2, 0], axis=0)
+    >>> asyncio.run(main())
     array([30, 10])
     """
 
