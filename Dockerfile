@@ -16,13 +16,16 @@ WORKDIR /build
 # server depends on tensor-ops-client (the wire codecs), which is installed from client/. The
 # empty packages go afterwards with the build/ directories setuptools leaves: files there newer
 # than the real code would be installed in its place. The dependencies' own test suites (numpy's,
-# numba's, llvmlite's: 14 MB) go too; nothing imports them at run time.
+# numba's, llvmlite's: 14 MB) go too; nothing imports them at run time. So do the command line's
+# progress bars, tables and completion (rich, pygments, shtab: 14 MB): the service has no use for
+# them, and the client's modules import them only when the command line draws.
 COPY pyproject.toml README.md ./
 COPY client/pyproject.toml ./client/
 RUN mkdir app client/tensor_ops_client client/tensor_ops_wire \
     && touch app/__init__.py client/tensor_ops_client/__init__.py client/tensor_ops_wire/__init__.py \
     && pip install --no-compile ./client . \
     && pip uninstall --yes tensor-ops tensor-ops-client \
+    && pip uninstall --yes rich pygments markdown-it-py mdurl shtab \
     && find /opt/venv/lib -type d -name tests -prune -exec rm -rf {} + \
     && rm -rf app build ./*.egg-info client
 

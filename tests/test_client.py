@@ -1,13 +1,9 @@
 """tensor_ops_client against a real server: sync and async clients, both transports, and the CLI."""
 
 import asyncio
-import io
 import math
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -17,7 +13,7 @@ import numpy.typing as npt
 import pytest
 
 from app.ops import gather, roll
-from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport, main
+from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, Transport
 from tests.support import (
     SPEC_VIOLATIONS,
     assert_same_bits,
@@ -452,127 +448,3 @@ async def test_async_limits_and_unreachable(small_server: str, transport: Transp
             await client.roll([1, 2], 1, 0)
         assert caught.value.status == 0
         assert "cannot reach the service" in caught.value.message
-
-
-# --- The command line --------------------------------------------------------------------------
-
-
-def save(path: Path, array: Array) -> str:
-    np.save(path, array)
-    return str(path)
-
-
-def load(path: Path) -> Array:
-    array: Array = np.load(path, allow_pickle=False)
-    return array
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_cli_roll(live_url: str, tmp_path: Path, transport: Transport) -> None:
-    data = random_tensor(np.dtype(np.float32), (3, 4), seed=7)
-    source = save(tmp_path / "in.npy", data)
-    out = tmp_path / "out.npy"
-    argv = ["--url", live_url, "--transport", transport, "roll", source, "--shift", "1"]
-    assert main([*argv, "--axes", "0", "-o", str(out)]) == 0
-    assert_same_bits(load(out), roll(data, 1, 0))
-    assert main([*argv, "-2", "--axes", "0", "1", "-o", str(out)]) == 0
-    assert_same_bits(load(out), roll(data, [1, -2], [0, 1]))
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_cli_gather(live_url: str, tmp_path: Path, transport: Transport) -> None:
-    data = random_tensor(np.dtype(np.int64), (3, 4), seed=8)
-    source = save(tmp_path / "in.npy", data)
-    out = tmp_path / "out.npy"
-    common = ["--url", live_url, "--transport", transport, "gather", source]
-    assert main([*common, "--indices", "2", "0", "--axis", "0", "-o", str(out)]) == 0
-    assert load(out).tolist() == [data[2].tolist(), data[0].tolist()]
-    assert main([*common, "--indices", "-1", "--axis", "1", "-o", str(out)]) == 0
-    assert_same_bits(load(out), data[:, -1])
-    indices = np.array([[1, -1], [4, 0], [0, 3]], dtype=np.int8)
-    index_file = save(tmp_path / "idx.npy", indices)
-    argv = [*common, "--indices", index_file, "--axis", "1", "--batch-dims", "1", "-o", str(out)]
-    assert main(argv) == 0
-    assert_same_bits(load(out), gather(data, indices, 1, 1))
-    axis_file = save(tmp_path / "axis.npy", np.array([1], np.int16))
-    assert main([*common, "--indices", index_file, "--axis", axis_file, "-o", str(out)]) == 0
-    assert_same_bits(load(out), gather(data, indices, np.array([1], np.int16)))
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_cli_bfloat16(live_url: str, tmp_path: Path, transport: Transport) -> None:
-    data = random_tensor(BFLOAT16, (2, 5), seed=9)
-    source = save(tmp_path / "in.npy", data.view(np.uint16))
-    out = tmp_path / "out.npy"
-    common = ["--url", live_url, "--transport", transport]
-    argv = [*common, "roll", source, "--shift", "3", "--axes", "-1", "--dtype", "bfloat16"]
-    assert main([*argv, "-o", str(out)]) == 0
-    # bfloat16 is written as 2-byte unsigned integers, to be viewed as bfloat16.
-    output = load(out)
-    assert output.dtype == np.uint16
-    assert_same_bits(output.view(BFLOAT16), roll(data, 3, -1))
-    argv = [*common, "gather", source, "--indices", "1", "-3", "--axis", "0", "--dtype", "bfloat16"]
-    assert main([*argv, "-o", str(out)]) == 0
-    assert_same_bits(load(out).view(BFLOAT16), gather(data, [1, -3], 0))
-
-
-def test_cli_reads_stdin_and_writes_stdout(
-    live_url: str, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
-) -> None:
-    data = random_tensor(np.dtype(np.uint32), (4,), seed=10)
-    buffer = io.BytesIO()
-    np.save(buffer, data)
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(buffer.getvalue())))
-    assert main(["--url", live_url, "roll", "-", "--shift", "1", "--axes", "0"]) == 0
-    output = np.load(io.BytesIO(capsysbinary.readouterr().out), allow_pickle=False)
-    assert_same_bits(output, roll(data, 1, 0))
-
-
-def test_cli_refusal_exits_1_with_the_message(
-    live_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    source = save(tmp_path / "in.npy", np.zeros((2, 3), np.float32))
-    out = tmp_path / "out.npy"
-    argv = ["--url", live_url, "roll", source, "--shift", "1", "--axes", "2", "-o", str(out)]
-    assert main(argv) == 1
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err == (
-        "tensor-ops: [422] axes: axes = 2 is out of range for data of rank 2 "
-        "(allowed values: [-2, 1])\n"
-    )
-    assert not out.exists()
-    argv = ["--url", closed_port_url(), "gather", source, "--indices", "0", "--axis", "0"]
-    assert main(argv) == 1
-    assert capsys.readouterr().err.startswith("tensor-ops: [0] cannot reach the service: ")
-
-
-def test_cli_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = save(tmp_path / "in.npy", np.zeros(3, np.float32))
-    url = closed_port_url()  # never reached: every case stops before a request
-    with pytest.raises(SystemExit) as caught:
-        main(["--url", url, "gather", source, "--indices", "one", "--axis", "0"])
-    assert caught.value.code == "expected integers or one .npy file, got one"
-    with pytest.raises(SystemExit) as caught:
-        main(["--url", url, "roll", source, "--shift", "1", "--axes", "0", "--dtype", "bfloat16"])
-    assert caught.value.code == f"{source}: --dtype bfloat16 needs 2-byte elements"
-    with pytest.raises(SystemExit) as caught:
-        main(["--url", url, "roll", source, "--shift", "1"])
-    assert caught.value.code == 2
-    assert "--axes" in capsys.readouterr().err
-
-
-def test_console_script(live_url: str, tmp_path: Path) -> None:
-    script = Path(sys.executable).parent / "tensor-ops"
-    assert script.is_file()
-    data = random_tensor(np.dtype(np.float16), (3, 3), seed=11)
-    source = save(tmp_path / "in.npy", data)
-    out = tmp_path / "out.npy"
-    argv = [str(script), "--url", live_url, "roll", source, "--shift", "-1", "--axes", "1"]
-    done = subprocess.run([*argv, "-o", str(out)], capture_output=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    assert_same_bits(load(out), roll(data, -1, 1))
-    done = subprocess.run([*argv[:-1], "5"], capture_output=True, timeout=60, check=False)
-    assert done.returncode == 1
-    assert done.stdout == b""
-    assert b"tensor-ops: [422] axes: axes = 5 is out of range" in done.stderr

@@ -1,8 +1,8 @@
 """The client's own distribution, ``tensor-ops-client``, as a user gets it.
 
 Its wheel names no server dependency and holds only ``tensor_ops_client`` and
-``tensor_ops_wire``; installed in a fresh virtual environment (httpx, NumPy and ml-dtypes come from
-the package index), it imports beside a project that has its own ``app`` package, works with no
+``tensor_ops_wire``; installed in a fresh virtual environment (httpx, NumPy, ml-dtypes, rich and shtab come
+from the package index), it imports beside a project that has its own ``app`` package, works with no
 server code, and its ``tensor-ops`` command runs. The install needs the index: when the index
 cannot be reached the tests that need it are skipped, saying so.
 """
@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / "client"
 VERSION = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["version"]
 
-#: What the client needs, and nothing else.
-RUNTIME = {"httpx", "numpy", "ml-dtypes"}
+#: What the client needs, and nothing else: httpx, NumPy, ml-dtypes; rich and shtab for the
+#: command line's progress bars, tables and completion scripts (pure Python, no server's).
+RUNTIME = {"httpx", "numpy", "ml-dtypes", "rich", "shtab"}
 #: The server's distributions: none may come with the client.
 SERVER = {
     "fastapi",
@@ -130,7 +131,7 @@ def fresh_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     try:
         done = run([python, "-m", "pip", "install", "--quiet", wheel], INSTALL_TIMEOUT)
     except subprocess.TimeoutExpired:
-        pytest.skip(f"installing httpx, numpy and ml-dtypes took over {INSTALL_TIMEOUT} s")
+        pytest.skip(f"installing the client's dependencies took over {INSTALL_TIMEOUT} s")
     assert done.returncode == 0, done.stdout + done.stderr
     yield venv
     shutil.rmtree(venv, ignore_errors=True)
@@ -234,7 +235,7 @@ def test_installed_command_line_runs(fresh_venv: Path, tmp_path: Path) -> None:
     done = run([script, "--help"], 60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("usage: tensor-ops")
-    assert "{roll,gather}" in done.stdout
+    assert all(f"    {command} " in done.stdout for command in ("roll", "gather", "health", "info"))
     done = run([script, "--version"], 60, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"tensor-ops {VERSION}"

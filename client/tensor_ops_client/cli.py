@@ -1,113 +1,329 @@
 """The ``tensor-ops`` command line: ``tensor-ops roll in.npy --shift 1 --axes 0 -o out.npy``."""
 
 import argparse
+import json
+import os
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from tensor_ops_client._cli_io import (
+    InputError,
+    element_type,
+    json_form,
+    npz_members,
+    print_table,
+    read_tensor,
+    write_output,
+)
+from tensor_ops_client._core import TRANSPORTS
 from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
 from tensor_ops_client._version import __version__
 from tensor_ops_client.client import (
     API_KEY_VARIABLE,
+    DEFAULT_TIMEOUT,
     DEFAULT_URL,
+    Retry,
     TensorOpsClient,
     TensorOpsError,
 )
-from tensor_ops_wire.dtypes import BFLOAT16
-from tensor_ops_wire.npy import decode_npy, encode_npy
+from tensor_ops_wire.npy import encode_npy
+
+#: The variable the service's URL is read from when ``--url`` is not given.
+URL_VARIABLE = "TENSOR_OPS_URL"
+#: Exit statuses scripts can test.
+OK, USAGE, REFUSED, UNREACHABLE = 0, 2, 3, 4
+#: Transfers above this size get progress bars (on a terminal).
+PROGRESS_BYTES = 4 << 20
+
+EXIT_STATUSES = f"""\
+exit status:
+  {OK}  done
+  {USAGE}  usage: a bad option, or an input file that cannot be read
+  {REFUSED}  refused by the service (the status, fault kind, field and message on stderr)
+  {UNREACHABLE}  no answer: the service cannot be reached, the connection broke, or --timeout passed
+"""
+
+MAIN_EPILOG = f"""\
+examples:
+  tensor-ops roll data.npy --shift 1 --axes 0 -o out.npy
+  tensor-ops roll '[[1, 2, 3], [4, 5, 6]]' --shift 1 --axes 1
+  tensor-ops gather data.npy --indices 3 0 -1 --axis 0 --format table
+  tensor-ops gather inputs.npz -o out.npy          # data, indices and axis from the archive
+  tensor-ops --transport grpc roll big.npy --shift 5 --axes 0 -o out.npy
+  tensor-ops health && tensor-ops info
+  source <(tensor-ops completion bash)
+
+The service: --url, else ${URL_VARIABLE}, else {DEFAULT_URL}. The API key: --api-key, else
+${API_KEY_VARIABLE}.
+
+{EXIT_STATUSES}"""
+
+INPUT_FORMS = """\
+inputs: DATA and each index input is one of
+  file.npy            a .npy file ('-': a .npy on standard input)
+  file.npz            the archive's member of the input's name (data, shift, axes, ...)
+  file.npz:member     the archive's member named so
+  file.json           nested JSON lists (small tensors; element type: --dtype, else int64 or
+                      float64 as the values are)
+  file.csv            a CSV table of numbers, rank 1 or 2 (small tensors; float64 unless --dtype)
+  '[[1, 2], [3, 4]]'  a JSON literal; index inputs also take integers: --shift 1 -2
+
+output: -o out.npy (.json: the service's JSON form; .csv: rank 1 or 2); without -o, a table on a
+terminal, the .npy bytes otherwise (--format to choose).
+"""
 
 
-def _load(path: str, dtype: str | None) -> npt.NDArray[Any]:
-    raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    array = decode_npy(bytearray(raw))
-    if dtype == "bfloat16":
-        if array.dtype.itemsize != 2:
-            raise SystemExit(f"{path}: --dtype bfloat16 needs 2-byte elements")
-        return array.view(BFLOAT16)
-    return array
+def _add_service_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every command takes, before or after its name: ``suppress`` (in the
+    commands' parsers) leaves what the main parser read when a command does not repeat it."""
 
+    def default(value: Any) -> Any:
+        return argparse.SUPPRESS if suppress else value
 
-def _index(values: Sequence[str]) -> npt.NDArray[Any]:
-    if len(values) == 1 and values[0].endswith(".npy"):
-        return _load(values[0], None)
-    try:
-        numbers = [int(value) for value in values]
-    except ValueError:
-        raise SystemExit(f"expected integers or one .npy file, got {' '.join(values)}") from None
-    return np.array(numbers[0] if len(numbers) == 1 else numbers, dtype=np.int64)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tensor-ops", description="Run Roll-7 or Gather-8 on a tensor-ops service."
+    group = parser.add_argument_group("service")
+    group.add_argument(
+        "--url",
+        default=default(None),
+        help=f"the service's HTTP address (default: ${URL_VARIABLE}, else {DEFAULT_URL})",
     )
-    parser.add_argument("--url", default=DEFAULT_URL, help=f"the service (default {DEFAULT_URL})")
-    parser.add_argument(
+    group.add_argument(
         "--transport",
-        choices=["npz", "json", "grpc"],
-        default="npz",
-        help="npz or json over HTTP, or grpc: KServe V2 over gRPC (the grpc extra: "
-        "pip install 'tensor-ops-client[grpc]') (default npz)",
+        choices=TRANSPORTS,
+        default=default("npz"),
+        help="npz or json (POST /roll, /gather), v2 (KServe V2 over HTTP) or grpc (KServe V2 "
+        "over gRPC; pip install 'tensor-ops-client[grpc]') (default: npz)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--grpc-target",
         metavar="HOST:PORT",
-        help="the service's gRPC address, for --transport grpc (default: the host of --url, "
-        f"port {DEFAULT_GRPC_PORT})",
+        default=default(None),
+        help=f"the gRPC address for --transport grpc (default: the host of --url, port "
+        f"{DEFAULT_GRPC_PORT})",
     )
-    parser.add_argument(
+    group.add_argument(
+        "--timeout",
+        type=_positive,
+        metavar="SECONDS",
+        default=default(DEFAULT_TIMEOUT),
+        help=f"each attempt's limit: connecting and each read or write over HTTP, the whole "
+        f"call over gRPC (default: {DEFAULT_TIMEOUT:g})",
+    )
+    group.add_argument(
+        "--retries",
+        type=_count,
+        metavar="N",
+        default=default(Retry().attempts - 1),
+        help="repeats of a call that failed for a reason a repeat can cure: no connection, a "
+        "broken one, a 503 (its Retry-After honoured) (default: 4)",
+    )
+    group.add_argument(
+        "--no-retry",
+        dest="retries",
+        action="store_const",
+        const=0,
+        default=argparse.SUPPRESS,
+        help="one attempt: the same as --retries 0",
+    )
+    group.add_argument(
         "--api-key",
         metavar="KEY",
-        help=f"the API key, sent as 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE}; "
-        "prefer the variable, as other users of the machine can read a command's arguments)",
+        default=default(None),
+        help=f"sent as 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE}; prefer the "
+        "variable: other users of the machine can read a command's arguments)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--ca-cert",
         metavar="PATH",
-        help="PEM CA bundle to check the service's certificate against, for an https:// --url "
-        "(HTTP and gRPC) (default: the public roots httpx (certifi) and gRPC come with)",
+        default=default(None),
+        help="PEM CA bundle to check an https:// service's certificate against (HTTP and gRPC)",
     )
-    parser.add_argument(
+    group.add_argument(
         "--client-cert",
         metavar="PATH",
-        help="PEM client certificate (chain) to present, for a service that asks for one "
-        "(mutual TLS); with --client-key",
+        default=default(None),
+        help="PEM client certificate for mutual TLS; with --client-key",
     )
-    parser.add_argument("--client-key", metavar="PATH", help="PEM private key of --client-cert")
+    group.add_argument(
+        "--client-key", metavar="PATH", default=default(None), help="its PEM private key"
+    )
+    group.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=default(None),
+        help="progress bars on stderr for transfers over 4 MiB (default: when stderr is a "
+        "terminal)",
+    )
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, not {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"not a count: {text!r}")
+    return int(text)
+
+
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dtype",
+        metavar="TYPE",
+        help="element type of JSON and CSV data (float32, int8, bool, bfloat16, ...); with a "
+        ".npy file, bfloat16 reads its 2-byte elements as bfloat16",
+    )
+    parser.add_argument(
+        "-o", "--output", metavar="PATH", help="write the output to PATH (.npy, .json or .csv)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=["npy", "table", "json"],
+        help="what goes to stdout without -o (default: table on a terminal, else npy)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tensor-ops",
+        description="Run OpenVINO Roll-7 and Gather-8 on a tensor-ops service.",
+        epilog=MAIN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    ops = parser.add_subparsers(dest="op", required=True)
-    roll = ops.add_parser("roll", help="Roll-7: shift elements along axes")
-    roll.add_argument("data", help=".npy file of the data ('-' for standard input)")
-    roll.add_argument("--shift", nargs="+", required=True, help="integers, or one .npy file")
-    roll.add_argument("--axes", nargs="+", required=True, help="integers, or one .npy file")
-    gather = ops.add_parser("gather", help="Gather-8: slices along an axis at indices")
-    gather.add_argument("data", help=".npy file of the data ('-' for standard input)")
-    gather.add_argument("--indices", nargs="+", required=True, help="integers, or one .npy file")
-    gather.add_argument("--axis", nargs="+", required=True, help="an integer, or one .npy file")
-    gather.add_argument("--batch-dims", type=int, default=0)
-    for command in (roll, gather):
-        command.add_argument("--dtype", choices=["bfloat16"], help="read 2-byte data as bfloat16")
-        command.add_argument("-o", "--output", default="-", help="output .npy file ('-': stdout)")
+    _add_service_options(parser, suppress=False)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, epilog: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=summary,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        _add_service_options(sub, suppress=True)
+        return sub
+
+    roll = command(
+        "roll",
+        "Roll-7: shift the elements of DATA by --shift along --axes",
+        "examples:\n"
+        "  tensor-ops roll data.npy --shift 1 --axes 0 -o out.npy\n"
+        "  tensor-ops roll '[[1, 2, 3], [4, 5, 6]]' --shift 1 -1 --axes 0 1\n"
+        "  tensor-ops roll inputs.npz                 # data, shift and axes from the archive\n"
+        "  cat data.npy | tensor-ops roll - --shift 2 --axes -1 > out.npy\n\n"
+        + INPUT_FORMS
+        + "\n"
+        + EXIT_STATUSES,
+    )
+    roll.add_argument("data", metavar="DATA", help="the data tensor (see inputs below)")
+    roll.add_argument("--shift", nargs="+", metavar="S", help="integers, or one tensor")
+    roll.add_argument("--axes", nargs="+", metavar="A", help="integers, or one tensor")
+    _output_options(roll)
+
+    gather = command(
+        "gather",
+        "Gather-8: the slices of DATA along --axis at --indices (out-of-range ones: zeros)",
+        "examples:\n"
+        "  tensor-ops gather data.npy --indices 2 0 -1 --axis 0 -o out.npy\n"
+        "  tensor-ops gather '[[1, 2], [3, 4]]' --indices '[[1], [0]]' --axis 1 --batch-dims 1\n"
+        "  tensor-ops gather inputs.npz --format table\n\n" + INPUT_FORMS + "\n" + EXIT_STATUSES,
+    )
+    gather.add_argument("data", metavar="DATA", help="the data tensor (see inputs below)")
+    gather.add_argument("--indices", nargs="+", metavar="I", help="integers, or one tensor")
+    gather.add_argument("--axis", nargs="+", metavar="A", help="an integer, or one tensor")
+    gather.add_argument("--batch-dims", type=int, default=None, metavar="N", help="(default: 0)")
+    _output_options(gather)
+
+    command(
+        "health",
+        "Whether the service is live and ready (exit 0 ready, 3 live but not ready, 4 no answer)",
+        "example:\n  tensor-ops --url http://gpu-box:8000 health\n",
+    )
+    info = command(
+        "info",
+        "The service's name, version, ops, limits and ports",
+        "example:\n  tensor-ops info --json | jq .limits\n",
+    )
+    info.add_argument("--json", action="store_true", help="print the JSON the service sends")
+
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script",
+        description="Print a completion script for your shell.",
+        epilog="examples:\n"
+        "  source <(tensor-ops completion bash)                 # this shell\n"
+        "  tensor-ops completion bash > ~/.local/share/bash-completion/completions/tensor-ops\n"
+        "  tensor-ops completion zsh > ~/.zfunc/_tensor-ops     # with fpath+=~/.zfunc\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "tcsh"])
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``tensor-ops roll in.npy --shift 1 --axes 0 -o out.npy``."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.grpc_target is not None and args.transport != "grpc":
-        parser.error("--grpc-target is for --transport grpc")
-    if (args.client_cert is None) != (args.client_key is None):
-        parser.error("--client-cert and --client-key go together")
-    data = _load(args.data, args.dtype)
+@contextmanager
+def _progress_bars(enabled: bool) -> Iterator[Callable[[str, int, int | None], None] | None]:
+    """A progress hook drawing bars on stderr for transfers over ``PROGRESS_BYTES``."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console  # noqa: PLC0415
+    from rich.progress import (  # noqa: PLC0415
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TaskID,
+        TextColumn,
+        TransferSpeedColumn,
+    )
+
+    bars = Progress(
+        TextColumn("{task.description:>8}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        console=Console(file=sys.stderr),
+        transient=False,
+    )
+    tasks: dict[str, TaskID] = {}
+
+    def hook(direction: str, done: int, total: int | None) -> None:
+        if direction not in tasks:
+            if (total or done) < PROGRESS_BYTES:
+                return
+            if not tasks:
+                bars.start()  # on the first large transfer: a small call draws nothing
+            tasks[direction] = bars.add_task(direction, total=total)
+        bars.update(tasks[direction], completed=done, total=total)
+
     try:
-        client = TensorOpsClient(
-            args.url,
+        yield hook
+    finally:
+        if tasks:
+            bars.stop()
+
+
+def _client(args: argparse.Namespace, progress: Any = None) -> TensorOpsClient:
+    url = args.url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    retries = Retry().attempts - 1 if args.retries is None else args.retries
+    try:
+        return TensorOpsClient(
+            url,
             transport=args.transport,
+            timeout=args.timeout,
+            retry=Retry(attempts=retries + 1),
+            progress=progress,
             grpc_target=args.grpc_target,
             api_key=args.api_key,
             verify=args.ca_cert if args.ca_cert is not None else True,
@@ -116,21 +332,141 @@ def main(argv: Sequence[str] | None = None) -> int:
     # No grpcio, a URL as --grpc-target, TLS options for an http:// URL, a key that cannot be
     # sent, a certificate file that cannot be read or loaded.
     except (ImportError, ValueError, OSError) as error:
-        raise SystemExit(f"tensor-ops: {error}") from None
-    with client:
-        try:
-            if args.op == "roll":
-                output = client.roll(data, _index(args.shift), _index(args.axes))
-            else:
-                output = client.gather(
-                    data, _index(args.indices), _index(args.axis), args.batch_dims
-                )
-        except TensorOpsError as error:
-            print(f"tensor-ops: {error}", file=sys.stderr)
-            return 1
-    encoded = encode_npy(output).data
-    if args.output == "-":
-        sys.stdout.buffer.write(encoded)
+        raise InputError(str(error)) from None
+
+
+def _index_input(values: Sequence[str] | None, option: str, name: str) -> npt.NDArray[Any]:
+    assert values is not None
+    if len(values) == 1:
+        single = values[0]
+        if single.lstrip("-").isdigit():
+            return np.array(int(single), dtype=np.int64)
+        return read_tensor(single, name)
+    try:
+        return np.array([int(value) for value in values], dtype=np.int64)
+    except ValueError:
+        raise InputError(
+            f"{option}: expected integers, or one tensor (file or JSON), got {' '.join(values)}"
+        ) from None
+
+
+def _op_inputs(args: argparse.Namespace) -> dict[str, npt.NDArray[Any]]:
+    """The inputs of ``roll`` or ``gather``: from the options, else from DATA's archive."""
+    dtype = element_type(args.dtype)
+    names = ("shift", "axes") if args.command == "roll" else ("indices", "axis")
+    data = read_tensor(args.data, "data", dtype)
+    inputs = {"data": data}
+    archive = npz_members(args.data) if args.data.endswith(".npz") else set()
+    for name in names:
+        given = getattr(args, name)
+        if given is not None:
+            inputs[name] = _index_input(given, f"--{name}", name)
+        elif name in archive:
+            inputs[name] = read_tensor(f"{args.data.removesuffix('.npz')}.npz:{name}", name)
+        else:
+            raise InputError(
+                f"--{name} is required (or a DATA .npz archive with a member {name!r})"
+            )
+    return inputs
+
+
+def _refused(error: TensorOpsError) -> int:
+    where = f" {error.field}:" if error.field and not error.message.startswith(error.field) else ""
+    kind = f" {error.kind}" if error.kind else ""
+    print(f"tensor-ops: [{error.status}{kind}]{where} {error.message}", file=sys.stderr)
+    for note in getattr(error, "__notes__", ()):
+        print(f"tensor-ops: {note}", file=sys.stderr)
+    if error.request_id:
+        print(f"tensor-ops: request id {error.request_id}", file=sys.stderr)
+    return UNREACHABLE if error.status == 0 else REFUSED
+
+
+def _run_op(args: argparse.Namespace) -> int:
+    inputs = _op_inputs(args)
+    show_progress = args.progress if args.progress is not None else sys.stderr.isatty()
+    with _progress_bars(show_progress) as hook, _client(args, hook) as client:
+        if args.command == "roll":
+            output = client.roll(inputs["data"], inputs["shift"], inputs["axes"])
+        else:
+            batch_dims = 0 if args.batch_dims is None else args.batch_dims
+            output = client.gather(inputs["data"], inputs["indices"], inputs["axis"], batch_dims)
+    if args.output is not None:
+        write_output(output, args.output)
+        return OK
+    form = args.format or ("table" if sys.stdout.isatty() else "npy")
+    if form == "table":
+        print_table(output, sys.stdout)
+    elif form == "json":
+        print(json_form(output))
     else:
-        Path(args.output).write_bytes(encoded)
-    return 0
+        sys.stdout.buffer.write(encode_npy(output).data)
+        sys.stdout.buffer.flush()
+    return OK
+
+
+def _run_health(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        health = client.health()
+    print(f"live: {'yes' if health.live else 'no'}")
+    print(f"ready: {'yes' if health.ready else 'no'}")
+    return OK if health.ready else REFUSED
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        info = client.info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return OK
+    print(f"{info.get('name')} {info.get('version')}")
+    for op in info.get("ops", []):
+        attributes = ", ".join(f"{k}={v}" for k, v in op.get("attributes", {}).items())
+        extra = f"; attributes {attributes}" if attributes else ""
+        names = ", ".join(op.get("inputs", []))
+        print(f"  {op.get('name')}: {op.get('spec')} (inputs {names}{extra})")
+    limits = info.get("limits", {})
+    print("limits:")
+    for name, value in limits.items():
+        shown = f"{value} ({value / (1 << 20):g} MiB)" if name.endswith("_bytes") else value
+        print(f"  {name}: {shown}")
+    transports = info.get("transports", {})
+    grpc_port = transports.get("grpc_port")
+    print(f"transports: {', '.join(transports.get('http', []))} over HTTP", end="")
+    print(f"; gRPC on port {grpc_port}" if grpc_port else "; gRPC off")
+    access = info.get("access", {})
+    keys = "on" if access.get("api_keys") else "off"
+    print(f"API keys: {keys}; TLS: {'on' if access.get('tls') else 'off'}")
+    return OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``tensor-ops roll in.npy --shift 1 --axes 0 -o out.npy``; the exit status is 0 (done),
+    2 (usage), 3 (refused by the service) or 4 (no answer)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "completion":
+        import shtab  # noqa: PLC0415
+
+        print(shtab.complete(parser, shell=args.shell))
+        return OK
+    if args.grpc_target is not None and args.transport != "grpc":
+        parser.error("--grpc-target is for --transport grpc")
+    if (args.client_cert is None) != (args.client_key is None):
+        parser.error("--client-cert and --client-key go together")
+    try:
+        if args.command == "health":
+            return _run_health(args)
+        if args.command == "info":
+            return _run_info(args)
+        return _run_op(args)
+    except InputError as error:
+        print(f"tensor-ops: {error}", file=sys.stderr)
+        return USAGE
+    except TensorOpsError as error:
+        return _refused(error)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # The reader of stdout went away (| head): nothing more to say.
+        sys.stderr.close()
+        return OK
