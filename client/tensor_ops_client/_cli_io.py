@@ -176,12 +176,13 @@ def print_table(array: npt.NDArray[Any], out: TextIO) -> None:
     title = f"{array.dtype.name} {list(array.shape)}"
     if array.ndim <= 2 and array.size <= TABLE_ELEMENTS and array.size > 0:
         rows = np.atleast_2d(shown)
-        table = Table(title=title, show_header=True, header_style="bold")
+        table = Table(show_header=True, header_style="bold")
         table.add_column("", style="dim", justify="right")
         for column in range(rows.shape[1]):
             table.add_column(str(column), justify="right")
         for index, row in enumerate(rows):
             table.add_row(str(index), *(str(value) for value in row.tolist()))
+        console.print(title)
         console.print(table)
         return
     console.print(title)

@@ -1,4 +1,6 @@
-"""README's gRPC examples, run against a real server: what they print is what README says.
+"""The gRPC page's examples (docs/grpc.md), run against a real server: what they print is what
+the page says (in the comments after each command; tests/test_doc_examples.py runs the Python
+block too).
 
 The ``tritonclient.grpc`` block runs as it is (the address swapped for the test server's). The
 ``grpcurl`` block runs with ``grpcurl`` when it is installed; where it is not (it is a Go
@@ -27,21 +29,19 @@ from tests.support import ROOT, free_port, launch_server, stop_server
 
 pytestmark = pytest.mark.e2e
 
-SECTION = "### KServe V2 over gRPC"
-README_ADDRESS = "127.0.0.1:8001"
+PAGE = ROOT / "docs" / "grpc.md"
+PAGE_ADDRESS = "127.0.0.1:8001"
 
 
 def blocks(language: str) -> list[str]:
-    text = (ROOT / "README.md").read_text()
-    assert SECTION in text
-    section = text.split(SECTION, 1)[1].split("\n### ", 1)[0]
+    section = PAGE.read_text()
     found = [part.split("```", 1)[0] for part in section.split(f"```{language}\n")[1:]]
-    assert found, f"no {language} block in README's {SECTION!r}"
+    assert found, f"no {language} block in {PAGE.name}"
     return found
 
 
 def commands(block: str) -> Iterator[tuple[list[str], list[str]]]:
-    """Each command of a shell block (continued lines joined) and the lines README says it
+    """Each command of a shell block (continued lines joined) and the lines the page says it
     prints (the ``# `` comments after it)."""
     lines = block.splitlines()
     position = 0
@@ -74,7 +74,7 @@ def address() -> Iterator[str]:
 
 def test_tritonclient_example_prints_what_readme_says(address: str) -> None:
     [block] = blocks("python")
-    code = block.replace(README_ADDRESS, address)
+    code = block.replace(PAGE_ADDRESS, address)
     printed = [line[2:] for line in block.splitlines() if line.startswith("# ")]
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
@@ -84,7 +84,7 @@ def test_tritonclient_example_prints_what_readme_says(address: str) -> None:
 
 
 def run_grpcurl(words: list[str], address: str) -> str:
-    words = [address if word == README_ADDRESS else word for word in words]
+    words = [address if word == PAGE_ADDRESS else word for word in words]
     done = subprocess.run(words, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -123,7 +123,7 @@ def test_grpcurl_examples_print_what_readme_says(address: str) -> None:
     seen = 0
     for words, printed in commands(block):
         assert words[0] == "grpcurl", words
-        assert README_ADDRESS in words, words
+        assert PAGE_ADDRESS in words, words
         output = run_grpcurl(words, address) if grpcurl else as_grpcurl_does(words, address)
         if words[-1] == "list":
             assert output.splitlines() == printed
