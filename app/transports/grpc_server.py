@@ -48,6 +48,10 @@ __all__ = [
 ]
 
 LOG = logging.getLogger("tensor_ops.grpc")
+#: What a server interceptor calls for the handler of a call.
+Continuation = Callable[
+    [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
+]
 INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
 
 
@@ -174,9 +178,7 @@ class Drain(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         if self.closing and handler_call_details.method == INFER_ROUTE:
@@ -193,9 +195,7 @@ class HealthKeys(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[
-            [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-        ],
+        continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method
