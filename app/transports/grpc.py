@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -338,6 +339,8 @@ class InferenceService:
         #: Inference calls begun and not yet ended (their answers sent, or given up): the
         #: stop waits for none.
         self.calls_in_flight = 0
+        #: When the last of them ended (``time.monotonic()``; never: minus infinity).
+        self.last_ended = -math.inf
 
     async def server_live(self, request: Any, context: Any, notes: CallNotes) -> Any:
         return pb.ServerLiveResponse(live=True)
@@ -383,6 +386,7 @@ class InferenceService:
 
     def _ended(self, _: Any) -> None:
         self.calls_in_flight -= 1
+        self.last_ended = time.monotonic()
 
 
 def _tensor_metadata(item: dict[str, Any]) -> Any:

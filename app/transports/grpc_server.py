@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 import grpc.aio
@@ -49,9 +49,9 @@ __all__ = [
 
 LOG = logging.getLogger("tensor_ops.grpc")
 #: What a server interceptor calls for the handler of a call.
-Continuation = Callable[
-    [grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]
-]
+Continuation: TypeAlias = (
+    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
+)
 INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
 
 
@@ -144,16 +144,16 @@ class GrpcServer:
         deadline = time.monotonic() + self.settings.graceful_timeout
         self.drain.closing = True
         await self.health.enter_graceful_shutdown()
-        quiet_since: float | None = None
+        service = self.service
         while time.monotonic() < deadline:
-            now = time.monotonic()
-            if self.service.calls_in_flight:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= LINGER:
+            if service.calls_in_flight:
+                await asyncio.sleep(0.02)
+                continue
+            # The last answer's bytes: time to reach the client after its call ended.
+            quiet = time.monotonic() - service.last_ended
+            if quiet >= LINGER:
                 break
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(min(LINGER - quiet, max(0.0, deadline - time.monotonic())))
         await server.stop(max(0.0, deadline - time.monotonic()))
 
 
