@@ -60,11 +60,13 @@ def assert_unauthenticated(error: TensorOpsError, transport: Transport, words: s
     """A 401 of the service, its kind ``unauthenticated`` as each transport carries it."""
     assert error.status == 401
     assert words in error.message
+    # One error model: the same kind, field and words on every transport.
+    assert (error.kind, error.field) == ("unauthenticated", "authorization")
+    assert error.message.startswith("authorization: ")
     if transport == "grpc":
         assert error.detail["grpc_code"] == "UNAUTHENTICATED"
         assert error.detail["fault"] == "unauthenticated"
     else:
-        assert error.message.startswith("header.authorization: ")
         assert [item["type"] for item in error.detail] == ["unauthenticated"]
 
 
@@ -175,19 +177,19 @@ def test_the_cli_sends_its_key(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_the_cli_without_a_valid_key_exits_1_with_the_services_message(
+def test_the_cli_without_a_valid_key_exits_3_with_the_services_message(
     keyed: Keyed, transport: Transport, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source, out = tmp_path / "in.npy", tmp_path / "out.npy"
     np.save(source, DATA)
     argv = cli(keyed, transport, source, out)
-    assert main(argv) == 1
+    assert main(argv) == 3  # refused by the service
     missing = capsys.readouterr()
-    assert missing.err.startswith("tensor-ops: [401] ")
+    assert missing.err.startswith("tensor-ops: [401 unauthenticated] authorization: ")
     assert "a key is needed: send 'Authorization: Bearer <key>'" in missing.err
-    assert main(["--api-key", WRONG_KEY, *argv]) == 1
+    assert main(["--api-key", WRONG_KEY, *argv]) == 3
     wrong = capsys.readouterr()
-    assert wrong.err.startswith("tensor-ops: [401] ")
+    assert wrong.err.startswith("tensor-ops: [401 unauthenticated] authorization: ")
     assert "the key is not valid" in wrong.err
     assert WRONG_KEY not in wrong.out + wrong.err
     assert not out.exists()

@@ -193,7 +193,7 @@ def failure(status: int, body: bytes, headers: Mapping[str, str]) -> TensorOpsEr
         if isinstance(items, list) and items and isinstance(items[0], dict):
             messages = []
             for item in items:
-                where = ".".join(str(part) for part in item.get("loc", []) if part != "body")
+                where = ".".join(str(part) for part in item.get("loc", []) if part not in _PLACES)
                 messages.append(f"{where}: {item.get('msg')}" if where else str(item.get("msg")))
             message = "; ".join(messages)
             detail = items
