@@ -448,3 +448,32 @@ async def test_async_limits_and_unreachable(small_server: str, transport: Transp
             await client.roll([1, 2], 1, 0)
         assert caught.value.status == 0
         assert "cannot reach the service" in caught.value.message
+
+
+# --- Progress ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_progress_hook_sees_every_mebibyte_both_ways(live_url: str, transport: Transport) -> None:
+    events: list[tuple[str, int, int | None]] = []
+    data = np.zeros((1024, 1024), np.float32)  # 4 MiB
+    with TensorOpsClient(live_url, transport=transport, progress=lambda *e: events.append(e)) as c:
+        assert_same_bits(c.roll(data, 1, 0), data)
+    for direction in ("upload", "download"):
+        seen = [(done, total) for name, done, total in events if name == direction]
+        assert len(seen) >= 4, (direction, seen)
+        done = [count for count, _ in seen]
+        assert done == sorted(done)  # it only grows
+        assert seen[-1][0] == seen[-1][1]  # and ends at the whole
+        assert seen[-1][0] >= 4 << 20
+
+
+@pytest.mark.anyio
+async def test_async_progress_hook(live_url: str) -> None:
+    events: list[tuple[str, int, int | None]] = []
+    data = np.ones((512, 1024), np.float64)  # 4 MiB
+    async with AsyncTensorOpsClient(live_url, progress=lambda *e: events.append(e)) as client:
+        assert_same_bits(await client.roll(data, 1, 1), data)
+    assert {name for name, _, _ in events} == {"upload", "download"}
+    ends = [(done, total) for _, done, total in events if done == total]
+    assert len(ends) == 2 and all(done >= 4 << 20 for done, _ in ends)
