@@ -366,3 +366,19 @@ def test_completion_scripts(shell: str) -> None:
         )
         completed = subprocess.run(["bash", "-c", probe], capture_output=True, check=False)
         assert completed.stdout.decode().split() == ["roll"], completed.stderr
+
+
+def test_a_reader_that_stops_early_is_no_failure(live_url: str) -> None:
+    """``| head``, or a reader gone before the first byte (``| true``: it exits long before the
+    command has started): the output is cut short, the command exits 0, with no traceback."""
+    for command in ("completion bash", f"--url {live_url} info --json"):
+        for reader, length in (("head -c 10", 10), ("true", 0)):
+            done = subprocess.run(
+                ["bash", "-e", "-o", "pipefail", "-c", f"{SCRIPT} {command} | {reader}"],
+                capture_output=True,
+                timeout=60,
+                check=False,
+            )
+            assert done.returncode == 0, (command, reader, done.stderr)
+            assert len(done.stdout) == length
+            assert b"Traceback" not in done.stderr

@@ -444,16 +444,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     2 (usage), 3 (refused by the service) or 4 (no answer)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "completion":
-        import shtab  # noqa: PLC0415
-
-        print(shtab.complete(parser, shell=args.shell))
-        return OK
-    if args.grpc_target is not None and args.transport != "grpc":
-        parser.error("--grpc-target is for --transport grpc")
-    if (args.client_cert is None) != (args.client_key is None):
-        parser.error("--client-cert and --client-key go together")
+    if args.command != "completion":
+        if args.grpc_target is not None and args.transport != "grpc":
+            parser.error("--grpc-target is for --transport grpc")
+        if (args.client_cert is None) != (args.client_key is None):
+            parser.error("--client-cert and --client-key go together")
     try:
+        if args.command == "completion":
+            import shtab  # noqa: PLC0415
+
+            print(shtab.complete(parser, shell=args.shell))
+            sys.stdout.flush()
+            return OK
         if args.command == "health":
             return _run_health(args)
         if args.command == "info":
@@ -467,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # The reader of stdout went away (| head): nothing more to say.
-        sys.stderr.close()
+        # The reader of stdout stopped reading (| head): not a failure of this command. What
+        # is left unwritten goes nowhere, so that the exit flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return OK
