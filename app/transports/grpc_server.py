@@ -19,9 +19,9 @@ from app.access import AccessControl
 from app.errors import Fault, ServiceError
 from app.pipeline.run import Pipeline
 from app.settings import Settings
+from app.transports.errors import fault_headers
 from app.transports.grpc import (
     CODES,
-    FAULT_KEY,
     LARGEST_MESSAGE,
     SERVICE_NAME,
     InferenceService,
@@ -169,7 +169,7 @@ class Drain(grpc.aio.ServerInterceptor):
     def __init__(self) -> None:
         self.closing = False
         error = ServiceError(Fault.SHUTTING_DOWN, (), "the service is shutting down")
-        trailers = ((FAULT_KEY, error.kind.value),)
+        trailers = tuple((name.lower(), value) for name, value in fault_headers(error).items())
 
         async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             await context.abort(CODES[error.kind], error.message, trailers)

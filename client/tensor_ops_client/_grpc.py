@@ -13,7 +13,6 @@ to it as a ``raw_input_contents`` entry, in one copy (``join_raw``); the answer'
 read-only view of them.
 """
 
-import math
 import os
 import ssl
 import threading
@@ -25,7 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
-from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_client._raw import fits, raw_input, raw_output, seconds
+from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import FAULT_STATUS
 from tensor_ops_wire.grpc_v2.framing import (
     RAW_INPUT_FIELD,
@@ -202,17 +202,9 @@ def infer_request(op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int 
     raw: list[npt.NDArray[np.uint8]] = []
     for name, value in arrays.items():
         tensor = np.asarray(value)
-        try:
-            element = element_type_of(tensor.dtype)
-        except UnknownDTypeError as error:
-            detail = _detail(None, "tensor_type")
-            raise TensorOpsError(
-                422, f"{name}: {error}", detail, kind="tensor_type", field=name
-            ) from None
+        element, contents = raw_input(name, tensor, _detail(None, "tensor_type"))
         request.inputs.add(name=name, datatype=element.kserve, shape=tensor.shape)
-        # Little-endian and C order, as the protocol's raw contents are: no copy when it is so.
-        little = np.ascontiguousarray(tensor, dtype=element.dtype.newbyteorder("<"))
-        raw.append(little.reshape(-1).view(np.uint8))
+        raw.append(contents)
     return join_raw(request.SerializeToString(), RAW_INPUT_FIELD, raw)
 
 
@@ -242,14 +234,12 @@ def infer_output(answer: bytes) -> npt.NDArray[Any]:
     except UnknownDTypeError as error:
         raise _unreadable(str(error)) from None
     shape = tuple(output.shape)
-    if any(size < 0 for size in shape) or math.prod(shape) * dtype.itemsize != len(raw[0]):
+    if not fits(len(raw[0]), dtype, shape):
         raise _unreadable(
             f"{len(raw[0])} bytes of raw contents for an output of shape {list(shape)[:64]} and "
             f"datatype {output.datatype}"
         )
-    array = np.frombuffer(raw[0], dtype=dtype.newbyteorder("<")).reshape(shape)
-    # On a big-endian machine: the values in its own byte order, as the other transports give.
-    return array if array.dtype == dtype else array.astype(dtype)
+    return raw_output(raw[0], dtype, shape)
 
 
 def _text(value: str | bytes) -> str:
@@ -299,17 +289,9 @@ def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError
         kind=fault,
         field=metadata.get(FIELD_KEY) or None,
         request_id=request_id,
-        retry_after=_seconds(retry_after),
+        retry_after=seconds(retry_after),
         retryable=status == 503,
     )
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        seconds = float(value) if value is not None else None
-    except ValueError:
-        return None
-    return seconds if seconds is not None and math.isfinite(seconds) and seconds >= 0 else None
 
 
 class GrpcModelInfer:

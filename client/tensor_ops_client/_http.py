@@ -10,7 +10,6 @@
 """
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +18,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
+from tensor_ops_client._raw import fits, raw_input, raw_output, seconds
 from tensor_ops_wire.b64 import b64encode
-from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.dtypes import BFLOAT16, dtype_from_name
 from tensor_ops_wire.errors import FAULT_STATUS, TensorError
 from tensor_ops_wire.npy import decode_npy, encode_npy
 from tensor_ops_wire.npz import encode_npz
@@ -116,18 +116,14 @@ def _v2_body(
     inputs = []
     raw: list[npt.NDArray[Any]] = []
     for name, tensor in tensors.items():
-        try:
-            element = element_type_of(tensor.dtype)
-        except UnknownDTypeError as error:
-            raise TensorOpsError(422, f"{name}: {error}", kind="tensor_type", field=name) from None
-        little = np.ascontiguousarray(tensor, dtype=element.dtype.newbyteorder("<"))
-        raw.append(little.reshape(-1).view(np.uint8))
+        element, contents = raw_input(name, tensor)
+        raw.append(contents)
         inputs.append(
             {
                 "name": name,
                 "shape": list(tensor.shape),
                 "datatype": element.kserve,
-                "parameters": {"binary_data_size": little.nbytes},
+                "parameters": {"binary_data_size": contents.nbytes},
             }
         )
     head: dict[str, Any] = {
@@ -168,17 +164,14 @@ def _v2_output(body: bytearray, headers: Mapping[str, str]) -> npt.NDArray[Any]:
     output = outputs[0]
     dtype = dtype_from_name(str(output.get("datatype")))
     shape = tuple(int(size) for size in output.get("shape", ()))
-    size = math.prod(shape) * dtype.itemsize
-    if any(dimension < 0 for dimension in shape) or len(body) - length != size:
+    if not fits(len(body) - length, dtype, shape):
         raise ValueError(f"{len(body) - length} bytes for shape {list(shape)[:64]} of {dtype}")
-    array = np.frombuffer(memoryview(body)[length:], dtype=dtype.newbyteorder("<"))
-    array = array.reshape(shape)
-    return array if array.dtype == dtype else array.astype(dtype)
+    return raw_output(memoryview(body)[length:], dtype, shape)
 
 
 def failure(status: int, body: bytes, headers: Mapping[str, str]) -> TensorOpsError:
     """A refusal as ``TensorOpsError``, from any of the service's error shapes (or a proxy's)."""
-    retry_after = _seconds(headers.get("retry-after"))
+    retry_after = seconds(headers.get("retry-after"))
     request_id = headers.get(REQUEST_ID_HEADER)
     kind = headers.get(FAULT_HEADER)
     field_name = headers.get(FIELD_HEADER) or None
@@ -217,14 +210,3 @@ def failure(status: int, body: bytes, headers: Mapping[str, str]) -> TensorOpsEr
         retry_after=retry_after,
         retryable=status in RETRYABLE_STATUSES,
     )
-
-
-def _seconds(value: str | None) -> float | None:
-    """A ``Retry-After`` of seconds (an HTTP date is not used by the service: None)."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None
