@@ -6,7 +6,7 @@ own shape (FastAPI's ``detail`` list, V2's ``{"error"}``, a gRPC status).
 """
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -22,6 +22,9 @@ Loc = tuple[str | int, ...]
 
 #: Client-supplied text quoted in a message is cut to this many characters.
 QUOTE_LIMIT = 64
+#: At most this many problems are told in one answer; the rest are counted, not listed (a body
+#: of a million bad fields must not get a million lines back, nor cost a million objects).
+PROBLEM_LIMIT = 10
 
 
 class Fault(StrEnum):
@@ -123,7 +126,16 @@ class ServiceError(Exception):
         self.headers = headers or {}
 
     @classmethod
-    def of(cls, problems: Sequence[Problem]) -> "ServiceError":
+    def of(cls, problems: Sequence[Problem], total: int | None = None) -> "ServiceError":
+        """The problems as one error: the first ``PROBLEM_LIMIT`` of them, and a last line that
+        counts the rest (of ``total``, when more were found than are given)."""
+        total = max(len(problems), total or 0)
+        if total > PROBLEM_LIMIT:
+            last = problems[PROBLEM_LIMIT - 1]
+            problems = [
+                *problems[: PROBLEM_LIMIT - 1],
+                Problem(last.kind, last.loc[:1], f"and {total - PROBLEM_LIMIT + 1} more problems"),
+            ]
         first, *rest = problems
         error = cls(first.kind, first.loc, first.msg, more=rest)
         error.problems[0] = first
@@ -173,16 +185,37 @@ _PYDANTIC_KINDS = {"missing": Fault.MISSING_INPUT, "extra_forbidden": Fault.UNKN
 
 
 def from_validation(error: ValidationError) -> ServiceError:
-    """An envelope pydantic refused: 422 for each field, the input never echoed back."""
+    """An envelope pydantic refused: 422 for each field (the first few), the input never echoed
+    back."""
+    items = error.errors(include_url=False, include_input=False, include_context=False)
     problems = [
         Problem(
             _PYDANTIC_KINDS.get(item["type"], Fault.INVALID_FIELD),
             ("body", *item["loc"]),
             item["msg"],
         )
-        for item in error.errors(include_url=False, include_input=False, include_context=False)
+        for item in items[:PROBLEM_LIMIT]
     ]
-    return ServiceError.of(problems)
+    return ServiceError.of(problems, error.error_count())
+
+
+def refuse_unknown_fields(
+    payload: dict[str, Any], known: Iterable[str], where: Sequence[str | int] = ("body",)
+) -> None:
+    """422 for an object with more unknown fields than an answer tells, before a validator makes
+    an error of each: the first few are named, the rest counted. Fewer are left to the
+    validator, which names them all beside any other problem."""
+    if len(payload) <= PROBLEM_LIMIT:
+        return
+    names = set(known)
+    unknown = [key for key in payload if key not in names]
+    if len(unknown) <= PROBLEM_LIMIT:
+        return
+    problems = [
+        Problem(Fault.UNKNOWN_INPUT, (*where, key), "Extra inputs are not permitted")
+        for key in unknown[:PROBLEM_LIMIT]
+    ]
+    raise ServiceError.of(problems, len(unknown))
 
 
 def internal_error(error: BaseException) -> ServiceError:

@@ -978,3 +978,161 @@ def test_growth_stays_within_the_reservation(worker: Worker, cell: Cell) -> None
         f"{row.reserved / MiB:.2f} MiB reserved: more than 1.25 x reserved + 16 MiB "
         f"= {row.bound / MiB:.2f} MiB\n{row.line()}"
     )
+
+
+# ------------------------------------------------------------------------------------------------
+# Refused requests whose envelope costs more than its bytes suggest
+
+
+def _many(item: bytes, count: int) -> bytes:
+    return b",".join([item] * count)
+
+
+def _keys(count: int, value: bytes = b"0") -> bytes:
+    return b",".join(b'"k%d":%s' % (index, value) for index in range(count))
+
+
+_V2_ROLL = b'"inputs":[{"name":"data","shape":[2],"datatype":"INT8","data":[1,2]}]'
+_V2_INFER = "/v2/models/roll/infer"
+_JSON = {"content-type": "application/json"}
+_MANY = 500_000
+
+
+def _grpc_request(fill: Callable[[Any], None]) -> bytes:
+    message = pb.ModelInferRequest(model_name="roll")
+    fill(message)
+    return message.SerializeToString()
+
+
+def _grpc_inputs(message: Any) -> None:
+    for _ in range(_MANY):
+        message.inputs.add(name="x")
+
+
+def _grpc_outputs(message: Any) -> None:
+    for _ in range(_MANY):
+        message.outputs.add(name="output")
+
+
+def _grpc_parameters(message: Any) -> None:
+    for index in range(_MANY):
+        message.parameters[f"k{index}"].bool_param = True
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A hostile request: what is sent, the status it must get, and how many problems its answer
+    may list at most (every one of a million is not an answer)."""
+
+    name: str
+    transport: str  # "http" (``path``) or "grpc"
+    build: Callable[[], bytes]
+    status: int
+    path: str = _V2_INFER
+
+
+REFUSED = [
+    # A million unknown fields: one error each was a GiB of RSS and seconds of CPU.
+    Refused(
+        "json-500K-unknown-fields",
+        "http",
+        lambda: b'{"data":[1,2],"shift":1,"axes":0,' + _keys(_MANY) + b"}",
+        422,
+        "/roll",
+    ),
+    # Lists the validator walks: each bad element was an error of its own.
+    Refused("v2-500K-bad-inputs", "http", lambda: b'{"inputs":[' + _many(b"1", _MANY) + b"]}", 422),
+    Refused(
+        "v2-500K-bad-dimensions",
+        "http",
+        lambda: (
+            b'{"inputs":[{"name":"data","datatype":"INT8","data":[1],"shape":['
+            + _many(b'"a"', _MANY)
+            + b"]}]}"
+        ),
+        422,
+    ),
+    # Objects and members: a model and a key each, where two bytes are an object.
+    Refused(
+        "v2-500K-outputs",
+        "http",
+        lambda: b"{" + _V2_ROLL + b',"outputs":[' + _many(b'{"name":"output"}', _MANY) + b"]}",
+        422,
+    ),
+    Refused(
+        "v2-500K-parameters",
+        "http",
+        lambda: b"{" + _V2_ROLL + b',"parameters":{' + _keys(_MANY) + b"}}",
+        422,
+    ),
+    Refused(
+        "v2-500K-input-parameters",
+        "http",
+        lambda: (
+            b'{"inputs":[{"name":"data","shape":[2],"datatype":"INT8","data":[1,2],'
+            b'"parameters":{' + _keys(_MANY) + b"}}]}"
+        ),
+        422,
+    ),
+    # gRPC: two bytes on the wire make an empty input tensor, some 80 bytes parsed, 380 read.
+    Refused("grpc-500K-inputs", "grpc", lambda: _grpc_request(_grpc_inputs), 422),
+    Refused("grpc-500K-outputs", "grpc", lambda: _grpc_request(_grpc_outputs), 422),
+    Refused("grpc-500K-parameters", "grpc", lambda: _grpc_request(_grpc_parameters), 422),
+]
+
+
+def problems_told(reply: httpx.Response | GrpcReply) -> int:
+    """How many problems a refusal lists: items of ``detail``, or clauses of V2's message."""
+    if isinstance(reply, GrpcReply):
+        return len(reply.details.split("; "))
+    body = reply.json()
+    if "detail" in body:
+        return len(body["detail"])
+    return len(body["error"].split("; "))
+
+
+@pytest.mark.parametrize("refused", [pytest.param(item, id=item.name) for item in REFUSED])
+def test_refused_request_growth_stays_within_the_reservation(
+    worker: Worker, refused: Refused
+) -> None:
+    content = refused.build()
+    request_id = f"memory-{refused.name}-{time.monotonic_ns()}"
+    transport = "grpc" if refused.transport == "grpc" else "json"
+    request = Request(refused.path, content, {**_JSON, "x-request-id": request_id})
+    pid = worker.pid
+    baseline = settled_baseline(pid)
+    hwm_ok = reset_high_water_mark(pid)
+    sampler = Sampler(pid)
+    sampler.start()
+    started = time.perf_counter()
+    try:
+        reply = send(worker, transport, request, request_id)
+    finally:
+        sampled = sampler.stop()
+    seconds = time.perf_counter() - started
+    hwm = high_water_mark(pid) if hwm_ok else None
+    line = access_line(worker.process, request_id)
+    told = problems_told(reply)
+    problem = None
+    if isinstance(reply, GrpcReply):
+        if reply.code != grpc.StatusCode.INVALID_ARGUMENT:
+            problem = f"{reply.code.name}, not INVALID_ARGUMENT"
+    elif reply.status_code != refused.status:
+        problem = f"status {reply.status_code}, not {refused.status}"
+    elif told > 10:
+        problem = f"{told} problems listed, more than 10"
+    row = Row(
+        cell=f"refused-{refused.name}",
+        reserved=int(line["reserved_bytes"]),
+        growth=max(sampled, hwm or 0) - baseline,
+        sampled=sampled - baseline,
+        hwm=None if hwm is None else hwm - baseline,
+        seconds=seconds,
+        body=len(content),
+        status=reply.status_code,
+        problem=problem,
+    )
+    ROWS.append(row)
+    print(f"\n{row.line()}", end="")
+    assert problem is None, f"{refused.name}: {problem}\n{row.line()}"
+    assert row.growth <= row.bound, f"{refused.name}: past its bound\n{row.line()}"

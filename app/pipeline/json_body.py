@@ -12,6 +12,8 @@ import numpy as np
 import orjson
 
 from app.errors import Fault, ServiceError
+from app.pipeline.json_arrays import FLATTEN_BYTES_PER_BYTE, read_nested
+from tensor_ops_wire.npy import MAX_RANK
 
 # ``orjson.loads`` would turn a 90 MB base64 string into a 90 MB ``str`` (a copy, with the
 # interpreter lock held all along) before base64 could even start. So the string delimiters are
@@ -28,8 +30,12 @@ _QUOTE = ord('"')
 _BACKSLASH = ord("\\")
 _COMMA = ord(",")
 _OPEN_BRACKET = ord("[")
+_CLOSE_BRACKET = ord("]")
+_OPEN_BRACE = ord("{")
+_COLON = ord(":")
 # What may follow a string's closing quote for the string to be an object key.
 _KEY_END = re.compile(rb"[ \t\n\r]*:")
+_SPACES = re.compile(rb"[ \t\n\r]*")
 # Scans of a NumPy buffer without libc's memchr go this many bytes at a time (bounded temporaries).
 _STEP = 1 << 20
 # Bodies from this size on are counted by NumPy (smaller ones by bytes.count, with no setup).
@@ -52,6 +58,9 @@ class JsonBody:
     quoted: tuple[memoryview, ...] = ()
     #: What each cut string was replaced by in ``text``, followed by its index in ``views``.
     mark: str = ""
+    #: Long nested arrays cut out of ``text`` (brackets and all), each replaced by a string of
+    #: the mark and its index after the views': read by NumPy, not a list per nested list.
+    arrays: tuple[memoryview, ...] = ()
 
     def parsing_bytes(self) -> int:
         """About what parsing holds beyond the body: the parsed envelope (some 64 bytes per
@@ -61,18 +70,19 @@ class JsonBody:
         unescaped = sum(
             len(view) for view, escaped in zip(self.views, self.escaped, strict=True) if escaped
         )
-        return parsing_bytes(self.text) + decoded + unescaped
+        # An array cut out costs what its plain parse would (that is what happens when it is
+        # not a rectangular array of numbers), and flattening's temporaries.
+        arrays = sum(
+            parsing_bytes(array) + FLATTEN_BYTES_PER_BYTE * len(array) for array in self.arrays
+        )
+        return parsing_bytes(self.text) + decoded + unescaped + arrays
 
     def parse(self) -> dict[str, Any]:
         """The body as a JSON object, exactly as ``orjson.loads`` reads it (long strings as views
         of the body, or ``str`` when they hold escapes); 400 when it is not JSON, 422 when it is
         not an object."""
-        if self.views:
-            payload = self._parse_cut()
-            if payload is not None:
-                return payload
         try:
-            payload = orjson.loads(self.body)
+            payload = self.loads()
         except orjson.JSONDecodeError as error:
             message = f"body is not valid JSON: {error}"[:_MESSAGE_LIMIT]
             raise ServiceError(Fault.JSON_INVALID, ("body",), message) from None
@@ -84,35 +94,56 @@ class JsonBody:
             )
         return payload
 
+    def loads(self) -> Any:
+        """The body as ``orjson.loads`` reads it (its ``JSONDecodeError`` included), but long
+        strings as views (or ``str``) and long nested arrays as ``FlatArray``."""
+        if self.views or self.arrays:
+            payload = self._parse_cut()
+            if payload is not None:
+                return payload
+        return orjson.loads(self.body)
+
     def _parse_cut(self) -> dict[str, Any] | None:
         """The envelope with its marks replaced by the long strings; None where the cut does not
         fit the body (the plain parse then gives the answer, or the error)."""
         try:
             payload = orjson.loads(self.text)
-            values = [
+            values: list[Any] = [
                 _string_value(quoted, escaped)
                 for quoted, escaped in zip(self.quoted, self.escaped, strict=True)
             ]
         except orjson.JSONDecodeError:
             return None
+        for array in self.arrays:
+            nested = read_nested(array, MAX_RANK)
+            if nested is None:
+                return None
+            values.append(nested)
         if not isinstance(payload, dict) or not _restore(payload, self.mark, values):
             return None
         return payload
 
 
 def parsing_bytes(text: bytes | bytearray | memoryview) -> int:
-    """About what ``orjson.loads`` holds beyond ``text``: a number costs its object and its
-    slot (some 64 bytes, counted by the commas); a list its object, its slots' spare room and
-    its slot in the list above (some 120): deep nesting makes one list an element, and a 12 MB
-    body of them hundreds of MB."""
+    """About what ``orjson.loads``, and the validator after it, hold beyond ``text``, from what
+    each piece of JSON costs as measured:
+
+    - a number its object and its slot (some 64 bytes, counted by the commas);
+    - a list its object, its slots' spare room and its slot in the list above (some 120): deep
+      nesting makes one list an element, and a 12 MB body of them hundreds of MB;
+    - an object its dict, and the model the validator may make of it (a V2 input: some 640);
+    - an object's member its key's ``str`` and its entry (some 160, counted by the colons).
+    """
     elements = 64 * _count(text, _COMMA)
     lists = 120 * _count(text, _OPEN_BRACKET)
-    return 2 * len(text) + elements + lists
+    objects = 640 * _count(text, _OPEN_BRACE)
+    members = 160 * _count(text, _COLON)
+    return 2 * len(text) + elements + lists + objects + members
 
 
-def split_json_body(body: bytes | bytearray | memoryview) -> JsonBody:
-    """Find the long string values of a JSON body (memchr speed) and cut them out of what is
-    parsed."""
+def split_json_body(body: bytes | bytearray | memoryview, long_strings: bool = True) -> JsonBody:
+    """Find the long string values of a JSON body (memchr speed) and its long nested arrays,
+    and cut them out of what is parsed (the arrays only, without ``long_strings``)."""
     whole = memoryview(body)
     if whole.ndim != 1 or whole.format != "B":
         whole = whole.cast("B")  # positions count bytes, and indexing gives them as ints
@@ -131,17 +162,28 @@ def split_json_body(body: bytes | bytearray | memoryview) -> JsonBody:
     spans = [
         (opening + 1, closing)
         for opening, closing in zip(quotes[::2], quotes[1::2], strict=True)
-        if closing - opening - 1 >= LONG_STRING and not _KEY_END.match(whole, closing + 1)
+        if long_strings
+        and closing - opening - 1 >= LONG_STRING
+        and not _KEY_END.match(whole, closing + 1)
     ]
-    if not spans:
+    arrays = _nested_arrays(search, quotes)
+    if not spans and not arrays:
         return JsonBody(body, body, [])
     # A fresh mark each time: a client cannot learn it, so cannot write one into its body.
     mark = f"tensor-ops-view-{secrets.token_hex(16)}-"
+    # Strings keep their quotes around the mark; an array becomes a string of the mark.
+    cuts = sorted(
+        [(opening, closing, f"{mark}{index}") for index, (opening, closing) in enumerate(spans)]
+        + [
+            (opening, closing, f'"{mark}{len(spans) + index}"')
+            for index, (opening, closing) in enumerate(arrays)
+        ]
+    )
     parts: list[bytes] = []
     start = 0
-    for index, (opening, closing) in enumerate(spans):
+    for opening, closing, replacement in cuts:
         parts.append(bytes(whole[start:opening]))
-        parts.append(f"{mark}{index}".encode())
+        parts.append(replacement.encode())
         start = closing
     parts.append(bytes(whole[start:]))
     escaped = tuple(
@@ -150,7 +192,38 @@ def split_json_body(body: bytes | bytearray | memoryview) -> JsonBody:
     )
     views = [whole[opening:closing] for opening, closing in spans]
     quoted = tuple(whole[opening - 1 : closing + 1] for opening, closing in spans)
-    return JsonBody(body, b"".join(parts), views, escaped, quoted, mark)
+    cut_arrays = tuple(whole[opening:closing] for opening, closing in arrays)
+    return JsonBody(body, b"".join(parts), views, escaped, quoted, mark, cut_arrays)
+
+
+def _nested_arrays(search: "_Search", quotes: list[int]) -> list[tuple[int, int]]:
+    """Where the long nested arrays of numbers are: ``[start, end)`` of each member value that
+    opens with two brackets, runs to the last ``]`` before the next string, is at least
+    ``LONG_STRING`` long and has many lists for its values (where orjson's list a list costs
+    more than reading the nesting with NumPy). Whether it is a rectangular array of numbers is
+    found when it is read; when it is not, the body is parsed plainly."""
+    whole = search.whole
+    found: list[tuple[int, int]] = []
+    for position, closing in enumerate(quotes[1::2], start=1):
+        key_end = _KEY_END.match(whole, closing + 1)
+        if key_end is None:
+            continue
+        value = _SPACES.match(whole, key_end.end())
+        start = value.end() if value is not None else key_end.end()
+        if start >= len(whole) or whole[start] != _OPEN_BRACKET:
+            continue
+        inner = _SPACES.match(whole, start + 1)
+        second = inner.end() if inner is not None else start + 1
+        if second >= len(whole) or whole[second] != _OPEN_BRACKET:
+            continue
+        limit = quotes[2 * position] if 2 * position < len(quotes) else len(whole)
+        last = search.rfind(_CLOSE_BRACKET, start, limit)
+        if last == -1 or last + 1 - start < LONG_STRING:
+            continue
+        span = whole[start : last + 1]
+        if 4 * _count(span, _OPEN_BRACKET) >= _count(span, _COMMA):
+            found.append((start, last + 1))
+    return found
 
 
 def _backslashes_before(values: np.ndarray[Any, np.dtype[np.uint8]], position: int) -> int:
@@ -186,7 +259,7 @@ def _string_value(quoted: memoryview, escaped: bool) -> memoryview | str:
     return text
 
 
-def _restore(payload: dict[str, Any], mark: str, values: list[memoryview | str]) -> bool:
+def _restore(payload: dict[str, Any], mark: str, values: list[Any]) -> bool:
     """Put each value where its mark is; False unless every mark is there exactly once.
 
     Breadth first, stopping once all are back: marks are normally top-level values, so the
@@ -249,6 +322,19 @@ class _Search:
             hits = np.flatnonzero(self.values[step : min(step + _STEP, end)] == byte)
             if hits.size:
                 return step + int(hits[0])
+        return -1
+
+    def rfind(self, byte: int, start: int, end: int) -> int:
+        """The last position of ``byte`` in ``[start, end)``, or -1 (from the end, a bounded
+        piece at a time)."""
+        if self.exact is not None:
+            return self.exact.rfind(bytes((byte,)), start, end)
+        while end > start:
+            begin = max(start, end - _STEP)
+            hits = self.values[begin:end] == byte
+            if hits.any():
+                return begin + len(hits) - 1 - int(hits[::-1].argmax())
+            end = begin
         return -1
 
     def quotes(self) -> list[int] | None:

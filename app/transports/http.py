@@ -12,7 +12,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.errors import Fault, ServiceError, from_validation, from_wire, quote
+from app.errors import (
+    Fault,
+    ServiceError,
+    from_validation,
+    from_wire,
+    quote,
+    refuse_unknown_fields,
+)
 from app.front import Endpoint
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.json_body import JsonBody, split_json_body
@@ -140,7 +147,10 @@ class JsonExchange:
         assert self.json is not None
         try:
             # The model's core validator, not model_validate (whose wrapper costs 5 us more).
-            model = request_model(self.op).__pydantic_validator__.validate_python(self.json.parse())
+            payload = self.json.parse()
+            model_type = request_model(self.op)
+            refuse_unknown_fields(payload, model_type.model_fields)
+            model = model_type.__pydantic_validator__.validate_python(payload)
             fields = dict(model.__dict__)
         except ValidationError as error:
             raise from_validation(error) from None

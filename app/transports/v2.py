@@ -17,7 +17,7 @@ from starlette.types import Receive, Scope, Send
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.front import DirectRoute, Endpoint
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
-from app.pipeline.json_body import parsing_bytes
+from app.pipeline.json_body import JsonBody, split_json_body
 from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
@@ -102,6 +102,7 @@ class V2Exchange:
         self.request: InferenceRequest | None = None
         self.binary_output = False
         self.text_bytes = 0
+        self.json: JsonBody | None = None
 
     def prepare(self, body: Body) -> int:
         if self.header_length is None:
@@ -117,11 +118,15 @@ class V2Exchange:
             view = memoryview(body)
             self.head = view[: self.header_length].tobytes()
             self.binary = view[self.header_length :]
-        return parsing_bytes(self.head)
+        # Long nested data arrays are read by NumPy; strings stay strings (names are checked
+        # as text).
+        self.json = split_json_body(self.head, long_strings=False)
+        return self.json.parsing_bytes()
 
     def decode(self, limits: Limits) -> Job:
+        assert self.json is not None
         try:
-            payload = orjson.loads(self.head)
+            payload = self.json.loads()
         except orjson.JSONDecodeError as error:
             raise ServiceError(
                 Fault.JSON_INVALID, ("body",), f"request is not valid JSON: {error}"

@@ -23,7 +23,7 @@ class RequestInput(BaseModel):
     name: str = Field(
         strict=True, description="`data`, `shift`, `axes` / `data`, `indices`, `axis`"
     )
-    shape: list[NonNegative]
+    shape: Annotated[list[NonNegative], Field(fail_fast=True)]
     datatype: Datatype
     parameters: dict[str, Any] | None = None
     data: Any = Field(None, description="Flat or nested, in row-major order; absent when binary.")
@@ -59,8 +59,10 @@ class InferenceRequest(BaseModel):
 
     id: str | None = Field(None, strict=True)
     parameters: dict[str, Any] | None = None
-    inputs: list[RequestInput]
-    outputs: list[RequestOutput] | None = None
+    # Lists a client sizes stop at their first bad element: a million bad ones would otherwise
+    # cost a million errors (hundreds of bytes each) and seconds.
+    inputs: Annotated[list[RequestInput], Field(fail_fast=True)]
+    outputs: Annotated[list[RequestOutput] | None, Field(fail_fast=True)] = None
 
 
 class ResponseOutput(BaseModel):

@@ -104,6 +104,14 @@ def fields(message: Any) -> Iterator[tuple[int, int, memoryview, memoryview]]:
 def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
     """The message without its ``field`` entries (for protobuf to parse), and those entries'
     payloads as views of ``message``, in order."""
+    head, raw, _ = split_raw_counted(message, field)
+    return head, raw
+
+
+def split_raw_counted(message: Any, field: int) -> tuple[bytes, list[memoryview], int]:
+    """``split_raw``, and how many entries the head has: each becomes an object of its own
+    when parsed (a repeated message's element, a map's entry), at a cost its bytes on the wire
+    do not tell (two bytes make an empty input tensor, some 80 bytes parsed)."""
     rest: list[memoryview] = []
     raw: list[memoryview] = []
     for number, wire_type, entry, payload in fields(message):
@@ -112,7 +120,7 @@ def split_raw(message: Any, field: int) -> tuple[bytes, list[memoryview]]:
         else:
             rest.append(entry)
     head = rest[0].tobytes() if len(rest) == 1 else b"".join(rest)
-    return head, raw
+    return head, raw, len(rest)
 
 
 def packed_fixed(message: Any, path: Sequence[int], itemsize: int) -> bytes:
