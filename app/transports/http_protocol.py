@@ -17,12 +17,23 @@ body (uvicorn issue 2722, open): a roll or gather refused as ``json_invalid``. H
 after the head are read as the body the request's own ``Content-Length`` or chunked coding
 frames, and the connection closes after the answer (the parser cannot go on after an upgrade).
 WebSocket upgrades, which uvicorn takes, are left to it.
+
+A request's head is bounded in size and in time: uvicorn's httptools protocol keeps every header
+line it is sent, however many (2 GB of headers were 2.3 GB of a worker's memory), and waits for
+a head as long as the client likes (a connection that sends half a request line and stops, or
+opens and sends nothing, stayed open for good), and the trailer lines of a chunked body too.
+Here a head past ``MAX_HEAD_BYTES`` is answered
+431, one not complete within ``head_timeout`` seconds of the connection (or of its first byte,
+after an earlier request) 408, and the connection closes (a connection that sent nothing is
+closed without an answer); trailers are dropped (the app reads none), and the body's minimum
+rate cuts off a client that sends trailers instead.
 """
 
 import asyncio
 from typing import Any, cast
 
 import httptools
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 #: A write of up to this many bytes (an answer's head, a small body) waits for the next write,
@@ -112,8 +123,117 @@ class DeclinedUpgradeBody:
             self.parser.feed_data(data)
 
 
+#: The most a request's head (request line and header lines) may take: a larger one is 431.
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class HeadGuard:
+    """A connection's head in progress: its bytes counted, its deadline armed."""
+
+    #: Seconds a head may take to arrive (the settings' rate window, set at start-up).
+    timeout = 10.0
+
+    def __init__(self, protocol: HttpToolsProtocol) -> None:
+        self.protocol = protocol
+        #: Whether the bytes arriving are a head's (from the connection, or a message's end, to
+        #: the end of the next head).
+        self.in_head = True
+        self.bytes = 0
+        self.timer: asyncio.TimerHandle | None = None
+        self.arm()
+
+    def arm(self) -> None:
+        if self.timer is None:
+            self.timer = self.protocol.loop.call_later(self.timeout, self.timed_out)
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def headers_complete(self) -> None:
+        self.in_head = False
+        self.bytes = 0
+        self.disarm()
+
+    def message_complete(self) -> None:
+        # The next head's deadline starts at its first byte (until then the connection is idle,
+        # and uvicorn's keep-alive timeout closes it).
+        self.in_head = True
+        self.bytes = 0
+
+    def received(self, size: int) -> None:
+        if self.in_head:
+            self.bytes += size
+
+    def check_size(self) -> None:
+        """After the bytes were fed: 431 if a head still incomplete has passed the limit."""
+        if self.in_head and self.bytes > MAX_HEAD_BYTES:
+            self.disarm()
+            self.refuse(
+                431,
+                "Request Header Fields Too Large",
+                f"the request line and headers take more than {MAX_HEAD_BYTES} bytes",
+                "too_large",
+            )
+
+    def timed_out(self) -> None:
+        self.timer = None
+        protocol = self.protocol
+        if not self.in_head or protocol.transport.is_closing():
+            return
+        cycle = protocol.cycle
+        if cycle is not None and not cycle.response_complete:
+            # An answer is still being sent (and the next head waits behind it): later.
+            self.arm()
+            return
+        if not self.bytes:
+            # Opened and never used: closed without a word, as an idle keep-alive connection is
+            # (a 408 there could be read by a pool as the answer to its next request).
+            protocol.transport.close()
+            return
+        self.refuse(
+            408,
+            "Request Timeout",
+            f"the request line and headers did not arrive within {self.timeout:g} seconds",
+            "timeout",
+        )
+
+    def refuse(self, status: int, reason: str, message: str, kind: str) -> None:
+        """Answer with the service's error shape and close (the parser cannot go on)."""
+        self.in_head = False
+        body = orjson.dumps({"detail": [{"loc": ["header"], "msg": message, "type": kind}]})
+        head = (
+            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+        )
+        transport = self.protocol.transport
+        transport.write(head.encode("ascii") + body)
+        transport.close()
+
+
+def _guard(self: HttpToolsProtocol) -> HeadGuard | None:
+    guard: HeadGuard | None = getattr(self, "_head_guard", None)
+    return guard
+
+
 def data_received(self: HttpToolsProtocol, data: bytes) -> None:
-    """uvicorn's ``data_received``, with a declined upgrade's body read as the body."""
+    """uvicorn's ``data_received``, with a declined upgrade's body read as the body, and the
+    head's size bounded."""
+    guard = _guard(self)
+    # A declined upgrade's body comes after its head is done: not counted.
+    if guard is not None and getattr(self, "_declined_upgrade", None) is None:
+        guard.received(len(data))
+    _feed(self, data)
+    if (
+        guard is not None
+        and getattr(self, "_declined_upgrade", None) is None
+        and not self.transport.is_closing()
+    ):
+        guard.check_size()
+
+
+def _feed(self: HttpToolsProtocol, data: bytes) -> None:
     declined: DeclinedUpgradeBody | None = getattr(self, "_declined_upgrade", None)
     if declined is None:
         self._unset_keepalive_if_required()
@@ -146,8 +266,71 @@ def data_received(self: HttpToolsProtocol, data: bytes) -> None:
             self.send_400_response(message)
 
 
-def read_declined_upgrade_bodies() -> None:
-    """Make uvicorn's own httptools protocol read a declined upgrade's body as the body, so
-    that ``python -m uvicorn app.main:app`` serves such requests too (``python -m app`` serves
-    with ``JoinedWritesProtocol``, which does it itself)."""
+_ORIGINAL = {
+    name: getattr(HttpToolsProtocol, name)
+    for name in (
+        "connection_made",
+        "connection_lost",
+        "on_header",
+        "on_headers_complete",
+        "on_message_begin",
+        "on_message_complete",
+    )
+}
+
+
+def _connection_made(self: HttpToolsProtocol, transport: asyncio.Transport) -> None:
+    _ORIGINAL["connection_made"](self, transport)
+    self._head_guard = HeadGuard(self)  # type: ignore[attr-defined]
+
+
+def _connection_lost(self: HttpToolsProtocol, exc: Exception | None) -> None:
+    guard = _guard(self)
+    if guard is not None:
+        guard.disarm()
+    _ORIGINAL["connection_lost"](self, exc)
+
+
+def _on_message_begin(self: HttpToolsProtocol) -> None:
+    _ORIGINAL["on_message_begin"](self)
+    guard = _guard(self)
+    if guard is not None:
+        guard.arm()
+
+
+def _on_header(self: HttpToolsProtocol, name: bytes, value: bytes) -> None:
+    guard = _guard(self)
+    if guard is not None and not guard.in_head:
+        # A trailer of a chunked body: uvicorn would append it to the request's headers, one
+        # more line for every line sent, with no end. The app reads none: dropped.
+        return
+    _ORIGINAL["on_header"](self, name, value)
+
+
+def _on_headers_complete(self: HttpToolsProtocol) -> None:
+    guard = _guard(self)
+    if guard is not None:
+        guard.headers_complete()
+    _ORIGINAL["on_headers_complete"](self)
+
+
+def _on_message_complete(self: HttpToolsProtocol) -> None:
+    _ORIGINAL["on_message_complete"](self)
+    guard = _guard(self)
+    if guard is not None:
+        guard.message_complete()
+
+
+def patch_http_protocol(head_timeout: float) -> None:
+    """Make uvicorn's own httptools protocol read a declined upgrade's body as the body and
+    bound each request's head (``MAX_HEAD_BYTES``, ``head_timeout`` seconds), so that
+    ``python -m uvicorn app.main:app`` serves so too; ``python -m app`` serves with
+    ``JoinedWritesProtocol``, which inherits all of it."""
+    HeadGuard.timeout = head_timeout
     HttpToolsProtocol.data_received = data_received  # type: ignore[method-assign]
+    HttpToolsProtocol.connection_made = _connection_made  # type: ignore[method-assign,assignment]
+    HttpToolsProtocol.connection_lost = _connection_lost  # type: ignore[method-assign]
+    HttpToolsProtocol.on_message_begin = _on_message_begin  # type: ignore[method-assign]
+    HttpToolsProtocol.on_header = _on_header  # type: ignore[method-assign]
+    HttpToolsProtocol.on_headers_complete = _on_headers_complete  # type: ignore[method-assign]
+    HttpToolsProtocol.on_message_complete = _on_message_complete  # type: ignore[method-assign]

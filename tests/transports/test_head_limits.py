@@ -1,0 +1,203 @@
+"""A request's head is bounded in size and time, and a chunked body's trailers hold nothing
+(app/transports/http_protocol.py), against real servers: ``python -m uvicorn app.main:app``
+(uvicorn's own protocol, patched) and ``python -m app`` (its subclass).
+
+Before: 2 GB of header lines were 2.3 GB of the worker's memory; 500 MB of trailer lines 576
+MB; half a request line, or nothing at all, kept a connection open for good.
+"""
+
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from app.transports.http_protocol import MAX_HEAD_BYTES
+from tests.support import launch_server, server_output, stop_server
+
+pytestmark = pytest.mark.e2e
+
+WINDOW = 1.0  # TENSOR_OPS_RATE_WINDOW: the head's deadline too
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module", params=["uvicorn", "app"])
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
+    env = {"TENSOR_OPS_RATE_WINDOW": str(WINDOW), "TENSOR_OPS_LOG_LEVEL": "warning"}
+    command = ["-m", "app"] if request.param == "app" else None
+    url, process = launch_server(env, command)
+    try:
+        yield url, process
+    finally:
+        output = server_output(process)
+        stop_server(process)
+        assert "Traceback" not in output, output[-3000:]
+
+
+def address(url: str) -> tuple[str, int]:
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def resident(process: Any) -> int:
+    """The RSS of the process serving (``python -m app`` with one worker serves itself)."""
+    with open(f"/proc/{process.pid}/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+def read_answer(sock: socket.socket, timeout: float) -> bytes:
+    """Everything the server sends until it closes the connection (or ``timeout``)."""
+    sock.settimeout(timeout)
+    chunks = []
+    try:
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return b"".join(chunks)
+
+
+def refusal(answer: bytes) -> tuple[int, dict[str, Any]]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    assert b"content-type: application/json" in head.lower()
+    return status, orjson.loads(body)
+
+
+def still_serving(url: str) -> None:
+    response = httpx.post(
+        f"{url}/roll", json={"data": [1, 2, 3], "shift": 1, "axes": 0}, timeout=10
+    )
+    assert response.status_code == 200
+    assert response.json()["data"] == [3, 1, 2]
+
+
+def test_endless_header_lines_are_refused_at_the_limit(server: tuple[str, Any]) -> None:
+    url, process = server
+    before = resident(process)
+    line = b"X-Filler: " + b"a" * 990 + b"\r\n"
+    sent = 0
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+        try:
+            for _ in range(2000):  # 20 MB, if nothing stopped it
+                sock.sendall(line * 10)
+                sent += 10 * len(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        answer = read_answer(sock, 10)
+    assert sent < 8 * MiB, f"{sent} bytes of headers were taken"
+    status, body = refusal(answer)
+    assert status == 431
+    assert body["detail"][0]["loc"] == ["header"]
+    assert body["detail"][0]["type"] == "too_large"
+    assert str(MAX_HEAD_BYTES) in body["detail"][0]["msg"]
+    assert resident(process) - before < 16 * MiB
+    still_serving(url)
+
+
+def test_a_head_within_the_limit_is_served(server: tuple[str, Any]) -> None:
+    url, _ = server
+    filler = {f"x-filler-{index}": "b" * 900 for index in range(60)}  # some 55 KB
+    response = httpx.post(
+        f"{url}/roll",
+        json={"data": [[1, 2], [3, 4]], "shift": 1, "axes": 1},
+        headers=filler,
+        timeout=10,
+    )
+    assert response.status_code == 200
+    assert response.json()["data"] == [[2, 1], [4, 3]]
+
+
+def test_a_stalled_head_gets_408_within_the_window(server: tuple[str, Any]) -> None:
+    url, _ = server
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-")
+        started = time.monotonic()
+        answer = read_answer(sock, WINDOW + 10)
+        waited = time.monotonic() - started
+    status, body = refusal(answer)
+    assert status == 408
+    assert body["detail"][0] == {
+        "loc": ["header"],
+        "msg": f"the request line and headers did not arrive within {WINDOW:g} seconds",
+        "type": "timeout",
+    }
+    assert WINDOW * 0.8 <= waited < WINDOW + 5
+    still_serving(url)
+
+
+def test_a_connection_that_sends_nothing_is_closed_without_a_word(
+    server: tuple[str, Any],
+) -> None:
+    url, _ = server
+    with socket.create_connection(address(url)) as sock:
+        started = time.monotonic()
+        answer = read_answer(sock, WINDOW + 10)
+        waited = time.monotonic() - started
+    assert answer == b""
+    assert waited < WINDOW + 5
+
+
+def test_the_next_head_on_a_kept_connection_has_its_deadline_too(
+    server: tuple[str, Any],
+) -> None:
+    url, _ = server
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        sock.settimeout(10)
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200 ")
+        sock.sendall(b"GET /heal")
+        answer = read_answer(sock, WINDOW + 10)
+    status, body = refusal(answer)
+    assert status == 408
+    assert body["detail"][0]["type"] == "timeout"
+
+
+def test_trailers_of_a_chunked_body_hold_no_memory(server: tuple[str, Any]) -> None:
+    url, process = server
+    before = resident(process)
+    payload = b'{"data":[1,2],"shift":1,"axes":0}'
+    line = b"X-Trailer: " + b"t" * 990 + b"\r\n"
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(
+            b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n" % (len(payload), payload)
+        )
+        deadline = time.monotonic() + 3 * WINDOW
+        sent = 0
+        try:
+            while time.monotonic() < deadline and sent < 200 * MiB:
+                sock.sendall(line * 100)
+                sent += 100 * len(line)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        grown = resident(process) - before
+        answer = read_answer(sock, 10)
+    assert grown < 16 * MiB, f"{sent} bytes of trailers grew the server by {grown}"
+    # The body never ends: cut off by the body's minimum rate, not served.
+    status, body = refusal(answer)
+    assert status == 408
+    assert body["detail"][0]["type"] == "timeout"
+    still_serving(url)
+
+
+def test_pipelined_requests_are_all_answered(server: tuple[str, Any]) -> None:
+    url, _ = server
+    request = b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n"
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(request * 5)
+        sock.settimeout(30)
+        received = b""
+        while received.count(b'{"status":"ok"}') < 5:
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                chunk = b""
+            assert chunk, f"closed or silent after {received!r}"
+            received += chunk
+    assert received.count(b"HTTP/1.1 200 OK\r\n") == 5, received
