@@ -328,7 +328,7 @@ def patch_http_protocol(head_timeout: float) -> None:
     ``JoinedWritesProtocol``, which inherits all of it."""
     HeadGuard.timeout = head_timeout
     HttpToolsProtocol.data_received = data_received  # type: ignore[method-assign]
-    HttpToolsProtocol.connection_made = _connection_made  # type: ignore[method-assign,assignment]
+    HttpToolsProtocol.connection_made = _connection_made  # type: ignore[method-assign]
     HttpToolsProtocol.connection_lost = _connection_lost  # type: ignore[method-assign]
     HttpToolsProtocol.on_message_begin = _on_message_begin  # type: ignore[method-assign]
     HttpToolsProtocol.on_header = _on_header  # type: ignore[method-assign]
