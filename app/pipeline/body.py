@@ -25,6 +25,8 @@ _INFLATE_STEP = 8 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _LENGTH_DIGITS = 19
 _ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+#: The most content codings a body may list (each is inflated in turn, each bounded).
+_MAX_CODINGS = 4
 
 
 def _too_large(size: str, limit: int) -> ServiceError:
@@ -45,13 +47,7 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
     ``TENSOR_OPS_RATE_WINDOW`` seconds, or takes longer than ``TENSOR_OPS_BODY_TIMEOUT`` in all.
     """
     limit = settings.max_body_bytes
-    encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("identity", "") and encoding not in _ENCODINGS:
-        raise ServiceError(
-            Fault.UNSUPPORTED_ENCODING,
-            ("header", "content-encoding"),
-            f"Content-Encoding {quote(encoding)} is not supported; use gzip, deflate or none",
-        )
+    codings = content_codings(request.headers.getlist("content-encoding"))
     declared = request.headers.get("content-length")
     length = None
     if declared is not None:
@@ -71,7 +67,7 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
         length is not None
         and length <= _SMALL
         and length < settings.min_transfer_rate * settings.rate_window
-        and encoding in ("identity", "")
+        and not codings
     ):
         await reservation.grow_to(length)
         return await _read_small(request, length, settings)
@@ -84,9 +80,36 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
             body = await _read_growing(chunks, limit, reservation)
     if chunks.pacing.cancelled_caught:
         raise chunks.timed_out()
-    if encoding in _ENCODINGS:
-        return await _inflate(body, encoding, settings, reservation)
+    # Undone in the reverse of the order they were applied, each bounded by the limit.
+    for coding in reversed(codings):
+        body = await _inflate(body, coding, settings, reservation)
     return body
+
+
+def content_codings(headers: list[str]) -> list[str]:
+    """The codings of ``Content-Encoding`` (every line of it), in the order they were applied
+    (RFC 9110, 8.4): names compared without case, ``identity`` left out; 415 for one the
+    service does not undo, or for more than ``_MAX_CODINGS``."""
+    codings = [
+        name.strip().lower()
+        for header in headers
+        for name in header.split(",")
+        if name.strip().lower() not in ("", "identity")
+    ]
+    for name in codings:
+        if name not in _ENCODINGS:
+            raise ServiceError(
+                Fault.UNSUPPORTED_ENCODING,
+                ("header", "content-encoding"),
+                f"Content-Encoding {quote(name)} is not supported; use gzip, deflate or none",
+            )
+    if len(codings) > _MAX_CODINGS:
+        raise ServiceError(
+            Fault.UNSUPPORTED_ENCODING,
+            ("header", "content-encoding"),
+            f"Content-Encoding lists {len(codings)} codings; at most {_MAX_CODINGS} are undone",
+        )
+    return codings
 
 
 async def _read_small(request: Request, length: int, settings: Settings) -> bytes:

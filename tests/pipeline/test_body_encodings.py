@@ -124,3 +124,69 @@ async def test_the_limit_holds_over_all_members(
 async def test_a_gzip_bomb_stops_at_the_limit(client: httpx.AsyncClient) -> None:
     response = await post(client, "/roll", gzip_bomb(64 << 20, b"["))
     assert response.status_code == 413
+
+
+def deflated(data: bytes) -> bytes:
+    return zlib.compress(data)
+
+
+@pytest.mark.parametrize(("path", "request_body"), ROUTES)
+@pytest.mark.parametrize(
+    ("header", "steps"),
+    [
+        ("gzip, gzip", [gzip.compress, gzip.compress]),
+        ("deflate, gzip", [deflated, gzip.compress]),
+        ("gzip,deflate", [gzip.compress, deflated]),
+        ("identity, GZIP", [gzip.compress]),
+        ("x-gzip , identity", [gzip.compress]),
+    ],
+)
+async def test_codings_listed_in_the_order_applied_are_undone_in_reverse(
+    client: httpx.AsyncClient,
+    path: str,
+    request_body: object,
+    header: str,
+    steps: list[Callable[[bytes], bytes]],
+) -> None:
+    body = orjson.dumps(request_body)
+    for step in steps:
+        body = step(body)
+    response = await post(client, path, body, header)
+    assert rolled(response) == ROLLED
+
+
+@pytest.mark.parametrize(("path", "request_body"), ROUTES)
+async def test_codings_on_several_header_lines_count_as_one_list(
+    client: httpx.AsyncClient, path: str, request_body: object
+) -> None:
+    body = zlib.compress(gzip.compress(orjson.dumps(request_body)))
+    headers = [
+        ("content-type", "application/json"),
+        ("content-encoding", "gzip"),
+        ("content-encoding", "deflate"),
+    ]
+    response = await client.post(path, content=body, headers=headers)
+    assert rolled(response) == ROLLED
+
+
+@pytest.mark.parametrize(("path", "request_body"), ROUTES)
+@pytest.mark.parametrize(
+    ("header", "says"),
+    [
+        ("gzip, br", "'br' is not supported"),
+        ("gzip, gzip, gzip, gzip, gzip", "lists 5 codings; at most 4"),
+    ],
+)
+async def test_a_coding_not_undone_is_415(
+    client: httpx.AsyncClient, path: str, request_body: object, header: str, says: str
+) -> None:
+    response = await post(client, path, gzip.compress(orjson.dumps(request_body)), header)
+    assert response.status_code == 415, response.text
+    assert says in response.text
+
+
+async def test_the_limit_holds_at_every_stage(client: httpx.AsyncClient) -> None:
+    # The outer gzip inflates to a small inner one; the inner one inflates past 4096 bytes.
+    inner = gzip_bomb(1 << 20, b"[")
+    response = await post(client, "/roll", gzip.compress(inner), "gzip, gzip")
+    assert response.status_code == 413, response.text
