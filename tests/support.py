@@ -176,6 +176,12 @@ class LogCollector(logging.Handler):
         self.records.append(record)
 
 
+def address(url: str) -> tuple[str, int]:
+    """The host and port of a server's ``http://host:port`` URL, for a raw socket."""
+    host, port = url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

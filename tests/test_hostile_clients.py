@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from tests.support import (
+    address,
     launch_server,
     malloc_env,
     npy_b64,
@@ -56,11 +57,6 @@ def tight_server() -> Iterator[tuple[str, int]]:
             "TENSOR_OPS_BODY_TIMEOUT": "5",
         }
     )
-
-
-def address(url: str) -> tuple[str, int]:
-    host, port = url.removeprefix("http://").split(":")
-    return host, int(port)
 
 
 def metric(url: str, name: str) -> float:

@@ -924,12 +924,24 @@ def send(
     return GrpcReply(grpc.StatusCode.OK, "", answer)
 
 
-def measure(worker: Worker, cell: Cell) -> Row:
-    case = cell.build()
-    expected = case.expected()
-    request_id = f"memory-{cell.name}-{time.monotonic_ns()}"
-    request = request_for(cell.transport, case, request_id)
-    del case
+@dataclass
+class Sent:
+    """A request sent while the worker's RSS was watched: its reply, the RSS before, the
+    sampled peak and the kernel's peak (None where it cannot be reset), and the time taken."""
+
+    reply: httpx.Response | GrpcReply
+    baseline: int
+    sampled: int
+    hwm: int | None
+    seconds: float
+
+    @property
+    def growth(self) -> int:
+        return max(self.sampled, self.hwm or 0) - self.baseline
+
+
+def watched(worker: Worker, transport: str, request: Request, request_id: str) -> Sent:
+    """``request`` sent once the worker's RSS has settled, its peak watched all along."""
     pid = worker.pid
     baseline = settled_baseline(pid)
     hwm_ok = reset_high_water_mark(pid)
@@ -937,12 +949,22 @@ def measure(worker: Worker, cell: Cell) -> Row:
     sampler.start()
     started = time.perf_counter()
     try:
-        reply = send(worker, cell.transport, request, request_id)
+        reply = send(worker, transport, request, request_id)
     finally:
         sampled = sampler.stop()
     seconds = time.perf_counter() - started
     hwm = high_water_mark(pid) if hwm_ok else None
-    peak = max(sampled, hwm or 0)
+    return Sent(reply, baseline, sampled, hwm, seconds)
+
+
+def measure(worker: Worker, cell: Cell) -> Row:
+    case = cell.build()
+    expected = case.expected()
+    request_id = f"memory-{cell.name}-{time.monotonic_ns()}"
+    request = request_for(cell.transport, case, request_id)
+    del case
+    sent = watched(worker, cell.transport, request, request_id)
+    reply = sent.reply
     line = access_line(worker.process, request_id)
     problem = check_answer(cell.transport, reply, expected)
     logged = (line["route"], line["status"])
@@ -951,10 +973,10 @@ def measure(worker: Worker, cell: Cell) -> Row:
     return Row(
         cell=cell.name,
         reserved=int(line["reserved_bytes"]),
-        growth=peak - baseline,
-        sampled=sampled - baseline,
-        hwm=None if hwm is None else hwm - baseline,
-        seconds=seconds,
+        growth=sent.growth,
+        sampled=sent.sampled - sent.baseline,
+        hwm=None if sent.hwm is None else sent.hwm - sent.baseline,
+        seconds=sent.seconds,
         body=len(request.content),
         status=reply.status_code,
         problem=problem,
@@ -1099,18 +1121,8 @@ def test_refused_request_growth_stays_within_the_reservation(
     request_id = f"memory-{refused.name}-{time.monotonic_ns()}"
     transport = "grpc" if refused.transport == "grpc" else "json"
     request = Request(refused.path, content, {**_JSON, "x-request-id": request_id})
-    pid = worker.pid
-    baseline = settled_baseline(pid)
-    hwm_ok = reset_high_water_mark(pid)
-    sampler = Sampler(pid)
-    sampler.start()
-    started = time.perf_counter()
-    try:
-        reply = send(worker, transport, request, request_id)
-    finally:
-        sampled = sampler.stop()
-    seconds = time.perf_counter() - started
-    hwm = high_water_mark(pid) if hwm_ok else None
+    sent = watched(worker, transport, request, request_id)
+    reply = sent.reply
     line = access_line(worker.process, request_id)
     told = problems_told(reply)
     problem = None
@@ -1124,10 +1136,10 @@ def test_refused_request_growth_stays_within_the_reservation(
     row = Row(
         cell=f"refused-{refused.name}",
         reserved=int(line["reserved_bytes"]),
-        growth=max(sampled, hwm or 0) - baseline,
-        sampled=sampled - baseline,
-        hwm=None if hwm is None else hwm - baseline,
-        seconds=seconds,
+        growth=sent.growth,
+        sampled=sent.sampled - sent.baseline,
+        hwm=None if sent.hwm is None else sent.hwm - sent.baseline,
+        seconds=sent.seconds,
         body=len(content),
         status=reply.status_code,
         problem=problem,

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from app.transports.http_protocol import MAX_HEAD_BYTES
-from tests.support import launch_server, server_output, stop_server
+from tests.support import address, launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -35,11 +35,6 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, Any]]:
         output = server_output(process)
         stop_server(process)
         assert "Traceback" not in output, output[-3000:]
-
-
-def address(url: str) -> tuple[str, int]:
-    host, port = url.removeprefix("http://").split(":")
-    return host, int(port)
 
 
 def resident(process: Any) -> int:
