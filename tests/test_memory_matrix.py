@@ -55,6 +55,7 @@ from tests.support import (
     npy_bytes,
     server_output,
     stop_server,
+    zip_bytes,
 )
 
 pytestmark = pytest.mark.e2e
@@ -1016,7 +1017,6 @@ def _keys(count: int, value: bytes = b"0") -> bytes:
 
 _V2_ROLL = b'"inputs":[{"name":"data","shape":[2],"datatype":"INT8","data":[1,2]}]'
 _V2_INFER = "/v2/models/roll/infer"
-_JSON = {"content-type": "application/json"}
 _MANY = 500_000
 
 
@@ -1051,6 +1051,7 @@ class Refused:
     build: Callable[[], bytes]
     status: int
     path: str = _V2_INFER
+    content_type: str = "application/json"
 
 
 REFUSED = [
@@ -1096,6 +1097,15 @@ REFUSED = [
         ),
         422,
     ),
+    # An archive's directory: zipfile made a 600-byte object of each 46-byte entry.
+    Refused(
+        "npz-60K-members",
+        "http",
+        lambda: zip_bytes({f"m{index}.npy": b"" for index in range(60_000)}),
+        422,
+        "/roll",
+        "application/x-npz",
+    ),
     # gRPC: two bytes on the wire make an empty input tensor, some 80 bytes parsed, 380 read.
     Refused("grpc-500K-inputs", "grpc", lambda: _grpc_request(_grpc_inputs), 422),
     Refused("grpc-500K-outputs", "grpc", lambda: _grpc_request(_grpc_outputs), 422),
@@ -1120,7 +1130,8 @@ def test_refused_request_growth_stays_within_the_reservation(
     content = refused.build()
     request_id = f"memory-{refused.name}-{time.monotonic_ns()}"
     transport = "grpc" if refused.transport == "grpc" else "json"
-    request = Request(refused.path, content, {**_JSON, "x-request-id": request_id})
+    headers = {"content-type": refused.content_type, "x-request-id": request_id}
+    request = Request(refused.path, content, headers)
     sent = watched(worker, transport, request, request_id)
     reply = sent.reply
     line = access_line(worker.process, request_id)

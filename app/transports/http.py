@@ -200,7 +200,10 @@ class NpzExchange:
     def prepare(self, body: Body) -> int:
         self.body = body
         # Stored members are read in place; compressed ones cost what they inflate to.
-        return inflated_size(body)
+        try:
+            return inflated_size(body, self.op.input_names)
+        except TensorError as error:
+            raise from_wire(error, None) from None
 
     def decode(self, limits: Limits) -> Job:
         try:

@@ -16,6 +16,12 @@ from tensor_ops_wire.npy import decode_npy, encode_npy
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
+#: An archive's directory is read only if it holds at most this many members: zipfile makes an
+#: object of every one (some 600 bytes each, from 46 bytes on the wire), and no op has more
+#: than a few inputs.
+MAX_MEMBERS = 64
+_ENTRY = struct.Struct("<4s24xHHH12x")  # signature, name, extra and comment lengths
+_ENTRY_SIGNATURE = b"PK\x01\x02"
 
 
 class _ViewFile(io.RawIOBase):
@@ -47,6 +53,44 @@ class _ViewFile(io.RawIOBase):
         return len(chunk)
 
 
+def refuse_many_members(body: bytes | bytearray | memoryview, names: tuple[str, ...]) -> None:
+    """Refuse an archive whose directory lists more than ``MAX_MEMBERS`` members, before
+    zipfile reads it all: the directory is found as zipfile finds it (its own end-record
+    reader, the same offsets) and its entries are walked, counted up to the limit and no
+    further. What this cannot walk, zipfile cannot read either: left to it, to refuse."""
+    end_record = getattr(zipfile, "_EndRecData", None)
+    if end_record is None:  # not this Python's zipfile: its own reading is all there is
+        return
+    try:
+        record = end_record(_ViewFile(body))
+    except (OSError, ValueError, struct.error):
+        return
+    if not record:
+        return
+    # zipfile's end record: size at 5, offset at 6, where the record lies at 9.
+    size, location = record[5], record[9]
+    start = location - size
+    if record[0] == zipfile.stringEndArchive64:  # type: ignore[attr-defined]
+        start -= zipfile.sizeEndCentDir64 + zipfile.sizeEndCentDir64Locator  # type: ignore[attr-defined]
+    if start < 0:
+        return
+    view = memoryview(body).cast("B")
+    end = min(start + size, len(view))
+    position = start
+    count = 0
+    while position + _ENTRY.size <= end:
+        signature, name, extra, comment = _ENTRY.unpack(view[position : position + _ENTRY.size])
+        if signature != _ENTRY_SIGNATURE:
+            return
+        count += 1
+        if count > MAX_MEMBERS:
+            raise TensorError(
+                f".npz archive holds more than {MAX_MEMBERS} members; expected {', '.join(names)}",
+                WireFault.UNEXPECTED,
+            )
+        position += _ENTRY.size + name + extra + comment
+
+
 def decode_npz(
     body: bytes | bytearray | memoryview, names: tuple[str, ...], *, max_bytes: int
 ) -> dict[str, npt.NDArray[Any]]:
@@ -56,6 +100,7 @@ def decode_npz(
     (all members together) before anything is decompressed; a member whose data does not match
     its declared size or checksum is refused. Stored members are decoded without a copy.
     """
+    refuse_many_members(body, names)
     try:
         archive = zipfile.ZipFile(_ViewFile(body))
         members = archive.infolist()
@@ -95,12 +140,14 @@ def decode_npz(
     return arrays
 
 
-def inflated_size(body: bytes | bytearray | memoryview) -> int:
+def inflated_size(body: bytes | bytearray | memoryview, names: tuple[str, ...]) -> int:
     """What the compressed members of an ``.npz`` declare they inflate to (0 if not a zip).
 
     Stored members are read in place and cost nothing more; the declared sizes bound the rest,
-    as ``decode_npz`` never inflates past them.
+    as ``decode_npz`` never inflates past them. An archive of too many members is refused
+    (``refuse_many_members``) before its directory is read.
     """
+    refuse_many_members(body, names)
     try:
         members = zipfile.ZipFile(_ViewFile(body)).infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):

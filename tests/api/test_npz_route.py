@@ -266,3 +266,52 @@ async def test_npz_answer_equals_json_answer(client: httpx.AsyncClient) -> None:
     request = {"data": base64.b64encode(npy_bytes(data)).decode(), "shift": [2, -3], "axes": [0, 1]}
     body = (await client.post("/roll", json=request)).json()
     assert_same_bits(raw, decode_npy(base64.b64decode(body["data"])))
+
+
+def roll_members(extra: int) -> dict[str, bytes]:
+    """Roll's three members and ``extra`` empty ones besides."""
+    members = {
+        "data.npy": npy_bytes(np.arange(6)),
+        "shift.npy": npy_bytes(np.array(1)),
+        "axes.npy": npy_bytes(np.array(0)),
+    }
+    members.update({f"x{index}.npy": b"" for index in range(extra)})
+    return members
+
+
+@pytest.mark.parametrize("extra", [62, 70_000])
+async def test_an_archive_of_too_many_members_is_refused_before_its_directory_is_read(
+    client: httpx.AsyncClient, extra: int
+) -> None:
+    # zipfile made an object of some 600 bytes of each directory entry (46 bytes and a name on
+    # the wire): 60,000 members in a 5 MB body grew the worker by 42 MiB against 5 reserved.
+    # 70,000 members take the zip64 end records.
+    body = zip_bytes(roll_members(extra))
+    if extra > 0xFFFF:
+        assert b"PK\x06\x06" in body[-200:]  # the zip64 end record
+    response = await client.post("/roll", content=body, headers=NPZ)
+    assert response.status_code == 422, response.text
+    [item] = response.json()["detail"]
+    assert item == {
+        "loc": ["body"],
+        "msg": ".npz archive holds more than 64 members; expected data, shift, axes",
+        "type": "extra_forbidden",
+    }
+
+
+async def test_an_archive_after_other_bytes_is_counted_where_zipfile_reads_it(
+    client: httpx.AsyncClient,
+) -> None:
+    # zipfile finds a directory after a prefix (a self-extracting archive): counted there too.
+    body = b"#!/bin/sh\nexit 0\n" * 100 + zip_bytes(roll_members(1000))
+    response = await client.post("/roll", content=body, headers=NPZ)
+    assert response.status_code == 422, response.text
+    assert "more than 64 members" in response.text
+
+
+async def test_a_few_unknown_members_are_still_named(client: httpx.AsyncClient) -> None:
+    response = await client.post("/roll", content=zip_bytes(roll_members(61)), headers=NPZ)
+    assert response.status_code == 422, response.text
+    [item] = response.json()["detail"]
+    assert item["loc"] == ["body", "x0"]
+    assert item["type"] == "extra_forbidden"
