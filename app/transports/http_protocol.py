@@ -275,6 +275,7 @@ _ORIGINAL = {
         "on_headers_complete",
         "on_message_begin",
         "on_message_complete",
+        "on_response_complete",
     )
 }
 
@@ -321,6 +322,16 @@ def _on_message_complete(self: HttpToolsProtocol) -> None:
         guard.message_complete()
 
 
+def _on_response_complete(self: HttpToolsProtocol) -> None:
+    _ORIGINAL["on_response_complete"](self)
+    # uvicorn resumes reading after every answer, even with pipelined requests still queued:
+    # a client that sends without reading its answers grew the queue by a socket buffer of
+    # requests (thousands) for each answer, gigabytes in seconds. Read again once the queue
+    # is empty.
+    if self.pipeline and not self.transport.is_closing():
+        self.flow.pause_reading()
+
+
 def patch_http_protocol(head_timeout: float) -> None:
     """Make uvicorn's own httptools protocol read a declined upgrade's body as the body and
     bound each request's head (``MAX_HEAD_BYTES``, ``head_timeout`` seconds), so that
@@ -334,3 +345,4 @@ def patch_http_protocol(head_timeout: float) -> None:
     HttpToolsProtocol.on_header = _on_header  # type: ignore[method-assign]
     HttpToolsProtocol.on_headers_complete = _on_headers_complete  # type: ignore[method-assign]
     HttpToolsProtocol.on_message_complete = _on_message_complete  # type: ignore[method-assign]
+    HttpToolsProtocol.on_response_complete = _on_response_complete  # type: ignore[method-assign]
