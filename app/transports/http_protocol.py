@@ -139,6 +139,8 @@ class HeadGuard:
         #: the end of the next head).
         self.in_head = True
         self.bytes = 0
+        #: The head's own size, from the parser's callbacks (the target and each header line).
+        self.size = 0
         self.timer: asyncio.TimerHandle | None = None
         self.arm()
 
@@ -151,16 +153,24 @@ class HeadGuard:
             self.timer.cancel()
             self.timer = None
 
-    def headers_complete(self) -> None:
+    def headers_complete(self) -> bool:
+        """The head is done: False (and a 431 sent) if it is larger than the limit, which a head
+        that came in one read can be before any check of the bytes read."""
         self.in_head = False
         self.bytes = 0
         self.disarm()
+        size, self.size = self.size, 0
+        if size > MAX_HEAD_BYTES:
+            self.refuse_large()
+            return False
+        return True
 
     def message_complete(self) -> None:
         # The next head's deadline starts at its first byte (until then the connection is idle,
         # and uvicorn's keep-alive timeout closes it).
         self.in_head = True
         self.bytes = 0
+        self.size = 0
 
     def received(self, size: int) -> None:
         if self.in_head:
@@ -170,12 +180,15 @@ class HeadGuard:
         """After the bytes were fed: 431 if a head still incomplete has passed the limit."""
         if self.in_head and self.bytes > MAX_HEAD_BYTES:
             self.disarm()
-            self.refuse(
-                431,
-                "Request Header Fields Too Large",
-                f"the request line and headers take more than {MAX_HEAD_BYTES} bytes",
-                "too_large",
-            )
+            self.refuse_large()
+
+    def refuse_large(self) -> None:
+        self.refuse(
+            431,
+            "Request Header Fields Too Large",
+            f"the request line and headers take more than {MAX_HEAD_BYTES} bytes",
+            "too_large",
+        )
 
     def timed_out(self) -> None:
         self.timer = None
@@ -243,6 +256,8 @@ def _feed(self: HttpToolsProtocol, data: bytes) -> None:
             return
         self.parser.feed_data(data)
     except httptools.HttpParserError:
+        if self.transport.is_closing():
+            return  # a head refused (431) stopped the parser: answered already
         message = "Invalid HTTP request received."
         self.logger.warning(message)
         self.send_400_response(message)
@@ -271,6 +286,7 @@ _ORIGINAL = {
     for name in (
         "connection_made",
         "connection_lost",
+        "on_url",
         "on_header",
         "on_headers_complete",
         "on_message_begin",
@@ -299,19 +315,33 @@ def _on_message_begin(self: HttpToolsProtocol) -> None:
         guard.arm()
 
 
+class _HeadRefusedError(Exception):
+    """Raised from a parser callback to stop the parser once a head has been refused."""
+
+
+def _on_url(self: HttpToolsProtocol, url: bytes) -> None:
+    guard = _guard(self)
+    if guard is not None:
+        guard.size += len(url)
+    _ORIGINAL["on_url"](self, url)
+
+
 def _on_header(self: HttpToolsProtocol, name: bytes, value: bytes) -> None:
     guard = _guard(self)
-    if guard is not None and not guard.in_head:
-        # A trailer of a chunked body: uvicorn would append it to the request's headers, one
-        # more line for every line sent, with no end. The app reads none: dropped.
-        return
+    if guard is not None:
+        if not guard.in_head:
+            # A trailer of a chunked body: uvicorn would append it to the request's headers,
+            # one more line for every line sent, with no end. The app reads none: dropped.
+            return
+        guard.size += len(name) + len(value) + 4  # ": " and the line's end
     _ORIGINAL["on_header"](self, name, value)
 
 
 def _on_headers_complete(self: HttpToolsProtocol) -> None:
     guard = _guard(self)
-    if guard is not None:
-        guard.headers_complete()
+    if guard is not None and not guard.headers_complete():
+        # Refused (431) and closing: the parser goes no further (its error is expected).
+        raise _HeadRefusedError
     _ORIGINAL["on_headers_complete"](self)
 
 
@@ -342,6 +372,7 @@ def patch_http_protocol(head_timeout: float) -> None:
     HttpToolsProtocol.connection_made = _connection_made  # type: ignore[method-assign]
     HttpToolsProtocol.connection_lost = _connection_lost  # type: ignore[method-assign]
     HttpToolsProtocol.on_message_begin = _on_message_begin  # type: ignore[method-assign]
+    HttpToolsProtocol.on_url = _on_url  # type: ignore[method-assign]
     HttpToolsProtocol.on_header = _on_header  # type: ignore[method-assign]
     HttpToolsProtocol.on_headers_complete = _on_headers_complete  # type: ignore[method-assign]
     HttpToolsProtocol.on_message_complete = _on_message_complete  # type: ignore[method-assign]

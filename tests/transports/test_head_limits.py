@@ -95,6 +95,24 @@ def test_endless_header_lines_are_refused_at_the_limit(server: tuple[str, Any]) 
     still_serving(url)
 
 
+@pytest.mark.parametrize("lines", [1, 80])
+def test_a_head_past_the_limit_in_one_read_is_refused_too(
+    server: tuple[str, Any], lines: int
+) -> None:
+    url, _ = server
+    filler = b"".join(
+        b"X-Filler-%d: %s\r\n" % (index, b"c" * (MAX_HEAD_BYTES // lines)) for index in range(lines)
+    )
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n" + filler + b"\r\n")
+        answer = read_answer(sock, 10)
+    status, body = refusal(answer)
+    assert status == 431
+    assert body["detail"][0]["type"] == "too_large"
+    assert answer.count(b"HTTP/1.1 ") == 1  # the refusal alone, no 400 after it
+    still_serving(url)
+
+
 def test_a_head_within_the_limit_is_served(server: tuple[str, Any]) -> None:
     url, _ = server
     filler = {f"x-filler-{index}": "b" * 900 for index in range(60)}  # some 55 KB
