@@ -563,9 +563,16 @@ def run_failover(directory: Path, scenario: Scenario) -> Report:
             window.ended = following.started
         windows[-1].ended = time.time()
         # The load stops before nginx's log is read: a request answered after the read would
-        # count as sent but not logged (one run in a few did).
+        # count as sent but not logged (one run in a few did). nginx writes a request's line once
+        # it has sent the answer, so the client can have it a moment before the line is there:
+        # the log is read until every request sent is in it (at most a few seconds).
         load.stop()
+        sent = {outcome.request_id for outcome in load.outcomes}
         calls = balancer.timing.read()
+        deadline = time.monotonic() + 5
+        while not sent <= {call.request_id for call in calls} and time.monotonic() < deadline:
+            time.sleep(0.05)
+            calls = balancer.timing.read()
         stopped_attempts = [
             attempt
             for call in calls
