@@ -11,6 +11,7 @@ values, a token out of place) is not read here: the caller parses the body plain
 orjson's answer, or its error.
 """
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,10 +71,7 @@ def read_nested(span: bytes | bytearray | memoryview, max_depth: int) -> FlatArr
         values = orjson.loads(text)
     except orjson.JSONDecodeError:
         return None
-    count = 1
-    for size in shape:
-        count *= size
-    if not isinstance(values, list) or len(values) != count:
+    if not isinstance(values, list) or len(values) != math.prod(shape):
         return None
     return FlatArray(shape, values)
 
