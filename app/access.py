@@ -83,14 +83,24 @@ class ApiKeys:
         """The label of the request's bearer key; a ``ServiceError`` (401) when it has none or
         one that is not stored."""
         value = None
+        count = 0
         for name, raw in headers:
             if len(name) == 13 and name.lower() == _AUTHORIZATION:
-                value = raw.decode("latin-1")
-                break
-        return self.admit_value(value)
+                count += 1
+                if value is None:
+                    value = raw.decode("latin-1")
+        return self.admit_value(value, count)
 
-    def admit_value(self, value: str | None) -> str:
-        """As ``admit``, from the ``Authorization`` value itself (gRPC's metadata)."""
+    def admit_value(self, value: str | None, count: int = 1) -> str:
+        """As ``admit``, from the ``Authorization`` value itself (gRPC's metadata) and the
+        number of entries that named it: more than one is refused, whatever they hold (a
+        request has one set of credentials: RFC 9110 11.6.2, RFC 6750 2)."""
+        if count > 1:
+            raise unauthenticated(
+                f"the request has {count} Authorization headers; send exactly one, "
+                "'Authorization: Bearer <key>'",
+                "invalid_request",
+            )
         if value is None:
             raise unauthenticated("a key is needed: send 'Authorization: Bearer <key>'", None)
         scheme, _, token = value.strip().partition(" ")

@@ -17,7 +17,7 @@ from app import tracing
 from app.metrics import BYTES_IN, BYTES_OUT, KEY_REQUESTS, LATENCY, REQUESTS
 
 ACCESS_LOG = logging.getLogger("tensor_ops.access")
-_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 class JsonFormatter(logging.Formatter):
@@ -115,7 +115,7 @@ def accepted_request_id(given: str | None) -> str:
     else a new one."""
     # 128 random bits as 32 hex digits, as uuid4().hex reads (less its 6 fixed bits) at a
     # quarter of the cost.
-    return given if given and _REQUEST_ID.match(given) else os.urandom(16).hex()
+    return given if given and _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
 
 
 def record(

@@ -161,6 +161,17 @@ class Reservation:
             await self.budget._take(extra, nbytes, self._deadline)
             self.held += extra
 
+    async def shrink_to(self, nbytes: int) -> None:
+        """Hold at most ``nbytes`` from now on: a worst case reserved before its size was
+        known (a gRPC message while it arrives) brought down to what it turned out to be. The
+        estimate (``peak``) becomes ``nbytes`` too: what is held from here on is measured
+        against it."""
+        self.peak = nbytes
+        extra = self.held - (nbytes if nbytes > UNCOUNTED_BYTES else 0)
+        if extra > 0:
+            self.held -= extra
+            await self.budget._give_back(extra)
+
     async def release(self) -> None:
         if self.held:
             held, self.held = self.held, 0

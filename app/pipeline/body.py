@@ -82,7 +82,7 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
         raise chunks.timed_out()
     # Undone in the reverse of the order they were applied, each bounded by the limit.
     for coding in reversed(codings):
-        body = await _inflate(body, coding, settings, reservation)
+        body = await inflate(body, coding, settings, reservation)
     return body
 
 
@@ -249,16 +249,23 @@ async def _read_growing(chunks: _PacedBody, limit: int, reservation: Reservation
     return body
 
 
-async def _inflate(
-    body: Body, encoding: str, settings: Settings, reservation: Reservation
+async def inflate(
+    body: Body,
+    encoding: str,
+    settings: Settings,
+    reservation: Reservation,
+    limit: int | None = None,
+    what: str = "body",
 ) -> bytearray:
     """Every member of a gzip (RFC 1952) or zlib (RFC 1950) body, inflated piece by piece.
 
     Input goes in by slices and output comes out by pieces, each reserved before it is made;
-    the limit holds over all members together. Bytes after the last member that do not begin
-    another gzip member are refused (a deflate body has one stream).
+    the limit (``TENSOR_OPS_MAX_BODY_BYTES`` unless given) holds over all members together.
+    Bytes after the last member that do not begin another gzip member are refused (a deflate
+    body has one stream). ``what`` names the thing inflated in messages (a gRPC message).
     """
-    limit = settings.max_body_bytes
+    if limit is None:
+        limit = settings.max_body_bytes
     view = memoryview(body).cast("B")
     offload = len(view) > settings.offload_bytes
     out = bytearray()
@@ -276,7 +283,7 @@ async def _inflate(
                 raise ServiceError(
                     Fault.BAD_ENCODING,
                     ("body",),
-                    f"the {encoding} body has {rest} bytes after its last member",
+                    f"the {encoding} {what} has {rest} bytes after its last member",
                 )
             tail = inflater.unused_data
             inflater = zlib.decompressobj(_ENCODINGS[encoding])
@@ -286,29 +293,29 @@ async def _inflate(
                 position += len(tail)
             elif not produced:  # nothing left to feed, and the last call made nothing
                 raise ServiceError(
-                    Fault.BAD_ENCODING, ("body",), f"the {encoding} body is truncated"
+                    Fault.BAD_ENCODING, ("body",), f"the {encoding} {what} is truncated"
                 )
         step = min(limit + 1 - len(out), _INFLATE_STEP)
         await reservation.grow_to(len(view) + len(out) + step + _INFLATE_STEP)
-        piece = await run_sized(offload, _inflate_piece, inflater, tail, step, encoding)
+        piece = await run_sized(offload, _inflate_piece, inflater, tail, step, encoding, what)
         produced = bool(piece)
         out += piece
         if len(out) > limit:
             raise ServiceError(
                 Fault.TOO_LARGE,
                 ("body",),
-                f"the body inflates past the limit of {limit} bytes (raise it with "
+                f"the {what} inflates past the limit of {limit} bytes (raise it with "
                 "TENSOR_OPS_MAX_BODY_BYTES)",
             )
         tail = inflater.unconsumed_tail
 
 
 def _inflate_piece(
-    inflater: "zlib._Decompress", data: bytes | memoryview, most: int, encoding: str
+    inflater: "zlib._Decompress", data: bytes | memoryview, most: int, encoding: str, what: str
 ) -> bytes:
     try:
         return inflater.decompress(data, most)
     except zlib.error:
         raise ServiceError(
-            Fault.BAD_ENCODING, ("body",), f"the body is not valid {encoding} data"
+            Fault.BAD_ENCODING, ("body",), f"the {what} is not valid {encoding} data"
         ) from None

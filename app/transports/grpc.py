@@ -13,6 +13,7 @@ import functools
 import logging
 import math
 import time
+import zlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -26,9 +27,11 @@ from app.access import AccessControl
 from app.errors import Fault, ServiceError, from_wire, internal_error
 from app.observability import accepted_request_id, record
 from app.pipeline.admission import Reservation
+from app.pipeline.body import inflate
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
+from app.settings import Settings
 from app.transports.errors import fault_headers
 from app.transports.grpc_tensors import (
     ARENA_BYTES_PER_ELEMENT,
@@ -312,27 +315,136 @@ def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reserv
 
 class CallNotes:
     """What a call leaves for its log line: its reservation, whose peak is its memory
-    estimate (refused or cancelled calls included)."""
+    estimate (refused or cancelled calls included), and the bytes its message took."""
 
-    __slots__ = ("reservation",)
+    __slots__ = ("received", "reservation")
 
     def __init__(self) -> None:
         self.reservation: Reservation | None = None
+        self.received = 0
 
     @property
     def reserved(self) -> int:
         return self.reservation.peak if self.reservation is not None else 0
 
 
-Call = Callable[[Any, Any, CallNotes], Awaitable[Any]]
+#: A V2 method: reads its message itself (``receive``), once its key has been checked.
+Call = Callable[[Any, CallNotes], Awaitable[Any]]
 
 
 def _unreadable(reason: object, message: str = "ModelInferRequest") -> ServiceError:
     return ServiceError(Fault.TENSOR_DECODE, ("body",), f"the message is not a {message}: {reason}")
 
 
+#: What a message holds while it arrives: gRPC's buffer of it, and the bytes handed over.
+RECEIVE_COPIES = 2
+
+
+def message_limit(settings: Settings, budget_bytes: int) -> int:
+    """The largest message the service receives: the body limit, gRPC's 2 GiB, and half a
+    worker's budget (a message is held twice while it arrives, all of it reserved)."""
+    return max(1, min(settings.max_body_bytes, LARGEST_MESSAGE, budget_bytes // RECEIVE_COPIES))
+
+
+def receive_time_limit(settings: Settings, limit: int) -> float:
+    """How long a message may take to arrive. gRPC hands over a message whole, so its progress
+    cannot be watched: the time the largest message takes at the minimum rate, after one rate
+    window, and never more than the body's time limit."""
+    rate = settings.min_transfer_rate
+    if rate <= 0:
+        return settings.body_timeout
+    return min(settings.body_timeout, settings.rate_window + limit / rate)
+
+
+def message_coding(message: Body) -> str | None:
+    """How a message was compressed, read from its first bytes: gRPC's own decompression is
+    off (so that inflating is bounded and reserved here), and the call's ``grpc-encoding``
+    does not reach the application. A V2 request never starts with either header: its fields
+    are all length-delimited (a tag's low three bits are 2), gzip's magic has 7 there and a
+    zlib header 0."""
+    if len(message) < 2:
+        return None
+    first, second = message[0], message[1]
+    if first == 0x1F and second == 0x8B:
+        return "gzip"
+    if first & 0x0F == 8 and first >> 4 <= 7 and (first << 8 | second) % 31 == 0:
+        return "deflate"
+    return None
+
+
+#: The largest message a probe takes (a model's name and version): past it, 413.
+PROBE_MESSAGE = 64 * 1024
+
+
+class Receiver:
+    """Reads a call's one message inside the memory budget and the time limits: the worst
+    case reserved before the read is posted (gRPC takes a message's bytes off the wire only
+    while a read is pending), a deadline on its arrival, then the reservation brought down
+    to its size and a compressed message inflated piece by piece, each piece reserved."""
+
+    def __init__(self, settings: Settings, budget_bytes: int) -> None:
+        self.settings = settings
+        self.limit = message_limit(settings, budget_bytes)
+        self.time_limit = receive_time_limit(settings, self.limit)
+
+    async def message(self, context: Any, reservation: Reservation, notes: CallNotes) -> Body:
+        await reservation.grow_to(RECEIVE_COPIES * self.limit)
+        message = await self._read(context, notes)
+        await reservation.shrink_to(RECEIVE_COPIES * len(message))
+        coding = message_coding(message)
+        if coding is None:
+            return message
+        return await inflate(
+            message, coding, self.settings, reservation, limit=self.limit, what="message"
+        )
+
+    async def probe(self, context: Any, notes: CallNotes) -> Body:
+        message = await self._read(context, notes)
+        if len(message) > PROBE_MESSAGE:
+            raise _probe_too_large()
+        coding = message_coding(message)
+        if coding is None:
+            return message
+        # Inflated at once within the probe's limit: a few KiB at most, never reserved.
+        inflater = zlib.decompressobj(zlib.MAX_WBITS | (16 if coding == "gzip" else 0))
+        try:
+            inflated = inflater.decompress(message, PROBE_MESSAGE + 1)
+        except zlib.error:
+            raise ServiceError(
+                Fault.BAD_ENCODING, ("body",), f"the message is not valid {coding} data"
+            ) from None
+        if len(inflated) > PROBE_MESSAGE:
+            raise _probe_too_large()
+        return inflated
+
+    async def _read(self, context: Any, notes: CallNotes) -> bytes:
+        try:
+            message = await asyncio.wait_for(context.read(), self.time_limit)
+        except TimeoutError:
+            raise ServiceError(
+                Fault.TIMEOUT,
+                ("body",),
+                f"the message did not arrive within {self.time_limit:g} s (the largest message "
+                f"at TENSOR_OPS_MIN_TRANSFER_RATE after TENSOR_OPS_RATE_WINDOW, at most "
+                f"TENSOR_OPS_BODY_TIMEOUT)",
+            ) from None
+        if message is grpc.aio.EOF or not isinstance(message, bytes):
+            raise ServiceError(Fault.TENSOR_DECODE, ("body",), "the call has no message")
+        notes.received = len(message)
+        return message
+
+
+def _probe_too_large() -> ServiceError:
+    return ServiceError(
+        Fault.TOO_LARGE,
+        ("body",),
+        f"a probe's message holds a model's name and version: at most {PROBE_MESSAGE} bytes",
+    )
+
+
 class InferenceService:
-    """The V2 service's calls, each an ``async`` function of the request and the context."""
+    """The V2 service's calls, each an ``async`` function of the context and the call's notes,
+    reading its message through the receiver."""
 
     def __init__(
         self,
@@ -344,26 +456,55 @@ class InferenceService:
         self.ready = ready
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
+        self.receiver = Receiver(pipeline.settings, pipeline.budget.capacity)
         #: Inference calls begun and not yet ended (their answers sent, or given up): the
         #: stop waits for none.
         self.calls_in_flight = 0
         #: When the last of them ended (``time.monotonic()``; never: minus infinity).
         self.last_ended = -math.inf
 
-    async def server_live(self, request: Any, context: Any, notes: CallNotes) -> Any:
+    async def parsed(self, request_type: Any, context: Any, notes: CallNotes) -> Any:
+        """A small call's message, read inside the budget, parsed; its reservation given back
+        once parsed (the parsed message is a few fields)."""
+        reservation = self.pipeline.budget.reserve()
+        notes.reservation = reservation
+        try:
+            message = await self.receiver.message(context, reservation, notes)
+            try:
+                return request_type.FromString(bytes(message))
+            except DecodeError as error:
+                raise _unreadable(error, request_type.DESCRIPTOR.name) from None
+        finally:
+            await reservation.release()
+
+    async def probed(self, request_type: Any, context: Any, notes: CallNotes) -> Any:
+        """A probe's message: read without a reservation (a probe never waits for memory),
+        within the time limit, inflated by this service within ``PROBE_MESSAGE`` bytes."""
+        message = await self.receiver.probe(context, notes)
+        try:
+            return request_type.FromString(bytes(message))
+        except DecodeError as error:
+            raise _unreadable(error, request_type.DESCRIPTOR.name) from None
+
+    async def server_live(self, context: Any, notes: CallNotes) -> Any:
+        await self.probed(pb.ServerLiveRequest, context, notes)
         return pb.ServerLiveResponse(live=True)
 
-    async def server_ready(self, request: Any, context: Any, notes: CallNotes) -> Any:
+    async def server_ready(self, context: Any, notes: CallNotes) -> Any:
+        await self.probed(pb.ServerReadyRequest, context, notes)
         return pb.ServerReadyResponse(ready=self.ready())
 
-    async def model_ready(self, request: Any, context: Any, notes: CallNotes) -> Any:
+    async def model_ready(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.probed(pb.ModelReadyRequest, context, notes)
         model(request.name, request.version or None)
         return pb.ModelReadyResponse(ready=self.ready())
 
-    async def server_metadata(self, request: Any, context: Any, notes: CallNotes) -> Any:
+    async def server_metadata(self, context: Any, notes: CallNotes) -> Any:
+        await self.parsed(pb.ServerMetadataRequest, context, notes)
         return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION, extensions=[])
 
-    async def model_metadata(self, request: Any, context: Any, notes: CallNotes) -> Any:
+    async def model_metadata(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.parsed(pb.ModelMetadataRequest, context, notes)
         metadata = model_metadata(model(request.name, request.version or None))
         return pb.ModelMetadataResponse(
             name=metadata["name"],
@@ -373,19 +514,17 @@ class InferenceService:
             outputs=[_tensor_metadata(item) for item in metadata["outputs"]],
         )
 
-    async def model_infer(self, message: bytes, context: Any, notes: CallNotes) -> bytes:
+    async def model_infer(self, context: Any, notes: CallNotes) -> bytes:
         # No readiness check here: once the service stops, new calls are refused UNAVAILABLE
         # before they get here (GrpcServer.stop), and a call already taken (its message
         # perhaps still arriving when the stop began) is served to the end.
         self.calls_in_flight += 1
         context.add_done_callback(self._ended)
+        receiver = self.receiver
 
         async def read(reservation: Reservation) -> Body:
             notes.reservation = reservation
-            # The message as gRPC received it (its buffer is not all given back at once) and
-            # as the bytes this call was handed: twice its size, measured.
-            await reservation.grow_to(2 * len(message))
-            return message
+            return await receiver.message(context, reservation, notes)
 
         answer, reservation = await self.pipeline.run(read, GrpcExchange())
         if reservation.held:
@@ -407,37 +546,67 @@ def _size(message: Any) -> int:
     return len(message) if isinstance(message, bytes) else int(message.ByteSize())
 
 
+def forget_frames(error: BaseException) -> None:
+    """Cut an error off from the frames it was raised through (and its context's and cause's):
+    a caught error kept in a frame its traceback holds is a reference cycle, and the request's
+    bytes in those frames would wait for a full collection."""
+    seen: set[int] = set()
+    item: BaseException | None = error
+    while item is not None and id(item) not in seen:
+        seen.add(id(item))
+        item.__traceback__ = None
+        following = item.__cause__ or item.__context__
+        item.__cause__ = None
+        item.__context__ = None
+        item = following
+
+
+def metadata_value(metadata: Any, key: str) -> tuple[str | None, int]:
+    """The value of ``key`` in a call's metadata (the first one) and how many entries name it."""
+    value: str | None = None
+    count = 0
+    for name, item in metadata or ():
+        if name == key:
+            count += 1
+            if value is None and isinstance(item, str):
+                value = item
+    return value, count
+
+
 def observed(
     method: str, call: Call, access: AccessControl | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
-    """``call`` with its request id, metrics and log line, its key checked (with ``access``),
-    and its refusals as gRPC statuses (the message HTTP's ``{"error"}`` would hold, the
-    fault's kind in trailing metadata)."""
+    """``call`` with its request id, metrics and log line, its key checked (with ``access``)
+    before its message is read, and its refusals as gRPC statuses (the message HTTP's
+    ``{"error"}`` would hold, the fault's kind in trailing metadata)."""
     route = f"/{SERVICE_NAME}/{method}"
     keys = access.keys if access is not None and access.grpc_needs_key(route) else None
 
-    async def handle(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def handle(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         started = time.perf_counter()
-        metadata = dict(context.invocation_metadata() or ())
-        given = metadata.get(REQUEST_ID_KEY)
-        request_id = accepted_request_id(given if isinstance(given, str) else None)
+        metadata = context.invocation_metadata() or ()
+        given, _ = metadata_value(metadata, REQUEST_ID_KEY)
+        request_id = accepted_request_id(given)
         tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, request_id)]
         status = "UNKNOWN"
         sent = 0
         notes = CallNotes()
         key = None
+        error: ServiceError | None = None
         try:
             try:
                 if keys is not None:
-                    value = metadata.get(AUTHORIZATION_KEY)
-                    key = keys.admit_value(value if isinstance(value, str) else None)
-                response = await call(request, context, notes)
+                    value, count = metadata_value(metadata, AUTHORIZATION_KEY)
+                    key = keys.admit_value(value, count)
+                response = await call(context, notes)
             except ServiceError as caught:
+                forget_frames(caught)
                 error = caught
             except asyncio.CancelledError:
                 status = "CANCELLED"
                 raise
             except Exception as caught:
+                forget_frames(caught)
                 error = internal_error(caught)
             else:
                 status = "OK"
@@ -450,9 +619,11 @@ def observed(
                 return response
             code = CODES[error.kind]
             status = code.name
+            message = error.message
             tags.extend((name.lower(), value) for name, value in fault_headers(error).items())
             tags.extend((name.lower(), value) for name, value in error.headers.items())
-            await context.abort(code, error.message, tuple(tags))
+            error = None
+            await context.abort(code, message, tuple(tags))
         finally:
             record(
                 started,
@@ -461,7 +632,7 @@ def observed(
                 route=route,
                 path=route,
                 status=status,
-                bytes_in=_size(request),
+                bytes_in=notes.received,
                 bytes_out=sent,
                 reserved=notes.reserved,
                 key=key,
@@ -473,38 +644,30 @@ def observed(
 
 
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
-    """The service's methods for a ``grpc.aio`` server. Every method takes bytes: a message
-    gRPC parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT and
-    logged. ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
+    """The service's methods for a ``grpc.aio`` server. Each is served as a client-streaming
+    method, so that nothing of its message is read (nor inflated) before its key has been
+    checked and its memory reserved: each call reads its one message itself. A message gRPC
+    parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT and logged.
+    ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
 
-    def unary(request_type: Any, call: Call, method: str) -> grpc.RpcMethodHandler[Any, Any]:
-        async def parsed(message: bytes, context: Any, notes: CallNotes) -> Any:
-            try:
-                request = request_type.FromString(message)
-            except DecodeError as error:
-                raise _unreadable(error, request_type.DESCRIPTOR.name) from None
-            return await call(request, context, notes)
-
-        return grpc.unary_unary_rpc_method_handler(
-            observed(method, parsed, service.access),
-            response_serializer=lambda message: message.SerializeToString(),
+    def method(call: Call, name: str, answers_bytes: bool = False) -> Any:
+        return grpc.stream_unary_rpc_method_handler(
+            observed(name, call, service.access),
+            response_serializer=None if answers_bytes else _serialized,
         )
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
-            "ServerLive": unary(pb.ServerLiveRequest, service.server_live, "ServerLive"),
-            "ServerReady": unary(pb.ServerReadyRequest, service.server_ready, "ServerReady"),
-            "ModelReady": unary(pb.ModelReadyRequest, service.model_ready, "ModelReady"),
-            "ServerMetadata": unary(
-                pb.ServerMetadataRequest, service.server_metadata, "ServerMetadata"
-            ),
-            "ModelMetadata": unary(
-                pb.ModelMetadataRequest, service.model_metadata, "ModelMetadata"
-            ),
-            # Bytes in, bytes out: the message is framed by GrpcExchange itself.
-            "ModelInfer": grpc.unary_unary_rpc_method_handler(
-                observed("ModelInfer", service.model_infer, service.access)
-            ),
+            "ServerLive": method(service.server_live, "ServerLive"),
+            "ServerReady": method(service.server_ready, "ServerReady"),
+            "ModelReady": method(service.model_ready, "ModelReady"),
+            "ServerMetadata": method(service.server_metadata, "ServerMetadata"),
+            "ModelMetadata": method(service.model_metadata, "ModelMetadata"),
+            "ModelInfer": method(service.model_infer, "ModelInfer", answers_bytes=True),
         },
     )
+
+
+def _serialized(message: Any) -> bytes:
+    return bytes(message.SerializeToString())

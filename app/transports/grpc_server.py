@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
@@ -21,12 +22,13 @@ from app.pipeline.run import Pipeline
 from app.settings import Settings
 from app.transports.errors import fault_headers
 from app.transports.grpc import (
+    AUTHORIZATION_KEY,
     CODES,
-    LARGEST_MESSAGE,
     SERVICE_NAME,
     InferenceService,
     answer_limit,
     inference_handler,
+    metadata_value,
 )
 from app.transports.ports import (
     GrpcPortError,
@@ -53,6 +55,40 @@ Continuation: TypeAlias = (
     "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
 )
 INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
+
+
+#: Calls one connection may have open at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
+#: A call's message is only read once its memory is reserved, so the budget bounds what the
+#: calls of all connections hold; this bounds the bookkeeping of one connection's.
+MAX_STREAMS_PER_CONNECTION = 128
+#: A connection with no call open for this long is closed (GOAWAY; clients reconnect).
+IDLE_CONNECTION_SECONDS = 300
+#: The service pings a connection that has been quiet this long, and closes it when the ping
+#: is not answered within the timeout: a peer that is gone stops holding its calls.
+KEEPALIVE_SECONDS = 60
+KEEPALIVE_TIMEOUT_SECONDS = 20
+
+
+def server_options(settings: Settings, message_limit: int) -> list[tuple[str, int]]:
+    """gRPC's own knobs, set from the settings.
+
+    - Messages are received as sent, compressed or not (``per_message_decompression`` off):
+      the service inflates them itself, bounded by the message limit and reserved piece by
+      piece as HTTP bodies are, after the key check.
+    - The message limit: the body limit and half the budget (``Receiver``).
+    - A connection's TLS handshake and HTTP/2 preface within one rate window, as HTTP's head.
+    - Streams per connection bounded; idle connections closed; dead peers found by pings.
+    """
+    return [
+        ("grpc.max_receive_message_length", message_limit),
+        ("grpc.max_send_message_length", answer_limit(settings.max_output_bytes)),
+        ("grpc.per_message_decompression", 0),
+        ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+        ("grpc.server_handshake_timeout_ms", max(1, math.ceil(settings.rate_window * 1000))),
+        ("grpc.max_connection_idle_ms", IDLE_CONNECTION_SECONDS * 1000),
+        ("grpc.keepalive_time_ms", KEEPALIVE_SECONDS * 1000),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_SECONDS * 1000),
+    ]
 
 
 class GrpcServer:
@@ -82,14 +118,7 @@ class GrpcServer:
         with claimed(host, port, settings.workers) as shared:
             server = grpc.aio.server(
                 options=[
-                    (
-                        "grpc.max_receive_message_length",
-                        min(settings.max_body_bytes, LARGEST_MESSAGE),
-                    ),
-                    (
-                        "grpc.max_send_message_length",
-                        answer_limit(settings.max_output_bytes),
-                    ),
+                    *server_options(settings, self.service.receiver.limit),
                     ("grpc.so_reuseport", int(shared)),
                 ],
                 interceptors=[self.drain, *_interceptors(self.access)],
@@ -171,10 +200,11 @@ class Drain(grpc.aio.ServerInterceptor):
         error = ServiceError(Fault.SHUTTING_DOWN, (), "the service is shutting down")
         trailers = tuple((name.lower(), value) for name, value in fault_headers(error).items())
 
-        async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async def refuse(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             await context.abort(CODES[error.kind], error.message, trailers)
 
-        self.refusal: grpc.RpcMethodHandler[Any, Any] = grpc.unary_unary_rpc_method_handler(refuse)
+        # Client-streaming: refused without reading the message.
+        self.refusal: grpc.RpcMethodHandler[Any, Any] = grpc.stream_unary_rpc_method_handler(refuse)
 
     async def intercept_service(
         self,
@@ -201,10 +231,9 @@ class HealthKeys(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if not method.startswith("/grpc.health.") or not self.access.grpc_needs_key(method):
             return await continuation(handler_call_details)
-        metadata = dict(handler_call_details.invocation_metadata or ())
-        value = metadata.get("authorization")
+        value, count = metadata_value(handler_call_details.invocation_metadata, AUTHORIZATION_KEY)
         try:
-            self.access.keys.admit_value(value if isinstance(value, str) else None)
+            self.access.keys.admit_value(value, count)
         except ServiceError as error:
             return _refusing(error, streams=method.endswith("/Watch"))
         return await continuation(handler_call_details)
@@ -213,19 +242,20 @@ class HealthKeys(grpc.aio.ServerInterceptor):
 def _refusing(error: ServiceError, streams: bool) -> grpc.RpcMethodHandler[Any, Any]:
     trailers = tuple((name, value) for name, value in error.headers.items())
 
-    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def refuse(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message, trailers)
 
     async def refuse_stream(
-        request: Any, context: grpc.aio.ServicerContext[Any, Any]
+        requests: Any, context: grpc.aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[Any]:
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, error.message, trailers)
         yield None  # never reached: abort raises; this makes the function a generator
 
-    # Health's Watch streams its answers: it is refused as a stream.
+    # Refused as client-streaming methods, so that the message is never read. Health's Watch
+    # streams its answers: it is refused as a stream.
     if streams:
-        return grpc.unary_stream_rpc_method_handler(refuse_stream)
-    return grpc.unary_unary_rpc_method_handler(refuse)
+        return grpc.stream_stream_rpc_method_handler(refuse_stream)
+    return grpc.stream_unary_rpc_method_handler(refuse)
 
 
 def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
