@@ -6,6 +6,7 @@ own shape (FastAPI's ``detail`` list, V2's ``{"error"}``, a gRPC status).
 """
 
 import logging
+import traceback
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -222,3 +223,20 @@ def internal_error(error: BaseException) -> ServiceError:
     """A bug: logged with its traceback, answered without one."""
     LOG.error("unexpected error", exc_info=error)
     return ServiceError(Fault.INTERNAL, (), "internal server error")
+
+
+def release_frames(error: BaseException) -> None:
+    """Let go of what the frames an error was raised through hold (a request's bytes, the
+    futures that carried the error), keeping its traceback's lines for the log.
+
+    A caught error whose traceback holds a frame that holds the error (or a future carrying
+    it: asyncio's and anyio's awaits do) is a reference cycle; the request's bytes in those
+    frames would then wait for the oldest generation's collection. Frames still running (the
+    caller's) are left as they are. The error's cause and context are released too."""
+    seen: set[int] = set()
+    item: BaseException | None = error
+    while item is not None and id(item) not in seen:
+        seen.add(id(item))
+        if item.__traceback__ is not None:
+            traceback.clear_frames(item.__traceback__)
+        item = item.__cause__ or item.__context__

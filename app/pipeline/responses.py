@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app import tracing
-from app.errors import ServiceError, internal_error
+from app.errors import ServiceError, internal_error, release_frames
 from app.pipeline.admission import Reservation
 from app.pipeline.body import read_body
 from app.pipeline.run import Body, Buffer, Exchange, Pipeline
@@ -152,11 +152,13 @@ async def serve_http(
     try:
         answer, reservation = await pipeline.run(read, exchange())
     except ServiceError as error:
+        release_frames(error)
         if tracing.TRACER is not None:
             tracing.note_fault(error)
         return render(error)
     except Exception as error:
         failure = internal_error(error)
+        release_frames(error)
         if tracing.TRACER is not None:
             tracing.note_fault(failure)
         return render(failure)

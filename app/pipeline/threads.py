@@ -6,6 +6,8 @@ from typing import ParamSpec, TypeVar
 
 import anyio.to_thread
 
+from app.errors import release_frames
+
 Params = ParamSpec("Params")
 Result = TypeVar("Result")
 
@@ -39,5 +41,11 @@ async def run_sized(
                     continue
                 except Exception:
                     break  # its outcome no longer matters: the thread is done
+            raise
+        except BaseException as error:
+            # The error's traceback holds this frame and anyio's, which hold the task and the
+            # future that carried it: a cycle that would keep the request's bytes until a full
+            # collection.
+            release_frames(error)
             raise
     return result

@@ -24,10 +24,11 @@ from google.protobuf.message import DecodeError
 
 from app import tracing
 from app.access import AccessControl
-from app.errors import Fault, ServiceError, from_wire, internal_error
+from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
 from app.observability import accepted_request_id, record
 from app.pipeline.admission import Reservation
 from app.pipeline.body import inflate
+from app.pipeline.heap import HeapTrimmer
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
@@ -457,6 +458,7 @@ class InferenceService:
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
         self.receiver = Receiver(pipeline.settings, pipeline.budget.capacity)
+        self.heap = HeapTrimmer()
         #: Inference calls begun and not yet ended (their answers sent, or given up): the
         #: stop waits for none.
         self.calls_in_flight = 0
@@ -520,6 +522,9 @@ class InferenceService:
         # perhaps still arriving when the stop began) is served to the end.
         self.calls_in_flight += 1
         context.add_done_callback(self._ended)
+        # A large message's slices freed in gRPC's arenas go back to the system once the call
+        # has been torn down, served or refused (a stalled upload cut off too).
+        context.add_done_callback(lambda _: self.heap.after_call(notes.reserved))
         receiver = self.receiver
 
         async def read(reservation: Reservation) -> Body:
@@ -544,21 +549,6 @@ def _tensor_metadata(item: dict[str, Any]) -> Any:
 
 def _size(message: Any) -> int:
     return len(message) if isinstance(message, bytes) else int(message.ByteSize())
-
-
-def forget_frames(error: BaseException) -> None:
-    """Cut an error off from the frames it was raised through (and its context's and cause's):
-    a caught error kept in a frame its traceback holds is a reference cycle, and the request's
-    bytes in those frames would wait for a full collection."""
-    seen: set[int] = set()
-    item: BaseException | None = error
-    while item is not None and id(item) not in seen:
-        seen.add(id(item))
-        item.__traceback__ = None
-        following = item.__cause__ or item.__context__
-        item.__cause__ = None
-        item.__context__ = None
-        item = following
 
 
 def metadata_value(metadata: Any, key: str) -> tuple[str | None, int]:
@@ -600,14 +590,14 @@ def observed(
                     key = keys.admit_value(value, count)
                 response = await call(context, notes)
             except ServiceError as caught:
-                forget_frames(caught)
+                release_frames(caught)
                 error = caught
             except asyncio.CancelledError:
                 status = "CANCELLED"
                 raise
             except Exception as caught:
-                forget_frames(caught)
                 error = internal_error(caught)
+                release_frames(caught)
             else:
                 status = "OK"
                 sent = _size(response)
