@@ -22,7 +22,7 @@ from app.access import AccessControl, access_control
 from app.docs import add_offline_docs
 from app.front import DirectRoute, FrontDoor, ObservedApp
 from app.metrics import render as render_metrics
-from app.observability import configure_logging
+from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
 from app.registry import REGISTRY
@@ -178,7 +178,7 @@ class Service(FastAPI):
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
-    configure_logging(settings.log_level, settings.log_format)
+    configure_logging(settings.log_level, settings.log_format, capture_stderr=launched_as_service())
     # In each worker process, from the standard OTEL_* variables (off when they are unset).
     tracing.configure()
     # Java's HttpClient offers h2c on every request: its body must reach the app; a request's

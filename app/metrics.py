@@ -43,6 +43,12 @@ REFUSED_BUSY = Counter(
     "tensor_ops_admission_refused_total", "Requests answered 503: no memory came free in time"
 )
 
+SPANS_DROPPED = Counter(
+    "tensor_ops_spans_dropped_total",
+    "Trace spans not sent: the collector refused them, did not answer in time, or still held "
+    "them when the worker's time to exit was up",
+)
+
 
 def render() -> tuple[bytes, str]:
     """The metrics in Prometheus text format, gathered from every worker when there are several.

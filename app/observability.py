@@ -8,6 +8,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 from typing import Any, NamedTuple
 
@@ -66,18 +67,161 @@ class _Clock:
 utc_time = _Clock().utc
 
 SERVICE_LOG = logging.getLogger("tensor_ops")
+#: A record of another library (OpenTelemetry, gRPC, asyncio) is cut to this many characters:
+#: its message may quote what a client sent (a ``baggage`` header, a metadata value).
+LIBRARY_MESSAGE_CHARS = 512
+#: At most this many lines a minute from each other library's logger (and from raw standard
+#: error); past it, one line says how many were left out: their noise does not grow with what
+#: strangers send.
+LIBRARY_LINES_PER_MINUTE = 20
 
 
-def configure_logging(level: str, form: str) -> None:
-    """Send the service's logs to standard error, as JSON lines or as plain text."""
-    handler = logging.StreamHandler(sys.stderr)
+class LibraryNoise(logging.Filter):
+    """Other libraries' records: cut, and limited per logger per minute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._budget: dict[str, tuple[int, int, int]] = {}  # logger: (minute, lines, dropped)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        minute = int(record.created // 60)
+        seen, lines, dropped = self._budget.get(record.name, (minute, 0, 0))
+        if seen != minute:
+            if dropped:
+                record.dropped_before = dropped  # told with the first line of the next minute
+            seen, lines, dropped = minute, 0, 0
+        if lines >= LIBRARY_LINES_PER_MINUTE:
+            self._budget[record.name] = (seen, lines, dropped + 1)
+            return False
+        if len(self._budget) > 1024:  # a bounded table, whatever names loggers are given
+            self._budget.clear()
+        self._budget[record.name] = (seen, lines + 1, dropped)
+        record.msg = cut(record.getMessage(), LIBRARY_MESSAGE_CHARS)
+        record.args = None
+        if record.exc_info and record.levelno < logging.ERROR:
+            record.exc_info = None  # a library's warning with a traceback: the line alone
+        return True
+
+
+def cut(text: str, most: int) -> str:
+    """``text`` as at most ``most`` characters, saying how many more there were."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most]}... ({len(text) - most} more characters)"
+
+
+def configure_logging(level: str, form: str, capture_stderr: bool = False) -> None:
+    """Send the service's logs to standard error, as JSON lines or as plain text; other
+    libraries' records (the root logger's) the same way, cut and limited (``LibraryNoise``).
+
+    With ``capture_stderr`` (a process started by ``python -m app``), what anything else writes
+    to file descriptor 2 (gRPC's core, Python's last-resort handler, a library's ``print``) is
+    read back and logged as lines of the ``stderr`` logger: every line the process writes is
+    one line of the chosen format."""
+    stream = _captured_stderr() if capture_stderr else sys.stderr
+    handler = logging.StreamHandler(stream)
     if form == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     SERVICE_LOG.handlers[:] = [handler]
     SERVICE_LOG.setLevel(level.upper() if level != "trace" else "DEBUG")
     SERVICE_LOG.propagate = False
+    libraries = logging.StreamHandler(stream)
+    libraries.setFormatter(handler.formatter)
+    libraries.addFilter(LibraryNoise())
+    root = logging.getLogger()
+    root.handlers[:] = [libraries]
+    if root.level == logging.NOTSET or root.level > logging.WARNING:
+        root.setLevel(logging.WARNING)
+    if capture_stderr:
+        _point_handlers_at(stream)
+        # A handler's own failure is printed to standard error: captured, it would come back.
+        logging.raiseExceptions = False
+
+
+class TextFormatter(logging.Formatter):
+    """Plain text, a record a line: control characters in a message are escaped (``\\n``), so
+    no message, nor what a client put in it, can start a line of its own."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        record.message = _CONTROLS.sub(_escaped, record.message)
+        return super().formatMessage(record)
+
+
+_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    return repr(match.group())[1:-1]
+
+
+def launched_as_service() -> bool:
+    """Whether this process was started by ``python -m app`` (a worker of it too: spawned
+    workers run ``app.__main__`` as their main module)."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    return getattr(spec, "name", None) == "app.__main__"
+
+
+#: The real standard error once it is captured (the same for every later configuration).
+_REAL_STDERR: Any = None
+
+
+def _captured_stderr() -> Any:
+    """A stream on the process's real standard error; fd 2 itself becomes a pipe whose lines
+    a thread logs through the ``stderr`` logger (cut, limited). Once per process."""
+    global _REAL_STDERR  # noqa: PLW0603
+    if _REAL_STDERR is not None:
+        return _REAL_STDERR
+    real = os.dup(2)
+    stream = os.fdopen(real, "w", buffering=1, encoding="utf-8", errors="replace")
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    _REAL_STDERR = stream
+    thread = threading.Thread(
+        target=_log_raw_lines, args=(read_end,), name="stderr-lines", daemon=True
+    )
+    thread.start()
+    return stream
+
+
+_RAW_LOG = logging.getLogger("stderr")
+
+
+def _log_raw_lines(descriptor: int) -> None:
+    with os.fdopen(descriptor, "rb", buffering=0) as pipe:
+        pending = b""
+        while True:
+            chunk = pipe.read(65536)
+            if not chunk:
+                return
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            # A line that never ends is cut, not kept whole.
+            if len(pending) > 65536:
+                lines.append(pending)
+                pending = b""
+            for raw in lines:
+                text = raw.decode("utf-8", "replace").rstrip("\r")
+                if text.strip():
+                    _RAW_LOG.warning(text)
+
+
+def _point_handlers_at(stream: Any) -> None:
+    """Handlers that write to the captured descriptor (uvicorn's, made before the app was
+    imported) write to the real standard error instead: they already write the log's format."""
+    loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
+    for item in loggers:
+        for handler in getattr(item, "handlers", ()):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is not stream:
+                try:
+                    descriptor = handler.stream.fileno()
+                except (AttributeError, OSError, ValueError):
+                    continue
+                if descriptor == 2:
+                    handler.setStream(stream)
 
 
 def _write_access_line(fields: dict[str, Any]) -> None:

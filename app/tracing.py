@@ -18,8 +18,10 @@ certificates, propagators) is read by the SDK and the exporter themselves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -58,7 +60,7 @@ WORKER_THREAD = "tensor_ops.worker_thread"
 #: The exporters ``OTEL_TRACES_EXPORTER`` may name here, and the OTLP protocols.
 EXPORTERS = ("otlp", "console", "none")
 PROTOCOLS = ("http/protobuf", "grpc")
-#: How long the exit waits for the last spans to be sent.
+#: How long the exit waits for the last spans to be sent, whatever the collector does.
 FLUSH_MILLIS = 5000
 # The semantic conventions' known methods; any other is "_OTHER" (and its name kept aside).
 _METHODS = frozenset(
@@ -151,10 +153,50 @@ def provider_for(settings: TracingSettings) -> TracerProvider:
     from opentelemetry.sdk.trace import TracerProvider  # noqa: PLC0415
     from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: PLC0415
 
-    provider = TracerProvider(resource=service_resource())
+    # No shutdown at the interpreter's exit: the SDK's would send each batch left with the
+    # exporter's own timeout and retries (tens of seconds with a collector that is down);
+    # ``flush`` bounds the exit instead.
+    provider = TracerProvider(resource=service_resource(), shutdown_on_exit=False)
     for exporter in exporters_for(settings):
-        provider.add_span_processor(BatchSpanProcessor(exporter))
+        provider.add_span_processor(BatchSpanProcessor(CountingExporter(exporter)))
     return provider
+
+
+def counting_exporter_class() -> type:
+    """``CountingExporter``'s class, made when tracing is on (the SDK is imported then)."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult  # noqa: PLC0415
+
+    from app.metrics import SPANS_DROPPED  # noqa: PLC0415
+
+    class Counting(SpanExporter):
+        """An exporter that counts the spans it could not send (``tensor_ops_spans_dropped``)."""
+
+        def __init__(self, exporter: SpanExporter) -> None:
+            self.exporter = exporter
+
+        def export(self, spans: Any) -> Any:
+            try:
+                result = self.exporter.export(spans)
+            except Exception:
+                SPANS_DROPPED.inc(len(spans))
+                raise
+            if result is not SpanExportResult.SUCCESS:
+                SPANS_DROPPED.inc(len(spans))
+            return result
+
+        def shutdown(self) -> None:
+            self.exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return bool(self.exporter.force_flush(timeout_millis))
+
+    return Counting
+
+
+def CountingExporter(exporter: SpanExporter) -> SpanExporter:  # noqa: N802 - a class, made late
+    """``exporter``, its failures counted."""
+    made: SpanExporter = counting_exporter_class()(exporter)
+    return made
 
 
 def exporters_for(settings: TracingSettings) -> list[SpanExporter]:
@@ -215,10 +257,44 @@ def uninstall() -> None:
 
 
 async def flush() -> None:
-    """Send the spans still queued (at exit: a worker's last ones), waiting at most 5 s."""
+    """Send the spans still queued (at exit: a worker's last ones) and shut the provider down,
+    waiting at most ``FLUSH_MILLIS`` in all whatever the collector does: what is not sent by
+    then is dropped (and counted), so that the exit stays within its time."""
     provider = _PROVIDER
-    if provider is not None:
-        await asyncio.to_thread(provider.force_flush, FLUSH_MILLIS)
+    if provider is None:
+        return
+
+    def finish() -> None:
+        provider.force_flush(FLUSH_MILLIS)
+        provider.shutdown()
+
+    # A daemon thread: an export stuck in a collector's timeout or retries does not hold the
+    # process's exit.
+    done = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+
+    def run() -> None:
+        try:
+            finish()
+        except Exception as error:
+            LOG.warning("tracing did not shut down cleanly: %s", error)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+                loop.call_soon_threadsafe(_settle, done)
+
+    threading.Thread(target=run, name="tracing-shutdown", daemon=True).start()
+    try:
+        await asyncio.wait_for(asyncio.shield(done), FLUSH_MILLIS / 1000)
+    except TimeoutError:
+        LOG.warning(
+            "the last spans were not sent within %.0f s (the collector is slow or down): dropped",
+            FLUSH_MILLIS / 1000,
+        )
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _load_api() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import struct
 import time
 import zlib
@@ -57,9 +58,16 @@ class Outcome:
 class RawConnection:
     """One HTTP/2 connection to a gRPC port; calls on it are streams."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
-        self.sock = socket.create_connection((host, port), timeout=10)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    def __init__(
+        self, port: int, host: str = "127.0.0.1", tls: ssl.SSLContext | None = None
+    ) -> None:
+        plain = socket.create_connection((host, port), timeout=10)
+        plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            tls.set_alpn_protocols(["h2"])
+            self.sock: socket.socket = tls.wrap_socket(plain, server_hostname="localhost")
+        else:
+            self.sock = plain
         config = h2.config.H2Configuration(
             client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False
         )
@@ -86,7 +94,7 @@ class RawConnection:
         stream = self.h2.get_next_available_stream_id()
         headers = [
             (":method", "POST"),
-            (":scheme", "http"),
+            (":scheme", "https" if isinstance(self.sock, ssl.SSLSocket) else "http"),
             (":path", f"{V2}/{method}" if not method.startswith("/") else method),
             (":authority", "127.0.0.1"),
             ("content-type", "application/grpc"),
