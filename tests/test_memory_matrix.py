@@ -76,7 +76,10 @@ TRANSPORTS = ("json", "json-npy", "json-npy-raw", "npz", "v2-json", "v2-binary")
 JSON_FORM = ("json", "v2-json")
 #: KServe V2 over gRPC: ``ModelInfer`` with raw contents (the tensors' bytes, as tritonclient
 #: sends them), and with typed ``contents`` both ways (one protobuf scalar an element).
-GRPC = ("grpc", "grpc-typed")
+GRPC = ("grpc", "grpc-typed", "grpc-gzip", "grpc-deflate")
+#: gRPC calls whose message gRPC's client compresses (inflated by the service, each piece
+#: reserved).
+GRPC_COMPRESSION = {"grpc-gzip": grpc.Compression.Gzip, "grpc-deflate": grpc.Compression.Deflate}
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 DTYPES: dict[str, np.dtype[Any]] = {
     "bool": np.dtype(np.bool_),
@@ -679,6 +682,13 @@ def cells() -> list[Cell]:
         build = functools.partial(typed_contents_case, dtype)
         add(f"type-{dtype_name}-{typed_count(dtype) >> 20}Mi", "grpc-typed", build)
     add("typed-output-int64-2Mi", "grpc-typed", typed_output_case)
+    # ... and compressed messages (raw contents): inflated by the service.
+    for transport in GRPC_COMPRESSION:
+        for dtype_name in ("bool", "int8", "float64"):
+            json_form = False
+            build = functools.partial(typed_case, DTYPES[dtype_name], json_form)
+            add(f"type-{dtype_name}", transport, build)
+        add("out-rank16", transport, functools.partial(gathered_case, 16, False))
     # Ranks of data, on every transport.
     rank_shapes = [(0, ""), (1, ""), (2, ""), (8, ""), (16, ""), (32, "shallow"), (32, "deep")]
     for transport in (*TRANSPORTS, "grpc"):
@@ -917,7 +927,10 @@ def send(
         return worker.client.post(request.path, content=request.content, headers=request.headers)
     try:
         answer = worker.infer(
-            request.content, timeout=300, metadata=(("x-request-id", request_id),)
+            request.content,
+            timeout=300,
+            metadata=(("x-request-id", request_id),),
+            compression=GRPC_COMPRESSION.get(transport),
         )
     except grpc.RpcError as error:
         assert isinstance(error, grpc.Call), error
