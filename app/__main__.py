@@ -34,7 +34,7 @@ from pydantic import ValidationError  # noqa: E402
 from app import tracing  # noqa: E402
 from app.keyfile import KeyFileError, read_keys  # noqa: E402
 from app.observability import configure_logging  # noqa: E402
-from app.settings import Settings  # noqa: E402
+from app.settings import Settings, tracing_problems, workers_problem  # noqa: E402
 from app.transports.ports import (  # noqa: E402
     GrpcPortError,
     held_message,
@@ -83,7 +83,11 @@ def main() -> None:
 
 def _settings_or_exit() -> Settings:
     """The settings, and the key file they name, checked before any worker starts: a refusal
-    is one log line a problem and exit status 2, not a traceback from each worker."""
+    is one log line a problem and exit status 2, not a traceback from each worker. Beyond
+    pydantic's checks: more workers than the machine's CPUs and memory take, and with tracing
+    on, the OpenTelemetry variables its SDK would fail on. A key file of no key is not refused
+    (a placeholder Secret must let the probes answer while every op is 401): each worker logs
+    a warning that everyone is locked out."""
     try:
         settings = Settings()
         if settings.api_keys_file is not None:
@@ -92,6 +96,9 @@ def _settings_or_exit() -> Settings:
         _refuse_start([_in_words(item) for item in error.errors(include_url=False)])
     except KeyFileError as error:
         _refuse_start([f"TENSOR_OPS_API_KEYS_FILE: {error}"])
+    workers = workers_problem(settings.workers)
+    if workers:
+        _refuse_start([workers])
     if settings.tls_cert_file is not None and settings.tls_key_file is not None:
         problem = _tls_problem(
             settings.tls_cert_file, settings.tls_key_file, settings.tls_client_ca_file
@@ -99,9 +106,14 @@ def _settings_or_exit() -> Settings:
         if problem:
             _refuse_start([problem])
     try:
-        tracing.settings_from(os.environ)
+        traced = tracing.settings_from(os.environ)
     except tracing.TracingError as error:
         _refuse_start([str(error)])
+    if traced is not None:
+        # What the SDK and its exporters would otherwise fail on in each worker, with a trace.
+        problems = tracing_problems(os.environ, "otlp" in traced.exporters)
+        if problems:
+            _refuse_start(problems)
     return settings
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from app.errors import Fault, ServiceError
-from app.keyfile import Key, KeyFileError, read_keys
+from app.keyfile import Key, KeyFileError, keys_of, no_keys_message, read_regular
 
 __all__ = ["AccessControl", "ApiKeys", "KeyFileError", "access_control"]
 
@@ -27,47 +27,128 @@ _AUTHORIZATION = b"authorization"
 _BEARER = "bearer"
 #: How often, at most, a request looks whether the key file has changed (a ``stat``).
 RECHECK_SECONDS = 1.0
+#: A file whose modification time is this close to the moment it was read may still change
+#: within the same tick of its file system's clock (a few milliseconds; a whole second, or
+#: two, where times are kept in whole seconds), with no change of stamp to show for it: its
+#: stamp is not trusted, and it is read again at the next look.
+RACY_NANOSECONDS = 50_000_000
+RACY_WHOLE_SECONDS_NANOSECONDS = 2_000_000_000
+
+Stamp = tuple[int, int, int, int]
 
 
-def _stamp(path: Path) -> tuple[int, int, int, int] | None:
+def _stamp_of(info: os.stat_result) -> Stamp:
     # What changes when the file is rewritten, replaced (a new inode: editors, Kubernetes'
     # atomic symlink swap of a mounted Secret) or touched.
+    return (info.st_ino, info.st_dev, info.st_size, info.st_mtime_ns)
+
+
+def _stamp(path: Path) -> Stamp | None:
     try:
-        stat = os.stat(path)
+        return _stamp_of(os.stat(path))
     except OSError:
         return None
-    return (stat.st_ino, stat.st_dev, stat.st_size, stat.st_mtime_ns)
 
 
 class ApiKeys:
     """The keys of one key file, re-read when the file changes (looked at no more than once a
-    second) and on ``reload()`` (SIGHUP). A file that turns unreadable or malformed leaves the
-    keys as they were, with an error in the log: a bad edit never locks everyone out, nor in."""
+    second) and on ``reload()`` (SIGHUP).
+
+    The keys in force are the file's within about a second of it becoming readable, whatever
+    renames, writes and mode changes made it so:
+
+    - the stamp kept (inode, device, size, modification time) is that of the file the keys were
+      read from (``fstat`` of the descriptor read), and it is kept only when the read succeeded;
+    - a file that cannot be read (missing, no permission: a file renamed into place with mode
+      000 and then made readable, which changes none of the stamp) is tried again at every look,
+      once a second, until it can be; its error is logged once, not every second;
+    - a file that was read but is malformed is not read again until its stamp changes;
+    - a file modified within a tick of its file system's clock of its reading
+      (``RACY_NANOSECONDS``) is read again at the next look: a rewrite of the same size within
+      the same tick would change no stamp.
+
+    What a change cannot show: a rewrite of the same size whose modification time is set back
+    (``touch -d``, ``os.utime``); SIGHUP reads the file at once.
+
+    A file that turns unreadable or malformed leaves the keys as they were, with an error in the
+    log: a bad edit never locks everyone out, nor in. So does a file that turns to hold no key
+    (a warning: it would lock everyone out; a file rewritten in place is empty for a moment). A
+    file that holds no key when the service starts locks everyone out, with a warning;
+    ``python -m app`` refuses to start with one (exit status 2)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._stamp = _stamp(path)
-        self.keys = read_keys(path)
+        raw, info = read_regular(path)
+        self.keys = keys_of(raw, path)
+        self._settled = self._settle(info)
+        self._stamp: Stamp | None = _stamp_of(info)
+        #: The stamp of a file read but not taken (malformed, no key): not read again as is.
+        self._refused: Stamp | None = None
+        self._last_error = ""
+        if not self.keys:
+            LOG.warning(
+                "API keys: %s; every request that needs a key is refused", no_keys_message(path)
+            )
         self._checked = time.monotonic()
+
+    @staticmethod
+    def _settle(info: os.stat_result) -> bool:
+        """Whether a later change of the file read would change its stamp: past its clock's
+        tick (file systems of whole-second times show as a whole number of seconds)."""
+        whole = info.st_mtime_ns % 1_000_000_000 == 0
+        racy = RACY_WHOLE_SECONDS_NANOSECONDS if whole else RACY_NANOSECONDS
+        return time.time_ns() - info.st_mtime_ns >= racy
 
     def reload(self) -> bool:
         """Read the file again; returns whether the keys were replaced."""
-        self._stamp = _stamp(self.path)
+        return self._read(explicit=True)
+
+    def _read(self, explicit: bool) -> bool:
         try:
-            keys = read_keys(self.path)
+            raw, info = read_regular(self.path)
         except KeyFileError as error:
-            LOG.error("API keys not reloaded, the previous ones stay: %s", error)
+            # Not read: tried again at the next look, whatever the stamp then.
+            self._refused = None
+            self._report(str(error), explicit)
             return False
+        stamp = _stamp_of(info)
+        settled = self._settle(info)
+        try:
+            keys = keys_of(raw, self.path)
+        except KeyFileError as error:
+            self._refused = stamp if settled else None
+            self._report(str(error), explicit)
+            return False
+        if not keys and self.keys:
+            self._refused = stamp if settled else None
+            message = no_keys_message(self.path)
+            if explicit or message != self._last_error:
+                LOG.warning("API keys not reloaded, the previous ones stay: %s", message)
+            self._last_error = message
+            return False
+        changed = keys != self.keys
         self.keys = keys
-        LOG.info("API keys loaded", extra={"keys": len(keys), "labels": _labels(keys)})
+        self._stamp = stamp
+        self._settled = settled
+        self._refused = None
+        self._last_error = ""
+        if explicit or changed:
+            LOG.info("API keys loaded", extra={"keys": len(keys), "labels": _labels(keys)})
         return True
+
+    def _report(self, message: str, explicit: bool) -> None:
+        # Once for each error in a row, not once a second while a file stays unreadable.
+        if explicit or message != self._last_error:
+            LOG.error("API keys not reloaded, the previous ones stay: %s", message)
+        self._last_error = message
 
     def _current(self) -> tuple[Key, ...]:
         now = time.monotonic()
         if now - self._checked >= RECHECK_SECONDS:
             self._checked = now
-            if _stamp(self.path) != self._stamp:
-                self.reload()
+            stamp = _stamp(self.path)
+            if not self._settled or stamp not in (self._stamp, self._refused):
+                self._read(explicit=False)
         return self.keys
 
     def label_of(self, key: str) -> str | None:

@@ -3,7 +3,11 @@ line itself, and results written as ``.npy``, JSON, CSV or a table."""
 
 import io
 import json
+import os
+import stat
 import sys
+import zipfile
+import zlib
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -16,6 +20,14 @@ from tensor_ops_wire.npy import decode_npy, encode_npy
 
 #: JSON and CSV are for small tensors: larger files belong in .npy (exact, and fast).
 TEXT_LIMIT = 16 << 20
+#: The most a local input may hold, as the service's limit on a request body (and on what an
+#: ``.npz`` member inflates to): 256 MiB unless ``TENSOR_OPS_MAX_BODY_BYTES`` (the service's
+#: own variable) says otherwise. Nothing larger could be sent.
+INPUT_LIMIT = 256 << 20
+LIMIT_VARIABLE = "TENSOR_OPS_MAX_BODY_BYTES"
+_CHUNK = 1 << 20
+#: An input's archive holds a few members (data and its index inputs).
+MAX_NPZ_MEMBERS = 64
 #: Results up to this many elements print as a table; larger ones as a summary.
 TABLE_ELEMENTS = 400
 
@@ -43,20 +55,79 @@ def _from_values(values: Any, dtype: np.dtype[Any] | None, where: str) -> npt.ND
     return array
 
 
-def _read_bytes(path: str, limit: int | None = None) -> bytes:
+def input_limit() -> int:
+    """The most bytes a local input (or an ``.npz`` member, inflated) may hold."""
+    raw = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if not raw:
+        return INPUT_LIMIT
+    if not (raw.isascii() and raw.isdigit()) or int(raw) < 1:
+        raise InputError(f"{LIMIT_VARIABLE} = {raw[:64]!r}: expected a positive number of bytes")
+    return int(raw)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def _too_large(path: str, limit: int, text: bool) -> InputError:
+    if text:
+        return InputError(
+            f"{path}: more than {limit} bytes; JSON and CSV are for small tensors (up to "
+            f"{limit >> 20} MiB): save larger ones as .npy"
+        )
+    return InputError(
+        f"{path}: more than {limit} bytes, the service's limit on a request "
+        f"({LIMIT_VARIABLE}, {limit >> 20} MiB unless set)"
+    )
+
+
+def _read_stream(read: Any, path: str, limit: int, text: bool) -> bytes:
+    """Up to ``limit`` bytes from ``read(n)``, counted as they are read (a size from ``stat``
+    can lie: a file that grows, ``/proc``); one byte more is an error."""
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = read(min(_CHUNK, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        total += len(chunk)
+        if total > limit:
+            raise _too_large(path, limit, text)
+        chunks.append(chunk)
+
+
+def _read_bytes(path: str, text: bool = False) -> bytes:
+    """The bytes of a local input: ``-`` (standard input) or a regular file, at most the
+    service's limit (``input_limit``; JSON and CSV: ``TEXT_LIMIT``, if less). A FIFO, a device
+    (``/dev/zero``), a directory are refused before anything is read."""
+    limit = min(TEXT_LIMIT, input_limit()) if text else input_limit()
     if path == "-":
-        return sys.stdin.buffer.read()
-    file = Path(path)
+        try:
+            return _read_stream(sys.stdin.buffer.read, "standard input", limit, text)
+        except OSError as error:
+            raise InputError(f"standard input: {error.strerror or error}") from None
     try:
-        size = file.stat().st_size
-        if limit is not None and size > limit:
-            raise InputError(
-                f"{path}: {size} bytes; JSON and CSV are for small tensors (up to {limit >> 20} "
-                "MiB): save larger ones as .npy"
-            )
-        return file.read_bytes()
+        # Without blocking: a FIFO with no writer would otherwise wait for one.
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as error:
         raise InputError(f"{path}: {error.strerror or error}") from None
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if not stat.S_ISREG(mode):
+            raise InputError(f"{path}: is {_kind(mode)}; a local input must be a regular file")
+        return _read_stream(lambda size: os.read(descriptor, size), path, limit, text)
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror or error}") from None
+    finally:
+        os.close(descriptor)
 
 
 def read_tensor(spec: str, name: str, dtype: np.dtype[Any] | None = None) -> npt.NDArray[Any]:
@@ -74,14 +145,14 @@ def read_tensor(spec: str, name: str, dtype: np.dtype[Any] | None = None) -> npt
             raise InputError(f"{spec}: {error}") from None
         return _typed(array, dtype, spec)
     if spec.endswith(".json"):
-        text = _read_bytes(spec, TEXT_LIMIT)
+        text = _read_bytes(spec, text=True)
         try:
             values = json.loads(text)
         except ValueError as error:
             raise InputError(f"{spec}: not JSON ({error})") from None
         return _from_values(values, dtype, spec)
     if spec.endswith(".csv"):
-        csv = _read_bytes(spec, TEXT_LIMIT).decode("utf-8", "replace")
+        csv = _read_bytes(spec, text=True).decode("utf-8", "replace")
         try:
             table = np.loadtxt(io.StringIO(csv), delimiter=",", dtype=dtype or np.float64, ndmin=1)
         except ValueError as error:
@@ -116,28 +187,66 @@ def _typed(array: npt.NDArray[Any], dtype: np.dtype[Any] | None, where: str) -> 
     )
 
 
-def _npz_member(path: str, member: str, dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+def _archive(path: str) -> tuple[zipfile.ZipFile, dict[str, zipfile.ZipInfo]]:
+    """The ``.npz`` at ``path`` (read as any input: a regular file within the limit) and its
+    members by name (``data.npy`` is ``data``)."""
+    raw = _read_bytes(path)
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            if member not in archive.files:
-                raise InputError(
-                    f"{path}: has no member {member!r} (it holds {', '.join(archive.files)})"
-                )
-            array: npt.NDArray[Any] = archive[member]
-    except InputError:
-        raise
-    except (OSError, ValueError) as error:
+        archive = zipfile.ZipFile(io.BytesIO(raw))
+        members = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError) as error:
         raise InputError(f"{path}: not a readable .npz ({error})") from None
-    return _typed(array, dtype, f"{path}:{member}")
+    if len(members) > MAX_NPZ_MEMBERS:
+        raise InputError(f"{path}: holds {len(members)} members, more than an input's archive")
+    return archive, {info.filename.removesuffix(".npy"): info for info in members}
+
+
+def _member_bytes(archive: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> bytes:
+    """A member inflated, at most the service's limit: its declared size is checked before,
+    and what it inflates to counted while it inflates (zipfile stops at the declared size and
+    checks the CRC, so a header that lies is an error, never a bomb)."""
+    limit = input_limit()
+    if info.file_size > limit:
+        raise InputError(
+            f"{where}: inflates to {info.file_size} bytes, more than the service's limit of "
+            f"{limit} ({LIMIT_VARIABLE}, {limit >> 20} MiB unless set)"
+        )
+    try:
+        with archive.open(info) as member:
+            return _read_stream(member.read, where, limit, False)
+    except (
+        zipfile.BadZipFile,
+        zlib.error,
+        EOFError,
+        OSError,
+        ValueError,
+        NotImplementedError,
+    ) as error:
+        raise InputError(f"{where}: not a readable .npz member ({error})") from None
+
+
+def _npz_member(path: str, member: str, dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+    archive, members = _archive(path)
+    with archive:
+        if member not in members:
+            raise InputError(f"{path}: has no member {member!r} (it holds {', '.join(members)})")
+        where = f"{path}:{member}"
+        raw = _member_bytes(archive, members[member], where)
+    try:
+        array = decode_npy(bytearray(raw))
+    except TensorError as error:
+        raise InputError(f"{where}: {error}") from None
+    return _typed(array, dtype, where)
 
 
 def npz_members(path: str) -> set[str]:
     """The member names of an ``.npz`` archive (empty when it cannot be read)."""
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            return set(archive.files)
-    except (OSError, ValueError):
+        archive, members = _archive(path)
+    except InputError:
         return set()
+    archive.close()
+    return set(members)
 
 
 def json_form(array: npt.NDArray[Any]) -> str:
