@@ -101,8 +101,9 @@ def render(
     8081) to a port of 127.0.0.1. Logs go to ``run_dir``: ``access.log`` has one line per
     request, ``port|upstream addresses tried|status|uri``; ``timing.log`` has one line per
     request too, ``time|request time|upstream addresses|their statuses|their response
-    times|status|uri|client's X-Request-ID`` (times in seconds; lists as nginx writes them, one
-    entry per replica tried, separated by ", ").
+    times|status|uri|client's X-Request-ID|key check's upstream addresses|their statuses|their
+    response times`` (times in seconds; lists as nginx writes them, one entry per replica
+    tried, separated by ", "; the key check's fields empty for a request not checked).
     """
     text = CONFIG.read_text()
 
@@ -128,7 +129,8 @@ def render(
         "http {",
         "http {\n    log_format calls '$server_port|$upstream_addr|$status|$request_uri';"
         "\n    log_format timing '$msec|$request_time|$upstream_addr|$upstream_status|"
-        "$upstream_response_time|$status|$request_uri|$http_x_request_id';"
+        "$upstream_response_time|$status|$request_uri|$http_x_request_id|"
+        "$tensor_ops_check_addr|$tensor_ops_check_status|$tensor_ops_check_time';"
         f"\n    access_log {run_dir}/access.log calls;"
         f"\n    access_log {run_dir}/timing.log timing;{temp_paths}",
         1,

@@ -58,6 +58,8 @@ class Replica:
     port: int
     log: Path
     command: tuple[str, ...]  # the interpreter's arguments
+    #: Settings of its own (TENSOR_OPS_API_KEYS_FILE), over the environment's.
+    env: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -72,6 +74,7 @@ class Replica:
             "TENSOR_OPS_PORT": str(self.port),
             "TENSOR_OPS_GRPC_PORT": "0",
             "TENSOR_OPS_WORKERS": "1",
+            **self.env,
         }
         with self.log.open("ab") as sink:
             self.process = subprocess.Popen(
@@ -139,6 +142,13 @@ class Call:
     uri: str
     request_id: str
     attempts: tuple[Attempt, ...]
+    #: The tries of its key check (nginx's auth_request, GET /info), made before ``attempts``.
+    checks: tuple[Attempt, ...] = ()
+
+    @property
+    def tries(self) -> tuple[Attempt, ...]:
+        """Every try on a replica, the key check's first."""
+        return self.checks + self.attempts
 
 
 class TimingLog:
@@ -162,17 +172,26 @@ class TimingLog:
 
 
 def _call(line: str) -> Call:
-    ended, total, addresses, statuses, times, status, uri, request_id = line.split("|")
+    ended, total, addresses, statuses, times, status, uri, request_id, *check = line.split("|")
     started = float(ended) - float(total)
-    attempts = []
     at = started
-    for replica, upstream_status, spent in zip(
-        addresses.split(", "), statuses.split(", "), times.split(", "), strict=True
+    tries: list[list[Attempt]] = [[], []]
+    for group, (group_addresses, group_statuses, group_times) in zip(
+        tries, [check or ["", "", ""], [addresses, statuses, times]], strict=True
     ):
-        duration = float(spent) if spent != "-" else 0.0
-        attempts.append(Attempt(replica, upstream_status, at, duration))
-        at += duration
-    return Call(started, float(ended), status, uri, request_id, tuple(attempts))
+        if group_addresses in ("", "-"):
+            continue
+        for replica, upstream_status, spent in zip(
+            group_addresses.split(", "),
+            group_statuses.split(", "),
+            group_times.split(", "),
+            strict=True,
+        ):
+            duration = float(spent) if spent != "-" else 0.0
+            group.append(Attempt(replica, upstream_status, at, duration))
+            at += duration
+    checks, attempts = tries
+    return Call(started, float(ended), status, uri, request_id, tuple(attempts), tuple(checks))
 
 
 @dataclass
@@ -230,8 +249,8 @@ class Balancer:
             for call in reversed(self.timing.read()):
                 if call.started < since:
                     break
-                last = call.attempts[-1]
-                if last.replica == replica.address and last.status == "200":
+                last = call.attempts[-1] if call.attempts else None
+                if last and last.replica == replica.address and last.status == "200":
                     return call.started
             time.sleep(0.05)
         raise RuntimeError(f"nginx sent no request to {replica.address} in {STATE_WAIT} s")
@@ -421,8 +440,8 @@ class Window:
 
     @property
     def moved(self) -> int:
-        """Requests that nginx sent to more than one replica."""
-        return sum(len(call.attempts) > 1 for call in self.calls)
+        """Requests that nginx sent to more than one replica (their key check included)."""
+        return sum(len(call.attempts) > 1 or len(call.checks) > 1 for call in self.calls)
 
     def figures(self) -> dict[str, Any]:
         times = np.array([outcome.seconds for outcome in self.outcomes]) * 1000
@@ -543,7 +562,7 @@ def run_failover(directory: Path, scenario: Scenario) -> Report:
                 timeouts = [
                     attempt.started + attempt.seconds
                     for call in calls[seen:]
-                    for attempt in call.attempts
+                    for attempt in call.tries
                     if attempt.replica == stopped.address and attempt.status == "504"
                 ]
                 seen = len(calls)
@@ -576,7 +595,7 @@ def run_failover(directory: Path, scenario: Scenario) -> Report:
         stopped_attempts = [
             attempt
             for call in calls
-            for attempt in call.attempts
+            for attempt in call.tries
             if attempt.replica == stopped.address
             and attempt.started < cont_at
             and attempt.started + attempt.seconds > stop_at + 1
@@ -649,15 +668,21 @@ def test_no_request_fails_when_replicas_die_restart_or_stop(tmp_path: Path) -> N
 
 
 def test_nginx_may_send_a_request_again_to_another_replica() -> None:
-    location = _HTTP.one("location")
+    location = next(block for block in _HTTP.all("location") if block.args == ["/"])
     upstream = next(block for block in _CONFIG.all("upstream") if block.args == ["tensor_ops"])
     # nginx sends a request again only if it holds its body whole, and a POST only with
     # "non_idempotent" (the service's operations are pure).
+    # The key check before it (auth_request) moves on the same way: the settings are the
+    # server's, and no location replaces them.
     assert _HTTP.value("proxy_request_buffering") == ["on"]
-    assert {"error", "timeout", "non_idempotent"} <= set(location.value("proxy_next_upstream"))
-    assert int(location.value("proxy_next_upstream_tries")[0]) >= 2
+    assert {"error", "timeout", "non_idempotent"} <= set(_HTTP.value("proxy_next_upstream"))
+    assert int(_HTTP.value("proxy_next_upstream_tries")[0]) >= 2
     # A request that waited proxy_read_timeout on a stopped replica may still move on.
-    assert seconds(location.value("proxy_next_upstream_timeout")[0]) > READ_TIMEOUT
+    assert seconds(_HTTP.value("proxy_next_upstream_timeout")[0]) > READ_TIMEOUT
+    for block in _HTTP.all("location"):
+        names = {child.name for child in block.block}
+        assert not names & {"proxy_next_upstream", "proxy_read_timeout"}, block.args
+    assert location.value("auth_request")
     # A request that waits for memory as long as the service lets it gets the service's 503,
     # not nginx's 504.
     assert Settings().admission_timeout < READ_TIMEOUT
