@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import h2.config
 import h2.connection
 import h2.events
+import h2.settings
 
 V2 = "/inference.GRPCInferenceService"
 
@@ -72,6 +73,11 @@ class RawConnection:
             client_side=True, validate_outbound_headers=False, normalize_outbound_headers=False
         )
         self.h2 = h2.connection.H2Connection(config=config)
+        # Answers of many MiB arrive without waiting for window updates.
+        self.h2.local_settings = h2.settings.Settings(
+            client=True,
+            initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: (1 << 31) - 1},
+        )
         self.h2.initiate_connection()
         self.h2.increment_flow_control_window(1 << 30)
         self._flush()

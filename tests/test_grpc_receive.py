@@ -471,9 +471,10 @@ def test_stalled_uploads_are_cut_off_and_do_not_hold_up_a_small_call(stalling: W
     worker = stalling
     before = worker.settled()
     stalled = []
-    for _ in range(3):
+    sampler = PeakSampler(worker).__enter__()
+    for number in range(3):
         connection = RawConnection(worker.grpc_port)
-        stream = connection.start("ModelInfer", BEARER)
+        stream = connection.start("ModelInfer", [*BEARER, ("x-request-id", f"stalled-{number}")])
         head = framed(b"\x00" * (200 * MiB))[: 16 * MiB]
         connection.send(stream, head)
         stalled.append((connection, stream))
@@ -501,10 +502,54 @@ def test_stalled_uploads_are_cut_off_and_do_not_hold_up_a_small_call(stalling: W
             assert outcome.status == grpc.StatusCode.DEADLINE_EXCEEDED.value[0], outcome
             assert "did not arrive within 3 s" in outcome.message
     finally:
+        sampler.__exit__()
         for connection, _ in stalled + keyless:
             connection.close()
+    reserved = sum(_line_of(worker, f"stalled-{number}")["reserved_bytes"] for number in range(3))
+    assert sampler.peak - before <= 1.25 * reserved + 16 * MiB, (sampler.peak - before, reserved)
     kept = worker.settled() - before
     assert kept < 32 * MiB, f"{kept / MiB:.0f} MiB kept after the stalled calls"
+
+
+def test_concurrent_keyed_uploads_stay_within_their_reservations(worker: Worker) -> None:
+    """Six keyed 32 MiB rolls at once on six connections, two of them gzip: every answer right,
+    and the worker's growth within 1.25 x what the six reserved + 16 MiB."""
+    data = np.arange(8 * MiB, dtype=np.float32)
+    message = roll_message(data, shift=5)
+    outcomes: dict[int, bytes] = {}
+
+    def send(number: int) -> None:
+        with grpc.insecure_channel(
+            f"127.0.0.1:{worker.grpc_port}",
+            options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)],
+        ) as channel:
+            call: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                "/inference.GRPCInferenceService/ModelInfer"
+            )
+            outcomes[number] = call(
+                message,
+                metadata=(*GRPC_BEARER, ("x-request-id", f"concurrent-{number}")),
+                compression=grpc.Compression.Gzip if number % 3 == 0 else None,
+                timeout=120,
+            )
+
+    before = worker.settled()
+    with PeakSampler(worker) as sampler:
+        threads = [threading.Thread(target=send, args=(number,)) for number in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    expected = np.roll(data, 5)
+    for number in range(6):
+        response = pb.ModelInferResponse.FromString(outcomes[number])
+        got = np.frombuffer(response.raw_output_contents[0], dtype=np.float32)
+        np.testing.assert_array_equal(got, expected)
+    reserved = sum(
+        _line_of(worker, f"concurrent-{number}")["reserved_bytes"] for number in range(6)
+    )
+    growth = sampler.peak - before
+    assert growth <= 1.25 * reserved + 16 * MiB, (growth / MiB, reserved / MiB)
 
 
 # ------------------------------------------------------------------------------------------------
