@@ -73,6 +73,8 @@ def main() -> None:
             # Each answer's head and body in one write: a replica that dies between the two
             # would leave a load balancer an answer it can neither finish nor move on.
             http="app.transports.http_protocol:JoinedWritesProtocol",
+            # uvloop, with TLS handshakes inside the head's time limit.
+            loop="app.transports.server_loop:new_loop",
             log_config=_log_config(settings.log_format),
             **_tls_arguments(settings),
         )

@@ -1,0 +1,43 @@
+"""The event loop ``python -m app`` serves on: uvloop, with TLS handshakes inside the head's
+time limit.
+
+uvicorn hands TLS to the event loop (``create_server(ssl=...)``) without a handshake timeout,
+so the loop's own applies: 60 s for a client that connects and sends nothing, or half a
+ClientHello, before any limit of the service starts (the request head's begins only once the
+handshake is done). This loop gives ``create_server`` the head's limit as its
+``ssl_handshake_timeout`` (an asyncio parameter uvloop takes too), and uvicorn takes the loop
+through its ``loop`` setting (``app.transports.server_loop:new_loop``).
+"""
+
+import asyncio
+import functools
+from typing import Any
+
+import uvloop
+
+from app.settings import Settings
+
+
+@functools.cache
+def handshake_timeout() -> float:
+    """A TLS handshake's time limit: the rate window, as a request's head has."""
+    return Settings().rate_window
+
+
+class HandshakeLimitedLoop(uvloop.Loop):
+    """uvloop's loop, whose TLS servers end a handshake at the head's time limit."""
+
+    async def create_server(  # type: ignore[override]  # the same call, fewer names spelt
+        self, *args: Any, ssl: Any = None, ssl_handshake_timeout: float | None = None, **kwargs: Any
+    ) -> asyncio.AbstractServer:
+        if ssl is not None and ssl_handshake_timeout is None:
+            ssl_handshake_timeout = handshake_timeout()
+        server: asyncio.AbstractServer = await super().create_server(
+            *args, ssl=ssl, ssl_handshake_timeout=ssl_handshake_timeout, **kwargs
+        )
+        return server
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvicorn's ``loop`` setting (a custom loop is named by its factory): each worker's loop."""
+    return HandshakeLimitedLoop()
