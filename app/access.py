@@ -169,7 +169,10 @@ class ApiKeys:
             if len(name) == 13 and name.lower() == _AUTHORIZATION:
                 count += 1
                 if value is None:
-                    value = raw.decode("latin-1")
+                    # The header's own bytes, hashed as sent: a key of non-ASCII characters
+                    # sent as UTF-8 (as gRPC's metadata carries it) matches the hash of its
+                    # UTF-8 bytes, as the file's hashes are made (printf %s "$KEY" | sha256sum).
+                    value = raw.decode("utf-8", "surrogateescape")
         return self.admit_value(value, count)
 
     def admit_value(self, value: str | None, count: int = 1) -> str:

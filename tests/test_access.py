@@ -503,3 +503,30 @@ async def test_grpc_calls_need_the_key_in_their_metadata(tmp_path: Path, probes:
             health_pb2.HealthCheckRequest(), metadata=() if not probes else keyed_call
         )
         assert checked.status == health_pb2.HealthCheckResponse.SERVING
+
+
+@pytest.mark.anyio
+async def test_a_non_ascii_key_matches_the_hash_of_its_utf8_bytes_over_http(
+    tmp_path: Path,
+) -> None:
+    """A key of non-ASCII characters, hashed as README says (its UTF-8 bytes), is admitted
+    over HTTP (the header's bytes as sent); the same characters as Latin-1 bytes are another
+    key. (gRPC's clients refuse to send a metadata value that is not ASCII.)"""
+    key = "clé-ünïcode-ключ"
+    path = key_file(tmp_path, f"{hashlib.sha256(key.encode()).hexdigest()} unicode")
+    app = create_app(Settings(api_keys_file=path))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        admitted = await client.post(
+            "/roll",
+            json={"data": [1, 2, 3], "shift": 1, "axes": 0},
+            headers=[(b"authorization", b"Bearer " + key.encode())],
+        )
+        assert admitted.status_code == 200, admitted.text
+        assert admitted.json()["data"] == [3, 1, 2]
+        latin = await client.post(
+            "/roll",
+            json={"data": [1, 2, 3], "shift": 1, "axes": 0},
+            headers=[(b"authorization", b"Bearer " + "clé".encode("latin-1"))],
+        )
+        assert latin.status_code == 401
