@@ -116,21 +116,30 @@ class RawConnection:
         return stream
 
     def send(
-        self, stream: int, data: bytes, end: bool = False, stop_after: int | None = None
+        self,
+        stream: int,
+        data: bytes,
+        end: bool = False,
+        stop_after: int | None = None,
+        wait: float = 30.0,
+        give_up: bool = False,
     ) -> int:
         """Send ``data`` on the stream as flow control lets it (reading the peer meanwhile); at
-        most ``stop_after`` bytes. Returns the bytes sent."""
+        most ``stop_after`` bytes. Returns the bytes sent; when the peer keeps its window shut
+        for ``wait`` seconds, ``TimeoutError`` (or, with ``give_up``, the bytes sent so far)."""
         view = memoryview(data)
         limit = len(view) if stop_after is None else min(stop_after, len(view))
         sent = 0
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + wait
         while sent < limit:
             if self.outcome_done(stream):
                 return sent
             window = min(self.h2.local_flow_control_window(stream), self.h2.max_outbound_frame_size)
             if window <= 0:
                 if time.monotonic() > deadline:
-                    raise TimeoutError("the peer never opened its window")
+                    if give_up:
+                        return sent
+                    raise TimeoutError(f"the peer kept its window shut after {sent} bytes")
                 self.read(timeout=0.5)
                 continue
             piece = view[sent : min(limit, sent + window)]

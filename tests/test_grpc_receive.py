@@ -589,3 +589,66 @@ def test_zlib_header_sniffing_never_takes_a_v2_message_for_a_compressed_one() ->
     assert message_coding(gzipped(b"x")) == "gzip"
     for level in range(10):
         assert message_coding(zlib.compress(b"abc", level)) == "deflate"
+
+
+# ------------------------------------------------------------------------------------------------
+# The health and reflection services read as the V2 service's small calls do
+
+
+def test_reflection_and_health_messages_are_read_within_the_budget(tmp_path: Path) -> None:
+    """Reflection is open (no key); gRPC read its messages whole, outside any budget, as they
+    came. Eight keyless reflection calls announcing 30 MiB, each stopping after 16 MiB, against
+    a 64 MiB budget: only two are read at once (one reserved, one in the worker's unreserved
+    slot), the others' windows stay shut (64 KiB), so the worker holds about two of them (eight
+    held 8 x 16 MiB before); each is cut off at the time limit (3 s here) or refused busy after
+    the admission timeout (2 s), and a health check and reflection's own list answer
+    meanwhile."""
+    server = _launch(
+        tmp_path,
+        TENSOR_OPS_MEMORY_BUDGET_BYTES=str(64 * MiB),
+        TENSOR_OPS_BODY_TIMEOUT="3",
+        TENSOR_OPS_RATE_WINDOW="2",
+        TENSOR_OPS_ADMISSION_TIMEOUT="2",
+    )
+    reflection = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
+    try:
+        before = server.settled()
+        head = framed(b"\x0a" + b"\xff" * (30 * MiB))[: 16 * MiB]
+        connections = [RawConnection(server.grpc_port) for _ in range(8)]
+        streams = [connection.start(reflection) for connection in connections]
+        try:
+            sent = [
+                connection.send(stream, head, wait=0.3, give_up=True)
+                for connection, stream in zip(connections, streams, strict=True)
+            ]
+            time.sleep(1.0)
+            held = server.resident() - before
+            with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+                check: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(
+                    "/grpc.health.v1.Health/Check"
+                )
+                assert check(b"", timeout=5) == b"\x08\x01"  # SERVING
+                listing: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+                    reflection
+                )
+                answers = list(listing(iter([b"\x3a\x00"]), timeout=5))  # list_services
+                assert b"inference.GRPCInferenceService" in answers[0]
+            outcomes = [
+                connection.wait(stream, timeout=15)
+                for connection, stream in zip(connections, streams, strict=True)
+            ]
+        finally:
+            for connection in connections:
+                connection.close()
+        assert sum(count >= 16 * MiB for count in sent) <= 2, sent
+        assert held < 48 * MiB, f"{held / MiB:.0f} MiB held by stalled reflection calls"
+        # Cut off at the time limit while read, or refused busy while waiting for the slot.
+        codes = {
+            grpc.StatusCode.DEADLINE_EXCEEDED.value[0],
+            grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+        }
+        assert all(outcome.status in codes for outcome in outcomes), outcomes
+        assert max(outcome.seconds for outcome in outcomes) < 8
+        assert server.settled() - before < 24 * MiB
+    finally:
+        stop_server(server.process)

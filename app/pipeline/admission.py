@@ -130,6 +130,14 @@ class MemoryBudget:
             self.in_use += nbytes
             RESERVED.inc(nbytes)
 
+    def try_take(self, nbytes: int) -> bool:
+        """Take ``nbytes`` now if they fit, without waiting; whether they were taken."""
+        if self.in_use + nbytes > self.capacity:
+            return False
+        self.in_use += nbytes
+        RESERVED.inc(nbytes)
+        return True
+
     async def _give_back(self, nbytes: int) -> None:
         async with self._changed:
             self.in_use -= nbytes
@@ -160,6 +168,18 @@ class Reservation:
         if extra > 0:
             await self.budget._take(extra, nbytes, self._deadline)
             self.held += extra
+
+    def try_grow_to(self, nbytes: int) -> bool:
+        """Hold at least ``nbytes`` in all if the budget has room now (never waiting);
+        whether it had."""
+        if nbytes <= UNCOUNTED_BYTES or nbytes <= self.held:
+            self.peak = max(self.peak, nbytes)
+            return True
+        if not self.budget.try_take(nbytes - self.held):
+            return False
+        self.held = nbytes
+        self.peak = max(self.peak, nbytes)
+        return True
 
     async def shrink_to(self, nbytes: int) -> None:
         """Hold at most ``nbytes`` from now on: a worst case reserved before its size was

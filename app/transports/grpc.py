@@ -15,7 +15,7 @@ import math
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Literal, overload
 
 import grpc
 import grpc.aio
@@ -26,9 +26,9 @@ from app import tracing
 from app.access import AccessControl
 from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
 from app.observability import accepted_request_id, record
-from app.pipeline.admission import Reservation
+from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.body import inflate
-from app.pipeline.heap import HeapTrimmer
+from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
@@ -373,8 +373,9 @@ def message_coding(message: Body) -> str | None:
     return None
 
 
-#: The largest message a probe takes (a model's name and version): past it, 413.
-PROBE_MESSAGE = 64 * 1024
+#: The largest message a probe, a metadata call, or a call of the health and reflection
+#: services takes (names, versions, a symbol): past it, 413.
+SMALL_MESSAGE = 64 * 1024
 
 
 class Receiver:
@@ -383,10 +384,14 @@ class Receiver:
     while a read is pending), a deadline on its arrival, then the reservation brought down
     to its size and a compressed message inflated piece by piece, each piece reserved."""
 
-    def __init__(self, settings: Settings, budget_bytes: int) -> None:
+    def __init__(self, settings: Settings, budget: MemoryBudget) -> None:
         self.settings = settings
-        self.limit = message_limit(settings, budget_bytes)
+        self.budget = budget
+        self.limit = message_limit(settings, budget.capacity)
         self.time_limit = receive_time_limit(settings, self.limit)
+        #: The one read of a small message a worker makes outside the budget at a time.
+        self.unreserved = asyncio.Lock()
+        self.heap = HeapTrimmer()
 
     async def message(self, context: Any, reservation: Reservation, notes: CallNotes) -> Body:
         await reservation.grow_to(RECEIVE_COPIES * self.limit)
@@ -399,29 +404,70 @@ class Receiver:
             message, coding, self.settings, reservation, limit=self.limit, what="message"
         )
 
-    async def probe(self, context: Any, notes: CallNotes) -> Body:
-        message = await self._read(context, notes)
-        if len(message) > PROBE_MESSAGE:
-            raise _probe_too_large()
+    async def small(self, context: Any, notes: CallNotes) -> bytes | None:
+        """A message that should be small (a probe's, a metadata call's, the health and
+        reflection services'), read without waiting for memory: a probe must answer while the
+        budget is busy. Its worst case is reserved if the budget has room now; if not, it is
+        read in the one slot each worker keeps for an unreserved read (legitimate ones take
+        microseconds), so what is held outside the budget is one message at most. Refused past
+        ``SMALL_MESSAGE``; a compressed one inflated within it. None: the client sent no more
+        messages (a stream's end)."""
+        reservation = self.budget.reserve()
+        try:
+            if reservation.try_grow_to(RECEIVE_COPIES * self.limit):
+                message = await self._read(context, notes, end_allowed=True)
+            else:
+                # Waiting for the slot is bounded as waiting for memory is.
+                try:
+                    await asyncio.wait_for(
+                        self.unreserved.acquire(), self.settings.admission_timeout
+                    )
+                except TimeoutError:
+                    raise _busy(self.settings.admission_timeout) from None
+                try:
+                    message = await self._read(context, notes, end_allowed=True)
+                finally:
+                    self.unreserved.release()
+        finally:
+            await reservation.release()
+        if message is None:
+            return None
+        # gRPC's slices of a large message go back to the system (see ``HeapTrimmer``).
+        self.heap.after_call(len(message))
+        if len(message) > SMALL_MESSAGE:
+            raise _small_too_large()
         coding = message_coding(message)
         if coding is None:
             return message
-        # Inflated at once within the probe's limit: a few KiB at most, never reserved.
+        # Inflated at once within the limit: a few KiB at most.
         inflater = zlib.decompressobj(zlib.MAX_WBITS | (16 if coding == "gzip" else 0))
         try:
-            inflated = inflater.decompress(message, PROBE_MESSAGE + 1)
+            inflated = inflater.decompress(message, SMALL_MESSAGE + 1)
         except zlib.error:
             raise ServiceError(
                 Fault.BAD_ENCODING, ("body",), f"the message is not valid {coding} data"
             ) from None
-        if len(inflated) > PROBE_MESSAGE:
-            raise _probe_too_large()
+        if len(inflated) > SMALL_MESSAGE:
+            raise _small_too_large()
         return inflated
 
-    async def _read(self, context: Any, notes: CallNotes) -> bytes:
+    @overload
+    async def _read(
+        self, context: Any, notes: CallNotes, end_allowed: Literal[False] = False
+    ) -> bytes: ...
+
+    @overload
+    async def _read(self, context: Any, notes: CallNotes, end_allowed: bool) -> bytes | None: ...
+
+    async def _read(
+        self, context: Any, notes: CallNotes, end_allowed: bool = False
+    ) -> bytes | None:
         try:
             message = await asyncio.wait_for(context.read(), self.time_limit)
         except TimeoutError:
+            # What arrived of the message is freed when the call is torn down: given back to
+            # the system then.
+            context.add_done_callback(lambda _: self.heap.after_call(TRIM_FROM_BYTES))
             raise ServiceError(
                 Fault.TIMEOUT,
                 ("body",),
@@ -429,17 +475,29 @@ class Receiver:
                 f"at TENSOR_OPS_MIN_TRANSFER_RATE after TENSOR_OPS_RATE_WINDOW, at most "
                 f"TENSOR_OPS_BODY_TIMEOUT)",
             ) from None
+        if message is grpc.aio.EOF and end_allowed:
+            return None
         if message is grpc.aio.EOF or not isinstance(message, bytes):
             raise ServiceError(Fault.TENSOR_DECODE, ("body",), "the call has no message")
-        notes.received = len(message)
+        notes.received += len(message)
         return message
 
 
-def _probe_too_large() -> ServiceError:
+def _busy(seconds: float) -> ServiceError:
+    return ServiceError(
+        Fault.BUSY,
+        (),
+        f"the service is busy: no memory came free for this message within {seconds:g} s "
+        "(TENSOR_OPS_ADMISSION_TIMEOUT); retry later",
+        headers={"Retry-After": str(max(1, math.ceil(seconds / 4)))},
+    )
+
+
+def _small_too_large() -> ServiceError:
     return ServiceError(
         Fault.TOO_LARGE,
         ("body",),
-        f"a probe's message holds a model's name and version: at most {PROBE_MESSAGE} bytes",
+        f"this method's message holds names and versions: at most {SMALL_MESSAGE} bytes",
     )
 
 
@@ -457,8 +515,8 @@ class InferenceService:
         self.ready = ready
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
-        self.receiver = Receiver(pipeline.settings, pipeline.budget.capacity)
-        self.heap = HeapTrimmer()
+        self.receiver = Receiver(pipeline.settings, pipeline.budget)
+        self.heap = self.receiver.heap
         #: Inference calls begun and not yet ended (their answers sent, or given up): the
         #: stop waits for none.
         self.calls_in_flight = 0
@@ -466,38 +524,25 @@ class InferenceService:
         self.last_ended = -math.inf
 
     async def parsed(self, request_type: Any, context: Any, notes: CallNotes) -> Any:
-        """A small call's message, read inside the budget, parsed; its reservation given back
-        once parsed (the parsed message is a few fields)."""
-        reservation = self.pipeline.budget.reserve()
-        notes.reservation = reservation
+        """A small call's message (``Receiver.small``), parsed."""
+        message = await self.receiver.small(context, notes)
+        if message is None:
+            raise ServiceError(Fault.TENSOR_DECODE, ("body",), "the call has no message")
         try:
-            message = await self.receiver.message(context, reservation, notes)
-            try:
-                return request_type.FromString(bytes(message))
-            except DecodeError as error:
-                raise _unreadable(error, request_type.DESCRIPTOR.name) from None
-        finally:
-            await reservation.release()
-
-    async def probed(self, request_type: Any, context: Any, notes: CallNotes) -> Any:
-        """A probe's message: read without a reservation (a probe never waits for memory),
-        within the time limit, inflated by this service within ``PROBE_MESSAGE`` bytes."""
-        message = await self.receiver.probe(context, notes)
-        try:
-            return request_type.FromString(bytes(message))
+            return request_type.FromString(message)
         except DecodeError as error:
             raise _unreadable(error, request_type.DESCRIPTOR.name) from None
 
     async def server_live(self, context: Any, notes: CallNotes) -> Any:
-        await self.probed(pb.ServerLiveRequest, context, notes)
+        await self.parsed(pb.ServerLiveRequest, context, notes)
         return pb.ServerLiveResponse(live=True)
 
     async def server_ready(self, context: Any, notes: CallNotes) -> Any:
-        await self.probed(pb.ServerReadyRequest, context, notes)
+        await self.parsed(pb.ServerReadyRequest, context, notes)
         return pb.ServerReadyResponse(ready=self.ready())
 
     async def model_ready(self, context: Any, notes: CallNotes) -> Any:
-        request = await self.probed(pb.ModelReadyRequest, context, notes)
+        request = await self.parsed(pb.ModelReadyRequest, context, notes)
         model(request.name, request.version or None)
         return pb.ModelReadyResponse(ready=self.ready())
 

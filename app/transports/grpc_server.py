@@ -4,6 +4,7 @@ a port shared by the workers of one service and by nobody else, and a drain on s
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import math
 import time
@@ -25,7 +26,9 @@ from app.transports.grpc import (
     AUTHORIZATION_KEY,
     CODES,
     SERVICE_NAME,
+    CallNotes,
     InferenceService,
+    Receiver,
     answer_limit,
     inference_handler,
     metadata_value,
@@ -75,6 +78,7 @@ def server_options(settings: Settings, message_limit: int) -> list[tuple[str, in
     - Messages are received as sent, compressed or not (``per_message_decompression`` off):
       the service inflates them itself, bounded by the message limit and reserved piece by
       piece as HTTP bodies are, after the key check.
+    - A stream takes at most 64 KiB before its message is asked for (no bandwidth probes).
     - The message limit: the body limit and half the budget (``Receiver``).
     - A connection's TLS handshake and HTTP/2 preface within one rate window, as HTTP's head.
     - Streams per connection bounded; idle connections closed; dead peers found by pings.
@@ -83,6 +87,10 @@ def server_options(settings: Settings, message_limit: int) -> list[tuple[str, in
         ("grpc.max_receive_message_length", message_limit),
         ("grpc.max_send_message_length", answer_limit(settings.max_output_bytes)),
         ("grpc.per_message_decompression", 0),
+        # A stream's window stays at gRPC's 64 KiB lookahead until its message is asked for
+        # (then it opens to the message): with the window tuned by bandwidth probes, a stream
+        # waiting for memory took 8 MiB on localhost before anything asked for it.
+        ("grpc.http2.bdp_probe", 0),
         ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ("grpc.server_handshake_timeout_ms", max(1, math.ceil(settings.rate_window * 1000))),
         ("grpc.max_connection_idle_ms", IDLE_CONNECTION_SECONDS * 1000),
@@ -121,7 +129,11 @@ class GrpcServer:
                     *server_options(settings, self.service.receiver.limit),
                     ("grpc.so_reuseport", int(shared)),
                 ],
-                interceptors=[self.drain, *_interceptors(self.access)],
+                interceptors=[
+                    self.drain,
+                    *_interceptors(self.access),
+                    SmallMessages(self.service.receiver),
+                ],
             )
             server.add_generic_rpc_handlers((inference_handler(self.service),))
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
@@ -237,6 +249,101 @@ class HealthKeys(grpc.aio.ServerInterceptor):
         except ServiceError as error:
             return _refusing(error, streams=method.endswith("/Watch"))
         return await continuation(handler_call_details)
+
+
+class SmallMessages(grpc.aio.ServerInterceptor):
+    """The health and reflection services read their messages as the V2 service's small calls
+    do (``Receiver.small``): never before their key is checked (``HealthKeys``), each within
+    the budget or the worker's one unreserved slot, within the time limit, at most
+    ``SMALL_MESSAGE`` bytes; gRPC itself reads nothing. Their methods are served
+    client-streaming for that, their own code unchanged."""
+
+    def __init__(self, receiver: Receiver) -> None:
+        self.receiver = receiver
+
+    async def intercept_service(
+        self,
+        continuation: Continuation,
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method.startswith(f"/{SERVICE_NAME}/"):
+            return handler
+        return reading_small_messages(handler, self.receiver)
+
+
+def reading_small_messages(
+    handler: grpc.RpcMethodHandler[Any, Any], receiver: Receiver
+) -> grpc.RpcMethodHandler[Any, Any]:
+    """``handler`` as a client-streaming method whose messages ``receiver`` reads; its answers
+    written as it makes them."""
+    deserialize = handler.request_deserializer or (lambda raw: raw)
+    serialize = handler.response_serializer
+    # An aio server's behaviours are coroutines and async generators (the stubs say sync).
+    own: Any = handler
+
+    async def requests(context: Any) -> AsyncIterator[Any]:
+        notes = CallNotes()
+        while (raw := await receiver.small(context, notes)) is not None:
+            yield deserialize(raw)
+
+    async def first(context: Any) -> Any:
+        raw = await receiver.small(context, CallNotes())
+        if raw is None:
+            raise ServiceError(Fault.TENSOR_DECODE, ("body",), "the call has no message")
+        return deserialize(raw)
+
+    async def answered(result: Any, context: Any) -> None:
+        # A servicer's stream is a generator, or a coroutine that writes through the context.
+        if inspect.isasyncgen(result):
+            async for item in result:
+                await context.write(item)
+        else:
+            await result
+
+    async def refused(error: ServiceError, context: Any) -> None:
+        await context.abort(CODES[error.kind], error.message)
+
+    async def unary(requests_: Any, context: Any) -> Any:
+        try:
+            request = await first(context)
+        except ServiceError as error:
+            await refused(error, context)
+        return await own.unary_unary(request, context)
+
+    async def server_streaming(requests_: Any, context: Any) -> None:
+        try:
+            request = await first(context)
+        except ServiceError as error:
+            await refused(error, context)
+        await answered(own.unary_stream(request, context), context)
+
+    async def client_streaming(requests_: Any, context: Any) -> Any:
+        return await own.stream_unary(_refusing_on_error(requests(context), context), context)
+
+    async def both_streaming(requests_: Any, context: Any) -> None:
+        await answered(
+            own.stream_stream(_refusing_on_error(requests(context), context), context),
+            context,
+        )
+
+    if not handler.request_streaming and not handler.response_streaming:
+        return grpc.stream_unary_rpc_method_handler(unary, response_serializer=serialize)
+    if not handler.request_streaming:
+        return grpc.stream_stream_rpc_method_handler(
+            server_streaming, response_serializer=serialize
+        )
+    if not handler.response_streaming:
+        return grpc.stream_unary_rpc_method_handler(client_streaming, response_serializer=serialize)
+    return grpc.stream_stream_rpc_method_handler(both_streaming, response_serializer=serialize)
+
+
+async def _refusing_on_error(messages: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+    try:
+        async for message in messages:
+            yield message
+    except ServiceError as error:
+        await context.abort(CODES[error.kind], error.message)
 
 
 def _refusing(error: ServiceError, streams: bool) -> grpc.RpcMethodHandler[Any, Any]:
