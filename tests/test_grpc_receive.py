@@ -652,3 +652,44 @@ def test_reflection_and_health_messages_are_read_within_the_budget(tmp_path: Pat
         assert server.settled() - before < 24 * MiB
     finally:
         stop_server(server.process)
+
+
+def test_calls_waiting_for_memory_hold_no_more_than_their_window(tmp_path: Path) -> None:
+    """While the budget is busy (a stalled keyed upload holds it all), six more keyed calls
+    that each try to send 16 MiB wait for memory with their window shut: gRPC takes at most
+    its 64 KiB lookahead of each (a bandwidth-probed window took 8 MiB), and they are refused
+    RESOURCE_EXHAUSTED after the admission timeout (2 s here)."""
+    server = _launch(
+        tmp_path,
+        TENSOR_OPS_MEMORY_BUDGET_BYTES=str(64 * MiB),
+        TENSOR_OPS_ADMISSION_TIMEOUT="2",
+        TENSOR_OPS_BODY_TIMEOUT="6",
+    )
+    try:
+        before = server.settled()
+        head = framed(b"\x00" * (30 * MiB))[: 16 * MiB]
+        holder = RawConnection(server.grpc_port)
+        holder_stream = holder.start("ModelInfer", BEARER)
+        assert holder.send(holder_stream, head[: 1 * MiB], wait=2, give_up=True) == 1 * MiB
+        waiting = [RawConnection(server.grpc_port) for _ in range(6)]
+        streams = [connection.start("ModelInfer", BEARER) for connection in waiting]
+        try:
+            sent = [
+                connection.send(stream, head, wait=0.3, give_up=True)
+                for connection, stream in zip(waiting, streams, strict=True)
+            ]
+            held = server.resident() - before
+            outcomes = [
+                connection.wait(stream, timeout=8)
+                for connection, stream in zip(waiting, streams, strict=True)
+            ]
+        finally:
+            for connection in [holder, *waiting]:
+                connection.close()
+        assert max(sent) <= 256 * 1024, sent
+        assert held < 24 * MiB, f"{held / MiB:.0f} MiB held by calls waiting for memory"
+        code = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        assert [outcome.status for outcome in outcomes] == [code] * 6, outcomes
+        assert all("busy" in outcome.message for outcome in outcomes)
+    finally:
+        stop_server(server.process)
