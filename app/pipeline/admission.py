@@ -87,6 +87,8 @@ class MemoryBudget:
         self.timeout = timeout
         self.in_use = 0
         self._changed = asyncio.Condition()
+        #: Reservations waiting for room: while there are any, nobody else takes first.
+        self._waiters = 0
 
     def reserve(self) -> "Reservation":
         """A reservation of this budget, empty until it grows."""
@@ -104,6 +106,19 @@ class MemoryBudget:
 
     async def _take(self, nbytes: int, total: int, deadline: float) -> None:
         self.refuse_what_never_fits(total)
+        # Nobody waiting and room now: taken at once, without the condition's lock (one event
+        # loop: nothing runs between the test and the take).
+        if not self._waiters and self.in_use + nbytes <= self.capacity:
+            self.in_use += nbytes
+            RESERVED.inc(nbytes)
+            return
+        self._waiters += 1
+        try:
+            await self._take_waiting(nbytes, deadline)
+        finally:
+            self._waiters -= 1
+
+    async def _take_waiting(self, nbytes: int, deadline: float) -> None:
         async with self._changed:
             waiting = False
             while self.in_use + nbytes > self.capacity:
@@ -132,13 +147,17 @@ class MemoryBudget:
 
     def try_take(self, nbytes: int) -> bool:
         """Take ``nbytes`` now if they fit, without waiting; whether they were taken."""
-        if self.in_use + nbytes > self.capacity:
+        if self._waiters or self.in_use + nbytes > self.capacity:
             return False
         self.in_use += nbytes
         RESERVED.inc(nbytes)
         return True
 
     async def _give_back(self, nbytes: int) -> None:
+        if not self._waiters:
+            self.in_use -= nbytes
+            RESERVED.dec(nbytes)
+            return
         async with self._changed:
             self.in_use -= nbytes
             RESERVED.dec(nbytes)
