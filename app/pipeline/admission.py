@@ -86,9 +86,9 @@ class MemoryBudget:
         self.capacity = capacity
         self.timeout = timeout
         self.in_use = 0
-        self._changed = asyncio.Condition()
-        #: Reservations waiting for room: while there are any, nobody else takes first.
-        self._waiters = 0
+        #: Reservations waiting for room, in arrival order, each with the future that grants
+        #: it: while there are any, nobody new takes first.
+        self._waiting: list[tuple[int, asyncio.Future[None]]] = []
 
     def reserve(self) -> "Reservation":
         """A reservation of this budget, empty until it grows."""
@@ -106,62 +106,67 @@ class MemoryBudget:
 
     async def _take(self, nbytes: int, total: int, deadline: float) -> None:
         self.refuse_what_never_fits(total)
-        # Nobody waiting and room now: taken at once, without the condition's lock (one event
-        # loop: nothing runs between the test and the take).
-        if not self._waiters and self.in_use + nbytes <= self.capacity:
+        # Nobody waiting and room now: taken at once (one event loop: nothing runs between the
+        # test and the take).
+        if not self._waiting and self.in_use + nbytes <= self.capacity:
             self.in_use += nbytes
             RESERVED.inc(nbytes)
             return
-        self._waiters += 1
+        # Else it waits in line: each time memory comes back, the waiters it now fits are
+        # granted, first come first (a large one does not hold back a smaller one that fits),
+        # and only they are woken.
+        granted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (nbytes, granted)
+        self._waiting.append(entry)
+        WAITING.inc()
         try:
-            await self._take_waiting(nbytes, deadline)
+            await asyncio.wait_for(asyncio.shield(granted), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            if granted.done():  # granted as the time ran out: taken after all
+                return
+            self._waiting.remove(entry)
+            REFUSED_BUSY.inc()
+            raise ServiceError(
+                Fault.BUSY,
+                (),
+                f"the service is busy: {self.in_use} of {self.capacity} bytes of its "
+                f"memory budget are in use and this request needs {nbytes}; retry later",
+                headers={"Retry-After": str(max(1, math.ceil(self.timeout / 4)))},
+            ) from None
+        except asyncio.CancelledError:
+            if granted.done():
+                self._release(nbytes)  # granted, but its request is gone
+            else:
+                self._waiting.remove(entry)
+            raise
         finally:
-            self._waiters -= 1
+            WAITING.dec()
 
-    async def _take_waiting(self, nbytes: int, deadline: float) -> None:
-        async with self._changed:
-            waiting = False
-            while self.in_use + nbytes > self.capacity:
-                if not waiting:
-                    waiting = True
-                    WAITING.inc()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    WAITING.dec()
-                    REFUSED_BUSY.inc()
-                    raise ServiceError(
-                        Fault.BUSY,
-                        (),
-                        f"the service is busy: {self.in_use} of {self.capacity} bytes of its "
-                        f"memory budget are in use and this request needs {nbytes}; retry later",
-                        headers={"Retry-After": str(max(1, math.ceil(self.timeout / 4)))},
-                    )
-                try:
-                    await asyncio.wait_for(self._changed.wait(), remaining)
-                except TimeoutError:
-                    continue
-            if waiting:
-                WAITING.dec()
-            self.in_use += nbytes
-            RESERVED.inc(nbytes)
+    def _grant(self) -> None:
+        for entry in list(self._waiting):
+            nbytes, granted = entry
+            if self.in_use + nbytes <= self.capacity:
+                self._waiting.remove(entry)
+                self.in_use += nbytes
+                RESERVED.inc(nbytes)
+                granted.set_result(None)
 
     def try_take(self, nbytes: int) -> bool:
         """Take ``nbytes`` now if they fit, without waiting; whether they were taken."""
-        if self._waiters or self.in_use + nbytes > self.capacity:
+        if self._waiting or self.in_use + nbytes > self.capacity:
             return False
         self.in_use += nbytes
         RESERVED.inc(nbytes)
         return True
 
+    def _release(self, nbytes: int) -> None:
+        self.in_use -= nbytes
+        RESERVED.dec(nbytes)
+        if self._waiting:
+            self._grant()
+
     async def _give_back(self, nbytes: int) -> None:
-        if not self._waiters:
-            self.in_use -= nbytes
-            RESERVED.dec(nbytes)
-            return
-        async with self._changed:
-            self.in_use -= nbytes
-            RESERVED.dec(nbytes)
-            self._changed.notify_all()
+        self._release(nbytes)
 
 
 class Reservation:
