@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 #: glibc serves blocks from this size on by mmap, and so gives them back when they are freed.
 #: Its default threshold grows to the largest block freed (up to 32 MiB): after a few large
@@ -18,8 +19,29 @@ def _with_allocator_settings() -> None:
         os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
+def _metrics_dir_or_exit() -> None:
+    """``PROMETHEUS_MULTIPROC_DIR``, when set, must be a directory the workers can write: the
+    metrics library opens its files there as soon as a metric is made (at import), and would
+    fail with a traceback."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder and not (os.path.isdir(folder) and os.access(folder, os.W_OK | os.X_OK)):
+        line = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime()),
+            "level": "error",
+            "logger": "tensor_ops.service",
+            "message": f"cannot start: PROMETHEUS_MULTIPROC_DIR = {folder!r} is not a "
+            "directory this process can write; unset it (python -m app makes one for "
+            "several workers) or create it",
+        }
+        import json  # noqa: PLC0415 - only on this path
+
+        sys.stderr.write(json.dumps(line, separators=(",", ":")) + "\n")
+        sys.exit(2)
+
+
 if __name__ == "__main__":
     _with_allocator_settings()
+    _metrics_dir_or_exit()
 
 import logging  # noqa: E402
 import shutil  # noqa: E402

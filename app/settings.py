@@ -81,6 +81,7 @@ class Settings(BaseSettings):
     min_transfer_rate: int = Field(
         16 * 1024,
         ge=0,
+        le=1 << 30,  # past a GiB a second, every body and answer would be cut off
         description="bytes a second a client must send its body at, and read its answer at, "
         "over every rate window (408 for a body, cut off for an answer)",
     )

@@ -50,6 +50,7 @@ def start_refused(env: dict[str, str]) -> str:
         ("GRACEFUL_TIMEOUT", "1e300", "Input should be less than or equal to 86400"),
         ("BODY_TIMEOUT", "86401", "Input should be less than or equal to 86400"),
         ("WORKERS", "100000", "is more than 4 worker processes a CPU"),
+        ("MIN_TRANSFER_RATE", "99999999999999999999", "less than or equal to 1073741824"),
     ],
 )
 def test_settings_out_of_bounds(name: str, value: str, words: str) -> None:
@@ -187,3 +188,10 @@ def test_opentelemetry_variables_are_read_only_with_tracing_on() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_a_metrics_directory_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
+    """The metrics library writes to ``PROMETHEUS_MULTIPROC_DIR`` as soon as a metric is made:
+    a missing directory was a traceback at import."""
+    line = start_refused({"PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "absent")})
+    assert "PROMETHEUS_MULTIPROC_DIR" in line and "is not a directory" in line
