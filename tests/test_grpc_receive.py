@@ -20,6 +20,7 @@ import hashlib
 import io
 import os
 import re
+import socket
 import threading
 import time
 import zlib
@@ -693,3 +694,25 @@ def test_calls_waiting_for_memory_hold_no_more_than_their_window(tmp_path: Path)
         assert all("busy" in outcome.message for outcome in outcomes)
     finally:
         stop_server(server.process)
+
+
+def test_http_uploads_cut_off_by_their_client_are_freed_at_once(worker: Worker) -> None:
+    """The cancelled member of the refusals on HTTP: eight keyed uploads announcing 64 MiB
+    that close after 32 MiB, on each body form; the worker comes back within 16 MiB."""
+    port = int(worker.url.rsplit(":", 1)[1])
+    for path, media in (
+        ("/roll", "application/x-npz"),
+        ("/v2/models/roll/infer", "application/octet-stream"),
+        ("/roll", "application/json"),
+    ):
+        before = worker.settled()
+        for _ in range(8):
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                raw.sendall(
+                    f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {media}\r\n"
+                    f"Content-Length: {64 * MiB}\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode()
+                )
+                raw.sendall(bytes(32 * MiB))
+                time.sleep(0.1)
+        kept = worker.settled() - before
+        assert kept < 16 * MiB, f"{path} ({media}): {kept / MiB:.0f} MiB kept"
