@@ -94,7 +94,7 @@ def main() -> None:
             server_header=False,
             # Each answer's head and body in one write: a replica that dies between the two
             # would leave a load balancer an answer it can neither finish nor move on.
-            http="app.transports.http_protocol:JoinedWritesProtocol",
+            http="app.transports.http_protocol:ServiceHttpProtocol",
             # uvloop, with TLS handshakes inside the head's time limit.
             loop="app.transports.server_loop:new_loop",
             log_config=_log_config(settings.log_format),

@@ -30,7 +30,6 @@ from app.settings import Settings
 from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
 from app.transports.http import build_router, op_endpoints
-from app.transports.http_protocol import patch_http_protocol
 from app.transports.inference import SERVER_NAME
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.transports.v2 import build_v2_router, direct_infer_routes
@@ -181,10 +180,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     configure_logging(settings.log_level, settings.log_format, capture_stderr=launched_as_service())
     # In each worker process, from the standard OTEL_* variables (off when they are unset).
     tracing.configure()
-    # Java's HttpClient offers h2c on every request: its body must reach the app; a request's
-    # head is bounded in size and time. Under `python -m uvicorn app.main:app` too
-    # (app/transports/http_protocol.py says why).
-    patch_http_protocol(head_timeout=settings.rate_window)
 
     app = Service(
         title="tensor-ops",

@@ -200,6 +200,7 @@ def launch_server(
     port = free_port()
     arguments = command or [
         "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
+        "--http", "app.transports.http_protocol:ServiceHttpProtocol",
     ]  # fmt: skip
     # gRPC off unless a test asks for it: servers started side by side must not share 8001.
     settings = {

@@ -30,11 +30,14 @@ rate cuts off a client that sends trailers instead.
 """
 
 import asyncio
+import functools
 from typing import Any, cast
 
 import httptools
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from app.settings import Settings
 
 #: A write of up to this many bytes (an answer's head, a small body) waits for the next write,
 #: at most to the end of the event loop's turn; a larger one goes at once.
@@ -79,19 +82,6 @@ class JoinedWrites:
         return getattr(self._transport, name)
 
 
-class JoinedWritesProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, writing through ``JoinedWrites``. ``python -m app`` serves
-    with it; uvicorn's own command takes it as
-    ``--http app.transports.http_protocol:JoinedWritesProtocol``."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self.transport = cast(asyncio.Transport, JoinedWrites(transport))
-
-    def data_received(self, data: bytes) -> None:
-        data_received(self, data)
-
-
 class DeclinedUpgradeBody:
     """The body of a request whose upgrade was declined, parsed by a parser of its own from the
     request's framing headers, and handed to the protocol as the body of the request."""
@@ -130,11 +120,10 @@ MAX_HEAD_BYTES = 64 * 1024
 class HeadGuard:
     """A connection's head in progress: its bytes counted, its deadline armed."""
 
-    #: Seconds a head may take to arrive (the settings' rate window, set at start-up).
-    timeout = 10.0
-
-    def __init__(self, protocol: HttpToolsProtocol) -> None:
+    def __init__(self, protocol: HttpToolsProtocol, timeout: float) -> None:
         self.protocol = protocol
+        #: Seconds a head may take to arrive (the settings' rate window).
+        self.timeout = timeout
         #: Whether the bytes arriving are a head's (from the connection, or a message's end, to
         #: the end of the next head).
         self.in_head = True
@@ -225,155 +214,150 @@ class HeadGuard:
         transport.close()
 
 
-def _guard(self: HttpToolsProtocol) -> HeadGuard | None:
-    guard: HeadGuard | None = getattr(self, "_head_guard", None)
-    return guard
-
-
-def data_received(self: HttpToolsProtocol, data: bytes) -> None:
-    """uvicorn's ``data_received``, with a declined upgrade's body read as the body, and the
-    head's size bounded."""
-    guard = _guard(self)
-    # A declined upgrade's body comes after its head is done: not counted.
-    if guard is not None and getattr(self, "_declined_upgrade", None) is None:
-        guard.received(len(data))
-    _feed(self, data)
-    if (
-        guard is not None
-        and getattr(self, "_declined_upgrade", None) is None
-        and not self.transport.is_closing()
-    ):
-        guard.check_size()
-
-
-def _feed(self: HttpToolsProtocol, data: bytes) -> None:
-    declined: DeclinedUpgradeBody | None = getattr(self, "_declined_upgrade", None)
-    if declined is None:
-        self._unset_keepalive_if_required()
-    try:
-        if declined is not None:
-            declined.feed(data)
-            return
-        self.parser.feed_data(data)
-    except httptools.HttpParserError:
-        if self.transport.is_closing():
-            return  # a head refused (431) stopped the parser: answered already
-        message = "Invalid HTTP request received."
-        self.logger.warning(message)
-        self.send_400_response(message)
-    except httptools.HttpParserUpgrade as upgrade:
-        if self._should_upgrade():
-            self.handle_websocket_upgrade()
-            return
-        # Declined. httptools has completed the message with no body (the app's task, made but
-        # not yet run, has read nothing): the body is to come.
-        cycle = self.cycle
-        cycle.body = bytearray()
-        cycle.more_body = True
-        cycle.keep_alive = False
-        declined = DeclinedUpgradeBody(self)
-        self._declined_upgrade = declined  # type: ignore[attr-defined]
-        try:
-            declined.feed(data[int(upgrade.args[0]) :])
-        except httptools.HttpParserError:
-            message = "Invalid HTTP request received."
-            self.logger.warning(message)
-            self.send_400_response(message)
-
-
-_ORIGINAL = {
-    name: getattr(HttpToolsProtocol, name)
-    for name in (
-        "connection_made",
-        "connection_lost",
-        "on_url",
-        "on_header",
-        "on_headers_complete",
-        "on_message_begin",
-        "on_message_complete",
-        "on_response_complete",
-    )
-}
-
-
-def _connection_made(self: HttpToolsProtocol, transport: asyncio.Transport) -> None:
-    _ORIGINAL["connection_made"](self, transport)
-    self._head_guard = HeadGuard(self)  # type: ignore[attr-defined]
-
-
-def _connection_lost(self: HttpToolsProtocol, exc: Exception | None) -> None:
-    guard = _guard(self)
-    if guard is not None:
-        guard.disarm()
-    _ORIGINAL["connection_lost"](self, exc)
-
-
-def _on_message_begin(self: HttpToolsProtocol) -> None:
-    _ORIGINAL["on_message_begin"](self)
-    guard = _guard(self)
-    if guard is not None:
-        guard.arm()
-
-
 class _HeadRefusedError(Exception):
     """Raised from a parser callback to stop the parser once a head has been refused."""
 
 
-def _on_url(self: HttpToolsProtocol, url: bytes) -> None:
-    guard = _guard(self)
-    if guard is not None:
-        guard.size += len(url)
-    _ORIGINAL["on_url"](self, url)
+@functools.cache
+def head_timeout() -> float:
+    """Seconds a request's head (and a TLS handshake) may take: the settings' rate window,
+    read once per process from the environment, as every worker reads its settings."""
+    return Settings().rate_window
 
 
-def _on_header(self: HttpToolsProtocol, name: bytes, value: bytes) -> None:
-    guard = _guard(self)
-    if guard is not None:
-        if not guard.in_head:
-            # A trailer of a chunked body: uvicorn would append it to the request's headers,
-            # one more line for every line sent, with no end. The app reads none: dropped.
-            return
-        guard.size += len(name) + len(value) + 4  # ": " and the line's end
-    _ORIGINAL["on_header"](self, name, value)
+class ServiceHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the service's fixes, given to uvicorn through its
+    supported ``http=`` option (``python -m app`` does; ``python -m uvicorn app.main:app
+    --http app.transports.http_protocol:ServiceHttpProtocol`` does the same): each answer's
+    head and body in one write (``JoinedWrites``), a declined upgrade's body read as the body
+    (``DeclinedUpgradeBody``), each head bounded in size and time (``HeadGuard``), trailers
+    dropped, and reading paused while pipelined requests are queued. Nothing of uvicorn's is
+    patched. The members of uvicorn's class this relies on are listed in
+    ``UVICORN_MEMBERS``; a test fails clearly when uvicorn changes them."""
+
+    _head_guard: HeadGuard | None = None
+    _declined_upgrade: DeclinedUpgradeBody | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.transport = cast(asyncio.Transport, JoinedWrites(transport))
+        self._head_guard = HeadGuard(self, head_timeout())
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        guard = self._head_guard
+        if guard is not None:
+            guard.disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's ``data_received``, with a declined upgrade's body read as the body, and
+        the head's size bounded."""
+        guard = self._head_guard
+        # A declined upgrade's body comes after its head is done: not counted.
+        if guard is not None and self._declined_upgrade is None:
+            guard.received(len(data))
+        self._feed(data)
+        if guard is not None and self._declined_upgrade is None and not self.transport.is_closing():
+            guard.check_size()
+
+    def _feed(self, data: bytes) -> None:
+        declined = self._declined_upgrade
+        if declined is None:
+            self._unset_keepalive_if_required()
+        try:
+            if declined is not None:
+                declined.feed(data)
+                return
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self.transport.is_closing():
+                return  # a head refused (431) stopped the parser: answered already
+            message = "Invalid HTTP request received."
+            self.logger.warning(message)
+            self.send_400_response(message)
+        except httptools.HttpParserUpgrade as upgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+                return
+            # Declined. httptools has completed the message with no body (the app's task, made
+            # but not yet run, has read nothing): the body is to come.
+            cycle = self.cycle
+            cycle.body = bytearray()
+            cycle.more_body = True
+            cycle.keep_alive = False
+            declined = DeclinedUpgradeBody(self)
+            self._declined_upgrade = declined
+            try:
+                declined.feed(data[int(upgrade.args[0]) :])
+            except httptools.HttpParserError:
+                message = "Invalid HTTP request received."
+                self.logger.warning(message)
+                self.send_400_response(message)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_guard is not None:
+            self._head_guard.arm()
+
+    def on_url(self, url: bytes) -> None:
+        if self._head_guard is not None:
+            self._head_guard.size += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        guard = self._head_guard
+        if guard is not None:
+            if not guard.in_head:
+                # A trailer of a chunked body: uvicorn would append it to the request's
+                # headers, one more line for every line sent, with no end. The app reads none.
+                return
+            guard.size += len(name) + len(value) + 4  # ": " and the line's end
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        guard = self._head_guard
+        if guard is not None and not guard.headers_complete():
+            # Refused (431) and closing: the parser goes no further (its error is expected).
+            raise _HeadRefusedError
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        if self._head_guard is not None:
+            self._head_guard.message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # uvicorn resumes reading after every answer, even with pipelined requests still
+        # queued: a client that sends without reading its answers grew the queue by a socket
+        # buffer of requests (thousands) for each answer, gigabytes in seconds. Read again
+        # once the queue is empty.
+        if self.pipeline and not self.transport.is_closing():
+            self.flow.pause_reading()
 
 
-def _on_headers_complete(self: HttpToolsProtocol) -> None:
-    guard = _guard(self)
-    if guard is not None and not guard.headers_complete():
-        # Refused (431) and closing: the parser goes no further (its error is expected).
-        raise _HeadRefusedError
-    _ORIGINAL["on_headers_complete"](self)
+#: The name ``python -m app`` gave the protocol before (deployments may name it in --http).
+JoinedWritesProtocol = ServiceHttpProtocol
 
-
-def _on_message_complete(self: HttpToolsProtocol) -> None:
-    _ORIGINAL["on_message_complete"](self)
-    guard = _guard(self)
-    if guard is not None:
-        guard.message_complete()
-
-
-def _on_response_complete(self: HttpToolsProtocol) -> None:
-    _ORIGINAL["on_response_complete"](self)
-    # uvicorn resumes reading after every answer, even with pipelined requests still queued:
-    # a client that sends without reading its answers grew the queue by a socket buffer of
-    # requests (thousands) for each answer, gigabytes in seconds. Read again once the queue
-    # is empty.
-    if self.pipeline and not self.transport.is_closing():
-        self.flow.pause_reading()
-
-
-def patch_http_protocol(head_timeout: float) -> None:
-    """Make uvicorn's own httptools protocol read a declined upgrade's body as the body and
-    bound each request's head (``MAX_HEAD_BYTES``, ``head_timeout`` seconds), so that
-    ``python -m uvicorn app.main:app`` serves so too; ``python -m app`` serves with
-    ``JoinedWritesProtocol``, which inherits all of it."""
-    HeadGuard.timeout = head_timeout
-    HttpToolsProtocol.data_received = data_received  # type: ignore[method-assign]
-    HttpToolsProtocol.connection_made = _connection_made  # type: ignore[method-assign]
-    HttpToolsProtocol.connection_lost = _connection_lost  # type: ignore[method-assign]
-    HttpToolsProtocol.on_message_begin = _on_message_begin  # type: ignore[method-assign]
-    HttpToolsProtocol.on_url = _on_url  # type: ignore[method-assign]
-    HttpToolsProtocol.on_header = _on_header  # type: ignore[method-assign]
-    HttpToolsProtocol.on_headers_complete = _on_headers_complete  # type: ignore[method-assign]
-    HttpToolsProtocol.on_message_complete = _on_message_complete  # type: ignore[method-assign]
-    HttpToolsProtocol.on_response_complete = _on_response_complete  # type: ignore[method-assign]
+#: What ``ServiceHttpProtocol`` uses of uvicorn's class beyond its documented ``http=`` hook:
+#: uvicorn has no public extension point for these, so they are named here, in one place, and
+#: ``tests/transports/test_http_protocol.py`` fails with this list when uvicorn changes them.
+UVICORN_MEMBERS = (
+    "parser",
+    "cycle",
+    "flow",
+    "pipeline",
+    "headers",
+    "logger",
+    "loop",
+    "_unset_keepalive_if_required",
+    "_should_upgrade",
+    "handle_websocket_upgrade",
+    "send_400_response",
+    "on_message_begin",
+    "on_url",
+    "on_header",
+    "on_headers_complete",
+    "on_message_complete",
+    "on_response_complete",
+)

@@ -10,18 +10,11 @@ through its ``loop`` setting (``app.transports.server_loop:new_loop``).
 """
 
 import asyncio
-import functools
 from typing import Any
 
 import uvloop
 
-from app.settings import Settings
-
-
-@functools.cache
-def handshake_timeout() -> float:
-    """A TLS handshake's time limit: the rate window, as a request's head has."""
-    return Settings().rate_window
+from app.transports.http_protocol import head_timeout
 
 
 class HandshakeLimitedLoop(uvloop.Loop):
@@ -31,7 +24,7 @@ class HandshakeLimitedLoop(uvloop.Loop):
         self, *args: Any, ssl: Any = None, ssl_handshake_timeout: float | None = None, **kwargs: Any
     ) -> asyncio.AbstractServer:
         if ssl is not None and ssl_handshake_timeout is None:
-            ssl_handshake_timeout = handshake_timeout()
+            ssl_handshake_timeout = head_timeout()  # as a request's head has
         server: asyncio.AbstractServer = await super().create_server(
             *args, ssl=ssl, ssl_handshake_timeout=ssl_handshake_timeout, **kwargs
         )

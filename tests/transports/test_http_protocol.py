@@ -5,8 +5,11 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
+import uvicorn.server
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.transports.http_protocol import HELD_BYTES, JoinedWrites
+from app.transports.http_protocol import HELD_BYTES, UVICORN_MEMBERS, JoinedWrites
 from tests.support import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.anyio
@@ -104,3 +107,24 @@ def test_python_m_app_serves_with_it() -> None:
         assert "Traceback" not in server_output(process)
     finally:
         stop_server(process)
+
+
+def test_uvicorns_members_the_protocol_relies_on_are_still_there() -> None:
+    """``ServiceHttpProtocol`` extends uvicorn's httptools protocol through its ``http=`` option
+    and uses members uvicorn does not document: when an upgrade renames or drops one, this
+    names it (pyproject.toml bounds uvicorn for the same reason)."""
+    config = uvicorn.Config(app=lambda *_: None)
+    config.load()
+
+    async def made() -> HttpToolsProtocol:
+        return HttpToolsProtocol(
+            config=config, server_state=uvicorn.server.ServerState(), app_state={}
+        )
+
+    protocol = asyncio.run(made())
+    missing = [name for name in UVICORN_MEMBERS if not hasattr(protocol, name)]
+    assert not missing, (
+        f"uvicorn {uvicorn.__version__} no longer has {missing}, which "
+        "app/transports/http_protocol.py:ServiceHttpProtocol uses: adapt it before raising "
+        "uvicorn's bound in pyproject.toml"
+    )
