@@ -13,7 +13,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -54,7 +53,7 @@ class FrontDoor:
         """The direct route of a request, or None for FastAPI to route it."""
         if scope["type"] != "http" or scope["method"] != "POST":
             return None
-        return self.direct.get(get_route_path(scope))
+        return self.direct.get(route_path(scope))
 
     async def serve(self, route: DirectRoute, scope: Scope, receive: Receive, send: Send) -> None:
         """Serve a request of a direct route."""
@@ -164,3 +163,15 @@ def _route_of(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else "unmatched"
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path below the app's mount point (ASGI's ``root_path``), as routes see it:
+    starlette has no public function for it."""
+    path: str = scope["path"]
+    root = scope.get("root_path", "")
+    if not root or not path.startswith(root):
+        return path
+    if path == root:
+        return ""
+    return path[len(root) :] if path[len(root)] == "/" else path
