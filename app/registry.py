@@ -5,7 +5,6 @@ its kernel file and one entry here.
 """
 
 import functools
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,8 +19,22 @@ from tensor_ops_wire.npy import encode_npy_base64
 
 Arrays = Mapping[str, npt.NDArray[Any]]
 Attributes = Mapping[str, int]
-#: Checks the inputs against the spec (raising ``SpecError``) and gives the output's shape.
-Planner = Callable[[Arrays, Attributes], tuple[int, ...]]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an op's planner made of one request's inputs: the output's shape, and how to
+    compute it (into ``out`` when given) from the checks already made. The job carries it from
+    the checks to the kernel."""
+
+    output_shape: tuple[int, ...]
+    run: Callable[[npt.NDArray[Any] | None], npt.NDArray[Any]]
+
+
+#: Checks the inputs against the spec (raising ``SpecError``) and gives the output's shape, or
+#: a ``Plan`` that also computes it from what the checks found (the kernel is then not asked to
+#: check again).
+Planner = Callable[[Arrays, Attributes], "tuple[int, ...] | Plan"]
 #: Computes the output, into ``out`` when given (a response buffer).
 Kernel = Callable[[Arrays, Attributes, npt.NDArray[Any] | None], npt.NDArray[Any]]
 #: The bytes the kernel holds beyond its inputs and output (its temporaries), for admission.
@@ -30,43 +43,6 @@ Workspace = Callable[[Arrays, Attributes], int]
 
 def _no_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return 0
-
-
-# ---------------------------------------------------------------------------------------------
-# Plans kept for the kernel: the pipeline calls an op's plan (the spec's checks) when it makes a
-# job and its kernel later with the same inputs; the kernel then runs from the plan already
-# made instead of checking everything again. A plan is used only for the very same mappings of
-# inputs and attributes, left as they were, and while its ``data`` array lives; any other call
-# of a kernel checks its inputs itself.
-
-#: id(data) -> (a weak reference to data, id(arrays), id(attributes), the plan)
-_PLANS: dict[int, tuple[weakref.ref[Any], int, int, Any]] = {}
-# Past this many kept plans, those whose data is gone are dropped (ids are reused: an entry's
-# reference tells whether it is still its array's).
-_KEPT = 256
-
-
-def _keep_plan(arrays: Arrays, attributes: Attributes, plan: Any) -> None:
-    data = arrays["data"]
-    if len(_PLANS) >= _KEPT:
-        for key, entry in list(_PLANS.items()):
-            if entry[0]() is None:
-                _PLANS.pop(key, None)
-    _PLANS[id(data)] = (weakref.ref(data), id(arrays), id(attributes), plan)
-
-
-def _kept_plan(arrays: Arrays, attributes: Attributes) -> Any:
-    """The plan ``_keep_plan`` kept for these very inputs, or None."""
-    data = arrays["data"]
-    entry = _PLANS.get(id(data))
-    if (
-        entry is None
-        or entry[0]() is not data
-        or entry[1] != id(arrays)
-        or entry[2] != id(attributes)
-    ):
-        return None
-    return entry[3]
 
 
 ALL_TYPES: tuple[str, ...] = tuple(e.numpy for e in ELEMENT_TYPES)
@@ -159,17 +135,14 @@ _ROLL_INDEX = tuple(dtype.name for dtype in ROLL_INDEX_TYPES)
 _MATRIX = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]
 
 
-def _plan_roll(arrays: Arrays, attributes: Attributes) -> tuple[int, ...]:
+def _plan_roll(arrays: Arrays, attributes: Attributes) -> Plan:
     data = arrays["data"]
-    _keep_plan(arrays, attributes, roll_shifts(data.shape, arrays["shift"], arrays["axes"]))
-    return data.shape
+    net = roll_shifts(data.shape, arrays["shift"], arrays["axes"])
+    return Plan(data.shape, functools.partial(roll_planned, data, net))
 
 
 def _roll(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    net = _kept_plan(arrays, attributes)
-    if net is None:
-        return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
-    return roll_planned(arrays["data"], net, out)
+    return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
 
 
 def _roll_workspace(arrays: Arrays, attributes: Attributes) -> int:
@@ -240,13 +213,12 @@ _FOUR_D = [
 ]
 
 
-def _plan_gather(arrays: Arrays, attributes: Attributes) -> tuple[int, ...]:
-    indices = arrays["indices"]
+def _plan_gather(arrays: Arrays, attributes: Attributes) -> Plan:
+    data, indices = arrays["data"], arrays["indices"]
     plan = gather_plan(
-        arrays["data"].shape, indices.shape, indices.dtype, arrays["axis"], attributes["batch_dims"]
+        data.shape, indices.shape, indices.dtype, arrays["axis"], attributes["batch_dims"]
     )
-    _keep_plan(arrays, attributes, plan)
-    return plan.output_shape
+    return Plan(plan.output_shape, functools.partial(gather_planned, data, indices, plan))
 
 
 def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
@@ -254,12 +226,7 @@ def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
 
 
 def _gather(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    plan = _kept_plan(arrays, attributes)
-    if plan is None:
-        return gather(
-            arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out
-        )
-    return gather_planned(arrays["data"], arrays["indices"], plan, out)
+    return gather(arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out)
 
 
 GATHER = Op(

@@ -13,7 +13,7 @@ from app import tracing
 from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
-from app.registry import Arrays, Op
+from app.registry import Arrays, Op, Plan
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
 
@@ -112,6 +112,9 @@ class Job:
     output_dtype: np.dtype[Any]
     #: What the kernel holds beyond inputs and output while it runs.
     workspace_bytes: int = 0
+    #: How the output is computed from the checks already made (the op's plan); None: by the
+    #: op's kernel, which checks its inputs itself.
+    plan: Plan | None = None
 
     @property
     def output_count(self) -> int:
@@ -128,12 +131,17 @@ class Job:
         is computed aside and converted into ``out``.
         """
         if out is not None and self.output_dtype.byteorder == ">":
-            np.copyto(out, self.op.kernel(self.arrays, self.attributes, None), casting="equiv")
+            np.copyto(out, self._compute(None), casting="equiv")
             result = out
         else:
-            result = self.op.kernel(self.arrays, self.attributes, out)
+            result = self._compute(out)
         _elements(self.op.name).inc(result.size)
         return result
+
+    def _compute(self, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+        if self.plan is not None:
+            return self.plan.run(out)
+        return self.op.kernel(self.arrays, self.attributes, out)
 
 
 class KernelSpanJob(Job):
@@ -153,6 +161,7 @@ def with_kernel_span(job: Job) -> Job:
         job.output_shape,
         job.output_dtype,
         job.workspace_bytes,
+        job.plan,
     )
 
 
@@ -178,9 +187,11 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limi
                 f"{item.name} must be of {item.type_words}, got {array.dtype.name}",
             )
     try:
-        shape = op.plan(arrays, attributes)
+        planned = op.plan(arrays, attributes)
     except SpecError as error:
         raise from_spec(error) from None
+    plan = planned if isinstance(planned, Plan) else None
+    shape = planned.output_shape if isinstance(planned, Plan) else planned
     dtype = arrays["data"].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
     # and dimensions whose product no array can hold even when one of them is 0. An answer may
@@ -197,4 +208,4 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limi
             f"of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES)",
         )
     workspace = op.workspace(arrays, attributes)
-    return Job(op, arrays, attributes, tuple(shape), dtype, workspace)
+    return Job(op, arrays, attributes, tuple(shape), dtype, workspace, plan)

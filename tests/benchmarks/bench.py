@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 from app.ops import gather, roll  # noqa: E402
 from app.pipeline.jobs import Limits  # noqa: E402
 from app.pipeline.run import Exchange  # noqa: E402
-from app.registry import REGISTRY  # noqa: E402
+from app.registry import REGISTRY, Plan  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.transports.http import JsonExchange, NpzExchange  # noqa: E402
 from app.transports.v2 import V2Exchange  # noqa: E402
@@ -347,7 +347,9 @@ def request_call(name: str, arrays: dict[str, Array], batch_dims: int, out: Arra
     attributes = {"batch_dims": batch_dims} if name == "gather" else {}
 
     def call() -> Array:
-        op.plan(arrays, attributes)
+        planned = op.plan(arrays, attributes)
+        if isinstance(planned, Plan):
+            return planned.run(out)
         return op.kernel(arrays, attributes, out)
 
     return call

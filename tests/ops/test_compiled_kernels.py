@@ -25,6 +25,8 @@ import pytest
 
 from app import registry
 from app.ops import compiled, gather, roll
+from app.pipeline.jobs import Limits, make_job
+from app.settings import Settings
 from tests.support import assert_same_bits
 
 Array = npt.NDArray[Any]
@@ -242,33 +244,37 @@ def test_roll_misaligned_and_odd_runs() -> None:
         assert_same_bits(roll(misaligned, shift, axes), np.roll(data, shift, axes))
 
 
-def test_the_registry_runs_its_kernel_from_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
-    """make_job calls plan, Job.output calls kernel on the same mappings: the spec's checks are
-    not run again. Another mapping, or one changed since, is checked as a fresh call."""
+def test_the_job_runs_its_kernel_from_the_plan_it_carries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """make_job runs the op's plan (the spec's checks) and the job carries it: Job.output
+    computes from it, and the spec's checks are not run again. The plan travels with the job,
+    not through a table of the module's: the kernel called alone checks its inputs itself."""
     data = np.arange(12, dtype=np.float32).reshape(3, 4)
     arrays = {"data": data, "indices": np.array([[1, -1], [0, 9], [3, 2]]), "axis": np.array(1)}
     attributes = {"batch_dims": 1}
     op = registry.REGISTRY["gather"]
     expected = reference_gather(data, arrays["indices"], 1, 1)
-    assert op.plan(arrays, attributes) == (3, 2)
+    limits = Limits.of(Settings())
+    job = make_job(op, arrays, attributes, limits)
+    assert job.output_shape == (3, 2)
+    assert job.plan is not None
 
     def refused(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("checked again")
 
     monkeypatch.setattr(registry, "gather", refused)
     monkeypatch.setattr(registry, "roll", refused)
-    assert_same_bits(op.kernel(arrays, attributes, None), expected)
+    assert_same_bits(job.output(), expected)
     with pytest.raises(AssertionError, match="checked again"):
-        op.kernel(dict(arrays), attributes, None)
-    with pytest.raises(AssertionError, match="checked again"):
-        op.kernel(arrays, {"batch_dims": 1}, None)
+        op.kernel(arrays, attributes, None)
+    assert not any(name.startswith("_PLANS") for name in vars(registry)), "a module-level table"
 
     roll_op = registry.REGISTRY["roll"]
     roll_arrays = {"data": data, "shift": np.array([1, -1]), "axes": np.array([0, 1])}
-    assert roll_op.plan(roll_arrays, {}) == (3, 4)
-    empty: dict[str, int] = {}
-    roll_op.plan(roll_arrays, empty)
-    assert_same_bits(roll_op.kernel(roll_arrays, empty, None), np.roll(data, [1, -1], (0, 1)))
+    roll_job = make_job(roll_op, roll_arrays, {}, limits)
+    assert roll_job.output_shape == (3, 4)
+    assert_same_bits(roll_job.output(), np.roll(data, [1, -1], (0, 1)))
 
 
 def test_compiled_for_fixed_signatures_only() -> None:
