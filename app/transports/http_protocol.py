@@ -34,10 +34,11 @@ import functools
 from typing import Any, cast
 
 import httptools
-import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from app.errors import Fault, ServiceError
 from app.settings import Settings
+from app.transports.errors import render_detail, render_v2
 
 #: A write of up to this many bytes (an answer's head, a small body) waits for the next write,
 #: at most to the end of the event loop's turn; a larger one goes at once.
@@ -130,6 +131,8 @@ class HeadGuard:
         self.bytes = 0
         #: The head's own size, from the parser's callbacks (the target and each header line).
         self.size = 0
+        #: The first bytes of the request's target: which protocol's shape a refusal takes.
+        self.target = b""
         self.timer: asyncio.TimerHandle | None = None
         self.arm()
 
@@ -160,6 +163,7 @@ class HeadGuard:
         self.in_head = True
         self.bytes = 0
         self.size = 0
+        self.target = b""
 
     def received(self, size: int) -> None:
         if self.in_head:
@@ -176,7 +180,7 @@ class HeadGuard:
             431,
             "Request Header Fields Too Large",
             f"the request line and headers take more than {MAX_HEAD_BYTES} bytes",
-            "too_large",
+            Fault.TOO_LARGE,
         )
 
     def timed_out(self) -> None:
@@ -198,19 +202,22 @@ class HeadGuard:
             408,
             "Request Timeout",
             f"the request line and headers did not arrive within {self.timeout:g} seconds",
-            "timeout",
+            Fault.TIMEOUT,
         )
 
-    def refuse(self, status: int, reason: str, message: str, kind: str) -> None:
-        """Answer with the service's error shape and close (the parser cannot go on)."""
+    def refuse(self, status: int, reason: str, message: str, kind: Fault) -> None:
+        """Answer with the service's error model, in the shape of the route the request line
+        names (V2's ``{"error"}`` under ``/v2``, else the plain routes' ``detail``), and close
+        (the parser cannot go on)."""
         self.in_head = False
-        body = orjson.dumps({"detail": [{"loc": ["header"], "msg": message, "type": kind}]})
-        head = (
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-        )
+        error = ServiceError(kind, ("header",), message)
+        v2 = self.target == b"/v2" or self.target.startswith((b"/v2/", b"/v2?"))
+        answer = render_v2(error) if v2 else render_detail(error)
+        lines = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
+        lines += [name + b": " + value + b"\r\n" for name, value in answer.raw_headers]
+        lines.append(b"connection: close\r\n\r\n")
         transport = self.protocol.transport
-        transport.write(head.encode("ascii") + body)
+        transport.write(b"".join(lines) + bytes(answer.body))
         transport.close()
 
 
@@ -300,8 +307,11 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             self._head_guard.arm()
 
     def on_url(self, url: bytes) -> None:
-        if self._head_guard is not None:
-            self._head_guard.size += len(url)
+        guard = self._head_guard
+        if guard is not None:
+            guard.size += len(url)
+            if len(guard.target) < 4:
+                guard.target = (guard.target + url)[:4]
         super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:

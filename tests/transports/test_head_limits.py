@@ -246,3 +246,26 @@ def test_pipelined_requests_of_a_client_that_does_not_read_hold_little_memory(
     assert grown < 32 * MiB, f"{grown} bytes for {count} pipelined requests"
     assert received.count(b"HTTP/1.1 200 OK\r\n") == count
     assert received.count(b'{"data":[2,1],"dtype":"int64","shape":[2]}') == count
+
+
+def test_a_refused_head_on_v2_gets_the_v2_shape(server: tuple[str, Any]) -> None:
+    """The 431 and 408 come from the one error model, in the shape of the route the request
+    line names: V2's ``{"error"}`` with the fault's kind in ``Tensor-Ops-Fault`` under /v2."""
+    url, _ = server
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(
+            b"POST /v2/models/roll/infer HTTP/1.1\r\nHost: t\r\n"
+            + (b"X-Filler: " + b"a" * 990 + b"\r\n") * 80
+        )
+        answer = read_answer(sock, 10)
+    status, body = refusal(answer)
+    assert status == 431
+    assert str(MAX_HEAD_BYTES) in body["error"]
+    assert b"tensor-ops-fault: too_large" in answer.partition(b"\r\n\r\n")[0].lower()
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n")
+        answer = read_answer(sock, 30)
+    status, body = refusal(answer)
+    assert status == 408
+    assert "did not arrive within" in body["error"]
+    still_serving(url)
