@@ -10,8 +10,6 @@ FastAPI as before. The routes stay declared in FastAPI, so the OpenAPI document 
 """
 
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -22,19 +20,9 @@ from app.access import AccessControl
 from app.errors import ServiceError
 from app.observability import accepted_request_id, record
 from app.transports.errors import render_detail, render_v2
-
-#: An endpoint that needs nothing but the request.
-Endpoint = Callable[[Request], Awaitable[Response]]
+from app.transports.routes import DirectRoute
 
 _REQUEST_ID = b"x-request-id"
-
-
-@dataclass(frozen=True)
-class DirectRoute:
-    """A route served without the framework: its label in metrics and logs, and its endpoint."""
-
-    label: str
-    endpoint: Endpoint
 
 
 class FrontDoor:

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from app import tracing
 from app.access import AccessControl, access_control
 from app.docs import add_offline_docs
-from app.front import DirectRoute, FrontDoor, ObservedApp
+from app.front import FrontDoor, ObservedApp
 from app.metrics import render as render_metrics
 from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
@@ -31,6 +31,7 @@ from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
 from app.transports.http import build_router, op_endpoints
 from app.transports.inference import SERVER_NAME
+from app.transports.routes import DirectRoute
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.transports.v2 import build_v2_router, direct_infer_routes
 from app.transports.v2_models import InferenceRequest

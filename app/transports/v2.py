@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
-from app.front import DirectRoute, Endpoint
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.json_body import JsonBody, split_json_body
 from app.pipeline.responses import serve_http
@@ -44,6 +43,7 @@ from app.transports.kserve import (
     v2_json_data,
     v2_output_buffer,
 )
+from app.transports.routes import DirectRoute, Endpoint
 from app.transports.tensors import (
     check_json_text_size,
     json_encoding_bytes,
