@@ -27,8 +27,8 @@ from app.access import AccessControl
 from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
 from app.observability import accepted_request_id, record
 from app.pipeline.admission import MemoryBudget, Reservation
-from app.pipeline.body import inflate
 from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
+from app.pipeline.inflate import inflate
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op

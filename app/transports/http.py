@@ -22,10 +22,10 @@ from app.errors import (
 )
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.json_body import JsonBody, split_json_body
-from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
 from app.registry import REGISTRY, Op, attribute_names
 from app.transports.errors import ErrorBody, render_detail
+from app.transports.http_responses import serve_http
 from app.transports.routes import Endpoint
 from app.transports.schemas import TensorResponse, request_model
 from app.transports.tensors import (

@@ -17,11 +17,11 @@ from starlette.types import Receive, Scope, Send
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
 from app.pipeline.json_body import JsonBody, split_json_body
-from app.pipeline.responses import serve_http
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
+from app.transports.http_responses import serve_http
 from app.transports.inference import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,

@@ -1015,7 +1015,7 @@ def chunked(body: bytes, size: int = 256 * KiB) -> list[bytes]:
 
 
 def grow(chunks: list[bytes]) -> bytearray:
-    """What read_body (app/pipeline/body.py) does with the chunks: one growing bytearray."""
+    """What read_body (app/transports/http_body.py) does with the chunks: one growing bytearray."""
     body = bytearray()
     for chunk in chunks:
         body += chunk

@@ -48,11 +48,11 @@ os.environ.setdefault("TENSOR_OPS_GRPC_PORT", "0")
 
 import app.front  # noqa: E402
 import app.observability  # noqa: E402
-import app.pipeline.body  # noqa: E402
 import app.pipeline.jobs  # noqa: E402
-import app.pipeline.responses  # noqa: E402
 import app.transports.grpc  # noqa: E402
 import app.transports.http  # noqa: E402
+import app.transports.http_body  # noqa: E402
+import app.transports.http_responses  # noqa: E402
 import app.transports.v2  # noqa: E402
 from app import tracing  # noqa: E402
 from app.main import create_app  # noqa: E402
@@ -105,7 +105,7 @@ def wrap(owner: Any, name: str, stage: str) -> None:
 
 def instrument() -> None:
     """Wrap each stage; nested stages (the kernel inside encode) are subtracted in report."""
-    responses = app.pipeline.responses
+    responses = app.transports.http_responses
     wrap(responses, "read_body", "read body")
     wrap(responses, "BuffersResponse", "response object")
     wrap(app.front, "record", "request id, metrics, log line")

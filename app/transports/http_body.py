@@ -1,8 +1,7 @@
-"""Reading request bodies: size limits, memory reserved as bytes arrive, a minimum transfer rate
-and a total time limit, gzip and deflate (every member)."""
+"""Reading HTTP request bodies: size limits, memory reserved as bytes arrive, a minimum transfer
+rate and a total time limit, gzip and deflate (every member, ``app.pipeline.inflate``)."""
 
 import math
-import zlib
 
 import anyio
 import numpy as np
@@ -11,20 +10,15 @@ from starlette.requests import ClientDisconnect, Request
 from app.errors import Fault, ServiceError, quote
 from app.pipeline.admission import UNCOUNTED_BYTES, Reservation
 from app.pipeline.deadlines import Deadline
-from app.pipeline.threads import run_sized
+from app.pipeline.inflate import ENCODINGS, inflate
+from app.pipeline.run import Body
 from app.settings import Settings
 
-#: A request body: bytes as they came, or a view of the buffer they were read into.
-Body = bytes | bytearray | memoryview
 # Bodies of a declared length from this size on are read into one preallocated buffer.
 _PREALLOCATED = 1 << 20
 # Bodies of a declared length up to this size are read without the pacing machinery.
 _SMALL = 1 << 16
-# Inflated bodies grow by pieces of this size, each reserved before it is made.
-_INFLATE_STEP = 8 << 20
-_GZIP_MAGIC = b"\x1f\x8b"
 _LENGTH_DIGITS = 19
-_ENCODINGS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
 #: The most content codings a body may list (each is inflated in turn, each bounded).
 _MAX_CODINGS = 4
 
@@ -97,7 +91,7 @@ def content_codings(headers: list[str]) -> list[str]:
         if name.strip().lower() not in ("", "identity")
     ]
     for name in codings:
-        if name not in _ENCODINGS:
+        if name not in ENCODINGS:
             raise ServiceError(
                 Fault.UNSUPPORTED_ENCODING,
                 ("header", "content-encoding"),
@@ -247,75 +241,3 @@ async def _read_growing(chunks: _PacedBody, limit: int, reservation: Reservation
         await chunks.reserve(reservation, (len(body) + len(chunk)) * 9 // 8, limit * 9 // 8)
         body += chunk
     return body
-
-
-async def inflate(
-    body: Body,
-    encoding: str,
-    settings: Settings,
-    reservation: Reservation,
-    limit: int | None = None,
-    what: str = "body",
-) -> bytearray:
-    """Every member of a gzip (RFC 1952) or zlib (RFC 1950) body, inflated piece by piece.
-
-    Input goes in by slices and output comes out by pieces, each reserved before it is made;
-    the limit (``TENSOR_OPS_MAX_BODY_BYTES`` unless given) holds over all members together.
-    Bytes after the last member that do not begin another gzip member are refused (a deflate
-    body has one stream). ``what`` names the thing inflated in messages (a gRPC message).
-    """
-    if limit is None:
-        limit = settings.max_body_bytes
-    view = memoryview(body).cast("B")
-    offload = len(view) > settings.offload_bytes
-    out = bytearray()
-    inflater = zlib.decompressobj(_ENCODINGS[encoding])
-    position = 0
-    tail: bytes | memoryview = b""
-    produced = True
-    while True:
-        if inflater.eof:
-            rest = len(inflater.unused_data) + len(view) - position
-            if not rest:
-                return out
-            head = (inflater.unused_data + view[position : position + 2].tobytes())[:2]
-            if encoding == "deflate" or head != _GZIP_MAGIC:
-                raise ServiceError(
-                    Fault.BAD_ENCODING,
-                    ("body",),
-                    f"the {encoding} {what} has {rest} bytes after its last member",
-                )
-            tail = inflater.unused_data
-            inflater = zlib.decompressobj(_ENCODINGS[encoding])
-        if not tail:
-            if position < len(view):
-                tail = view[position : position + _INFLATE_STEP]
-                position += len(tail)
-            elif not produced:  # nothing left to feed, and the last call made nothing
-                raise ServiceError(
-                    Fault.BAD_ENCODING, ("body",), f"the {encoding} {what} is truncated"
-                )
-        step = min(limit + 1 - len(out), _INFLATE_STEP)
-        await reservation.grow_to(len(view) + len(out) + step + _INFLATE_STEP)
-        piece = await run_sized(offload, _inflate_piece, inflater, tail, step, encoding, what)
-        produced = bool(piece)
-        out += piece
-        if len(out) > limit:
-            raise ServiceError(
-                Fault.TOO_LARGE,
-                ("body",),
-                f"the {what} inflates past the limit of {limit} bytes (raise it with "
-                "TENSOR_OPS_MAX_BODY_BYTES)",
-            )
-        tail = inflater.unconsumed_tail
-
-
-def _inflate_piece(
-    inflater: "zlib._Decompress", data: bytes | memoryview, most: int, encoding: str, what: str
-) -> bytes:
-    try:
-        return inflater.decompress(data, most)
-    except zlib.error:
-        raise ServiceError(
-            Fault.BAD_ENCODING, ("body",), f"the {what} is not valid {encoding} data"
-        ) from None
