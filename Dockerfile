@@ -12,29 +12,25 @@ RUN python -m venv /opt/venv
 ENV PATH="/opt/venv/bin:$PATH"
 WORKDIR /build
 
-# Dependencies first, in their own layer: it is rebuilt only when a pyproject.toml changes. The
-# server depends on tensor-ops-client (the wire codecs), which is installed from client/. The
-# empty packages go afterwards with the build/ directories setuptools leaves: files there newer
-# than the real code would be installed in its place. The dependencies' own test suites (numpy's,
-# numba's, llvmlite's: 14 MB) go too; nothing imports them at run time. So do the command line's
-# progress bars, tables and completion (rich, pygments, shtab: 14 MB): the service has no use for
-# them, and the client's modules import them only when the command line draws.
-COPY pyproject.toml README.md ./
-COPY client/pyproject.toml ./client/
-RUN mkdir app client/tensor_ops_client client/tensor_ops_wire \
-    && touch app/__init__.py client/tensor_ops_client/__init__.py client/tensor_ops_wire/__init__.py \
-    && pip install --no-compile ./client . \
-    && pip uninstall --yes tensor-ops tensor-ops-client \
+# Dependencies first, in their own layer: it is rebuilt only when the lock changes. It pins every
+# third-party package of the server and of tensor-ops-client (the wire codecs, installed from
+# client/ below), each file checked against its hash (requirements.lock, made by scripts/lock:
+# the versions CI tests). The dependencies' own test suites (numpy's, numba's, llvmlite's: 14 MB)
+# go afterwards; nothing imports them at run time. So do the command line's progress bars, tables
+# and completion (rich, pygments, shtab: 14 MB): the service has no use for them, and the
+# client's modules import them only when the command line draws.
+COPY requirements.lock ./
+RUN pip install --no-compile --require-hashes -r requirements.lock \
     && pip uninstall --yes rich pygments markdown-it-py mdurl shtab \
-    && find /opt/venv/lib -type d -name tests -prune -exec rm -rf {} + \
-    && rm -rf app build ./*.egg-info client
+    && find /opt/venv/lib -type d -name tests -prune -exec rm -rf {} +
 
-# Then the code: the client's distribution and the server's. pip and setuptools leave the
-# environment after this last install (12 MB): the service does not install anything. Then
-# every module is compiled to bytecode once, here (27 MB): on a read-only root filesystem a
-# process cannot write it, and each worker would compile its imports at every start (5.8 s
-# instead of 1.6 s, measured in the image). Checked by hash, not time stamp, never: the image
-# does not change under them.
+# Then the code: the client's distribution and the server's, with --no-deps (their dependencies are
+# the lock's, installed above). pip and setuptools leave the environment after this last install
+# (12 MB): the service does not install anything. Then every module is compiled to bytecode once,
+# here (27 MB): on a read-only root filesystem a process cannot write it, and each worker would
+# compile its imports at every start (5.8 s instead of 1.6 s, measured in the image). Checked by
+# hash, not time stamp, never: the image does not change under them.
+COPY pyproject.toml README.md ./
 COPY client ./client
 COPY app ./app
 RUN pip install --no-compile --no-deps ./client . \
