@@ -20,7 +20,7 @@ PAGE = ROOT / "docs" / "api-reference.md"
 
 #: What the page documents, in its order: (name in tensor_ops_client, members to list).
 ENTRIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("TensorOpsClient", ("roll", "gather", "health", "info", "close")),
+    ("TensorOpsClient", ("call", "roll", "gather", "health", "info", "close")),
     ("AsyncTensorOpsClient", ("aclose",)),
     ("Retry", ("off", "of")),
     ("TensorOpsError", ("unreachable",)),

@@ -76,6 +76,7 @@ def test_the_public_objects_have_examples() -> None:
         "tensor_ops_client",
         "TensorOpsClient",
         "AsyncTensorOpsClient",
+        "TensorOpsClient.call",
         "TensorOpsClient.roll",
         "TensorOpsClient.gather",
         "TensorOpsClient.health",

@@ -1,7 +1,9 @@
 """A new op is one registry entry: every transport, the docs and /v2 metadata pick it up."""
 
 import io
+import textwrap
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +16,10 @@ from app.main import create_app
 from app.ops.errors import SpecError
 from app.registry import ALL_TYPES, INTEGER_TYPES, REGISTRY, Arrays, Attributes, Input, Op
 from app.settings import Settings
-from tests.support import npz_bytes
+from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
+from tensor_ops_client import main as command_line
+from tensor_ops_wire.ops import OPS, from_info
+from tests.support import assert_same_bits, free_port, launch_server, npz_bytes, stop_server
 
 pytestmark = pytest.mark.anyio
 
@@ -155,3 +160,134 @@ async def test_spec_violation_is_located_at_its_input(client: httpx.AsyncClient)
     assert response.status_code == 422
     assert response.json()["detail"][0]["loc"] == ["body", "axes"]
     assert "out of range" in response.json()["detail"][0]["msg"]
+
+
+# --- The clients' description of the ops -------------------------------------------------------
+
+
+def test_the_wire_description_is_the_registrys() -> None:
+    """``tensor_ops_wire.ops.OPS`` (what the client and the command line know without asking
+    the service) says of each op what the registry says: spec, inputs in order, attributes and
+    their defaults. An op of the registry's that it has not is reached through ``/info``."""
+    for op in OPS:
+        assert op.name in REGISTRY, op.name
+        served = REGISTRY[op.name]
+        assert op.spec == served.spec, op.name
+        assert op.input_names == served.input_names, op.name
+        assert op.attribute_defaults() == served.attribute_defaults(), op.name
+        assert [item.name for item in op.attributes] == [item.name for item in served.attributes]
+        assert all(item.required for item in op.inputs), op.name  # the registry's all are
+    assert [op.name for op in OPS] == [name for name in REGISTRY if name in {o.name for o in OPS}]
+
+
+async def test_info_lists_the_ops_as_the_wire_reads_them(client: httpx.AsyncClient) -> None:
+    described = from_info((await client.get("/info")).json()["ops"])
+    assert [op.name for op in described] == list(REGISTRY)  # flip included
+    for op in described:
+        served = REGISTRY[op.name]
+        assert (op.spec, op.input_names) == (served.spec, served.input_names)
+        assert op.attribute_defaults() == served.attribute_defaults()
+
+
+# --- The toy op on a real server: every transport, the client and the command line -------------
+
+#: The server, with the toy op in its registry before the app is made.
+SERVE_WITH_FLIP = textwrap.dedent(
+    """
+    import os
+
+    import uvicorn
+
+    from app.registry import REGISTRY
+    from tests.test_registry import FLIP
+
+    REGISTRY[FLIP.name] = FLIP
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=os.environ["TENSOR_OPS_HOST"],
+        port=int(os.environ["TENSOR_OPS_PORT"]),
+        http="app.transports.http_protocol:ServiceHttpProtocol",
+        log_level="warning",
+    )
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def flip_server() -> Iterator[tuple[str, str]]:
+    """A server whose registry holds the toy op, gRPC on: its URL and its gRPC target."""
+    port = free_port()
+    url, process = launch_server(
+        env={"TENSOR_OPS_GRPC_PORT": str(port)}, command=["-c", SERVE_WITH_FLIP]
+    )
+    yield url, f"127.0.0.1:{port}"
+    stop_server(process)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_toy_op_through_the_client_on_every_transport(
+    flip_server: tuple[str, str], transport: Transport
+) -> None:
+    url, target = flip_server
+    with TensorOpsClient(url, transport=transport, grpc_target=target, retry=False) as tops:
+        assert "flip" in [op["name"] for op in tops.info()["ops"]]
+        output = tops.call("flip", {"data": DATA, "axes": np.array([0, -1], np.int8)})
+        assert_same_bits(np.asarray(output), EXPECTED.copy())
+        assert_same_bits(np.asarray(tops.roll(DATA, 1, 0)), np.roll(DATA, 1, 0))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_toy_op_through_the_command_line(
+    flip_server: tuple[str, str], transport: Transport, tmp_path: Path
+) -> None:
+    """The command line builds ``flip``'s command from the service's ``/info`` (``--url``)."""
+    url, target = flip_server
+    source, out = tmp_path / "data.npy", tmp_path / "out.npy"
+    np.save(source, DATA)
+    service = ["--url", url, "--transport", transport]
+    if transport == "grpc":
+        service += ["--grpc-target", target]
+    assert command_line([*service, "flip", str(source), "--axes", "0", "1", "-o", str(out)]) == 0
+    assert_same_bits(np.load(out), EXPECTED.copy())
+    # The options may come after the command's name too.
+    assert command_line(["flip", str(source), "--axes", "1", *service, "-o", str(out)]) == 0
+    assert_same_bits(np.load(out), DATA[:, ::-1].copy())
+
+
+@pytest.mark.e2e
+def test_toy_op_command_help_and_refusals(
+    flip_server: tuple[str, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("TENSOR_OPS_URL", raising=False)
+    url, _ = flip_server
+    with pytest.raises(SystemExit) as exited:
+        command_line(["--url", url, "flip", "--help"])
+    assert exited.value.code == 0
+    shown = capsys.readouterr().out
+    assert "Reverse-1" in shown and "--axes" in shown
+    source = tmp_path / "data.npy"
+    np.save(source, DATA)
+    # A missing input is the command line's usage error; the service's refusal exits 3.
+    assert command_line(["--url", url, "flip", str(source)]) == 2
+    assert "--axes is required" in capsys.readouterr().err
+    assert command_line(["--url", url, "flip", str(source), "--axes", "2"]) == 3
+    assert "[422 spec_violation] axes:" in capsys.readouterr().err
+    # Without a service to ask, the command is unknown.
+    with pytest.raises(SystemExit) as exited:
+        command_line(["flip", str(source), "--axes", "0"])
+    assert exited.value.code == 2
+    assert "invalid choice: 'flip'" in capsys.readouterr().err
+    # A service that cannot be asked is said so.
+    closed = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(SystemExit) as exited:
+        command_line(["--url", closed, "flip", str(source), "--axes", "0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "the service's op list could not be read: cannot reach the service" in err
+    assert "invalid choice: 'flip'" in err

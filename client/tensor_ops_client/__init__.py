@@ -1,7 +1,9 @@
 """The Python client of tensor-ops (sync and async; HTTP on httpx, or gRPC) and its command line.
 
 ``TensorOpsClient(url).roll(data, shift, axes)`` and ``.gather(data, indices, axis,
-batch_dims)`` take and return NumPy arrays; ``.health()`` and ``.info()`` describe the service.
+batch_dims)`` take and return NumPy arrays, typed conveniences over ``.call(op, inputs,
+attributes)``, which calls any op the service lists by its name; ``.health()`` and ``.info()``
+describe the service.
 Every refusal raises ``TensorOpsError`` (``status``, ``kind``, ``field``, ``message``). Calls
 that fail for a reason a repeat can cure (no connection, a 503 from a busy service) are
 repeated as ``retry=Retry(...)`` says. ``transport=`` is ``"npz"`` (the default), ``"json"``,

@@ -9,6 +9,7 @@ calls and ``time.sleep``, ``AsyncTensorOpsClient`` with their ``async`` twins an
 """
 
 import os
+import re
 import ssl
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
@@ -85,6 +86,28 @@ class Wait:
 Action = SendHttp | SendGrpc | Wait
 #: A call's course: yields actions, is sent their results, returns the call's result.
 Plan = Generator[Action, Any, R]
+
+
+#: What an op's, an input's or an attribute's name may be: it goes into a URL's path (the op),
+#: a JSON field, a query parameter, an ``.npz`` member's name.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+#: Names the transports use beside the inputs and attributes (the element type of ``data``).
+_RESERVED = frozenset({"dtype"})
+
+
+def check_call(op: str, inputs: Mapping[str, object], attributes: Mapping[str, object]) -> None:
+    """Refuses (ValueError) what no transport could carry: a name that is not a plain word
+    (letters, digits, ``_``, ``.``, ``-``), an attribute named as an input or as ``dtype``.
+    Whether the op, its inputs and its attributes exist is the service's to say."""
+    if not isinstance(op, str) or not _NAME.fullmatch(op):
+        raise ValueError(f"op must be an op's name (letters, digits, _ . -), got {op!r:.80}")
+    for kind, names in (("input", inputs), ("attribute", attributes)):
+        for name in names:
+            if not isinstance(name, str) or not _NAME.fullmatch(name):
+                raise ValueError(f"{kind} names are letters, digits, _ . -; got {name!r:.80}")
+    for name in attributes:
+        if name in inputs or name in _RESERVED:
+            raise ValueError(f"{name!r} is an input's name (or dtype), not an attribute's")
 
 
 def api_key_of(given: str | None) -> str | None:
@@ -185,6 +208,33 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
 
     # --- The methods ------------------------------------------------------------------------
 
+    def call(
+        self,
+        op: str,
+        inputs: Mapping[str, npt.ArrayLike],
+        attributes: Mapping[str, int] | None = None,
+    ) -> ArrayT:
+        """Any op of the service by its name (``GET /info`` lists them): ``inputs`` by their
+        names, ``attributes`` (integers) by theirs; the attributes left out take the op's
+        defaults.
+
+        Every transport carries any op the same way: each input a tensor of its name, each
+        attribute an integer (the query of ``npz``, a field of ``json``'s body, a request
+        parameter of ``v2`` and ``grpc``). The service checks the op, its inputs and its
+        attributes: an op it does not have is refused with its 404, a missing input or an
+        unknown attribute with its 422. A ``data`` input of bfloat16 gives a bfloat16 output,
+        as the service's ops keep the element type of ``data``. ``roll()`` and ``gather()``
+        are this call, typed.
+
+        >>> client.call("gather", {"data": [1, 2, 3, 4, 5], "indices": [3, 10, -20], "axis": 0})
+        array([4, 0, 0])
+        >>> client.call("gather", {"data": [[1, 2], [3, 4]], "indices": [[1], [0]], "axis": 1},
+        ...             {"batch_dims": 1})
+        array([[2],
+               [3]])
+        """
+        return cast(ArrayT, self._run(self._call_plan(op, inputs, attributes or {})))
+
     def roll(self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike) -> ArrayT:
         """Roll-7: ``data`` with its elements shifted by ``shift`` along ``axes``.
 
@@ -196,8 +246,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         array([[3, 1, 2],
                [6, 4, 5]])
         """
-        arrays = {"data": data, "shift": shift, "axes": axes}
-        return cast(ArrayT, self._run(self._op_plan("roll", arrays, None)))
+        return self.call("roll", {"data": data, "shift": shift, "axes": axes})
 
     def gather(
         self,
@@ -214,8 +263,8 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         >>> client.gather([1, 2, 3, 4, 5], indices=[3, 10, -20], axis=0)
         array([4, 0, 0])
         """
-        arrays = {"data": data, "indices": indices, "axis": axis}
-        return cast(ArrayT, self._run(self._op_plan("gather", arrays, batch_dims)))
+        inputs = {"data": data, "indices": indices, "axis": axis}
+        return self.call("gather", inputs, {"batch_dims": batch_dims})
 
     def health(self) -> HealthT:
         """Whether the service is live and ready (``GET /health``, ``/health/ready``).
@@ -238,12 +287,13 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
 
     # --- The plans --------------------------------------------------------------------------
 
-    def _op_plan(
-        self, op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int | None
+    def _call_plan(
+        self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int]
     ) -> Plan[npt.NDArray[Any]]:
+        check_call(op, arrays, attributes)
         attempts = Attempts(self.retry)
         if self.transport == "grpc":
-            message = infer_request(op, arrays, batch_dims)
+            message = infer_request(op, arrays, attributes)
             while True:
                 try:
                     answer = yield SendGrpc(message, attempts.timeout(self.timeout))
@@ -253,7 +303,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
                     if wait is None:
                         raise
                 yield Wait(wait)
-        request = op_request(op, arrays, batch_dims, self.transport)
+        request = op_request(op, arrays, attributes, self.transport)
         request.headers.update(self._auth)
 
         def read(answer: HttpAnswer) -> npt.NDArray[Any]:

@@ -7,7 +7,7 @@ API key's metadata), the request's bytes, the answer's array and a gRPC status a
 package imports and its other transports work as ever.
 
 No tensor passes through protobuf. The request's head (model, inputs' names, datatypes and
-shapes, the ``batch_dims`` parameter) is written by protobuf and each tensor's bytes appended
+shapes, the op's attributes as parameters) is written by protobuf and each tensor's bytes appended
 to it as a ``raw_input_contents`` entry, in one copy (``join_raw``); the answer's
 ``raw_output_contents`` are split out of the received bytes (``split_raw``) and the output is a
 read-only view of them.
@@ -179,8 +179,11 @@ def _detail(
     }
 
 
-def infer_request(op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int | None) -> bytes:
-    """The bytes of the ``ModelInferRequest`` of one op call, each tensor as raw contents.
+def infer_request(
+    op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int]
+) -> bytes:
+    """The bytes of the ``ModelInferRequest`` of one op call, each tensor as raw contents and
+    each attribute an ``int64_param`` of the request's parameters.
 
     An element type the protocol has no datatype for is refused here (422, ``tensor_type``, as
     the service refuses it), before anything is sent.
@@ -188,16 +191,16 @@ def infer_request(op: str, arrays: Mapping[str, npt.ArrayLike], batch_dims: int 
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
     request = pb.ModelInferRequest(model_name=op)
-    if batch_dims is not None:
+    for name, number in attributes.items():
         try:
-            request.parameters["batch_dims"].int64_param = batch_dims
+            request.parameters[name].int64_param = number
         except (TypeError, ValueError):
             raise TensorOpsError(
                 422,
-                f"parameters.batch_dims: must be an int64 integer, got {batch_dims!r:.64}",
+                f"parameters.{name}: must be an int64 integer, got {number!r:.64}",
                 _detail(None, "invalid_field"),
                 kind="invalid_field",
-                field="parameters.batch_dims",
+                field=f"parameters.{name}",
             ) from None
     raw: list[npt.NDArray[np.uint8]] = []
     for name, value in arrays.items():

@@ -1,12 +1,14 @@
 """The HTTP transports' requests and answers, with no I/O: what the sync and async clients send
 (``HttpRequest``) and how they read what comes back (``read_output``, ``failure``).
 
-- ``"npz"``: an ``.npz`` body to ``POST /roll`` or ``/gather``; the output back as raw ``.npy``.
-- ``"json"``: the same routes, each tensor a base64 ``.npy`` string in a JSON body; the output
-  back as raw ``.npy`` (``Accept: application/x-npy``).
+- ``"npz"``: an ``.npz`` body to ``POST /{op}`` (``/roll``, ``/gather``), the attributes in the
+  query; the output back as raw ``.npy``.
+- ``"json"``: the same routes, each tensor a base64 ``.npy`` string in a JSON body and each
+  attribute a field of it; the output back as raw ``.npy`` (``Accept: application/x-npy``).
 - ``"v2"``: KServe V2 ``POST /v2/models/{op}/infer`` with Triton's binary tensor extension:
-  a JSON head (its length in ``Inference-Header-Content-Length``) and each tensor's raw
-  little-endian bytes after it; the output back the same way.
+  a JSON head (its length in ``Inference-Header-Content-Length``; the attributes are its
+  ``parameters``) and each tensor's raw little-endian bytes after it; the output back the same
+  way.
 """
 
 import json
@@ -54,15 +56,22 @@ class HttpRequest:
 def op_request(
     op: str,
     arrays: Mapping[str, npt.ArrayLike],
-    batch_dims: int | None,
+    attributes: Mapping[str, int],
     transport: str,
 ) -> HttpRequest:
-    """The request of one op call over ``transport`` (``"npz"``, ``"json"`` or ``"v2"``)."""
+    """The request of one op call over ``transport`` (``"npz"``, ``"json"`` or ``"v2"``): each
+    input a tensor of its name, each attribute an integer where the transport carries them (the
+    query of ``npz``, the JSON body's fields, the V2 request's parameters), whatever the op.
+
+    A ``data`` input of bfloat16 is said so (``dtype=bfloat16``), and the output read as
+    bfloat16: the service's ops give the element type of ``data``.
+    """
     tensors = {name: np.asarray(value) for name, value in arrays.items()}
-    data_dtype = tensors["data"].dtype
+    data = tensors.get("data")
+    data_dtype = None if data is None else data.dtype
     bfloat16 = data_dtype == BFLOAT16
     if transport == "v2":
-        content, head_length = _v2_body(op, tensors, batch_dims)
+        content, head_length = _v2_body(op, tensors, attributes)
         return HttpRequest(
             "POST",
             f"/v2/models/{op}/infer",
@@ -72,16 +81,14 @@ def op_request(
             data_dtype=data_dtype,
         )
     if transport == "npz":
-        params: dict[str, Any] = {}
-        if batch_dims is not None:
-            params["batch_dims"] = batch_dims
+        params: dict[str, Any] = dict(attributes)
         if bfloat16:
             params["dtype"] = "bfloat16"
         headers = {"content-type": "application/x-npz", "accept": "application/x-npy"}
         content = encode_npz(tensors)
     else:
         headers = {"content-type": "application/json", "accept": "application/x-npy"}
-        content = _json_body(tensors, batch_dims, bfloat16)
+        content = _json_body(tensors, attributes, bfloat16)
         params = {}
     return HttpRequest(
         "POST", f"/{op}", content, headers, params, answer="npy", data_dtype=data_dtype
@@ -89,9 +96,9 @@ def op_request(
 
 
 def _json_body(
-    tensors: Mapping[str, npt.NDArray[Any]], batch_dims: int | None, bfloat16: bool
+    tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int], bfloat16: bool
 ) -> bytes:
-    """The JSON request with every tensor as a base64 ``.npy`` string.
+    """The JSON request with every tensor as a base64 ``.npy`` string, then the attributes.
 
     The base64 alphabet (A-Z a-z 0-9 + / =) needs no escaping in a JSON string, so the encoded
     files go in as they are: one join, with no JSON encoder passing over them (the standard
@@ -100,17 +107,19 @@ def _json_body(
     parts: list[bytes] = []
     for name, tensor in tensors.items():
         parts += [b",", json.dumps(name).encode(), b':"', b64encode(encode_npy(tensor).data), b'"']
-    if batch_dims is not None:
-        parts += [b',"batch_dims":', json.dumps(batch_dims).encode()]
+    for name, value in attributes.items():
+        parts += [b",", json.dumps(name).encode(), b":", json.dumps(value).encode()]
     if bfloat16:
         parts.append(b',"dtype":"bfloat16"')
-    parts[0] = b"{"  # the first member's comma (there is always a data member)
+    if not parts:
+        return b"{}"
+    parts[0] = b"{"  # the first member's comma
     parts.append(b"}")
     return b"".join(parts)
 
 
 def _v2_body(
-    op: str, tensors: Mapping[str, npt.NDArray[Any]], batch_dims: int | None
+    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int]
 ) -> tuple[bytes, int]:
     """A V2 binary request: the JSON head, then each tensor's little-endian C-order bytes."""
     inputs = []
@@ -130,8 +139,8 @@ def _v2_body(
         "inputs": inputs,
         "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
     }
-    if batch_dims is not None:
-        head["parameters"] = {"batch_dims": batch_dims}
+    if attributes:
+        head["parameters"] = dict(attributes)
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
     return b"".join([head_bytes, *(part.data for part in raw)]), len(head_bytes)
 
@@ -144,7 +153,7 @@ def read_output(
         array = _v2_output(body, headers) if request.answer == "v2" else decode_npy(body)
     except (TensorError, ValueError) as error:
         raise TensorOpsError(0, f"the service's answer cannot be read: {error}") from None
-    # Both ops keep the element type of data; bfloat16 comes back as 2-byte elements (.npy).
+    # The ops keep the element type of data; bfloat16 comes back as 2-byte elements (.npy).
     if request.data_dtype == BFLOAT16 and array.dtype != BFLOAT16:
         return array.view(BFLOAT16)
     return array

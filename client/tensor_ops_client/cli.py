@@ -32,6 +32,7 @@ from tensor_ops_client.client import (
     TensorOpsError,
 )
 from tensor_ops_wire.npy import encode_npy
+from tensor_ops_wire.ops import OPS, OpListError, OpSpec, from_info
 
 #: The variable the service's URL is read from when ``--url`` is not given.
 URL_VARIABLE = "TENSOR_OPS_URL"
@@ -193,16 +194,76 @@ def _output_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: The namespace's names of an op's inputs and attributes (``input_data``, ``attribute_batch_dims``)
+#: keep them apart from the options': an op may have an input called ``format``.
+_INPUT, _ATTRIBUTE = "input_", "attribute_"
+
+
+def _option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _op_command(
+    commands: "argparse._SubParsersAction[argparse.ArgumentParser]",
+    op: OpSpec,
+    service: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """The command of one op: its first input as DATA, each other input ``--name`` (integers
+    or one tensor), each attribute ``--name N`` (its default when not given)."""
+    examples = "".join(f"  {line}\n" for line in op.examples)
+    epilog = (f"examples:\n{examples}\n" if examples else "") + INPUT_FORMS + "\n" + EXIT_STATUSES
+    sub = commands.add_parser(
+        op.name,
+        help=op.summary,
+        description=op.summary,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    service(sub)
+    first, *others = op.inputs
+    sub.add_argument(_INPUT + first.name, metavar=first.name.upper(), help=first.help)
+    for item in others:
+        sub.add_argument(
+            _option(item.name),
+            dest=_INPUT + item.name,
+            nargs="+",
+            metavar=item.name[0].upper(),
+            help=item.help + ("" if item.required else " (optional)"),
+        )
+    for attribute in op.attributes:
+        words = f"{attribute.help} " if attribute.help else ""
+        sub.add_argument(
+            _option(attribute.name),
+            dest=_ATTRIBUTE + attribute.name,
+            type=int,
+            default=None,
+            metavar="N",
+            help=f"{words}(default: {attribute.default})",
+        )
+    _output_options(sub)
+    sub.set_defaults(op=op)
+
+
+def _specs(ops: Sequence[OpSpec]) -> str:
+    names = [op.spec or op.name for op in ops]
+    return " and ".join(names) if len(names) <= 2 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def build_parser(ops: Sequence[OpSpec] = OPS) -> argparse.ArgumentParser:
+    """The command line's parser: a command per op of ``ops`` (by default the ops this package
+    knows, ``tensor_ops_wire.ops.OPS``), then ``health``, ``info`` and ``completion``."""
     parser = argparse.ArgumentParser(
         prog="tensor-ops",
-        description="Run OpenVINO Roll-7 and Gather-8 on a tensor-ops service.",
+        description=f"Run OpenVINO {_specs(ops)} on a tensor-ops service.",
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_service_options(parser, suppress=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def service(sub: argparse.ArgumentParser) -> None:
+        _add_service_options(sub, suppress=True)
 
     def command(name: str, summary: str, epilog: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(
@@ -212,39 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
             epilog=epilog,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        _add_service_options(sub, suppress=True)
+        service(sub)
         return sub
 
-    roll = command(
-        "roll",
-        "Roll-7: shift the elements of DATA by --shift along --axes",
-        "examples:\n"
-        "  tensor-ops roll data.npy --shift 1 --axes 0 -o out.npy\n"
-        "  tensor-ops roll '[[1, 2, 3], [4, 5, 6]]' --shift 1 -1 --axes 0 1\n"
-        "  tensor-ops roll inputs.npz                 # data, shift and axes from the archive\n"
-        "  cat data.npy | tensor-ops roll - --shift 2 --axes -1 > out.npy\n\n"
-        + INPUT_FORMS
-        + "\n"
-        + EXIT_STATUSES,
-    )
-    roll.add_argument("data", metavar="DATA", help="the data tensor (see inputs below)")
-    roll.add_argument("--shift", nargs="+", metavar="S", help="integers, or one tensor")
-    roll.add_argument("--axes", nargs="+", metavar="A", help="integers, or one tensor")
-    _output_options(roll)
-
-    gather = command(
-        "gather",
-        "Gather-8: the slices of DATA along --axis at --indices (out-of-range ones: zeros)",
-        "examples:\n"
-        "  tensor-ops gather data.npy --indices 2 0 -1 --axis 0 -o out.npy\n"
-        "  tensor-ops gather '[[1, 2], [3, 4]]' --indices '[[1], [0]]' --axis 1 --batch-dims 1\n"
-        "  tensor-ops gather inputs.npz --format table\n\n" + INPUT_FORMS + "\n" + EXIT_STATUSES,
-    )
-    gather.add_argument("data", metavar="DATA", help="the data tensor (see inputs below)")
-    gather.add_argument("--indices", nargs="+", metavar="I", help="integers, or one tensor")
-    gather.add_argument("--axis", nargs="+", metavar="A", help="an integer, or one tensor")
-    gather.add_argument("--batch-dims", type=int, default=None, metavar="N", help="(default: 0)")
-    _output_options(gather)
+    for op in ops:
+        _op_command(commands, op, service)
 
     command(
         "health",
@@ -351,23 +384,35 @@ def _index_input(values: Sequence[str] | None, option: str, name: str) -> npt.ND
 
 
 def _op_inputs(args: argparse.Namespace) -> dict[str, npt.NDArray[Any]]:
-    """The inputs of ``roll`` or ``gather``: from the options, else from DATA's archive."""
-    dtype = element_type(args.dtype)
-    names = ("shift", "axes") if args.command == "roll" else ("indices", "axis")
-    data = read_tensor(args.data, "data", dtype)
-    inputs = {"data": data}
-    archive = npz_members(args.data) if args.data.endswith(".npz") else set()
-    for name in names:
-        given = getattr(args, name)
+    """The inputs of the op's command: DATA and the options, else DATA's archive's members."""
+    op: OpSpec = args.op
+    first, *others = op.inputs
+    source: str = getattr(args, _INPUT + first.name)
+    data = read_tensor(source, first.name, element_type(args.dtype))
+    inputs = {first.name: data}
+    archive = npz_members(source) if source.endswith(".npz") else set()
+    for item in others:
+        name = item.name
+        given = getattr(args, _INPUT + name)
         if given is not None:
-            inputs[name] = _index_input(given, f"--{name}", name)
+            inputs[name] = _index_input(given, _option(name), name)
         elif name in archive:
-            inputs[name] = read_tensor(f"{args.data.removesuffix('.npz')}.npz:{name}", name)
-        else:
+            inputs[name] = read_tensor(f"{source.removesuffix('.npz')}.npz:{name}", name)
+        elif item.required:
             raise InputError(
-                f"--{name} is required (or a DATA .npz archive with a member {name!r})"
+                f"{_option(name)} is required (or a DATA .npz archive with a member {name!r})"
             )
     return inputs
+
+
+def _op_attributes(args: argparse.Namespace) -> dict[str, int]:
+    """The op's attributes: as given, else their defaults."""
+    op: OpSpec = args.op
+    given = {item.name: getattr(args, _ATTRIBUTE + item.name) for item in op.attributes}
+    return {
+        item.name: item.default if given[item.name] is None else given[item.name]
+        for item in op.attributes
+    }
 
 
 def _refused(error: TensorOpsError) -> int:
@@ -385,11 +430,10 @@ def _run_op(args: argparse.Namespace) -> int:
     inputs = _op_inputs(args)
     show_progress = args.progress if args.progress is not None else sys.stderr.isatty()
     with _progress_bars(show_progress) as hook, _client(args, hook) as client:
-        if args.command == "roll":
-            output = client.roll(inputs["data"], inputs["shift"], inputs["axes"])
-        else:
-            batch_dims = 0 if args.batch_dims is None else args.batch_dims
-            output = client.gather(inputs["data"], inputs["indices"], inputs["axis"], batch_dims)
+        try:
+            output = client.call(args.op.name, inputs, _op_attributes(args))
+        except ValueError as error:  # a name from /info that no transport carries
+            raise InputError(str(error)) from None
     if args.output is not None:
         write_output(output, args.output)
         return OK
@@ -439,10 +483,56 @@ def _run_info(args: argparse.Namespace) -> int:
     return OK
 
 
+class _Lenient(argparse.ArgumentParser):
+    """A parser whose errors are exceptions: the first look at the command line."""
+
+    def error(self, message: str) -> Any:
+        raise InputError(message)
+
+
+def _ops_for(argv: Sequence[str]) -> tuple[OpSpec, ...]:
+    """The ops to build commands of: ``OPS``, and when the command names none of them (nor
+    ``health``, ``info`` or ``completion``) and the service is named (``--url`` or
+    ``$TENSOR_OPS_URL``), the ops its ``GET /info`` lists besides. A service that cannot be
+    asked is noted on stderr; the command is then refused as unknown."""
+    first = _Lenient(add_help=False, allow_abbrev=False)
+    _add_service_options(first, suppress=False)
+    first.add_argument("command", nargs="?")
+    try:
+        args, _ = first.parse_known_args(argv)
+    except InputError:
+        return OPS
+    known = {op.name for op in OPS} | {"health", "info", "completion"}
+    if args.command is None or args.command in known:
+        return OPS
+    if args.url is None and not os.environ.get(URL_VARIABLE):
+        return OPS
+    args.transport, args.grpc_target, args.retries = "npz", None, 0  # /info is HTTP
+    try:
+        with _client(args) as client:
+            served = from_info(client.info().get("ops", []))
+    except (InputError, TensorOpsError, OpListError) as error:
+        reason = error.message if isinstance(error, TensorOpsError) else str(error)
+        print(f"tensor-ops: the service's op list could not be read: {reason}", file=sys.stderr)
+        return OPS
+    return OPS + tuple(op for op in served if op.name not in known and _fits(op))
+
+
+def _fits(op: OpSpec) -> bool:
+    """Whether the op's command can be built: no input or attribute takes an option's name
+    (``--url``, ``--output``...); one that does is noted on stderr and left out."""
+    try:
+        build_parser((op,))
+    except argparse.ArgumentError as error:
+        print(f"tensor-ops: the service's op {op.name!r} has no command: {error}", file=sys.stderr)
+        return False
+    return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``tensor-ops roll in.npy --shift 1 --axes 0 -o out.npy``; the exit status is 0 (done),
     2 (usage), 3 (refused by the service) or 4 (no answer)."""
-    parser = build_parser()
+    parser = build_parser(_ops_for(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     if args.command != "completion":
         if args.grpc_target is not None and args.transport != "grpc":

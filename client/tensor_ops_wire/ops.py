@@ -1,0 +1,146 @@
+"""The ops the service offers, as its clients see them: each op's name, spec, inputs and integer
+attributes (with their defaults), and the words the command line shows for them.
+
+The client and the command line read this table; the server's registry (``app.registry``) is
+the authority, and tests/test_registry.py checks every op here against it: same spec, same
+inputs in the same order, same attributes with the same defaults. An op the server has and this
+table has not is still called through ``TensorOpsClient.call`` and, given ``--url``, through
+the command line, which then builds its command from the service's ``GET /info``
+(``from_info``).
+
+How a transport carries an attribute is the same for every op: a query parameter of the ``npz``
+form, a field of the JSON body, a request parameter of KServe V2 (HTTP and gRPC), each an
+integer; an input is a tensor of its name in every form.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One input of an op: a tensor of this name on every transport."""
+
+    name: str
+    #: What the command line's help says of it.
+    help: str = "integers, or one tensor"
+    #: False: the op runs without it (none of the service's ops has such an input yet).
+    required: bool = True
+
+
+@dataclass(frozen=True)
+class AttributeSpec:
+    """An integer attribute of an op (Gather-8's ``batch_dims``) and its default."""
+
+    name: str
+    default: int
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: its name (the route ``/name`` and the V2 model name), spec, inputs, attributes
+    and the command line's summary and examples."""
+
+    name: str
+    #: The spec's name and version: "Roll-7".
+    spec: str
+    summary: str
+    inputs: tuple[InputSpec, ...]
+    attributes: tuple[AttributeSpec, ...] = ()
+    #: Command lines shown under ``tensor-ops NAME --help``.
+    examples: tuple[str, ...] = ()
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(item.name for item in self.inputs)
+
+    def attribute_defaults(self) -> dict[str, int]:
+        return {item.name: item.default for item in self.attributes}
+
+
+ROLL = OpSpec(
+    name="roll",
+    spec="Roll-7",
+    summary="Roll-7: shift the elements of DATA by --shift along --axes",
+    inputs=(
+        InputSpec("data", "the data tensor (see inputs below)"),
+        InputSpec("shift"),
+        InputSpec("axes"),
+    ),
+    examples=(
+        "tensor-ops roll data.npy --shift 1 --axes 0 -o out.npy",
+        "tensor-ops roll '[[1, 2, 3], [4, 5, 6]]' --shift 1 -1 --axes 0 1",
+        "tensor-ops roll inputs.npz                 # data, shift and axes from the archive",
+        "cat data.npy | tensor-ops roll - --shift 2 --axes -1 > out.npy",
+    ),
+)
+
+GATHER = OpSpec(
+    name="gather",
+    spec="Gather-8",
+    summary="Gather-8: the slices of DATA along --axis at --indices (out-of-range ones: zeros)",
+    inputs=(
+        InputSpec("data", "the data tensor (see inputs below)"),
+        InputSpec("indices"),
+        InputSpec("axis", "an integer, or one tensor"),
+    ),
+    attributes=(
+        AttributeSpec("batch_dims", 0, "leading dimensions of DATA and --indices that are batches"),
+    ),
+    examples=(
+        "tensor-ops gather data.npy --indices 2 0 -1 --axis 0 -o out.npy",
+        "tensor-ops gather '[[1, 2], [3, 4]]' --indices '[[1], [0]]' --axis 1 --batch-dims 1",
+        "tensor-ops gather inputs.npz --format table",
+    ),
+)
+
+#: The ops this package knows, in the service's order.
+OPS: tuple[OpSpec, ...] = (ROLL, GATHER)
+
+
+def op_spec(name: str) -> OpSpec | None:
+    """The op of this name in ``OPS``, or None."""
+    return next((op for op in OPS if op.name == name), None)
+
+
+class OpListError(ValueError):
+    """An op list (``GET /info``'s ``ops``) that is not as the service writes it."""
+
+
+def from_info(ops: Any) -> tuple[OpSpec, ...]:
+    """The ops of ``GET /info``'s ``"ops"`` list (``name``, ``spec``, ``inputs`` as a list of
+    names, ``attributes`` as ``{name: default}``), each input required."""
+    if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
+        raise OpListError("the op list is not a list")
+    specs = []
+    for entry in ops:
+        if not isinstance(entry, Mapping):
+            raise OpListError(f"an op is not an object: {entry!r:.80}")
+        name, spec = entry.get("name"), entry.get("spec", "")
+        inputs, attributes = entry.get("inputs", []), entry.get("attributes", {})
+        if not isinstance(name, str) or not name or not isinstance(spec, str):
+            raise OpListError(f"an op without a name: {entry!r:.80}")
+        if not isinstance(inputs, list) or not all(isinstance(i, str) and i for i in inputs):
+            raise OpListError(f"{name}: inputs is not a list of names")
+        if not isinstance(attributes, Mapping) or not all(
+            isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
+            for key, value in attributes.items()
+        ):
+            raise OpListError(f"{name}: attributes is not an object of integer defaults")
+        specs.append(
+            OpSpec(
+                name=name,
+                spec=spec,
+                summary=f"{spec or name} (as the service's /info describes it)",
+                inputs=tuple(
+                    InputSpec(item, "the data tensor (see inputs below)")
+                    if i == 0
+                    else InputSpec(item)
+                    for i, item in enumerate(inputs)
+                ),
+                attributes=tuple(AttributeSpec(k, v) for k, v in attributes.items()),
+            )
+        )
+    return tuple(specs)
