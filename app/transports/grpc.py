@@ -24,6 +24,15 @@ from google.protobuf.message import DecodeError
 
 from app import tracing
 from app.access import AccessControl
+from app.codecs.grpc_tensors import (
+    ARENA_BYTES_PER_ELEMENT,
+    can_be_typed,
+    decode_contents,
+    encode_typed,
+    typed_bytes,
+    typed_wire_bytes,
+)
+from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer
 from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
 from app.observability import accepted_request_id, record
 from app.pipeline.admission import MemoryBudget, Reservation
@@ -34,14 +43,6 @@ from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
 from app.settings import Settings
 from app.transports.errors import fault_headers
-from app.transports.grpc_tensors import (
-    ARENA_BYTES_PER_ELEMENT,
-    can_be_typed,
-    decode_contents,
-    encode_typed,
-    typed_bytes,
-    typed_wire_bytes,
-)
 from app.transports.inference import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,
@@ -55,7 +56,6 @@ from app.transports.inference import (
     require_inputs,
     wants_binary,
 )
-from app.transports.kserve import decode_v2_binary, v2_datatype, v2_output_buffer
 from app.version import VERSION
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
+from app.codecs.json_body import JsonBody, split_json_body
 from app.errors import (
     Fault,
     ServiceError,
@@ -21,14 +22,11 @@ from app.errors import (
     refuse_unknown_fields,
 )
 from app.pipeline.jobs import Job, Limits, make_job
-from app.pipeline.json_body import JsonBody, split_json_body
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
 from app.registry import REGISTRY, Op, attribute_names
 from app.transports.errors import ErrorBody, render_detail
 from app.transports.http_responses import serve_http
-from app.transports.routes import Endpoint
-from app.transports.schemas import TensorResponse, request_model
-from app.transports.tensors import (
+from app.transports.json_tensors import (
     Form,
     check_json_text_size,
     decode_data,
@@ -37,6 +35,8 @@ from app.transports.tensors import (
     json_encoding_bytes,
     settle_npy_type,
 )
+from app.transports.routes import Endpoint
+from app.transports.schemas import TensorResponse, request_model
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import npy_buffer

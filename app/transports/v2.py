@@ -14,9 +14,16 @@ from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
+from app.codecs.json_body import JsonBody, split_json_body
+from app.codecs.v2_tensors import (
+    decode_v2_binary,
+    decode_v2_json,
+    v2_datatype,
+    v2_json_data,
+    v2_output_buffer,
+)
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, check_shape, make_job
-from app.pipeline.json_body import JsonBody, split_json_body
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
@@ -36,19 +43,12 @@ from app.transports.inference import (
     require_inputs,
     wants_binary,
 )
-from app.transports.kserve import (
-    decode_v2_binary,
-    decode_v2_json,
-    v2_datatype,
-    v2_json_data,
-    v2_output_buffer,
-)
-from app.transports.routes import DirectRoute, Endpoint
-from app.transports.tensors import (
+from app.transports.json_tensors import (
     check_json_text_size,
     json_encoding_bytes,
     require_json_can_carry,
 )
+from app.transports.routes import DirectRoute, Endpoint
 from app.transports.v2_models import (
     InferenceRequest,
     InferenceResponse,

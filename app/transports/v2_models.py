@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.transports.kserve import V2_DTYPES
+from app.codecs.v2_tensors import V2_DTYPES
 
 NonNegative = Annotated[int, Field(strict=True, ge=0)]
 Datatype = Annotated[

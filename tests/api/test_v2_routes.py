@@ -10,10 +10,10 @@ import numpy as np
 import orjson
 import pytest
 
+from app.codecs.v2_tensors import V2_DTYPES
 from app.main import create_app
 from app.ops import gather, roll
 from app.settings import Settings
-from app.transports.kserve import V2_DTYPES
 from tests.support import assert_same_bits, gzip_bomb
 
 pytestmark = pytest.mark.anyio

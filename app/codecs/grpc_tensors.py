@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.transports.kserve import element_count, v2_datatype, v2_dtype
+from app.codecs.v2_tensors import element_count, v2_datatype, v2_dtype
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.errors import unacceptable, undecodable
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb

@@ -7,8 +7,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from app.codecs.json_form import decode_json_data, decode_json_indices, json_ready
 from app.errors import from_wire
-from app.transports.json_form import decode_json_data, decode_json_indices, json_ready
 from tensor_ops_wire.dtypes import BY_NAME, ELEMENT_TYPES, dtype_from_name, element_type_of
 from tensor_ops_wire.errors import TensorError
 

@@ -6,8 +6,8 @@ import numpy as np
 import orjson
 import pytest
 
+from app.codecs.json_body import LONG_STRING, split_json_body
 from app.errors import Fault, ServiceError
-from app.pipeline.json_body import LONG_STRING, split_json_body
 from tests.support import npy_b64
 
 

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.transports import json_text
-from app.transports.json_form import decode_json_data
-from app.transports.json_text import nested_json, text_bytes, writes_whole, writing_bytes
+from app.codecs import json_text
+from app.codecs.json_form import decode_json_data
+from app.codecs.json_text import nested_json, text_bytes, writes_whole, writing_bytes
 
 TYPES = [np.bool_, np.int8, np.uint8, np.int16, np.int32, np.uint32, np.int64, np.uint64]
 TYPES += [np.float16, np.float32, np.float64]

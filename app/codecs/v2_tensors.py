@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.transports.json_form import decode_json_data, json_ready
+from app.codecs.json_form import decode_json_data, json_ready
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     ELEMENT_TYPES,

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.codecs.json_arrays import FLATTEN_BYTES_PER_BYTE, read_nested
 from app.errors import Fault, ServiceError
-from app.pipeline.json_arrays import FLATTEN_BYTES_PER_BYTE, read_nested
 from tensor_ops_wire.npy import MAX_RANK
 
 # ``orjson.loads`` would turn a 90 MB base64 string into a 90 MB ``str`` (a copy, with the

@@ -1,4 +1,4 @@
-"""Nested arrays read by NumPy (app/pipeline/json_arrays.py) against a full JSON parser.
+"""Nested arrays read by NumPy (app/codecs/json_arrays.py) against a full JSON parser.
 
 Whatever the text, ``read_nested`` either gives exactly what ``orjson.loads`` gives (the same
 shape, the same values of the same types, -0.0 and 1e300 included) or None, and it gives None
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.pipeline.json_arrays import FlatArray, flatten, read_nested
-from app.pipeline.json_body import LONG_STRING, split_json_body
+from app.codecs.json_arrays import FlatArray, flatten, read_nested
+from app.codecs.json_body import LONG_STRING, split_json_body
 
 _FUZZ = os.environ.get("TENSOR_OPS_FUZZ_EXAMPLES")
 _SETTINGS = settings(

@@ -8,15 +8,15 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from app.errors import Fault, ServiceError, from_wire
-from app.pipeline.jobs import Job
-from app.transports.json_form import (
+from app.codecs.json_form import (
     decode_json_data,
     decode_json_indices,
     json_can_carry,
     json_ready,
 )
-from app.transports.json_text import nested_json, text_bytes, writes_whole, writing_bytes
+from app.codecs.json_text import nested_json, text_bytes, writes_whole, writing_bytes
+from app.errors import Fault, ServiceError, from_wire
+from app.pipeline.jobs import Job
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     UnknownDTypeError,

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from app.codecs.json_body import LONG_STRING, JsonBody, split_json_body
 from app.errors import Fault, ServiceError
-from app.pipeline.json_body import LONG_STRING, JsonBody, split_json_body
 
 # A fixed, bounded run in CI; TENSOR_OPS_FUZZ_EXAMPLES=20000 explores fresh examples for longer.
 _FUZZ = os.environ.get("TENSOR_OPS_FUZZ_EXAMPLES")

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.pipeline.json_arrays import FlatArray
+from app.codecs.json_arrays import FlatArray
 from tensor_ops_wire.dtypes import BFLOAT16, shown
 from tensor_ops_wire.errors import too_large, unacceptable, undecodable
 from tensor_ops_wire.npy import MAX_RANK
@@ -23,7 +23,7 @@ def _to_array(value: JsonValue) -> tuple[tuple[int, ...], list[list[Any]], set[t
     """The shape of a nested JSON array, the lists of its last level (which hold its leaves in
     C order) and the leaves' types, at C speed."""
     if type(value) is FlatArray:
-        # Read from the body's text with its nesting already checked (app.pipeline.json_arrays).
+        # Read from the body's text with its nesting already checked (app.codecs.json_arrays).
         return value.shape, [value.values], set(map(type, value.values))
     if type(value) is not list:
         if isinstance(value, bool | int | float):
