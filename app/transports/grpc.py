@@ -38,7 +38,7 @@ from app.observability import accepted_request_id, record
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
-from app.pipeline.jobs import Job, Limits, check_shape, make_job
+from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
 from app.settings import Settings
@@ -48,12 +48,11 @@ from app.transports.inference import (
     MODEL_VERSION,
     OUTPUT_NAME,
     SERVER_NAME,
-    admit_input,
     model,
     model_metadata,
     op_attributes,
+    read_inputs,
     refuse_extensions,
-    require_inputs,
     wants_binary,
 )
 from app.version import VERSION
@@ -194,23 +193,24 @@ class GrpcExchange:
                 f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: "
                 "give one for every input, in order, or none and each input's contents",
             )
-        arrays: dict[str, Any] = {}
-        for index, item in enumerate(request.inputs):
-            admit_input(op, item.name, arrays)
+        head = self.head
+
+        def check(item: Any) -> None:
             refuse_extensions(
                 parameter_values(item.parameters),
                 INPUT_EXTENSIONS,
                 ("body", item.name, "parameters"),
                 "send the tensor in the request, in raw_input_contents or in contents",
             )
-            shape = list(item.shape)
-            if any(size < 0 for size in shape):
+            if any(size < 0 for size in item.shape):
                 raise ServiceError(
                     Fault.INVALID_FIELD,
                     ("body", item.name, "shape"),
-                    f"dimensions must be non-negative integers, got {min(shape)}",
+                    f"dimensions must be non-negative integers, got {min(item.shape)}",
                 )
-            check_shape(shape, item.name, limits)
+
+        def decode(index: int, item: Any) -> Any:
+            shape = list(item.shape)
             try:
                 if raw:
                     if item.contents.ByteSize():
@@ -219,15 +219,21 @@ class GrpcExchange:
                             ("body", item.name),
                             "has both contents and an entry in raw_input_contents; give one",
                         )
-                    array = decode_v2_binary(raw[index], shape, item.datatype, "its raw contents")
-                else:
-                    wire = entry(self.head, INPUTS_NUMBER, index)
-                    array = decode_contents(item.contents, shape, item.datatype, wire)
+                    return decode_v2_binary(raw[index], shape, item.datatype, "its raw contents")
+                wire = entry(head, INPUTS_NUMBER, index)
+                return decode_contents(item.contents, shape, item.datatype, wire)
             except TensorError as error:
                 raise from_wire(error, item.name) from None
-            arrays[item.name] = array
-        require_inputs(op, arrays)
-        return arrays
+
+        return read_inputs(
+            op,
+            request.inputs,
+            limits,
+            name=lambda item: item.name,
+            shape=lambda item: item.shape,
+            check=check,
+            decode=decode,
+        )
 
     def encoding_bytes(self, job: Job) -> int:
         if self._raw_output(job):

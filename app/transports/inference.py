@@ -5,12 +5,16 @@ extension's booleans, the extensions not served here) and the naming of inputs a
 copy, read by both adapters, so that a request means the same and fails the same on either.
 """
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from app.errors import Fault, ServiceError, quote
+from app.pipeline.jobs import Limits, check_shape
 from app.registry import REGISTRY, Op, attribute_names
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
+
+#: An input of a V2 request, as a transport holds it (a model of JSON, a protobuf message).
+Item = TypeVar("Item")
 
 SERVER_NAME = "tensor-ops"
 MODEL_VERSION = "1"
@@ -194,3 +198,29 @@ def require_inputs(op: Op, arrays: Mapping[str, Any]) -> None:
                 ("body", name),
                 f"missing input {name!r}; {op.name} takes {', '.join(op.input_names)}",
             )
+
+
+def read_inputs(
+    op: Op,
+    items: Sequence[Item],
+    limits: Limits,
+    name: Callable[[Item], str],
+    shape: Callable[[Item], Sequence[int]],
+    check: Callable[[Item], object],
+    decode: Callable[[int, Item], Any],
+    finish: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """The V2 input loop, one for ``/v2`` and gRPC: each input admitted by name (one of the op's,
+    not twice), checked by the transport (``check``: its parameters, its shape's signs), its
+    shape against the limits, then decoded; ``finish`` when all are read (what no input
+    claimed), then every input the op requires present."""
+    arrays: dict[str, Any] = {}
+    for index, item in enumerate(items):
+        key = name(item)
+        admit_input(op, key, arrays)
+        check(item)
+        check_shape(list(shape(item)), key, limits)
+        arrays[key] = decode(index, item)
+    finish()
+    require_inputs(op, arrays)
+    return arrays

@@ -23,7 +23,7 @@ from app.codecs.v2_tensors import (
     v2_output_buffer,
 )
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
-from app.pipeline.jobs import Job, Limits, check_shape, make_job
+from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
@@ -34,13 +34,12 @@ from app.transports.inference import (
     MODEL_VERSION,
     PARAMETER_FAULT,
     SERVER_NAME,
-    admit_input,
     json_kind,
     model,
     model_metadata,
     op_attributes,
+    read_inputs,
     refuse_extensions,
-    require_inputs,
     wants_binary,
 )
 from app.transports.json_tensors import (
@@ -151,16 +150,15 @@ class V2Exchange:
         return job
 
     def _inputs(self, request: InferenceRequest, limits: Limits) -> dict[str, Any]:
-        op = self.op
-        arrays: dict[str, Any] = {}
+        binary = self.binary
         offset = 0
-        for item in request.inputs:
-            admit_input(op, item.name, arrays)
+
+        def decode(index: int, item: RequestInput) -> Any:
+            nonlocal offset
             size = _binary_data_size(item)
-            check_shape(item.shape, item.name, limits)
             chunk = None
             if size is not None:
-                chunk = self.binary[offset : offset + size]
+                chunk = binary[offset : offset + size]
                 if len(chunk) != size:
                     raise ServiceError(
                         Fault.TENSOR_DECODE,
@@ -168,15 +166,26 @@ class V2Exchange:
                         f"binary_data_size {size} passes the end of the body",
                     )
                 offset += size
-            arrays[item.name] = _decode_input(item, chunk)
-        if offset != len(self.binary):
-            raise ServiceError(
-                Fault.TENSOR_DECODE,
-                ("body",),
-                f"the body has {len(self.binary) - offset} bytes of binary data no input claims",
-            )
-        require_inputs(op, arrays)
-        return arrays
+            return _decode_input(item, chunk)
+
+        def unclaimed() -> None:
+            if offset != len(binary):
+                raise ServiceError(
+                    Fault.TENSOR_DECODE,
+                    ("body",),
+                    f"the body has {len(binary) - offset} bytes of binary data no input claims",
+                )
+
+        return read_inputs(
+            self.op,
+            request.inputs,
+            limits,
+            name=lambda item: item.name,
+            shape=lambda item: item.shape,
+            check=_binary_data_size,
+            decode=decode,
+            finish=unclaimed,
+        )
 
     def encoding_bytes(self, job: Job) -> int:
         if self.binary_output:
