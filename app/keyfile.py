@@ -25,6 +25,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from tensor_ops_wire.files import file_kind
+
 #: A label is a metrics label value and a log field: short and plain.
 _LABEL = re.compile(r"[A-Za-z0-9._:@-]{1,64}")
 _HASH = re.compile(r"[0-9a-fA-F]{64}")
@@ -81,18 +83,6 @@ def parse_keys(text: str, source: str = "the key file") -> tuple[Key, ...]:
     return tuple(keys)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def regular_file_problem(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
     """Why ``path`` cannot be read as a settings file (missing, unreadable, not a regular file,
     larger than ``limit``), in words; None when it can. Nothing is read, nothing blocks."""
@@ -107,7 +97,7 @@ def regular_file_problem(path: Path, limit: int = MAX_FILE_BYTES) -> str | None:
     finally:
         os.close(descriptor)
     if not stat.S_ISREG(info.st_mode):
-        return f"is {_kind(info.st_mode)}, not a regular file"
+        return f"is {file_kind(info.st_mode)}, not a regular file"
     if info.st_size > limit:
         return f"holds {info.st_size} bytes, more than the {limit} a file here may hold"
     return None
@@ -129,7 +119,7 @@ def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> tuple[bytes, os.sta
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
-            raise KeyFileError(f"{path}: is {_kind(info.st_mode)}, not a regular file")
+            raise KeyFileError(f"{path}: is {file_kind(info.st_mode)}, not a regular file")
         chunks: list[bytes] = []
         total = 0
         while True:

@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.files import file_kind
 from tensor_ops_wire.npy import decode_npy, encode_npy
 
 #: JSON and CSV are for small tensors: larger files belong in .npy (exact, and fast).
@@ -65,18 +66,6 @@ def input_limit() -> int:
     return int(raw)
 
 
-def _kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
-
-
 def _too_large(path: str, limit: int, text: bool) -> InputError:
     if text:
         return InputError(
@@ -122,7 +111,7 @@ def _read_bytes(path: str, text: bool = False) -> bytes:
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            raise InputError(f"{path}: is {_kind(mode)}; a local input must be a regular file")
+            raise InputError(f"{path}: is {file_kind(mode)}; a local input must be a regular file")
         return _read_stream(lambda size: os.read(descriptor, size), path, limit, text)
     except OSError as error:
         raise InputError(f"{path}: {error.strerror or error}") from None
