@@ -229,8 +229,6 @@ class GrpcExchange:
             op,
             request.inputs,
             limits,
-            name=lambda item: item.name,
-            shape=lambda item: item.shape,
             check=check,
             decode=decode,
         )
@@ -522,7 +520,6 @@ class InferenceService:
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
         self.receiver = Receiver(pipeline.settings, pipeline.budget)
-        self.heap = self.receiver.heap
         #: Inference calls begun and not yet ended (their answers sent, or given up): the
         #: stop waits for none.
         self.calls_in_flight = 0
@@ -575,7 +572,7 @@ class InferenceService:
         context.add_done_callback(self._ended)
         # A large message's slices freed in gRPC's arenas go back to the system once the call
         # has been torn down, served or refused (a stalled upload cut off too).
-        context.add_done_callback(lambda _: self.heap.after_call(notes.reserved))
+        context.add_done_callback(lambda _: self.receiver.heap.after_call(notes.reserved))
         receiver = self.receiver
 
         async def read(reservation: Reservation) -> Body:

@@ -6,15 +6,25 @@ copy, read by both adapters, so that a request means the same and fails the same
 """
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from app.errors import Fault, ServiceError, quote
 from app.pipeline.jobs import Limits, check_shape
 from app.registry import REGISTRY, Op, attribute_names
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
-#: An input of a V2 request, as a transport holds it (a model of JSON, a protobuf message).
-Item = TypeVar("Item")
+
+class NamedInput(Protocol):
+    """An input of a V2 request, as a transport holds it (a model of JSON, a protobuf message)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+
+
+Item = TypeVar("Item", bound=NamedInput)
 
 SERVER_NAME = "tensor-ops"
 MODEL_VERSION = "1"
@@ -204,8 +214,6 @@ def read_inputs(
     op: Op,
     items: Sequence[Item],
     limits: Limits,
-    name: Callable[[Item], str],
-    shape: Callable[[Item], Sequence[int]],
     check: Callable[[Item], object],
     decode: Callable[[int, Item], Any],
     finish: Callable[[], None] = lambda: None,
@@ -216,10 +224,10 @@ def read_inputs(
     claimed), then every input the op requires present."""
     arrays: dict[str, Any] = {}
     for index, item in enumerate(items):
-        key = name(item)
+        key = item.name
         admit_input(op, key, arrays)
         check(item)
-        check_shape(list(shape(item)), key, limits)
+        check_shape(list(item.shape), key, limits)
         arrays[key] = decode(index, item)
     finish()
     require_inputs(op, arrays)

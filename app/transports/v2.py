@@ -180,8 +180,6 @@ class V2Exchange:
             self.op,
             request.inputs,
             limits,
-            name=lambda item: item.name,
-            shape=lambda item: item.shape,
             check=_binary_data_size,
             decode=decode,
             finish=unclaimed,
