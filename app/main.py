@@ -30,11 +30,11 @@ from app.settings import Settings
 from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
 from app.transports.http import build_router, op_endpoints
-from app.transports.inference import SERVER_NAME
 from app.transports.routes import DirectRoute
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
-from app.transports.v2 import build_v2_router, direct_infer_routes
-from app.transports.v2_models import InferenceRequest
+from app.transports.v2_http import build_v2_router, direct_infer_routes
+from app.transports.v2_messages import InferenceRequest
+from app.transports.v2_rules import SERVER_NAME
 from app.version import VERSION
 
 LOG = logging.getLogger("tensor_ops.service")

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/api_reference.py          # rewrite the page
     .venv/bin/python scripts/api_reference.py --check  # exit 1 when the page is stale
 
-tests/test_client_docs.py runs the check, and the docstrings' examples against a live service:
+tests/client/test_client_docs.py runs the check, and the docstrings' examples against a live service:
 the page cannot drift from the code.
 """
 

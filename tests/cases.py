@@ -4,7 +4,7 @@ Every case draws from its own ``numpy.random.default_rng((SEED, kind, i))`` (no 
 clock, no global random state), so adding cases never changes the existing ones. What the corpus
 covers, and how its cases are checked against OpenVINO, is told in
 ``tests/ops/test_differential_openvino.py``, which holds the kernels to OpenVINO on all of it;
-``tests/api/test_transports_agree.py`` sends its legal part through every transport.
+``tests/transports/test_transports_agree.py`` sends its legal part through every transport.
 """
 
 import math

@@ -27,7 +27,7 @@ SYSTEM_TIER = (
     "deploy/test_cors_browser.py",
     "deploy/test_docs_authorize.py",
     "deploy/test_docs_browser.py",
-    "test_memory_matrix.py",
+    "hostile/test_memory_matrix.py",
 )
 _TESTS = Path(__file__).resolve().parent
 

@@ -468,3 +468,11 @@ SPEC_VIOLATIONS = [
         id="two-axes",
     ),
 ]
+
+
+def refused_call(client: Any, op: str, arrays: dict[str, Any], batch_dims: int) -> Any:
+    """Send one of SPEC_VIOLATIONS through a client's typed convenience for its op; the caller
+    expects the refusal (the same table runs on every client transport)."""
+    if op == "roll":
+        return client.roll(arrays["data"], arrays["shift"], arrays["axes"])
+    return client.gather(arrays["data"], arrays["indices"], arrays["axis"], batch_dims)

@@ -43,7 +43,7 @@ from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import Op
 from app.settings import Settings
 from app.transports.errors import fault_headers
-from app.transports.inference import (
+from app.transports.v2_rules import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,
     OUTPUT_NAME,

@@ -70,7 +70,7 @@ from app.pipeline.run import Exchange  # noqa: E402
 from app.registry import REGISTRY, Plan  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.transports.http import JsonExchange, NpzExchange  # noqa: E402
-from app.transports.v2 import V2Exchange  # noqa: E402
+from app.transports.v2_http import V2Exchange  # noqa: E402
 from tensor_ops_wire.npy import (  # noqa: E402
     Base64Stream,
     decode_npy,

@@ -5,7 +5,7 @@
     .venv/bin/python tests/benchmarks/memory_model.py --json memory.json   # raw figures too
 
 Drives the stages as the pipeline does (``tests/benchmarks/bench.py``'s ``bench_stages``), on the
-requests ``tests/test_memory_matrix.py`` sends::
+requests ``tests/hostile/test_memory_matrix.py`` sends::
 
     body (read into one buffer) -> ex.prepare(body) -> job = ex.decode(limits)
     -> [index normalisation, kernel: measured alone, then dropped]
@@ -67,8 +67,8 @@ from app.registry import REGISTRY  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from app.transports.http import JsonExchange, NpzExchange  # noqa: E402
 from app.transports.http_responses import BuffersResponse  # noqa: E402
-from app.transports.v2 import V2Exchange  # noqa: E402
-from tests.test_memory_matrix import (  # noqa: E402
+from app.transports.v2_http import V2Exchange  # noqa: E402
+from tests.hostile.test_memory_matrix import (  # noqa: E402
     DTYPES,
     JSON_FORM,
     TRANSPORTS,

@@ -53,7 +53,7 @@ import app.transports.grpc  # noqa: E402
 import app.transports.http  # noqa: E402
 import app.transports.http_body  # noqa: E402
 import app.transports.http_responses  # noqa: E402
-import app.transports.v2  # noqa: E402
+import app.transports.v2_http  # noqa: E402
 from app import tracing  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -110,12 +110,12 @@ def instrument() -> None:
     wrap(responses, "BuffersResponse", "response object")
     wrap(app.front, "record", "request id, metrics, log line")
     wrap(app.transports.grpc, "record", "request id, metrics, log line")
-    for module in (app.transports.http, app.transports.v2, app.transports.grpc):
+    for module in (app.transports.http, app.transports.v2_http, app.transports.grpc):
         wrap(module, "make_job", "spec checks, output sized (make_job)")
     wrap(app.pipeline.jobs.Job, "output", "kernel")
     for exchange in (
         app.transports.http.JsonExchange,
-        app.transports.v2.V2Exchange,
+        app.transports.v2_http.V2Exchange,
         app.transports.grpc.GrpcExchange,
     ):
         wrap(exchange, "prepare", "envelope (prepare)")

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from app.errors import Fault
-from app.transports.inference import PARAMETER_FAULT
+from app.transports.v2_rules import PARAMETER_FAULT
 
 pytestmark = pytest.mark.anyio
 

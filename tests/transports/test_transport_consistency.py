@@ -59,7 +59,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.anyio
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 SECTION = "## Errors: one fault, one status on every transport"
 TRANSPORTS = ("json", "npy", "npz", "v2-json", "v2-binary")
 PLAIN = ("json", "npy", "npz")

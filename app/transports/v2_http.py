@@ -29,7 +29,21 @@ from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
 from app.transports.http_responses import serve_http
-from app.transports.inference import (
+from app.transports.json_tensors import (
+    check_json_text_size,
+    json_encoding_bytes,
+    require_json_can_carry,
+)
+from app.transports.routes import DirectRoute, Endpoint
+from app.transports.v2_messages import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    RequestInput,
+    ServerMetadata,
+    V2Error,
+)
+from app.transports.v2_rules import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,
     PARAMETER_FAULT,
@@ -41,20 +55,6 @@ from app.transports.inference import (
     read_inputs,
     refuse_extensions,
     wants_binary,
-)
-from app.transports.json_tensors import (
-    check_json_text_size,
-    json_encoding_bytes,
-    require_json_can_carry,
-)
-from app.transports.routes import DirectRoute, Endpoint
-from app.transports.v2_models import (
-    InferenceRequest,
-    InferenceResponse,
-    ModelMetadata,
-    RequestInput,
-    ServerMetadata,
-    V2Error,
 )
 from app.version import VERSION
 from tensor_ops_wire.errors import TensorError

@@ -31,6 +31,7 @@ from tests.support import (
     assert_same_bits,
     free_port,
     launch_server,
+    refused_call,
     sample,
     stop_server,
 )
@@ -300,10 +301,7 @@ def test_refusals_raise_tensor_ops_error(
     words: str,
 ) -> None:
     with pytest.raises(TensorOpsError) as caught:
-        if op == "roll":
-            tops.roll(arrays["data"], arrays["shift"], arrays["axes"])
-        else:
-            tops.gather(arrays["data"], arrays["indices"], arrays["axis"], batch_dims)
+        refused_call(tops, op, arrays, batch_dims)
     error = caught.value
     assert error.status == 422
     assert error.message.startswith(f"{field}: ")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "client"
 VERSION = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]["version"]
 
