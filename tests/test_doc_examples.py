@@ -119,7 +119,8 @@ def test_every_example_has_its_output_or_a_reason() -> None:
         print(f"  {block.id}: {block.not_run}")
     # Every page a newcomer is sent to has examples, and each language its own.
     pages = {block.page.name for block in EXAMPLES}
-    assert {"README.md", "json.md", "npz.md", "v2.md", "grpc.md", "client.md"} <= pages, pages
+    newcomers = {"README.md", "json.md", "npz.md", "v2.md", "grpc.md", "client.md", "languages.md"}
+    assert newcomers <= pages, pages
     assert {"sh", "python", "js", "java"} <= set(counts), counts
 
 

@@ -10,6 +10,9 @@ from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+#: The pages README links to; what moved out of README is checked where it now is.
+SETTINGS_PAGE = (ROOT / "docs" / "settings.md").read_text()
+CONTRACT_PAGE = (ROOT / "docs" / "contract.md").read_text()
 CI = (ROOT / ".ci" / "run").read_text()
 CHECK = (ROOT / "scripts" / "check").read_text()
 TEST = (ROOT / "scripts" / "test").read_text()
@@ -27,18 +30,39 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert readme_test_command() in CI.splitlines()
 
 
+def readme_run_commands() -> list[str]:
+    """README's commands that install and start the service, or start it again."""
+    return [
+        block.strip()
+        for block in shell_blocks()
+        if block.strip().endswith(".venv/bin/python -m app") and "pytest" not in block
+    ]
+
+
 def test_readme_run_command_serves_the_app_on_localhost_8000() -> None:
-    run_command = next(block.strip() for block in shell_blocks() if "uvicorn" in block)
-    assert "app.main:app" in run_command
-    assert "--host 127.0.0.1 --port 8000" in run_command
+    # The production entry point, from the checkout's .venv: python -m app serves HTTP on
+    # 127.0.0.1:8000 (and gRPC on 8001) by default, so the command names no address.
+    commands = readme_run_commands()
+    assert commands, "README gives no command that starts the service with python -m app"
+    assert commands[0] == (
+        "python3 -m venv .venv && .venv/bin/pip install -e ./client -e . && .venv/bin/python -m app"
+    )
+    assert ".venv/bin/python -m app" in commands[1:], "README says how to start it again"
+    assert not any("uvicorn" in command for command in commands)
+    defaults = Settings.model_fields
+    assert (defaults["host"].default, defaults["port"].default) == ("127.0.0.1", 8000)
+    assert defaults["grpc_port"].default == 8001
 
 
 def test_every_install_puts_the_client_distribution_beside_the_server() -> None:
     # The server depends on tensor-ops-client, which is not on an index: an install of "." alone
     # would fail to resolve it, so each command that installs the server installs ./client too.
     commands = [
-        block.strip() for block in shell_blocks() if "uvicorn" in block or "pytest" in block
+        block.strip()
+        for block in shell_blocks()
+        if "pip install" in block and (block.strip().endswith("-m app") or "pytest" in block)
     ]
+    assert len(commands) == 2, commands
     commands += [line for line in CI.splitlines() if "pip install" in line]
     for command in commands:
         installs = re.findall(r"pip install ([^&]*)", command)
@@ -97,11 +121,11 @@ def test_the_server_pins_the_client_version_it_is_released_with() -> None:
     assert [pin.split("==")[1] for pin in pins] == [client["version"]], pins
 
 
-def test_readme_lists_every_setting() -> None:
+def test_the_settings_page_lists_every_setting() -> None:
     for name in Settings.model_fields:
-        assert f"TENSOR_OPS_{name.upper()}" in README
+        assert f"TENSOR_OPS_{name.upper()}" in SETTINGS_PAGE
 
 
-def test_readme_lists_every_dtype_name() -> None:
+def test_the_contract_page_lists_every_dtype_name() -> None:
     for element in ELEMENT_TYPES:
-        assert f"| {element.numpy} | {element.openvino} | {element.kserve} |" in README
+        assert f"| {element.numpy} | {element.openvino} | {element.kserve} |" in CONTRACT_PAGE

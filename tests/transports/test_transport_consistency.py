@@ -4,8 +4,8 @@ Rows are faults, columns are transports; each cell is one request and one test i
 (``missing-input:v2-binary``), so a failure names its cell. A cell checks the status, the error
 body's shape (``{"detail": [{"loc", "msg", "type"}]}`` on the plain routes, ``{"error"}`` alone on
 ``/v2``) and, where the fault concerns a field, that the field is named (in ``loc``, or in the
-``/v2`` error text). README.md holds the same table; ``test_readme_table_matches`` keeps the two
-from drifting.
+``/v2`` error text). docs/contract.md holds the same table; ``test_readme_table_matches`` keeps
+the two from drifting.
 
 Transports:
 
@@ -59,7 +59,7 @@ from tests.support import (
 
 pytestmark = pytest.mark.anyio
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "contract.md"
 SECTION = "## Errors: one fault, one status on every transport"
 TRANSPORTS = ("json", "npy", "npz", "v2-json", "v2-binary")
 PLAIN = ("json", "npy", "npz")
