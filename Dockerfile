@@ -15,10 +15,13 @@ WORKDIR /build
 # Dependencies first, in their own layer: it is rebuilt only when the lock changes. It pins every
 # third-party package of the server and of tensor-ops-client (the wire codecs, installed from
 # client/ below), each file checked against its hash (requirements.lock, made by scripts/lock:
-# the versions CI tests). The dependencies' own test suites (numpy's, numba's, llvmlite's: 14 MB)
-# go afterwards; nothing imports them at run time. So do the command line's progress bars, tables
-# and completion (rich, pygments, shtab: 14 MB): the service has no use for them, and the
-# client's modules import them only when the command line draws.
+# the versions CI tests), with the tracing extra's (OpenTelemetry's SDK and OTLP exporters, as
+# `pip install 'tensor-ops[tracing]'` would add): the image traces when the OTEL_* variables say
+# so. The server itself is installed below with --no-deps, so the lock alone says what is in. The
+# dependencies' own test suites (numpy's, numba's, llvmlite's: 14 MB) go afterwards; nothing
+# imports them at run time. So do the command line's progress bars, tables and completion (rich,
+# pygments, shtab: 14 MB): the service has no use for them, and the client's modules import them
+# only when the command line draws.
 COPY requirements.lock ./
 RUN pip install --no-compile --require-hashes -r requirements.lock \
     && pip uninstall --yes rich pygments markdown-it-py mdurl shtab \

@@ -43,9 +43,11 @@ if __name__ == "__main__":
     _with_allocator_settings()
     _metrics_dir_or_exit()
 
+import hashlib  # noqa: E402
 import logging  # noqa: E402
 import shutil  # noqa: E402
 import ssl  # noqa: E402
+import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
@@ -55,7 +57,7 @@ from pydantic import ValidationError  # noqa: E402
 
 from app import tracing  # noqa: E402
 from app.keyfile import KeyFileError, read_keys  # noqa: E402
-from app.observability import configure_logging  # noqa: E402
+from app.observability import configure_logging, log_format  # noqa: E402
 from app.settings import Settings, tracing_problems, workers_problem  # noqa: E402
 from app.transports.ports import (  # noqa: E402
     GrpcPortError,
@@ -63,10 +65,13 @@ from app.transports.ports import (  # noqa: E402
     port_is_free,
 )
 
+LOG = logging.getLogger("tensor_ops.service")
+
 
 def main() -> None:
     """Run uvicorn from the ``TENSOR_OPS_*`` settings; several workers share one metrics dir."""
     settings = _settings_or_exit()
+    configure_logging(settings.log_level, settings.log_format)
     if settings.grpc_port:
         # Each worker would refuse the port at its start-up too, but uvicorn's supervisor then
         # exits with status 0: a process manager would take that for a clean stop.
@@ -74,9 +79,16 @@ def main() -> None:
             if not port_is_free(settings.host, settings.grpc_port):
                 raise GrpcPortError(held_message(settings.host, settings.grpc_port))
         except GrpcPortError as error:
-            configure_logging(settings.log_level, settings.log_format)
-            logging.getLogger("tensor_ops.service").error("gRPC cannot start: %s", error)
+            LOG.error("gRPC cannot start: %s", error)
             sys.exit(1)
+    if settings.port:
+        # uvicorn binds HTTP after the app has started (gRPC, the kernels): its refusal would
+        # come after all that, among the lines of the start and of the stop that follows.
+        problem = _http_port_problem(settings.host, settings.port)
+        if problem:
+            LOG.error("HTTP cannot start: %s", problem)
+            sys.exit(1)
+    _warm_kernels(settings.workers)
     metrics_dir = None
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Set before any worker imports prometheus_client: each writes its samples there.
@@ -89,7 +101,7 @@ def main() -> None:
             port=settings.port,
             workers=settings.workers,
             log_level=settings.log_level,
-            access_log=False,  # the service logs each request itself, as JSON
+            access_log=False,  # the service logs each request itself, in its own format
             timeout_graceful_shutdown=int(settings.graceful_timeout),
             server_header=False,
             # Each answer's head and body in one write: a replica that dies between the two
@@ -97,7 +109,7 @@ def main() -> None:
             http="app.transports.http_protocol:ServiceHttpProtocol",
             # uvloop, with TLS handshakes inside the head's time limit.
             loop="app.transports.server_loop:new_loop",
-            log_config=_log_config(settings.log_format),
+            log_config=_log_config(log_format(settings.log_format)),
             **_tls_arguments(settings),
         )
     finally:
@@ -134,6 +146,9 @@ def _settings_or_exit() -> Settings:
     except tracing.TracingError as error:
         _refuse_start([str(error)])
     if traced is not None:
+        missing = tracing.unavailable(traced, os.environ)
+        if missing:
+            _refuse_start([missing])
         # What the SDK and its exporters would otherwise fail on in each worker, with a trace.
         problems = tracing_problems(os.environ, "otlp" in traced.exporters)
         if problems:
@@ -203,9 +218,71 @@ def _in_words(item: Any) -> str:
     return f"{name} = {str(item.get('input'))[:64]!r}: {message}"
 
 
+def _http_port_problem(host: str, port: int) -> str | None:
+    """Why HTTP cannot listen on ``host:port``, in words; None when it can."""
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        if port_is_free(host, port):
+            return None
+    except GrpcPortError:  # the address itself: uvicorn says why in one line of its own
+        return None
+    return (
+        f"the HTTP port {where} is already in use by another process; stop it, or choose a "
+        "free port with TENSOR_OPS_PORT (and, for a second instance, TENSOR_OPS_GRPC_PORT: "
+        "gRPC listens beside HTTP, on 8001 unless set)"
+    )
+
+
+#: The module whose loops numba compiles at import (app/ops/compiled.py), and its cache.
+_KERNELS = Path(__file__).resolve().parent / "ops" / "compiled.py"
+
+
+def _kernel_cache() -> Path:
+    """Where numba keeps the kernels' machine code (as its cache locators find it)."""
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    if not folder:
+        return _KERNELS.parent / "__pycache__"
+    source_dir = os.path.dirname(os.path.abspath(_KERNELS))
+    digest = hashlib.sha1(source_dir.encode()).hexdigest()
+    return Path(folder) / f"{os.path.basename(source_dir)}_{digest}"
+
+
+def kernels_cached() -> bool:
+    """Whether the kernels' compiled loops are on disk, no older than their source: a start
+    then loads them in a second or so instead of compiling them (several seconds)."""
+    try:
+        source = _KERNELS.stat().st_mtime
+        indexes = list(_kernel_cache().glob(f"{_KERNELS.stem}.*.nbi"))
+        return bool(indexes) and all(index.stat().st_mtime >= source for index in indexes)
+    except OSError:
+        return False
+
+
+def _warm_kernels(workers: int) -> None:
+    """The kernels compiled (or loaded) before uvicorn starts, each step a log line: with the
+    cache cold, one says the start takes a few seconds, and why. One worker (this process)
+    loads them itself; several would each compile them at once, so one process compiles them
+    into the cache first, and the workers then load them."""
+    cold = not kernels_cached()
+    if cold:
+        LOG.info("compiling the kernels (first start only, a few seconds)")
+    elif workers > 1:
+        return  # each worker loads them from the cache
+    started = time.perf_counter()
+    if workers == 1:
+        import app.ops.compiled  # noqa: F401, PLC0415 - this process is the worker
+    else:
+        done = subprocess.run([sys.executable, "-c", "import app.ops.compiled"], check=False)
+        if done.returncode:
+            LOG.warning("the kernels did not compile ahead of the workers; each compiles them")
+            return
+    LOG.info("kernels ready in %.1f s", time.perf_counter() - started)
+
+
 def _refuse_start(problems: list[str]) -> NoReturn:
-    # The settings that would say how to log may be what is wrong: JSON, as by default.
-    configure_logging("info", os.environ.get("TENSOR_OPS_LOG_FORMAT", "json").lower())
+    # The settings that would say how to log may be what is wrong: then as by default.
+    form = os.environ.get("TENSOR_OPS_LOG_FORMAT", "").strip().lower()
+    configure_logging("info", form if form in ("json", "text") else "auto")
     for problem in problems:
         logging.getLogger("tensor_ops.service").error("cannot start: %s", problem)
     sys.exit(2)
@@ -213,11 +290,11 @@ def _refuse_start(problems: list[str]) -> NoReturn:
 
 def _log_config(form: str) -> dict[str, Any]:
     """uvicorn's own messages in the service's log format."""
-    formatter = (
-        {"()": "app.observability.JsonFormatter"}
+    formatter = {
+        "()": "app.observability.JsonFormatter"
         if form == "json"
-        else {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}
-    )
+        else "app.observability.TextFormatter"
+    }
     return {
         "version": 1,
         "disable_existing_loggers": False,

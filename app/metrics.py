@@ -43,6 +43,26 @@ REFUSED_BUSY = Counter(
     "tensor_ops_admission_refused_total", "Requests answered 503: no memory came free in time"
 )
 
+#: Triton's statistics extension (app/pipeline/statistics.py): per model, the requests through
+#: each stage (success, fail, queue, compute_input, compute_infer, compute_output) and their time.
+STAGE_COUNT = Counter(
+    "tensor_ops_model_stage",
+    "Inference requests by model and stage (Triton's statistics: success, fail, queue, "
+    "compute_input, compute_infer, compute_output), every transport",
+    ["model", "stage"],
+)
+STAGE_SECONDS = Counter(
+    "tensor_ops_model_stage_seconds",
+    "Time inference requests spent in each stage, by model and stage",
+    ["model", "stage"],
+)
+LAST_INFERENCE = Gauge(
+    "tensor_ops_model_last_inference_timestamp_seconds",
+    "When the last successful inference of a model ended (seconds since the epoch)",
+    ["model"],
+    multiprocess_mode="max",
+)
+
 SPANS_DROPPED = Counter(
     "tensor_ops_spans_dropped_total",
     "Trace spans not sent: the collector refused them, did not answer in time, or still held "

@@ -110,20 +110,35 @@ def cut(text: str, most: int) -> str:
     return f"{text[:most]}... ({len(text) - most} more characters)"
 
 
+def log_format(form: str) -> str:
+    """The format ``TENSOR_OPS_LOG_FORMAT`` asks for: ``json`` or ``text`` as given; ``auto``
+    (or anything else) JSON unless standard error is a terminal (a container's log, a file, a
+    pipe: one object a line for a collector), text on a terminal (a person reading)."""
+    if form in ("json", "text"):
+        return form
+    stream = _REAL_STDERR if _REAL_STDERR is not None else sys.stderr
+    try:
+        terminal = stream is not None and stream.isatty()
+    except (AttributeError, OSError, ValueError):
+        terminal = False
+    return "text" if terminal else "json"
+
+
 def configure_logging(level: str, form: str, capture_stderr: bool = False) -> None:
-    """Send the service's logs to standard error, as JSON lines or as plain text; other
-    libraries' records (the root logger's) the same way, cut and limited (``LibraryNoise``).
+    """Send the service's logs to standard error, as JSON lines or as plain text (``form``:
+    ``json``, ``text`` or ``auto``, see ``log_format``); other libraries' records (the root
+    logger's) the same way, cut and limited (``LibraryNoise``); uvicorn's own messages the
+    same way, and its access log off: the service writes one line a request itself, under
+    ``python -m app`` and ``python -m uvicorn app.main:app`` alike.
 
     With ``capture_stderr`` (a process started by ``python -m app``), what anything else writes
     to file descriptor 2 (gRPC's core, Python's last-resort handler, a library's ``print``) is
     read back and logged as lines of the ``stderr`` logger: every line the process writes is
     one line of the chosen format."""
+    form = log_format(form)  # before standard error is captured: the real one decides
     stream = _captured_stderr() if capture_stderr else sys.stderr
     handler = logging.StreamHandler(stream)
-    if form == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if form == "json" else TextFormatter())
     SERVICE_LOG.handlers[:] = [handler]
     SERVICE_LOG.setLevel(level.upper() if level != "trace" else "DEBUG")
     SERVICE_LOG.propagate = False
@@ -134,19 +149,111 @@ def configure_logging(level: str, form: str, capture_stderr: bool = False) -> No
     root.handlers[:] = [libraries]
     if root.level == logging.NOTSET or root.level > logging.WARNING:
         root.setLevel(logging.WARNING)
+    _take_over_uvicorn(handler)
     if capture_stderr:
         _point_handlers_at(stream)
         # A handler's own failure is printed to standard error: captured, it would come back.
         logging.raiseExceptions = False
 
 
-class TextFormatter(logging.Formatter):
-    """Plain text, a record a line: control characters in a message are escaped (``\\n``), so
-    no message, nor what a client put in it, can start a line of its own."""
+def _take_over_uvicorn(handler: logging.Handler) -> None:
+    """uvicorn's loggers in the service's format, and its access log off (the service's own
+    line replaces it). Under ``python -m uvicorn`` uvicorn set its handlers up before the app
+    was imported: its access line would be a second line for each request, and its messages
+    another format than the service's."""
+    access = logging.getLogger("uvicorn.access")
+    access.handlers[:] = []
+    access.propagate = False
+    access.disabled = True  # and its protocols see no handler: no line made, none written
+    server = logging.getLogger("uvicorn")
+    server.handlers[:] = [handler]
+    server.propagate = False
+    errors = logging.getLogger("uvicorn.error")
+    errors.handlers[:] = []
+    errors.propagate = True
+    if not any(isinstance(item, _ReportedStartupFailure) for item in errors.filters):
+        errors.addFilter(_ReportedStartupFailure())
 
-    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
-        record.message = _CONTROLS.sub(_escaped, record.message)
-        return super().formatMessage(record)
+
+#: Errors the service reports itself, in one line, before they reach uvicorn's lifespan.
+_REPORTED_ERRORS = ("app.transports.ports.GrpcPortError: ",)
+
+
+class _ReportedStartupFailure(logging.Filter):
+    """Drops uvicorn's record of a start-up failure that the service has already told in one
+    line (the gRPC port taken): Starlette hands uvicorn the whole traceback, some 30 lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith("Traceback (most recent call last)"):
+            return True
+        last = message.rstrip().rsplit("\n", 1)[-1]
+        return not last.startswith(_REPORTED_ERRORS)
+
+
+class TextFormatter(logging.Formatter):
+    """Plain text, a record a line, for a person at a terminal::
+
+        2026-11-26 17:40:01 info  POST /roll 200 1.2 ms  id=5c0f... in=37 out=164
+        2026-11-26 17:40:00 info  memory budget  budget_bytes=4294967296
+        2026-11-26 17:40:00 info  uvicorn: Started server process [7]
+
+    Local time to the second, the level, the message (a request's line: method, path, status
+    and duration; a library's: its logger's name first) and the record's fields as
+    ``key=value``.
+    Control characters are escaped (``\\n``) in all of it, so no message, nor what a client
+    put in it, can start a line of its own."""
+
+    _standard = JsonFormatter._standard
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {key: value for key, value in record.__dict__.items() if key not in self._standard}
+        if tracing.TRACER is not None and "trace_id" not in fields:
+            fields.update(tracing.log_ids())
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.created))
+        level = record.levelname.lower()
+        if record.name == ACCESS_LOG.name and "status" in fields:
+            text = _request_text(fields)
+        elif record.name in _UNNAMED:
+            text = record.getMessage()
+        else:
+            text = f"{_SHOWN_NAMES.get(record.name, record.name)}: {record.getMessage()}"
+        if fields:
+            text += "  " + " ".join(f"{key}={_value_text(value)}" for key, value in fields.items())
+        if record.exc_info:
+            text += "  exception=" + self.formatException(record.exc_info)
+        return f"{stamp} {level:<5} " + _CONTROLS.sub(_escaped, text)
+
+
+#: Loggers whose lines need no name in text (the service's own messages), and shorter names.
+_UNNAMED = frozenset(("tensor_ops.service", "tensor_ops.access"))
+_SHOWN_NAMES = {"uvicorn.error": "uvicorn"}
+
+
+def _request_text(fields: dict[str, Any]) -> str:
+    """A request's line in words (what is said is taken out of ``fields``)."""
+    method = fields.pop("method", "-")
+    path = cut(str(fields.pop("path", "-")), 256)
+    status = fields.pop("status", "-")
+    duration = fields.pop("duration_ms", 0.0)
+    request_id = fields.pop("request_id", "-")
+    fields.pop("route", None)
+    shown = {
+        "id": request_id,
+        "in": fields.pop("bytes_in", 0),
+        "out": fields.pop("bytes_out", 0),
+        **fields,
+    }
+    fields.clear()
+    fields.update(shown)
+    return f"{method} {path} {status} {duration:.1f} ms"
+
+
+def _value_text(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    if not text or any(character in text for character in ' "='):
+        return orjson.dumps(text).decode()
+    return text
 
 
 _CONTROLS = re.compile(r"[\x00-\x1f\x7f]")

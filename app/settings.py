@@ -49,8 +49,10 @@ class Settings(BaseSettings):
     )
     workers: int = Field(1, ge=1, description="number of worker processes")
     log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
-    log_format: Literal["json", "text"] = Field(
-        "json", description="one JSON object a line, or text"
+    log_format: Literal["auto", "json", "text"] = Field(
+        "auto",
+        description="one JSON object a line, or one line of text an event; auto: JSON unless "
+        "standard error is a terminal (containers, files and pipes get JSON)",
     )
     max_body_bytes: int = Field(256 * MiB, ge=1, description="largest request body accepted")
     max_output_bytes: int = Field(1 * GiB, ge=1, description="largest output tensor produced")
@@ -103,6 +105,14 @@ class Settings(BaseSettings):
         256 * 1024,
         ge=0,
         description="bodies and outputs above this size are processed off the event loop",
+    )
+
+    shared_memory: Literal["on", "off"] = Field(
+        "on",
+        description="Triton's system shared memory extension under /v2 and gRPC: clients on "
+        "the same host (sharing /dev/shm) register POSIX shared memory regions and pass "
+        "tensors through them; off, its routes and parameters are refused. Needs "
+        "TENSOR_OPS_WORKERS=1 (a region is registered with one worker process)",
     )
 
     api_keys_file: Path | None = Field(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import threading
@@ -126,16 +127,62 @@ def settings_from(environ: Mapping[str, str]) -> TracingSettings | None:
     return TracingSettings(exporters, protocol, endpoint)
 
 
+#: How to get what tracing needs: OpenTelemetry's SDK and exporters are an extra.
+INSTALL_HINT = "pip install 'tensor-ops[tracing]'"
+#: The modules each exporter needs (the OTLP ones by protocol), beside the SDK's.
+_SDK_MODULES = ("opentelemetry.sdk.trace", "opentelemetry.sdk.resources")
+_OTLP_MODULES = {
+    "http/protobuf": "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "grpc": "opentelemetry.exporter.otlp.proto.grpc.trace_exporter",
+}
+
+
+def turned_on_by(settings: TracingSettings, environ: Mapping[str, str]) -> str:
+    """The variable that turned tracing on, in words (for a refusal)."""
+    if "otlp" in settings.exporters:
+        for name in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+            if environ.get(name):
+                return f"{name} is set"
+    return f"OTEL_TRACES_EXPORTER={environ.get('OTEL_TRACES_EXPORTER', '').strip()}"
+
+
+def unavailable(settings: TracingSettings, environ: Mapping[str, str]) -> str | None:
+    """Why tracing as ``settings`` say cannot run here, in words: OpenTelemetry's SDK, or the
+    exporter chosen, not installed (the ``tracing`` extra); None when it can. The modules are
+    looked up, not run (only their packages' ``__init__`` are): ``python -m app``'s supervisor
+    asks before any worker starts."""
+    modules = list(_SDK_MODULES)
+    if "otlp" in settings.exporters:
+        modules.append(_OTLP_MODULES[settings.protocol])
+    for module in modules:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a parent package missing, or blocked
+            found = False
+        if not found:
+            return (
+                f"tracing is on ({turned_on_by(settings, environ)}) but OpenTelemetry is not "
+                f"installed: {INSTALL_HINT}"
+            )
+    return None
+
+
 def configure(environ: Mapping[str, str] | None = None) -> None:
     """Turn tracing on as the environment says (once: nothing changes while it is on).
 
-    Called where the app is made, in each worker process.
+    Called where the app is made, in each worker process. With tracing on and OpenTelemetry
+    not installed, the process exits (status 2) with one line saying so, under any launcher.
     """
     if TRACER is not None:
         return
-    settings = settings_from(os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    settings = settings_from(environ)
     if settings is None:
         return
+    problem = unavailable(settings, environ)
+    if problem is not None:
+        logging.getLogger("tensor_ops.service").error("cannot start: %s", problem)
+        raise SystemExit(2)
     install(provider_for(settings))
     LOG.info(
         "tracing on",

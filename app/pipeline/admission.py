@@ -177,6 +177,8 @@ class Reservation:
         self.held = 0
         #: The most this request asked for, counted or not: its memory estimate, logged.
         self.peak = 0
+        #: Nanoseconds spent in admission (waiting for room in the budget, or taking it).
+        self.waited_ns = 0
         self._deadline = time.monotonic() + budget.timeout
 
     async def grow_to(self, nbytes: int) -> None:
@@ -190,7 +192,12 @@ class Reservation:
             return
         extra = nbytes - self.held
         if extra > 0:
-            await self.budget._take(extra, nbytes, self._deadline)
+            started = time.perf_counter_ns()
+            try:
+                await self.budget._take(extra, nbytes, self._deadline)
+            finally:
+                # Triton's "queue" statistic (app/pipeline/statistics.py).
+                self.waited_ns += time.perf_counter_ns() - started
             self.held += extra
 
     def try_grow_to(self, nbytes: int) -> bool:

@@ -2,8 +2,9 @@
 
 import functools
 import math
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -115,6 +116,8 @@ class Job:
     #: How the output is computed from the checks already made (the op's plan); None: by the
     #: op's kernel, which checks its inputs itself.
     plan: Plan | None = None
+    #: Nanoseconds the kernel took, once ``output`` has run (Triton's "compute_infer").
+    kernel_ns: int = field(default=0, compare=False, repr=False)
 
     @property
     def output_count(self) -> int:
@@ -130,11 +133,14 @@ class Job:
         The kernels move bits, so they write in the input's byte order; a big-endian input
         is computed aside and converted into ``out``.
         """
+        started = time.perf_counter_ns()
         if out is not None and self.output_dtype.byteorder == ">":
             np.copyto(out, self._compute(None), casting="equiv")
             result = out
         else:
             result = self._compute(out)
+        # Frozen: the one field set after the checks, read by the pipeline's statistics.
+        object.__setattr__(self, "kernel_ns", time.perf_counter_ns() - started)
         _elements(self.op.name).inc(result.size)
         return result
 

@@ -7,11 +7,13 @@ moves large work off the event loop, and gives the reservation back when the ans
 sent or the request has failed. It knows nothing of URLs, headers or protocols.
 """
 
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app import tracing
+from app.pipeline import statistics
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.jobs import Job, Limits, with_kernel_span
 from app.pipeline.threads import run_sized
@@ -68,6 +70,7 @@ class Pipeline:
         faults), for the transport to render. With tracing on, the stages are spans: "read",
         "decode" (with the memory it waits for), and "encode" with the "kernel" inside it.
         """
+        started = time.perf_counter_ns()  # Triton's statistics (app/pipeline/statistics.py)
         # Tracing's stage spans, when it is on: a test here, and of a local below, when off.
         stages = None if tracing.TRACER is None else tracing.stages()
         reservation = self.budget.reserve()
@@ -81,6 +84,7 @@ class Pipeline:
             decoding = await run_sized(large, exchange.prepare, body)
             await reservation.grow_to(len(body) + decoding)
             job = await run_sized(large, exchange.decode, self.limits)
+            decoded, waited = time.perf_counter_ns(), reservation.waited_ns
             offload = large or job.output_bytes > self.settings.offload_bytes
             if stages is not None:
                 stages.op(job.op.name)
@@ -95,6 +99,17 @@ class Pipeline:
         except BaseException as error:
             if stages is not None:
                 stages.fail(error)
+            # Counted under its model when the exchange knows it (a gRPC message: once read).
+            op = getattr(exchange, "op", None)
+            if op is not None:
+                statistics.failed(op.name, time.perf_counter_ns() - started)
             await reservation.release()
             raise
+        statistics.succeeded(
+            job.op.name,
+            time.perf_counter_ns() - started,
+            reservation.waited_ns,
+            decoded - started - waited,
+            job.kernel_ns,
+        )
         return answer, reservation

@@ -20,6 +20,7 @@ from typing import Any, Literal, overload
 import grpc
 import grpc.aio
 import numpy as np
+from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from app import tracing
@@ -40,19 +41,35 @@ from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
-from app.registry import Op
+from app.pipeline.statistics import model_statistics
+from app.registry import REGISTRY, Op
 from app.settings import Settings
 from app.transports.errors import fault_headers
+from app.transports.shared_memory import (
+    INPUT_EXTENSIONS_ON,
+    OUTPUT_EXTENSIONS_ON,
+    SharedTensors,
+    grpc_answer,
+    grpc_calls,
+    new_request,
+    raw_positions,
+    server_extensions,
+)
 from app.transports.v2_rules import (
+    EXTENSIONS,
     INPUT_EXTENSIONS,
     MODEL_VERSION,
+    OUTPUT_EXTENSIONS,
     OUTPUT_NAME,
     SERVER_NAME,
     model,
+    model_config,
     model_metadata,
     op_attributes,
     read_inputs,
     refuse_extensions,
+    refuse_model_control,
+    repository_index,
     wants_binary,
 )
 from app.version import VERSION
@@ -137,12 +154,24 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
 class GrpcExchange:
     """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
 
-    def __init__(self) -> None:
+    def __init__(self, shared: SharedTensors | None = None) -> None:
         self.head = b""
         #: The raw contents as views of the message; None: left in the parsed message.
         self.raw: list[memoryview] | None = None
         self.request = pb.ModelInferRequest()
         self.raw_output = True
+        #: Tensors in shared memory (None: the extension is off).
+        self.shared = shared
+        self.shared_output = False
+
+    @property
+    def op(self) -> Op | None:
+        """The model the message names, once it has been parsed and if it is served (for the
+        statistics of a request refused after that)."""
+        request = self.request
+        if request.model_version not in ("", MODEL_VERSION):
+            return None
+        return REGISTRY.get(request.model_name)
 
     def prepare(self, body: Body) -> int:
         entries = 0
@@ -178,27 +207,42 @@ class GrpcExchange:
         parameters = parameter_values(request.parameters)
         # Lazily: a message may name an output a million times, each read and let go.
         outputs = ((item.name, parameter_values(item.parameters)) for item in request.outputs)
-        self.raw_output = wants_binary(parameters, outputs, default=True)
+        shared = self.shared
+        extensions = OUTPUT_EXTENSIONS if shared is None else OUTPUT_EXTENSIONS_ON
+        self.raw_output = wants_binary(parameters, outputs, default=True, extensions=extensions)
         arrays = self._inputs(request, op, limits)
         job = make_job(op, arrays, op_attributes(op, parameters), limits)
-        self._refuse_what_cannot_be_sent(job, limits)
+        if shared is not None and shared.place_output(
+            ((item.name, parameter_values(item.parameters)) for item in request.outputs), job
+        ):
+            self.shared_output = True  # written into the client's region, not sent
+        else:
+            self._refuse_what_cannot_be_sent(job, limits)
         return job
 
     def _inputs(self, request: Any, op: Op, limits: Limits) -> dict[str, Any]:
         raw = self.raw or []
-        if raw and len(raw) != len(request.inputs):
+        shared = self.shared
+        # Inputs in shared memory have no raw contents: the others' entries, in order.
+        positions = None if shared is None else raw_positions(request.inputs)
+        carried = (
+            len(request.inputs) if positions is None else len(positions) - positions.count(None)
+        )
+        if raw and len(raw) != carried:
             raise ServiceError(
                 Fault.TENSOR_DECODE,
                 ("body", "raw_input_contents"),
-                f"raw_input_contents has {len(raw)} entries for {len(request.inputs)} inputs: "
+                f"raw_input_contents has {len(raw)} entries for {carried} inputs"
+                f"{'' if positions is None else ' not in shared memory'}: "
                 "give one for every input, in order, or none and each input's contents",
             )
         head = self.head
+        extensions = INPUT_EXTENSIONS if shared is None else INPUT_EXTENSIONS_ON
 
         def check(item: Any) -> None:
             refuse_extensions(
                 parameter_values(item.parameters),
-                INPUT_EXTENSIONS,
+                extensions,
                 ("body", item.name, "parameters"),
                 "send the tensor in the request, in raw_input_contents or in contents",
             )
@@ -211,6 +255,19 @@ class GrpcExchange:
 
         def decode(index: int, item: Any) -> Any:
             shape = list(item.shape)
+            if positions is not None:
+                position = positions[index]
+                if position is None:
+                    assert shared is not None
+                    in_contents = "contents" if item.contents.ByteSize() else None
+                    return shared.input(
+                        item.name,
+                        parameter_values(item.parameters),
+                        shape,
+                        item.datatype,
+                        in_contents,
+                    )
+                index = position
             try:
                 if raw:
                     if item.contents.ByteSize():
@@ -234,10 +291,14 @@ class GrpcExchange:
         )
 
     def encoding_bytes(self, job: Job) -> int:
+        # The inputs and output in shared memory are the client's: only copies count.
+        copied = 0 if self.shared is None else self.shared.copied_bytes
+        if self.shared_output:
+            return copied
         if self._raw_output(job):
             # The output array, then the message it is joined into (one copy).
-            return 2 * job.output_bytes
-        return job.output_bytes + typed_bytes(job.output_dtype, job.output_count)
+            return 2 * job.output_bytes + copied
+        return job.output_bytes + typed_bytes(job.output_dtype, job.output_count) + copied
 
     def _refuse_what_cannot_be_sent(self, job: Job, limits: Limits) -> None:
         """413 before any work for an answer over the send limit: typed contents take up to
@@ -263,6 +324,9 @@ class GrpcExchange:
         return self.raw_output or not can_be_typed(job.output_dtype)
 
     def encode(self, job: Job) -> Answer:
+        if self.shared_output:
+            assert self.shared is not None
+            return grpc_answer(job, self.request.id, self.shared)
         datatype = v2_datatype(job.output_dtype)
         if self._raw_output(job):
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
@@ -400,6 +464,24 @@ class Receiver:
     async def message(self, context: Any, reservation: Reservation, notes: CallNotes) -> Body:
         await reservation.grow_to(RECEIVE_COPIES * self.limit)
         message = await self._read(context, notes)
+        await reservation.shrink_to(RECEIVE_COPIES * len(message))
+        coding = message_coding(message)
+        if coding is None:
+            return message
+        return await inflate(
+            message, coding, self.settings, reservation, limit=self.limit, what="message"
+        )
+
+    async def next_message(
+        self, context: Any, reservation: Reservation, notes: CallNotes
+    ) -> Body | None:
+        """A stream's next message, read as ``message`` reads a call's one (the worst case
+        reserved before the read is posted, within the time limit); None: the client has sent
+        its last."""
+        await reservation.grow_to(RECEIVE_COPIES * self.limit)
+        message = await self._read(context, notes, end_allowed=True)
+        if message is None:
+            return None
         await reservation.shrink_to(RECEIVE_COPIES * len(message))
         coding = message_coding(message)
         if coding is None:
@@ -551,7 +633,8 @@ class InferenceService:
 
     async def server_metadata(self, context: Any, notes: CallNotes) -> Any:
         await self.parsed(pb.ServerMetadataRequest, context, notes)
-        return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION, extensions=[])
+        extensions = EXTENSIONS + server_extensions(self.pipeline)
+        return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION, extensions=extensions)
 
     async def model_metadata(self, context: Any, notes: CallNotes) -> Any:
         request = await self.parsed(pb.ModelMetadataRequest, context, notes)
@@ -579,7 +662,8 @@ class InferenceService:
             notes.reservation = reservation
             return await receiver.message(context, reservation, notes)
 
-        answer, reservation = await self.pipeline.run(read, GrpcExchange())
+        exchange = GrpcExchange(new_request(self.pipeline))
+        answer, reservation = await self.pipeline.run(read, exchange)
         if reservation.held:
             _release_when_done(context, reservation)
         return bytes(answer.buffers[0])
@@ -587,6 +671,198 @@ class InferenceService:
     def _ended(self, _: Any) -> None:
         self.calls_in_flight -= 1
         self.last_ended = time.monotonic()
+
+    # Triton's extensions (docs/triton.md).
+
+    async def model_config(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.parsed(pb.ModelConfigRequest, context, notes)
+        config = model_config(model(request.name, request.version or None))
+        return pb.ModelConfigResponse(config=json_format.ParseDict(config, pb.ModelConfig()))
+
+    async def model_statistics(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.parsed(pb.ModelStatisticsRequest, context, notes)
+        if request.name:
+            names = [model(request.name, request.version or None).name]
+        else:
+            names = list(REGISTRY)
+        response = pb.ModelStatisticsResponse()
+        for item in model_statistics(names, MODEL_VERSION):
+            item.pop("batch_stats")
+            json_format.ParseDict(item, response.model_stats.add())
+        return response
+
+    async def repository_index(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.parsed(pb.RepositoryIndexRequest, context, notes)
+        models = repository_index(request.ready)
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(**item) for item in models]
+        )
+
+    async def repository_model_load(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.parsed(pb.RepositoryModelLoadRequest, context, notes)
+        raise refuse_model_control(request.model_name, "load")
+
+    async def repository_model_unload(self, context: Any, notes: CallNotes) -> Any:
+        request = await self.parsed(pb.RepositoryModelUnloadRequest, context, notes)
+        raise refuse_model_control(request.model_name, "unload")
+
+    async def stream_message(
+        self, context: Any, route: str, given: str | None, key: str | None
+    ) -> bool:
+        """Serve the next message of a ``ModelStreamInfer`` stream as ``ModelInfer`` serves its
+        one (read within the budget and the limits, through the pipeline, logged and counted),
+        and write its answer; a refusal is answered as ``error_message`` and the stream goes
+        on. False once the client has sent its last message. A refusal before the message was
+        read (no memory came free, it did not arrive in time) ends the stream with its status:
+        no request of the client's can carry it."""
+        started = time.perf_counter()
+        request_id = accepted_request_id(given)
+        notes = CallNotes()
+        exchange = GrpcExchange()
+        reservation: Reservation | None = None
+        status: str | None = "UNKNOWN"
+        sent, counted = 0, False
+
+        async def read(held: Reservation) -> Body:
+            nonlocal reservation, counted
+            reservation = notes.reservation = held
+            message = await self.receiver.next_message(context, held, notes)
+            if message is None:
+                raise _EndOfStreamError
+            self.calls_in_flight += 1
+            counted = True
+            return message
+
+        try:
+            try:
+                answer, reservation = await self.pipeline.run(read, exchange)
+                message = await _stream_answer(answer, reservation)
+            except _EndOfStreamError:
+                status = None
+                return False
+            except ServiceError as caught:
+                release_frames(caught)
+                error = caught
+            except Exception as caught:
+                error = internal_error(caught)
+                release_frames(caught)
+            else:
+                status, sent = "OK", len(message)
+                await context.write(message)
+                return True
+            status = CODES[error.kind].name
+            if not notes.received:
+                await _end_stream(context, error, request_id)
+            refusal = _stream_refusal(exchange.request, error)
+            sent = len(refusal)
+            await context.write(refusal)
+            return True
+        except asyncio.CancelledError:
+            status = "CANCELLED"
+            raise
+        finally:
+            if reservation is not None:
+                await reservation.release()
+            if counted:
+                self._ended(None)
+            if status is not None:
+                record(
+                    started,
+                    request_id,
+                    **_entry(route, status, notes),
+                    bytes_out=sent,
+                    key=key,
+                )
+
+
+def _entry(route: str, status: str, notes: CallNotes) -> dict[str, Any]:
+    """A stream message's log line, as a call's."""
+    return {
+        "method": "gRPC",
+        "route": route,
+        "path": route,
+        "status": status,
+        "bytes_in": notes.received,
+        "reserved": notes.reserved,
+    }
+
+
+async def _end_stream(context: Any, error: ServiceError, request_id: str) -> None:
+    """A stream ended by a refusal no request of the client's can carry (the message not yet
+    read): its status, as a call's."""
+    tags = [(REQUEST_ID_KEY, request_id), *_fault_tags(error)]
+    await context.abort(CODES[error.kind], error.message, tuple(tags))
+
+
+async def _stream_answer(answer: Answer, reservation: Reservation) -> bytes:
+    """The answer to a stream's message: ``ModelInfer``'s answer wrapped in a
+    ``ModelStreamInferResponse`` (one more copy, reserved too)."""
+    inner = answer.buffers[0]
+    await reservation.grow_to(max(reservation.held, reservation.peak) + len(inner))
+    return join_raw(b"", STREAM_RESPONSE_FIELD, [inner])
+
+
+def _stream_refusal(request: Any, error: ServiceError) -> bytes:
+    """A stream's answer to a refused message: its error, and the message's model and id."""
+    refusal = pb.ModelStreamInferResponse(
+        error_message=error.message,
+        infer_response=pb.ModelInferResponse(
+            model_name=request.model_name, model_version=request.model_version, id=request.id
+        ),
+    )
+    return bytes(refusal.SerializeToString())
+
+
+class _EndOfStreamError(Exception):
+    """The client has sent the last message of its stream."""
+
+
+#: ModelStreamInferResponse.infer_response.
+STREAM_RESPONSE_FIELD = pb.ModelStreamInferResponse.DESCRIPTOR.fields_by_name[
+    "infer_response"
+].number
+STREAM_METHOD = "ModelStreamInfer"
+
+
+def _fault_tags(error: ServiceError) -> list[tuple[str, str]]:
+    """A refusal's trailing metadata: its fault's kind and its own headers."""
+    tags = [(name.lower(), value) for name, value in fault_headers(error).items()]
+    tags.extend((name.lower(), value) for name, value in error.headers.items())
+    return tags
+
+
+def observed_stream(
+    service: InferenceService,
+) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
+    """``ModelStreamInfer``: the key checked once, from the stream's metadata, before any
+    message is read (a refusal ends the stream UNAUTHENTICATED, logged); then each message
+    served in turn (``InferenceService.stream_message``), each with its own log line, metrics,
+    statistics and reservation. A cancelled stream gives back what its message in hand holds."""
+    route = f"/{SERVICE_NAME}/{STREAM_METHOD}"
+    access = service.access
+    keys = access.keys if access is not None and access.grpc_needs_key(route) else None
+
+    async def handle(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        metadata = context.invocation_metadata() or ()
+        given, _ = metadata_value(metadata, REQUEST_ID_KEY)
+        key = None
+        if keys is not None:
+            started = time.perf_counter()
+            value, count = metadata_value(metadata, AUTHORIZATION_KEY)
+            try:
+                key = keys.admit_value(value, count)
+            except ServiceError as error:
+                request_id = accepted_request_id(given)
+                code = CODES[error.kind]
+                record(started, request_id, **_entry(route, code.name, CallNotes()), bytes_out=0)
+                tags = [(REQUEST_ID_KEY, request_id), *_fault_tags(error)]
+                await context.abort(code, error.message, tuple(tags))
+        while await service.stream_message(context, route, given, key):
+            pass
+
+    if tracing.TRACER is None:
+        return handle
+    return tracing.grpc_spans(route, handle, FAULT_KEY)  # the stream in one span
 
 
 def _tensor_metadata(item: dict[str, Any]) -> Any:
@@ -703,6 +979,17 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             "ServerMetadata": method(service.server_metadata, "ServerMetadata"),
             "ModelMetadata": method(service.model_metadata, "ModelMetadata"),
             "ModelInfer": method(service.model_infer, "ModelInfer", answers_bytes=True),
+            # Triton's extensions.
+            STREAM_METHOD: grpc.stream_stream_rpc_method_handler(observed_stream(service)),
+            "ModelConfig": method(service.model_config, "ModelConfig"),
+            "ModelStatistics": method(service.model_statistics, "ModelStatistics"),
+            "RepositoryIndex": method(service.repository_index, "RepositoryIndex"),
+            "RepositoryModelLoad": method(service.repository_model_load, "RepositoryModelLoad"),
+            "RepositoryModelUnload": method(
+                service.repository_model_unload, "RepositoryModelUnload"
+            ),
+            # Triton's shared memory extension (app/transports/shared_memory.py)
+            **{name: method(call, name) for name, call in grpc_calls(service).items()},
         },
     )
 

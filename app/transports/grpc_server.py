@@ -26,6 +26,7 @@ from app.transports.grpc import (
     AUTHORIZATION_KEY,
     CODES,
     SERVICE_NAME,
+    STREAM_METHOD,
     CallNotes,
     InferenceService,
     Receiver,
@@ -58,6 +59,8 @@ Continuation: TypeAlias = (
     "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
 )
 INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
+#: The inference calls a stop refuses: ModelInfer, and new streams of Triton's ModelStreamInfer.
+INFER_ROUTES = frozenset((INFER_ROUTE, f"/{SERVICE_NAME}/{STREAM_METHOD}"))
 
 
 #: Calls one connection may have open at once (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS).
@@ -124,6 +127,10 @@ class GrpcServer:
         settings = self.settings
         host, port = settings.host, settings.grpc_port
         with claimed(host, port, settings.workers) as shared:
+            # A port held by another process is said here, in one line: gRPC's core would
+            # first write its own failure to standard error.
+            if port and not shared and not port_is_free(host, port):
+                raise GrpcPortError(held_message(host, port))
             server = grpc.aio.server(
                 options=[
                     *server_options(settings, self.service.receiver.limit),
@@ -223,7 +230,7 @@ class Drain(grpc.aio.ServerInterceptor):
         continuation: Continuation,
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        if self.closing and handler_call_details.method == INFER_ROUTE:
+        if self.closing and handler_call_details.method in INFER_ROUTES:
             return self.refusal
         return await continuation(handler_call_details)
 

@@ -32,6 +32,7 @@ from app.transports.json_tensors import (
     decode_data,
     decode_index,
     encode_output,
+    explain_refusal,
     json_encoding_bytes,
     settle_npy_type,
 )
@@ -145,15 +146,17 @@ class JsonExchange:
 
     def decode(self, limits: Limits) -> Job:
         assert self.json is not None
+        payload = self.json.parse()
         try:
             # The model's core validator, not model_validate (whose wrapper costs 5 us more).
-            payload = self.json.parse()
             model_type = request_model(self.op)
             refuse_unknown_fields(payload, model_type.model_fields)
             model = model_type.__pydantic_validator__.validate_python(payload)
             fields = dict(model.__dict__)
         except ValidationError as error:
-            raise from_validation(error) from None
+            raise explain_refusal(from_validation(error), self.op, payload) from None
+        except ServiceError as error:
+            raise explain_refusal(error, self.op, payload) from None
         data, self.form = decode_data(fields["data"], fields["dtype"])
         arrays = {"data": data}
         for item in self.op.inputs[1:]:

@@ -1,6 +1,9 @@
 """Tensors in a JSON body (nested arrays or base64 ``.npy``), to arrays and back, errors located."""
 
+import difflib
 import functools
+import re
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
@@ -15,8 +18,9 @@ from app.codecs.json_form import (
     json_ready,
 )
 from app.codecs.json_text import nested_json, text_bytes, writes_whole, writing_bytes
-from app.errors import Fault, ServiceError, from_wire
+from app.errors import QUOTE_LIMIT, Fault, ServiceError, from_wire
 from app.pipeline.jobs import Job
+from app.registry import Op
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     UnknownDTypeError,
@@ -24,7 +28,7 @@ from tensor_ops_wire.dtypes import (
     element_type_of,
     shown,
 )
-from tensor_ops_wire.errors import TensorError, unacceptable
+from tensor_ops_wire.errors import TensorError, WireFault, unacceptable
 from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, npy_buffer
 
 
@@ -50,7 +54,7 @@ def decode_data(value: Any, dtype_name: str | None) -> tuple[npt.NDArray[Any], F
             array = decode_json_data(value, dtype)
             form = Form.JSON
     except TensorError as error:
-        raise from_wire(error, "data") from None
+        raise _with_string_hint(from_wire(error, "data"), value, error, index=False) from None
     return array, form
 
 
@@ -92,7 +96,7 @@ def decode_index(value: Any, field: str) -> npt.NDArray[Any]:
         else:
             array = decode_json_indices(value)
     except TensorError as error:
-        raise from_wire(error, field) from None
+        raise _with_string_hint(from_wire(error, field), value, error, index=True) from None
     return array
 
 
@@ -166,3 +170,139 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         return [orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)], "application/json"
     suffix = orjson.dumps({"dtype": name, "shape": output.shape})
     return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
+
+
+# ------------------------------------------------------------------------------------------------
+# Hints for the plain JSON routes' commonest mistakes: a number sent as a string (read as base64
+# .npy), and a field of another name than the op's.
+
+#: The start of the base64 of every .npy file (its magic string, ``\x93NUMPY``).
+_NPY_BASE64_START = "k05VTVBZ"
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_LIST = re.compile(r"\[[0-9eE.,+\-\s\[\]]*\]")
+_NOT_BASE64 = "not valid base64"
+#: Longer keys are not compared with the op's fields (difflib's cost grows with the length).
+_MATCHED_KEY_CHARS = 64
+
+
+def shown_string(text: str) -> str:
+    """A client's string as JSON writes it, cut to a short prefix (its full length said)."""
+    if len(text) <= QUOTE_LIMIT:
+        return orjson.dumps(text).decode()
+    return f"{orjson.dumps(text[:QUOTE_LIMIT]).decode()}... ({len(text)} characters)"
+
+
+def string_advice(text: str, integers: bool) -> str:
+    """What to send instead of the string ``text``: the number or list it spells, unquoted."""
+    spelled = text.strip()
+    if len(spelled) <= QUOTE_LIMIT:
+        if _INTEGER.fullmatch(spelled) or (not integers and _NUMBER.fullmatch(spelled)):
+            return f"send the number {spelled} or a list of numbers, or base64 of a .npy"
+        if _LIST.fullmatch(spelled):
+            return f"send the list {spelled} without the quotes, or base64 of a .npy"
+    if integers:
+        return "send an integer or a list of integers, or base64 of a .npy"
+    return "send a number or a list of numbers, or base64 of a .npy"
+
+
+def _with_string_hint(
+    error: ServiceError, value: Any, cause: TensorError, index: bool
+) -> ServiceError:
+    """``error`` (a tensor that did not decode) saying, when it came as a short string that is no
+    base64 .npy, that strings are read as such and what to send instead. A long string, or one
+    that starts as an .npy does, is meant as one: its error stays as it is."""
+    if (
+        not isinstance(value, str)
+        or cause.kind is not WireFault.UNDECODABLE
+        or value.startswith(_NPY_BASE64_START)
+    ):
+        return error
+    if cause.message.startswith(_NOT_BASE64):
+        what = "this one is not valid base64"
+    else:
+        what = f"this one decodes to no .npy file ({cause.message})"
+    problem = error.problems[0]
+    problem.msg = (
+        f"{shown_string(value)} is a string; strings are read as a base64 .npy file, and "
+        f"{what}: {string_advice(value, index)}"
+    )
+    return error
+
+
+def op_fields(op: Op) -> tuple[str, ...]:
+    """The fields of ``op``'s JSON body that are its inputs and attributes, in order."""
+    return (*op.input_names, *(item.name for item in op.attributes))
+
+
+def unknown_field_message(op: Op, key: str) -> str:
+    """Why ``key`` is refused in ``op``'s JSON body: the fields the op takes, and the nearest."""
+    fields = op_fields(op)
+    taken = f"{op.name} takes {', '.join(fields)}"
+    near = (
+        difflib.get_close_matches(key, (*fields, "dtype"), n=1, cutoff=0.6)
+        if len(key) <= _MATCHED_KEY_CHARS
+        else []
+    )
+    if near:
+        return f'{taken}; did you mean "{near[0]}"?'
+    return f"{taken}, and no other field"
+
+
+def explain_refusal(error: ServiceError, op: Op, payload: Mapping[str, Any]) -> ServiceError:
+    """``error`` (the envelope of ``op``'s JSON body refused) in the op's own words:
+
+    - an unknown field names the fields the op takes and the nearest (``axis: roll takes data,
+      shift, axes; did you mean "axes"?``); a required field it is the near miss of is not told
+      as missing as well;
+    - an attribute sent as a string says to send the number.
+    """
+    problems = error.problems
+    attributes = {(item.name,) for item in op.attributes}
+    suggested: set[str] = set()
+    for problem in problems:
+        if problem.kind is Fault.UNKNOWN_INPUT and len(problem.loc) == 2:
+            key = payload_key(payload, problem.loc[1])
+            if key is None:
+                continue
+            problem.msg = unknown_field_message(op, key)
+            match = re.search(r'did you mean "([a-z_]+)"\?$', problem.msg)
+            if match:
+                suggested.add(match[1])
+        elif problem.kind is Fault.INVALID_FIELD and problem.loc[1:] in attributes:
+            value = payload.get(str(problem.loc[1]))
+            if isinstance(value, str):
+                problem.msg = (
+                    f"{shown_string(value)} is a string; {problem.loc[1]} is an integer: "
+                    f"{_integer_advice(value)}"
+                )
+    kept = [
+        problem
+        for problem in problems
+        if not (
+            problem.kind is Fault.MISSING_INPUT
+            and len(problem.loc) == 2
+            and problem.loc[1] in suggested
+        )
+    ]
+    if len(kept) == len(problems):
+        return error
+    # The first problem's kind fixes the status: a missing field and an unknown one both 422.
+    return ServiceError.of(kept)
+
+
+def payload_key(payload: Mapping[str, Any], located: str | int) -> str | None:
+    """The key of ``payload`` a problem's location names (a long key is cut in locations)."""
+    if isinstance(located, str) and located in payload:
+        return located
+    if isinstance(located, str) and located.endswith(" characters)"):
+        prefix = located.split("... (", 1)[0]
+        return next((key for key in payload if key.startswith(prefix)), None)
+    return None
+
+
+def _integer_advice(text: str) -> str:
+    spelled = text.strip()
+    if _INTEGER.fullmatch(spelled):
+        return f"send the number {spelled}"
+    return "send an integer"

@@ -4,7 +4,7 @@ An adapter of the request pipeline: where V2 puts inputs and parameters, how it 
 tensors, how it writes its answer and its ``{"error"}``.
 """
 
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Annotated, Any
 
 import orjson
@@ -25,6 +25,7 @@ from app.codecs.v2_tensors import (
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
+from app.pipeline.statistics import model_statistics
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
@@ -35,25 +36,45 @@ from app.transports.json_tensors import (
     require_json_can_carry,
 )
 from app.transports.routes import DirectRoute, Endpoint
+from app.transports.shared_memory import (
+    INPUT_EXTENSIONS_ON,
+    OUTPUT_EXTENSIONS_ON,
+    SharedTensors,
+    add_shared_memory_routes,
+    http_answer,
+    new_request,
+    server_extensions,
+)
 from app.transports.v2_messages import (
     InferenceRequest,
     InferenceResponse,
+    ModelConfig,
     ModelMetadata,
+    ModelStatisticsResponse,
+    RepositoryIndexRequest,
+    RepositoryModel,
     RequestInput,
     ServerMetadata,
     V2Error,
 )
 from app.transports.v2_rules import (
+    EXTENSIONS as SERVED_EXTENSIONS,
+)
+from app.transports.v2_rules import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,
+    OUTPUT_EXTENSIONS,
     PARAMETER_FAULT,
     SERVER_NAME,
     json_kind,
     model,
+    model_config,
     model_metadata,
     op_attributes,
     read_inputs,
     refuse_extensions,
+    refuse_model_control,
+    repository_index,
     wants_binary,
 )
 from app.version import VERSION
@@ -62,7 +83,6 @@ from tensor_ops_wire.errors import TensorError
 HEADER_LENGTH = "inference-header-content-length"
 _LENGTH_DIGITS = 19
 BINARY_TYPE = "application/octet-stream"
-EXTENSIONS = ["binary_tensor_data"]
 #: What the V2 routes read: JSON, or JSON then binary tensors (tritonclient sends no type).
 _READABLE = (JSON_TYPE, BINARY_TYPE, "")
 
@@ -80,7 +100,9 @@ ModelVersion = Annotated[
 class V2Exchange:
     """One infer request: a JSON body, or a JSON header then the binary tensors it sizes."""
 
-    def __init__(self, op: Op, header_length: str | None) -> None:
+    def __init__(
+        self, op: Op, header_length: str | None, shared: SharedTensors | None = None
+    ) -> None:
         # A byte count in ASCII digits; past 19 of them it passes any body (and int() refuses
         # 4300 of them), so it is refused before int() sees it.
         if header_length is not None and not (
@@ -102,6 +124,9 @@ class V2Exchange:
         self.binary_output = False
         self.text_bytes = 0
         self.json: JsonBody | None = None
+        #: Tensors in shared memory (None: the extension is off).
+        self.shared = shared
+        self.shared_output = False
 
     def prepare(self, body: Body) -> int:
         if self.header_length is None:
@@ -136,13 +161,18 @@ class V2Exchange:
             raise from_validation(error) from None
         self.request = request
         arrays = self._inputs(request, limits)
+        outputs = [(output.name, output.parameters or {}) for output in request.outputs or []]
         self.binary_output = wants_binary(
             request.parameters or {},
-            [(output.name, output.parameters or {}) for output in request.outputs or []],
+            outputs,
             default=False,
+            extensions=OUTPUT_EXTENSIONS if self.shared is None else OUTPUT_EXTENSIONS_ON,
         )
         job = make_job(self.op, arrays, op_attributes(self.op, request.parameters or {}), limits)
-        if not self.binary_output:
+        if self.shared is not None and self.shared.place_output(outputs, job):
+            # Written into the client's region: nothing of it in the answer.
+            self.shared_output = True
+        elif not self.binary_output:
             # V2 JSON data is flat: the text of a 1-D array of the output's elements.
             self.text_bytes = check_json_text_size(
                 (job.output_count,), job.output_dtype, limits.max_output_bytes
@@ -152,10 +182,22 @@ class V2Exchange:
     def _inputs(self, request: InferenceRequest, limits: Limits) -> dict[str, Any]:
         binary = self.binary
         offset = 0
+        shared = self.shared
+        extensions = INPUT_EXTENSIONS if shared is None else INPUT_EXTENSIONS_ON
+
+        def check(item: RequestInput) -> int | None:
+            return _binary_data_size(item, extensions)
 
         def decode(index: int, item: RequestInput) -> Any:
             nonlocal offset
-            size = _binary_data_size(item)
+            size = check(item)
+            if shared is not None:
+                carried = "binary_data_size" if size is not None else None
+                if item.data is not None:
+                    carried = "data"
+                array = shared.input(item.name, item.parameters, item.shape, item.datatype, carried)
+                if array is not None:
+                    return array
             chunk = None
             if size is not None:
                 chunk = binary[offset : offset + size]
@@ -180,24 +222,31 @@ class V2Exchange:
             self.op,
             request.inputs,
             limits,
-            check=_binary_data_size,
+            check=check,
             decode=decode,
             finish=unclaimed,
         )
 
     def encoding_bytes(self, job: Job) -> int:
+        # The inputs and output in shared memory are the client's: only copies count.
+        copied = 0 if self.shared is None else self.shared.copied_bytes
+        if self.shared_output:
+            return copied
         if self.binary_output:
-            return 2 * job.output_bytes
-        return json_encoding_bytes(job, self.text_bytes)
+            return 2 * job.output_bytes + copied
+        return json_encoding_bytes(job, self.text_bytes) + copied
 
     def encode(self, job: Job) -> Answer:
         assert self.request is not None
+        if self.shared_output:
+            assert self.shared is not None
+            return http_answer(job, self.request.id, self.shared)
         buffers, headers = encode_infer(job, self.request, self.binary_output)
         media = headers.pop("content-type")
         return Answer(buffers, media, headers)
 
 
-def v2_exchange(op: Op, request: Request) -> V2Exchange:
+def v2_exchange(op: Op, request: Request, pipeline: Pipeline | None = None) -> V2Exchange:
     """The adapter of one infer request; 415 for a body V2 cannot read as JSON or binary tensors."""
     kind = media_type(request)
     if kind not in _READABLE:
@@ -207,7 +256,8 @@ def v2_exchange(op: Op, request: Request) -> V2Exchange:
             f"content type {quote(kind)} is not accepted here; send {JSON_TYPE}, or "
             f"{BINARY_TYPE} with an Inference-Header-Content-Length header",
         )
-    return V2Exchange(op, request.headers.get(HEADER_LENGTH))
+    shared = None if pipeline is None else new_request(pipeline)
+    return V2Exchange(op, request.headers.get(HEADER_LENGTH), shared)
 
 
 def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:
@@ -221,13 +271,16 @@ def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:
         raise from_wire(error, item.name) from None
 
 
-def _binary_data_size(item: RequestInput) -> int | None:
-    """The input's ``binary_data_size`` (None when its data is JSON), its parameters checked."""
+def _binary_data_size(
+    item: RequestInput, extensions: Mapping[str, str] = INPUT_EXTENSIONS
+) -> int | None:
+    """The input's ``binary_data_size`` (None when its data is JSON), its parameters checked
+    (those of ``extensions``, not served, refused)."""
     parameters = item.parameters or {}
     loc = ("body", item.name, "parameters")
     refuse_extensions(
         parameters,
-        INPUT_EXTENSIONS,
+        extensions,
         loc,
         "send the tensor in the request, as JSON data or as binary data (binary_data_size)",
     )
@@ -286,7 +339,9 @@ def infer_endpoint(pipeline: Pipeline) -> Callable[[Request, Op], Awaitable[Resp
     """What serves an infer request for an op."""
 
     async def serve_infer(request: Request, op: Op) -> Response:
-        return await serve_http(pipeline, request, lambda: v2_exchange(op, request), render_v2)
+        return await serve_http(
+            pipeline, request, lambda: v2_exchange(op, request, pipeline), render_v2
+        )
 
     return serve_infer
 
@@ -330,6 +385,84 @@ class V2Route(APIRoute):
         await super().handle(scope, receive, send)
 
 
+def add_triton_routes(router: APIRouter, errors: dict[int | str, dict[str, Any]]) -> None:
+    """Triton's extensions (docs/triton.md): model configuration, statistics, and the model
+    repository's index (load and unload refused: the ops are built in)."""
+
+    async def config(name: ModelName) -> dict[str, Any]:
+        return model_config(model(name))
+
+    async def version_config(name: ModelName, version: ModelVersion) -> dict[str, Any]:
+        return model_config(model(name, version))
+
+    for path, config_handler, summary in (
+        ("/models/{name}/config", config, "Model configuration (Triton)"),
+        ("/models/{name}/versions/{version}/config", version_config, "Model configuration"),
+    ):
+        router.add_api_route(
+            path, config_handler, summary=summary, response_model=ModelConfig, responses=errors
+        )
+
+    async def all_stats() -> dict[str, Any]:
+        return {"model_stats": model_statistics(REGISTRY, MODEL_VERSION)}
+
+    async def stats(name: ModelName) -> dict[str, Any]:
+        return {"model_stats": model_statistics([model(name).name], MODEL_VERSION)}
+
+    async def version_stats(name: ModelName, version: ModelVersion) -> dict[str, Any]:
+        return {"model_stats": model_statistics([model(name, version).name], MODEL_VERSION)}
+
+    for path, stats_handler, summary in (
+        ("/models/stats", all_stats, "Statistics of every model (Triton)"),
+        ("/models/{name}/stats", stats, "Model statistics (Triton)"),
+        ("/models/{name}/versions/{version}/stats", version_stats, "Model statistics"),
+    ):
+        router.add_api_route(
+            path,
+            stats_handler,
+            summary=summary,
+            response_model=ModelStatisticsResponse,
+            responses=errors,
+        )
+
+    async def index(request: Request) -> list[dict[str, str]]:
+        body = await request.body()
+        try:
+            asked = RepositoryIndexRequest.model_validate_json(body or b"{}")
+        except ValidationError as error:
+            raise from_validation(error) from None
+        return repository_index(bool(asked.ready))
+
+    router.add_api_route(
+        "/repository/index",
+        index,
+        methods=["POST"],
+        summary="Model repository index (Triton)",
+        response_model=list[RepositoryModel],
+        responses=errors,
+        openapi_extra={
+            "requestBody": {
+                "required": False,
+                "content": {
+                    JSON_TYPE: {"schema": {"$ref": "#/components/schemas/RepositoryIndexRequest"}}
+                },
+            }
+        },
+    )
+
+    async def load(name: ModelName) -> dict[str, Any]:
+        raise refuse_model_control(name, "load")
+
+    async def unload(name: ModelName) -> dict[str, Any]:
+        raise refuse_model_control(name, "unload")
+
+    for path, control, summary in (
+        ("/repository/models/{name}/load", load, "Load a model: refused, always loaded"),
+        ("/repository/models/{name}/unload", unload, "Unload a model: refused"),
+    ):
+        router.add_api_route(path, control, methods=["POST"], summary=summary, responses=errors)
+
+
 def build_v2_router(pipeline: Pipeline) -> APIRouter:
     """The ``/v2`` routes."""
     router = APIRouter(prefix="/v2", tags=["KServe V2"], route_class=V2Route)
@@ -357,7 +490,11 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
 
     @router.get("", summary="Server metadata", response_model=ServerMetadata)
     async def server_metadata() -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": VERSION, "extensions": EXTENSIONS}
+        extensions = SERVED_EXTENSIONS + server_extensions(pipeline)
+        return {"name": SERVER_NAME, "version": VERSION, "extensions": extensions}
+
+    # Before /models/{name}: "stats" is not a model's name.
+    add_triton_routes(router, errors)
 
     async def metadata(name: ModelName) -> dict[str, Any]:
         return model_metadata(model(name))
@@ -425,6 +562,8 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
             responses=infer_responses,
             openapi_extra=infer_body,
         )
+
+    add_shared_memory_routes(router, pipeline)  # Triton's shared memory extension
 
     async def no_route(request: Request, rest: str) -> Response:
         # Every path under /v2 answers in the protocol's shape: 405 where another route has the

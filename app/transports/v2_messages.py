@@ -117,3 +117,76 @@ class V2Error(BaseModel):
     """Every error of the ``/v2`` routes."""
 
     error: str
+
+
+class StatisticDuration(BaseModel):
+    """How many requests went through a stage, and their nanoseconds in it, summed."""
+
+    count: int
+    ns: int
+
+
+class InferStatistics(BaseModel):
+    """Triton's inference statistics: the pipeline's stages (docs/triton.md says which)."""
+
+    success: StatisticDuration
+    fail: StatisticDuration
+    queue: StatisticDuration
+    compute_input: StatisticDuration
+    compute_infer: StatisticDuration
+    compute_output: StatisticDuration
+    cache_hit: StatisticDuration
+    cache_miss: StatisticDuration
+
+
+class ModelStatistics(BaseModel):
+    """One model's statistics, over every transport and every worker."""
+
+    name: str
+    version: str
+    last_inference: int = Field(description="Milliseconds since the epoch; 0: none yet")
+    inference_count: int
+    execution_count: int
+    inference_stats: InferStatistics
+    batch_stats: list[Any]
+
+
+class ModelStatisticsResponse(BaseModel):
+    """Triton's statistics extension: the statistics of the models asked for."""
+
+    model_stats: list[ModelStatistics]
+
+
+class ModelConfigTensor(BaseModel):
+    """An input or output in a model configuration: ``dims`` ``[-1]`` is any shape."""
+
+    name: str
+    data_type: str
+    dims: list[int]
+
+
+class ModelConfig(BaseModel):
+    """Triton's model configuration (the model_configuration extension), as far as it applies."""
+
+    name: str
+    platform: str
+    backend: str
+    max_batch_size: int
+    input: list[ModelConfigTensor]
+    output: list[ModelConfigTensor]
+    parameters: dict[str, dict[str, str]]
+
+
+class RepositoryIndexRequest(BaseModel):
+    """The model repository index's request: ``ready`` (every model is ready) may be given."""
+
+    repository_name: str | None = None
+    ready: bool | None = None
+
+
+class RepositoryModel(BaseModel):
+    """A model of the repository index."""
+
+    name: str
+    version: str
+    state: str

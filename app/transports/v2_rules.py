@@ -91,6 +91,65 @@ def model_metadata(op: Op) -> dict[str, Any]:
     return metadata
 
 
+#: Triton's protocol extensions served here beside the binary tensor data one: their names
+#: as server metadata lists them (HTTP and gRPC alike); system shared memory is added when it
+#: is on (``shared_memory.server_extensions``).
+EXTENSIONS = [
+    "binary_tensor_data",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+]
+#: The model configuration's backend (Triton's model_config.proto ``backend``).
+BACKEND = "tensor-ops"
+
+
+def model_config(op: Op) -> dict[str, Any]:
+    """Triton's model configuration of ``op`` (the model_configuration extension), as Triton's
+    HTTP API writes it. No batching (``max_batch_size`` 0): the dims are the whole shape, and
+    ``[-1]`` stands for any shape (any rank, any size). Each tensor's ``data_type`` is the one
+    model metadata gives (the default of JSON clients); ``parameters`` lists, per input, every
+    datatype and rank it takes (``<input>.datatypes``, ``<input>.rank``), and the op's request
+    parameters."""
+    metadata = model_metadata(op)
+    parameters: dict[str, str] = {}
+    inputs = []
+    for item in metadata["inputs"]:
+        inputs.append({"name": item["name"], "data_type": f"TYPE_{item['datatype']}", "dims": [-1]})
+        parameters[f"{item['name']}.datatypes"] = ",".join(item["parameters"]["datatypes"])
+        parameters[f"{item['name']}.rank"] = item["parameters"]["rank"]
+    output = metadata["outputs"][0]
+    parameters.update(metadata.get("parameters", {}))
+    return {
+        "name": op.name,
+        "platform": metadata["platform"],
+        "backend": BACKEND,
+        "max_batch_size": 0,
+        "input": inputs,
+        "output": [
+            {"name": output["name"], "data_type": f"TYPE_{output['datatype']}", "dims": [-1]}
+        ],
+        "parameters": {name: {"string_value": value} for name, value in parameters.items()},
+    }
+
+
+def repository_index(ready_only: bool) -> list[dict[str, str]]:
+    """The model repository's index: every op, always loaded (``ready_only`` changes nothing)."""
+    return [{"name": name, "version": MODEL_VERSION, "state": "READY"} for name in REGISTRY]
+
+
+def refuse_model_control(name: str, action: str) -> ServiceError:
+    """Loading or unloading a model: the ops are built into the service, always loaded. 404
+    for a name that is not a model, else 400 (``not_offered``; gRPC UNIMPLEMENTED)."""
+    op = model(name)
+    return ServiceError(
+        Fault.NOT_OFFERED,
+        ("model",),
+        f"model {op.name!r} cannot be {action}ed: the models of tensor-ops are its built-in ops, "
+        f"always loaded (the model_repository extension serves the index only)",
+    )
+
+
 def json_kind(value: Any) -> str:
     """What a parameter's value is, in words (gRPC's values are named as their JSON kind)."""
     if isinstance(value, bool):
@@ -159,10 +218,14 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, int]:
 
 
 def wants_binary(
-    parameters: Parameters, outputs: Iterable[tuple[str, Parameters]], default: bool
+    parameters: Parameters,
+    outputs: Iterable[tuple[str, Parameters]],
+    default: bool,
+    extensions: Mapping[str, str] = OUTPUT_EXTENSIONS,
 ) -> bool:
     """Whether the output goes as binary (raw) data: its own ``binary_data`` parameter, else the
-    request's ``binary_data_output``, else ``default``."""
+    request's ``binary_data_output``, else ``default``. The output's parameters of
+    ``extensions`` (not served) are refused."""
     wanted = boolean_parameter(parameters, "binary_data_output", ("body", "parameters"))
     own: bool | None = None
     for name, output_parameters in outputs:
@@ -175,7 +238,7 @@ def wants_binary(
         loc = ("body", OUTPUT_NAME, "parameters")
         refuse_extensions(
             output_parameters,
-            OUTPUT_EXTENSIONS,
+            extensions,
             loc,
             "the output comes in the response, as JSON data or as binary data (binary_data)",
         )

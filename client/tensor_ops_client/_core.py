@@ -19,9 +19,17 @@ import httpx
 import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
-from tensor_ops_client._grpc import ChannelSecurity, default_target, infer_output, infer_request
+from tensor_ops_client._grpc import (
+    WHICH_PORT,
+    ChannelSecurity,
+    default_target,
+    infer_output,
+    infer_request,
+)
 from tensor_ops_client._http import HttpRequest, failure, op_request, read_output
+from tensor_ops_client._inputs import tensors_of
 from tensor_ops_client._retry import Attempts, Retry
+from tensor_ops_client._shm import shared_memory_plan
 
 Transport = Literal["npz", "json", "v2", "grpc"]
 TRANSPORTS: tuple[Transport, ...] = ("npz", "json", "v2", "grpc")
@@ -175,9 +183,16 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         api_key: str | None,
         verify: Verify,
         cert: ClientCert | None,
+        shared_memory: bool = False,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
+        if shared_memory and transport not in ("v2", "grpc"):
+            raise ValueError(
+                f"shared_memory=True needs transport 'v2' or 'grpc', not {transport!r}"
+            )
+        #: Whether calls pass their tensors through system shared memory (``_shm.py``).
+        self.shared_memory = shared_memory
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
         self.transport: Transport = transport
@@ -291,7 +306,12 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int]
     ) -> Plan[npt.NDArray[Any]]:
         check_call(op, arrays, attributes)
+        # What NumPy cannot hold (ragged, not numbers, integers beyond int64) is refused here,
+        # in the service's words, before anything is sent.
+        arrays = tensors_of(arrays)
         attempts = Attempts(self.retry)
+        if self.shared_memory:
+            return (yield from shared_memory_plan(self, op, arrays, attributes, attempts))
         if self.transport == "grpc":
             message = infer_request(op, arrays, attributes)
             while True:
@@ -355,13 +375,73 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         return (yield from self._http_plan(request, Attempts(self.retry), read))
 
 
-def transport_failure(error: httpx.HTTPError, timeout: float | None) -> TensorOpsError:
-    """httpx's failure as ``TensorOpsError`` status 0: retryable when the connection could not
-    be made or broke, not when the timeout passed."""
+def _reason(error: httpx.HTTPError) -> str:
+    """httpx's words for a failure, without the errno: ``"connection refused"``. For a failed
+    connection, the system's words for its error (the async client says only "All connection
+    attempts failed")."""
+    text = re.sub(r"^\[Errno -?\d+\] ", "", str(error)).strip() or type(error).__name__
+    if isinstance(error, httpx.ConnectError):
+        cause: BaseException | None = error
+        for _ in range(8):  # httpx's error, httpcore's, anyio's, the socket's
+            if cause is None:
+                break
+            if isinstance(cause, ssl.SSLError):
+                break  # its errno is the TLS library's: httpx's words say it
+            if isinstance(cause, OSError) and cause.errno is not None:
+                text = os.strerror(cause.errno) if cause.errno > 0 else str(cause.strerror)
+                break
+            cause = cause.__cause__ or cause.__context__
+    # "Connection refused" reads as part of the sentence; "SSL: ..." keeps its capitals.
+    return text[0].lower() + text[1:] if text[1:2].islower() else text
+
+
+def _answered_http2(error: httpx.HTTPError) -> bool:
+    """Whether the answer began with a binary byte where an HTTP/1.1 status line was due: the
+    frames of HTTP/2, which a gRPC port sends first (its SETTINGS) whatever it is sent. (h11
+    says so as "illegal request line", or quotes the line when it holds a line break.)"""
+    text = str(error)
+    return isinstance(error, httpx.RemoteProtocolError) and (
+        text == "illegal request line" or text.startswith("illegal status line: b'\\x")
+    )
+
+
+def service_url(base_url: httpx.URL) -> str | None:
+    """The service's address as an error names it: the base URL, without its final slash."""
+    return str(base_url).rstrip("/") or None
+
+
+def _origin(error: httpx.HTTPError) -> str | None:
+    """``scheme://host:port`` of the request that failed (a client with no base URL)."""
+    try:
+        url = error.request.url
+    except RuntimeError:  # no request attached
+        return None
+    return f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}" if url.host else None
+
+
+def transport_failure(
+    error: httpx.HTTPError, timeout: float | None, url: str | None = None
+) -> TensorOpsError:
+    """httpx's failure as ``TensorOpsError`` status 0, naming ``url`` (the service's base URL):
+    retryable when the connection could not be made or broke, not when the timeout passed, nor
+    when the port answered in HTTP/2 (a gRPC port: a repeat gets the same answer)."""
+    url = url or _origin(error)
+    where = f" at {url}" if url else ""
+    origin = f" from {url}" if url else ""
     if isinstance(error, httpx.ConnectTimeout):
-        return TensorOpsError(0, f"cannot reach the service: {error}", retryable=True)
+        return TensorOpsError(
+            0, f"cannot reach the service{where}: {_reason(error)}", retryable=True
+        )
     if isinstance(error, httpx.TimeoutException):
         limit = f" of {timeout:g} s" if timeout is not None else ""
-        return TensorOpsError(0, f"no answer within the timeout{limit}: {error}")
+        return TensorOpsError(0, f"no answer within the timeout{limit}{origin}: {error}")
+    if _answered_http2(error):
+        return TensorOpsError(
+            0,
+            f"{url or 'the URL'} speaks HTTP/2 (gRPC), not HTTP/1.1, as the service's gRPC port "
+            f"does: {WHICH_PORT}",
+        )
     retryable = isinstance(error, httpx.NetworkError | httpx.RemoteProtocolError)
-    return TensorOpsError(0, f"cannot reach the service: {error}", retryable=retryable)
+    return TensorOpsError(
+        0, f"cannot reach the service{where}: {_reason(error)}", retryable=retryable
+    )

@@ -23,10 +23,15 @@ class TensorOpsError(Exception):
     - ``attempts``: how many calls were made before giving up (retries included).
     - ``detail``: the raw error (the HTTP body's JSON, or gRPC's code and metadata).
 
+    ``str(error)`` is ``"[status] message"`` for an answer of the service, and the message
+    alone when no answer came (status 0): that message names the address that was called.
+
     >>> error = TensorOpsError(422, "axes: 3 is out of range", kind="spec_violation",
     ...                        field="axes")
     >>> (error.status, error.kind, error.field, str(error))
     (422, 'spec_violation', 'axes', '[422] axes: 3 is out of range')
+    >>> str(TensorOpsError(0, "cannot reach the service at http://127.0.0.1:9: connection refused"))
+    'cannot reach the service at http://127.0.0.1:9: connection refused'
     """
 
     def __init__(
@@ -41,7 +46,7 @@ class TensorOpsError(Exception):
         retry_after: float | None = None,
         retryable: bool = False,
     ) -> None:
-        super().__init__(f"[{status}] {message}")
+        super().__init__(f"[{status}] {message}" if status else message)
         self.status = status
         self.message = message
         self.detail = detail

@@ -42,6 +42,16 @@ if TYPE_CHECKING:
 INSTALL_HINT = "transport='grpc' needs grpcio and protobuf: pip install 'tensor-ops-client[grpc]'"
 #: The service's default gRPC port (its ``TENSOR_OPS_GRPC_PORT``).
 DEFAULT_GRPC_PORT = 8001
+#: The service's default HTTP port (its ``TENSOR_OPS_PORT``).
+DEFAULT_HTTP_PORT = 8000
+#: What a client that called the other of the service's two ports is told to do.
+WHICH_PORT = (
+    f"the service's HTTP port is {DEFAULT_HTTP_PORT} by default (TENSOR_OPS_PORT) and its gRPC "
+    f"port {DEFAULT_GRPC_PORT} (TENSOR_OPS_GRPC_PORT); give the HTTP URL as url= (--url) and "
+    "the gRPC address as grpc_target= (--grpc-target)"
+)
+#: What gRPC's message says when the target answered in HTTP/1.x (the service's HTTP port).
+_HTTP1_ANSWER = "trying to connect an http1.x server"
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 #: No message size limit on the client's side: the service has its own (its body and output
 #: limits), and a 64 MiB tensor is well past gRPC's default of 4 MiB.
@@ -249,10 +259,25 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError:
+def wrong_port(target: str | None, detail: Any) -> TensorOpsError:
+    """The gRPC target answered in HTTP/1.x: the service's HTTP port, most likely. Not
+    retryable: a repeat gets the same answer. (gRPC's own words are the error's cause.)"""
+    where = target or "the gRPC target"
+    return TensorOpsError(
+        0,
+        f"{where} speaks HTTP/1.1, not gRPC (HTTP/2), as the service's HTTP port does: "
+        f"{WHICH_PORT}",
+        detail,
+    )
+
+
+def rpc_failure(
+    error: "grpc.RpcError", timeout: float | None, target: str | None = None
+) -> TensorOpsError:
     """A failed call as ``TensorOpsError``: the HTTP status the service gives the same refusal,
     its message, its fault kind, field, request id and ``retry-after``, and in ``detail`` the
-    gRPC code's name and the service's trailing metadata."""
+    gRPC code's name and the service's trailing metadata. ``target``, the address called, is
+    named when no answer came."""
     code = error.code()
     code_name = code.name if code is not None else "UNKNOWN"
     details = error.details() or code_name
@@ -268,10 +293,14 @@ def rpc_failure(error: "grpc.RpcError", timeout: float | None) -> TensorOpsError
     status = FAULT_STATUS.get(fault) if fault is not None else None
     if status is None:
         fault = None
+        if code_name == "UNAVAILABLE" and _HTTP1_ANSWER in details.lower():
+            return wrong_port(target, detail)
         if code_name in NO_ANSWER:
             reason = NO_ANSWER[code_name]
             if code_name == "DEADLINE_EXCEEDED" and timeout is not None:
                 reason = f"no answer within the timeout of {timeout:g} s"
+            elif code_name == "UNAVAILABLE" and target is not None:
+                reason = f"{reason} at {target}"
             # UNAVAILABLE: the channel could not connect, or the connection broke: a repeat
             # is safe (the ops are pure). A deadline passed or a cancel is not repeated.
             return TensorOpsError(
@@ -305,12 +334,13 @@ class GrpcModelInfer:
         import grpc  # noqa: PLC0415
 
         self.metadata = security.metadata
+        self.target = check_target(target)
         if security.tls:
             self.channel = grpc.secure_channel(
-                check_target(target), security.credentials(), options=CHANNEL_OPTIONS
+                self.target, security.credentials(), options=CHANNEL_OPTIONS
             )
         else:
-            self.channel = grpc.insecure_channel(check_target(target), options=CHANNEL_OPTIONS)
+            self.channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
         self.method: grpc.UnaryUnaryMultiCallable[bytes, bytes] = self.channel.unary_unary(
             MODEL_INFER
         )
@@ -322,7 +352,7 @@ class GrpcModelInfer:
         try:
             return self.method(message, timeout=timeout, metadata=self.metadata)
         except grpc.RpcError as error:
-            raise rpc_failure(error, timeout) from error
+            raise rpc_failure(error, timeout, self.target) from error
 
     def close(self) -> None:
         self.channel.close()
@@ -360,7 +390,7 @@ class AsyncGrpcModelInfer:
         try:
             return await method(message, timeout=timeout, metadata=self.security.metadata)
         except grpc.RpcError as error:
-            raise rpc_failure(error, timeout) from error
+            raise rpc_failure(error, timeout, self.target) from error
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -416,9 +416,12 @@ def _op_attributes(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _refused(error: TensorOpsError) -> int:
-    where = f" {error.field}:" if error.field and not error.message.startswith(error.field) else ""
+    where = f"{error.field}: " if error.field and not error.message.startswith(error.field) else ""
     kind = f" {error.kind}" if error.kind else ""
-    print(f"tensor-ops: [{error.status}{kind}]{where} {error.message}", file=sys.stderr)
+    # A refusal shows the service's status and kind; no answer (status 0), the message alone,
+    # which names the address called.
+    head = f"[{error.status}{kind}] " if error.status else ""
+    print(f"tensor-ops: {head}{where}{error.message}", file=sys.stderr)
     for note in getattr(error, "__notes__", ()):
         print(f"tensor-ops: {note}", file=sys.stderr)
     if error.request_id:

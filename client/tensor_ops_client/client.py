@@ -81,6 +81,7 @@ from tensor_ops_client._core import (
     Verify,
     Wait,
     http_verify,
+    service_url,
     transport_failure,
 )
 from tensor_ops_client._errors import TensorOpsError
@@ -187,6 +188,9 @@ class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any]]):
       ``"unix:/path"`` say); by default the host of ``url`` with port 8001.
     - ``api_key`` (default: ``TENSOR_OPS_API_KEY``), ``verify`` and ``cert``: see the module's
       documentation. An ``https://`` URL is TLS for gRPC too.
+    - ``shared_memory``: with ``transport="v2"`` or ``"grpc"``, on the service's host only
+      (the same ``/dev/shm``): each call passes its tensors through a POSIX shared memory
+      region it creates, registers, then unregisters and removes (docs/shared-memory.md).
 
     With ``transport="grpc"`` the output is a read-only view of the received message (no copy);
     ``.copy()`` it to write into it. Without grpcio the constructor raises ``ImportError``
@@ -211,6 +215,7 @@ class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any]]):
         api_key: str | None = None,
         verify: Verify = True,
         cert: ClientCert | None = None,
+        shared_memory: bool = False,
     ) -> None:
         base_url = httpx.URL(url) if http is None else http.base_url
         super().__init__(
@@ -224,6 +229,7 @@ class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any]]):
             api_key=api_key,
             verify=verify,
             cert=cert,
+            shared_memory=shared_memory,
         )
         self._grpc = SyncSlot()
         if transport == "grpc":
@@ -267,7 +273,9 @@ class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any]]):
                 for chunk in response.iter_bytes():
                     download.add(chunk)
         except httpx.HTTPError as error:
-            raise transport_failure(error, action.timeout) from error
+            raise transport_failure(
+                error, action.timeout, service_url(self._http.base_url)
+            ) from error
         return download.done(response)
 
     def close(self) -> None:
@@ -321,6 +329,7 @@ class AsyncTensorOpsClient(
         api_key: str | None = None,
         verify: Verify = True,
         cert: ClientCert | None = None,
+        shared_memory: bool = False,
     ) -> None:
         base_url = httpx.URL(url) if http is None else http.base_url
         super().__init__(
@@ -334,6 +343,7 @@ class AsyncTensorOpsClient(
             api_key=api_key,
             verify=verify,
             cert=cert,
+            shared_memory=shared_memory,
         )
         self._grpc: AsyncGrpcModelInfer | None = None
         if transport == "grpc":
@@ -375,7 +385,9 @@ class AsyncTensorOpsClient(
                 async for chunk in response.aiter_bytes():
                     download.add(chunk)
         except httpx.HTTPError as error:
-            raise transport_failure(error, action.timeout) from error
+            raise transport_failure(
+                error, action.timeout, service_url(self._http.base_url)
+            ) from error
         return download.done(response)
 
     def _grpc_infer(self) -> AsyncGrpcModelInfer:

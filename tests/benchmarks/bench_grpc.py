@@ -3,6 +3,7 @@
     .venv/bin/python tests/benchmarks/bench_grpc.py              # full run, about 75 s
     .venv/bin/python tests/benchmarks/bench_grpc.py --quick      # fewer rounds, shorter loads
     .venv/bin/python tests/benchmarks/bench_grpc.py --only large,small  # some sections only
+    .venv/bin/python tests/benchmarks/bench_grpc.py --only stream  # one stream against unary
     .venv/bin/python tests/benchmarks/bench_grpc.py --env GLIBC_TUNABLES=glibc.malloc.hugetlb=1
                        # and a second service and echo started with that environment, compared
 
@@ -22,6 +23,10 @@ back, one copy to join it to the answer's head, as the service makes too).
    sends the request's bytes, made once by the generated message classes, and takes the
    answer's bytes (no (de)serialiser: Python clients cost CPU that a 2-core machine takes from
    the server). Target: service >= 0.8x the echo's calls/s.
+4. ``--only stream``: the same small rolls over one ``ModelStreamInfer`` stream (Triton's
+   streaming; up to 32 requests written ahead of their answers) against unary calls with 32 in
+   flight, on one channel each, of the same service: calls/s and the ratio. Target: the stream
+   >= 1.5x unary.
 3. Stages: where a large call copies its tensor, timed in this process: tritonclient's steps,
    gRPC's own copies (``grpc._cython`` 1.85 makes a ``bytes`` of each 64 KiB slice it received
    and joins them; it copies a message it sends with ``grpc_slice_from_copied_buffer``: modelled
@@ -87,7 +92,9 @@ Array = npt.NDArray[Any]
 #: Targets, printed beside the figures (never asserted).
 LARGE_TARGET = 1.3  # a large roll's time, service / echo: at most
 SMALL_TARGET = 0.8  # small calls per second, service / echo: at least
+STREAM_TARGET = 1.5  # small rolls per second, one stream / unary calls: at least
 METHOD = "/inference.GRPCInferenceService/ModelInfer"
+STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 LARGEST_MESSAGE = 2**31 - 1
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", LARGEST_MESSAGE),
@@ -437,6 +444,110 @@ def print_small(results: dict[str, Any], config: Config) -> list[list[str]]:
 
 
 # ----------------------------------------------------------------------------------------------
+# Section 4: small rolls over one stream, against unary calls
+
+
+async def stream_burst(call: Any, request: bytes, seconds: float, window: int, limit: int) -> Any:
+    """Requests written on one stream for ``seconds`` (at most ``window`` unanswered, at most
+    ``limit`` in all), every answer read: the answers and the elapsed time."""
+    stream = call()
+    room = asyncio.Semaphore(window)
+    deadline = time.perf_counter() + seconds
+    answers: list[bytes] = []
+
+    async def write() -> None:
+        sent = 0
+        while time.perf_counter() < deadline and sent < limit:
+            await room.acquire()
+            await stream.write(request)
+            sent += 1
+        await stream.done_writing()
+
+    start = time.perf_counter()
+    writer = asyncio.ensure_future(write())
+    while (answer := await stream.read()) is not grpc.aio.EOF:
+        answers.append(answer)
+        room.release()
+    await writer
+    return answers, time.perf_counter() - start
+
+
+async def stream_load(config: Config, target: str, pid: int, request: bytes) -> dict[str, float]:
+    async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        call: Any = channel.stream_stream(STREAM_METHOD)
+        await stream_burst(call, request, 0.3, config.in_flight, config.max_calls)  # warm-up
+        server_cpu = cpu_seconds(pid)
+        answers, elapsed = await stream_burst(
+            call, request, config.seconds, config.in_flight, config.max_calls
+        )
+        server_cpu = cpu_seconds(pid) - server_cpu
+    first = service_pb2.ModelStreamInferResponse.FromString(answers[0])
+    assert not first.error_message, first.error_message
+    return {
+        "cps": len(answers) / elapsed,
+        "calls": len(answers),
+        "server_cpu_per_call": server_cpu / max(1, len(answers)),
+    }
+
+
+async def stream_runs(config: Config, pairs: list[Pair], request: bytes) -> Any:
+    results = {}
+    for pair in pairs:
+        target, pid = pair.targets["service"], pair.pids["service"]
+        runs: dict[str, list[dict[str, float]]] = {"stream": [], "unary": []}
+        order = ["stream", "unary"]
+        for round_ in range(config.rounds):
+            for name in order if round_ % 2 == 0 else order[::-1]:
+                run = stream_load if name == "stream" else load
+                runs[name].append(await run(config, target, pid, request))
+        results[pair.label] = {
+            name: {
+                metric: statistics.median(item[metric] for item in values) for metric in values[0]
+            }
+            for name, values in runs.items()
+        }
+    return results
+
+
+def bench_stream(config: Config, pairs: list[Pair]) -> dict[str, Any]:
+    data = np.array([1.5, 2.5, 3.5], dtype=np.float32)
+    request = roll_request(data, np.array([1]), np.array([0]))
+    results = asyncio.run(stream_runs(config, pairs, request))
+    print("  stream: done", file=sys.stderr, flush=True)
+    return {"request_bytes": len(request), "servers": results}
+
+
+def print_stream(results: dict[str, Any], config: Config) -> list[list[str]]:
+    print(
+        f"\n== 4. Small rolls ({results['request_bytes']} bytes a request) over one "
+        f"ModelStreamInfer stream ({config.in_flight} written ahead of their answers) and as "
+        f"unary ModelInfer calls ({config.in_flight} in flight), one channel each, the same "
+        f"service; {config.seconds:g} s a load, medians of {config.rounds} load(s) each, "
+        "interleaved."
+    )
+    rows, targets = [], []
+    for label, summary in results["servers"].items():
+        stream, unary = summary["stream"], summary["unary"]
+        for name, run in (("stream", stream), ("unary", unary)):
+            rows.append(
+                [label if name == "stream" else "", name, f"{run['cps']:.0f}",
+                 f"{run['server_cpu_per_call'] * 1e6:.0f}"]
+            )  # fmt: skip
+        ratio = stream["cps"] / unary["cps"]
+        met = ratio >= STREAM_TARGET
+        rows.append(["", "stream/unary", f"{ratio:.2f}x", f">= {STREAM_TARGET}x: {verdict(met)}"])
+        targets.append(
+            [
+                f"gRPC small rolls, one stream ({label}) >= {STREAM_TARGET}x unary calls/s",
+                f"{ratio:.2f}x ({stream['cps']:.0f} vs {unary['cps']:.0f} calls/s)",
+                verdict(met),
+            ]
+        )
+    print(table(["servers", "calls", "calls/s", "CPU us/call"], rows, left=2))
+    return targets
+
+
+# ----------------------------------------------------------------------------------------------
 # Section 3: where a large call copies its tensor
 
 
@@ -596,12 +707,14 @@ def main() -> None:
     targets: list[list[str]] = []
     with contextlib.ExitStack() as stack:
         pairs = []
-        if config.sections & {"large", "small"}:
+        if config.sections & {"large", "small", "stream"}:
             pairs = [stack.enter_context(servers(env)) for env in config.envs]
         if "large" in config.sections:
             targets += print_large(bench_large(config, pairs), config, pairs)
         if "small" in config.sections:
             targets += print_small(bench_small(config, pairs), config)
+        if "stream" in config.sections:
+            targets += print_stream(bench_stream(config, pairs), config)
     if "stages" in config.sections:
         print_stages(bench_stages(config))
     if targets:

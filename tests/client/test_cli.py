@@ -218,7 +218,7 @@ def test_unreachable_exits_4(tmp_path: Path) -> None:
                "--axis", "0")  # fmt: skip
     assert done.returncode == 4
     err = done.stderr.decode()
-    assert err.startswith("tensor-ops: [0] cannot reach the service: ")
+    assert err.startswith("tensor-ops: cannot reach the service at http://127.0.0.1:")
     assert "gave up after 2 attempts" in err
     done = run("--url", closed_port_url(), "--no-retry", "health")
     assert done.returncode == 4

@@ -355,7 +355,7 @@ def test_unreachable_service_is_status_0(transport: Transport) -> None:
     ):
         client.roll([1, 2], 1, 0)
     assert caught.value.status == 0
-    assert caught.value.message.startswith("cannot reach the service: ")
+    assert caught.value.message.startswith("cannot reach the service at http://127.0.0.1:")
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
 
 

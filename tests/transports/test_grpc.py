@@ -320,9 +320,9 @@ def _unknown_output() -> Any:
         ),
         pytest.param(
             _shared_memory,
-            "UNIMPLEMENTED",
-            "data.parameters.shared_memory_region: shared_memory_region is a parameter of "
-            "Triton's shared memory extension, which is not supported here",
+            "INVALID_ARGUMENT",
+            "raw_input_contents: raw_input_contents has 3 entries for 2 inputs not in shared "
+            "memory",
             id="shared-memory",
         ),
         pytest.param(
@@ -540,10 +540,10 @@ async def test_reflection_serves_what_grpcurl_needs(app: FastAPI) -> None:
 async def test_unknown_methods_are_unimplemented(app: FastAPI) -> None:
     async with grpc_serving(app) as address, grpc_channel(address) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await raw_infer(channel, "RepositoryModelLoad")(b"")
+            await raw_infer(channel, "TraceSetting")(b"")
         assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await raw_infer(channel, "ModelStatistics")(b"")
+            await raw_infer(channel, "LogSettings")(b"")
         assert caught.value.code() is grpc.StatusCode.UNIMPLEMENTED
 
 

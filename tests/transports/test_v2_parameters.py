@@ -1,6 +1,7 @@
 """/v2 parameters are type-checked: the binary data extension's booleans and sizes are what they
 say, the parameters of extensions not served here are refused, any other parameter is ignored."""
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -9,6 +10,8 @@ import orjson
 import pytest
 
 from app.errors import Fault
+from app.main import create_app
+from app.settings import Settings
 from app.transports.v2_rules import PARAMETER_FAULT
 
 pytestmark = pytest.mark.anyio
@@ -203,11 +206,29 @@ SHARED_MEMORY = {
 }
 
 
+@pytest.fixture
+async def client_off() -> AsyncIterator[httpx.AsyncClient]:
+    """A service with TENSOR_OPS_SHARED_MEMORY=off (tests/transports/test_shared_memory.py
+    covers it on)."""
+    transport = httpx.ASGITransport(app=create_app(Settings(shared_memory="off")))
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        yield client
+
+
+async def test_shared_memory_names_a_registered_region(client: httpx.AsyncClient) -> None:
+    response = await client.post(URL, json=request(data_parameters=SHARED_MEMORY))
+    assert_refused(
+        response,
+        "data.parameters.shared_memory_region",
+        "no system shared memory region 'region0' is registered here",
+    )
+
+
 @pytest.mark.parametrize(("name", "value"), list(SHARED_MEMORY.items()))
 async def test_shared_memory_inputs_are_refused(
-    client: httpx.AsyncClient, name: str, value: Any
+    client_off: httpx.AsyncClient, name: str, value: Any
 ) -> None:
-    response = await client.post(URL, json=request(data_parameters={name: value}))
+    response = await client_off.post(URL, json=request(data_parameters={name: value}))
     assert_refused(
         response,
         f"data.parameters.{name}",
@@ -218,9 +239,9 @@ async def test_shared_memory_inputs_are_refused(
 
 @pytest.mark.parametrize(("name", "value"), list(SHARED_MEMORY.items()))
 async def test_shared_memory_outputs_are_refused(
-    client: httpx.AsyncClient, name: str, value: Any
+    client_off: httpx.AsyncClient, name: str, value: Any
 ) -> None:
-    response = await client.post(URL, json=request(output_parameters={name: value}))
+    response = await client_off.post(URL, json=request(output_parameters={name: value}))
     assert_refused(
         response,
         f"output.parameters.{name}",
@@ -229,9 +250,9 @@ async def test_shared_memory_outputs_are_refused(
 
 
 async def test_all_three_shared_memory_parameters_together_are_refused(
-    client: httpx.AsyncClient,
+    client_off: httpx.AsyncClient,
 ) -> None:
-    response = await client.post(URL, json=request(data_parameters=SHARED_MEMORY))
+    response = await client_off.post(URL, json=request(data_parameters=SHARED_MEMORY))
     assert_refused(response, "data.parameters.shared_memory_byte_size", "not supported here")
 
 
@@ -247,7 +268,22 @@ async def test_classification_is_refused(client: httpx.AsyncClient) -> None:
 
 async def test_the_server_lists_only_the_extension_it_serves(client: httpx.AsyncClient) -> None:
     extensions = (await client.get("/v2")).json()["extensions"]
-    assert extensions == ["binary_tensor_data"]
+    assert extensions == [
+        "binary_tensor_data",
+        "model_configuration",
+        "statistics",
+        "model_repository",
+        "system_shared_memory",
+    ]
+
+
+async def test_shared_memory_is_listed_only_when_it_is_on() -> None:
+    app = create_app(Settings(grpc_port=0, shared_memory="off"))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        extensions = (await client.get("/v2")).json()["extensions"]
+    assert "system_shared_memory" not in extensions
+    assert extensions[0] == "binary_tensor_data"
 
 
 async def test_other_parameters_are_the_clients_own_and_ignored(

@@ -64,6 +64,66 @@ class GRPCInferenceServiceStub:
                 request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelStreamInfer = channel.stream_stream(
+                '/inference.GRPCInferenceService/ModelStreamInfer',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStreamInferResponse.FromString,
+                _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelConfigResponse.FromString,
+                _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
+        self.RepositoryIndex = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryIndex',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryIndexRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryIndexResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelLoad = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelLoad',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelLoadRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelLoadResponse.FromString,
+                _registered_method=True)
+        self.RepositoryModelUnload = channel.unary_unary(
+                '/inference.GRPCInferenceService/RepositoryModelUnload',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelUnloadRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelUnloadResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.SystemSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryStatus = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryRegister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterResponse.FromString,
+                _registered_method=True)
+        self.CudaSharedMemoryUnregister = channel.unary_unary(
+                '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+                request_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+                response_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterResponse.FromString,
+                _registered_method=True)
 
 
 class GRPCInferenceServiceServicer:
@@ -111,6 +171,86 @@ class GRPCInferenceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelStreamInfer(self, request_iterator, context):
+        """Triton's streaming: each request on the stream answered by a message of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelConfig(self, request, context):
+        """Triton's model configuration extension.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelStatistics(self, request, context):
+        """Triton's statistics extension.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryIndex(self, request, context):
+        """Triton's model repository extension: the index; load and unload are refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelLoad(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RepositoryModelUnload(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryStatus(self, request, context):
+        """Triton's shared memory extension: system (POSIX) shared memory regions, registered by
+        name, that an input or output names in its parameters instead of carrying its bytes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryRegister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SystemSharedMemoryUnregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryStatus(self, request, context):
+        """CUDA shared memory: declared so that its calls are answered, always with a refusal (the
+        service has no GPU).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryRegister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CudaSharedMemoryUnregister(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GRPCInferenceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -143,6 +283,66 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.ModelInfer,
                     request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.FromString,
                     response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.SerializeToString,
+            ),
+            'ModelStreamInfer': grpc.stream_stream_rpc_method_handler(
+                    servicer.ModelStreamInfer,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStreamInferResponse.SerializeToString,
+            ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelConfigRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelConfigResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStatisticsResponse.SerializeToString,
+            ),
+            'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryIndex,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryIndexRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryIndexResponse.SerializeToString,
+            ),
+            'RepositoryModelLoad': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelLoad,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelLoadRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelLoadResponse.SerializeToString,
+            ),
+            'RepositoryModelUnload': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepositoryModelUnload,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelUnloadRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryStatus,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryRegister,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'SystemSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.SystemSharedMemoryUnregister,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryStatus,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryRegister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryRegister,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterResponse.SerializeToString,
+            ),
+            'CudaSharedMemoryUnregister': grpc.unary_unary_rpc_method_handler(
+                    servicer.CudaSharedMemoryUnregister,
+                    request_deserializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterRequest.FromString,
+                    response_serializer=tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -307,6 +507,330 @@ class GRPCInferenceService:
             '/inference.GRPCInferenceService/ModelInfer',
             tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
             tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStreamInfer(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/inference.GRPCInferenceService/ModelStreamInfer',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelInferRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStreamInferResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelConfigRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStatisticsRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.ModelStatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryIndex(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryIndex',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryIndexRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryIndexResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelLoad(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelLoad',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelLoadRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelLoadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepositoryModelUnload(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/RepositoryModelUnload',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelUnloadRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.RepositoryModelUnloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryStatus',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryRegister',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SystemSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/SystemSharedMemoryUnregister',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.SystemSharedMemoryUnregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryStatus',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryRegister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryRegister',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryRegisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CudaSharedMemoryUnregister(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/CudaSharedMemoryUnregister',
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterRequest.SerializeToString,
+            tensor__ops__wire_dot_grpc__v2_dot_grpc__predict__v2__pb2.CudaSharedMemoryUnregisterResponse.FromString,
             options,
             channel_credentials,
             insecure,

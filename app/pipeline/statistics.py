@@ -1,0 +1,128 @@
+"""Triton's statistics extension: per model, what its inference requests cost, stage by stage.
+
+Every inference request of an op, on any transport (``POST /roll``, ``.npz``, ``/v2`` over HTTP,
+gRPC's ``ModelInfer`` and each message of ``ModelStreamInfer``), is counted under that op's
+model once the pipeline has run it (``Pipeline.run``): as a success, with the time of each of
+its stages, or as a failure. The stages are the pipeline's own:
+
+- ``queue``: waiting for room in the memory budget (admission); 0 when there was room;
+- ``compute_input``: reading the body and decoding and checking the inputs;
+- ``compute_infer``: the kernel;
+- ``compute_output``: encoding the answer (its bytes made, not yet sent).
+
+``success`` is the whole of a successful request in the pipeline, ``fail`` of a failed one
+(refused, or cancelled). The figures are Prometheus counters (``app/metrics.py``), so that with
+several workers the statistics are read back summed over all of them, as ``/metrics`` is.
+"""
+
+import functools
+import os
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from app.metrics import LAST_INFERENCE, STAGE_COUNT, STAGE_SECONDS
+
+#: Triton's InferStatistics durations this service measures, in its order.
+STAGES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output")
+_NS = 1e-9
+#: The metrics' samples, as collected.
+_COUNT_SAMPLE = "tensor_ops_model_stage_total"
+_SECONDS_SAMPLE = "tensor_ops_model_stage_seconds_total"
+_LAST_SAMPLE = "tensor_ops_model_last_inference_timestamp_seconds"
+
+
+@functools.cache
+def _children(model: str, stage: str) -> tuple[Any, Any]:
+    # The labelled children looked up once per model and stage, not once a request.
+    return STAGE_COUNT.labels(model, stage), STAGE_SECONDS.labels(model, stage)
+
+
+@functools.cache
+def _last(model: str) -> Any:
+    return LAST_INFERENCE.labels(model)
+
+
+def _add(model: str, stage: str, ns: int) -> None:
+    count, seconds = _children(model, stage)
+    count.inc()
+    seconds.inc(max(0, ns) * _NS)
+
+
+def succeeded(model: str, total: int, queue: int, compute_input: int, infer: int) -> None:
+    """A request of ``model`` answered: ``total`` ns in the pipeline, ``queue`` of them waiting
+    for memory, ``compute_input`` reading and decoding, ``infer`` in the kernel; the rest is
+    the encoding."""
+    _add(model, "success", total)
+    _add(model, "queue", queue)
+    _add(model, "compute_input", compute_input)
+    _add(model, "compute_infer", infer)
+    _add(model, "compute_output", total - queue - compute_input - infer)
+    _last(model).set(time.time())
+
+
+def failed(model: str, total: int) -> None:
+    """A request of ``model`` refused or given up after ``total`` ns in the pipeline."""
+    _add(model, "fail", total)
+
+
+def _samples() -> Iterable[Any]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        families: Iterable[Any] = registry.collect()
+    else:
+        families = [*STAGE_COUNT.collect(), *STAGE_SECONDS.collect(), *LAST_INFERENCE.collect()]
+    for family in families:
+        yield from family.samples
+
+
+def model_statistics(models: Iterable[str], version: str) -> list[dict[str, Any]]:
+    """Triton's ``ModelStatistics`` of each model, as JSON (the gRPC answer is made from it):
+    counts and nanoseconds summed over the workers, ``last_inference`` in ms since the epoch
+    (0: none yet). Without batching, ``inference_count`` and ``execution_count`` are both the
+    successful requests."""
+    names = list(models)
+    counts: dict[tuple[str, str], float] = {}
+    seconds: dict[tuple[str, str], float] = {}
+    last: dict[str, float] = {}
+    for sample in _samples():
+        labels = sample.labels
+        if sample.name == _COUNT_SAMPLE:
+            key = (labels["model"], labels["stage"])
+            counts[key] = counts.get(key, 0.0) + sample.value
+        elif sample.name == _SECONDS_SAMPLE:
+            key = (labels["model"], labels["stage"])
+            seconds[key] = seconds.get(key, 0.0) + sample.value
+        elif sample.name == _LAST_SAMPLE:
+            model = labels["model"]
+            last[model] = max(last.get(model, 0.0), sample.value)
+    answer = []
+    for name in names:
+        stats = {
+            stage: {
+                "count": int(counts.get((name, stage), 0)),
+                "ns": round(seconds.get((name, stage), 0.0) * 1e9),
+            }
+            for stage in STAGES
+        }
+        done = stats["success"]["count"]
+        answer.append(
+            {
+                "name": name,
+                "version": version,
+                "last_inference": round(last.get(name, 0.0) * 1000),
+                "inference_count": done,
+                "execution_count": done,
+                "inference_stats": {
+                    **stats,
+                    "cache_hit": {"count": 0, "ns": 0},
+                    "cache_miss": {"count": 0, "ns": 0},
+                },
+                "batch_stats": [],
+            }
+        )
+    return answer

@@ -1,0 +1,728 @@
+"""Triton's system shared memory extension: tensors passed through POSIX shared memory.
+
+A client on the same host (the same ``/dev/shm``) creates a shared memory object, registers a
+region of it by name (``POST /v2/systemsharedmemory/region/<name>/register``, or gRPC's
+``SystemSharedMemoryRegister``), then names the region in an input's or the output's
+parameters (``shared_memory_region``, ``shared_memory_byte_size``, ``shared_memory_offset``)
+instead of sending its bytes. An input is read where it lies (a NumPy view of the mapping, no
+copy); the output is written by the kernel straight into the region, and the answer names the
+region instead of carrying the bytes.
+
+The region's memory is the client's: it is mapped, never reserved from the memory budget. A
+region is mapped once, when it is registered, and stays mapped until it is unregistered and
+no request uses it any more: a request holds views of the mapping, and the mapping is closed
+when the last of them goes (an unregister while a request runs leaves that request whole).
+
+Registrations are per worker process, as Triton's are per server: with more than one worker a
+registration would land on one of them only, so it is refused then (``TENSOR_OPS_WORKERS=1``).
+CUDA shared memory is refused: the service has no GPU.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import stat
+import threading
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, Field
+
+from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, wire_dtype
+from app.errors import Fault, ServiceError, from_wire, quote
+from app.pipeline.jobs import Job
+from app.pipeline.run import Answer, Pipeline
+from app.settings import Settings
+from app.transports.v2_messages import V2Error
+from app.transports.v2_rules import (
+    INPUT_EXTENSIONS,
+    MODEL_VERSION,
+    OUTPUT_EXTENSIONS,
+    OUTPUT_NAME,
+    PARAMETER_FAULT,
+    json_kind,
+)
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+
+#: Where POSIX shared memory objects live (``shm_open``'s directory on Linux).
+SHM_DIR = "/dev/shm"
+#: The longest object name (``NAME_MAX``).
+NAME_MAX = 255
+#: Regions one worker holds registered at once; past it, registration is refused (413).
+MAX_REGIONS = 64
+#: A region's name: letters, digits and ``_ . : -``, at most 128 of them.
+REGION_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+#: The largest register body read (a key, an offset and a size take a few hundred bytes).
+REGISTER_BODY_LIMIT = 4096
+
+REGION = "shared_memory_region"
+BYTE_SIZE = "shared_memory_byte_size"
+OFFSET = "shared_memory_offset"
+PARAMETERS = (REGION, BYTE_SIZE, OFFSET)
+#: The extensions refused in an input's and the output's parameters when shared memory is on.
+INPUT_EXTENSIONS_ON = {
+    name: what for name, what in INPUT_EXTENSIONS.items() if name not in PARAMETERS
+}
+OUTPUT_EXTENSIONS_ON = {
+    name: what for name, what in OUTPUT_EXTENSIONS.items() if name not in PARAMETERS
+}
+#: What the server metadata lists when shared memory is on.
+EXTENSION = "system_shared_memory"
+
+CUDA_REFUSAL = (
+    "CUDA shared memory is not offered here: the service has no GPU; use system shared memory "
+    "(/v2/systemsharedmemory, gRPC SystemSharedMemory*) from a client on the same host"
+)
+
+
+@dataclass(frozen=True)
+class Region:
+    """A registered region: ``view`` is its bytes in the mapping (``byte_size`` of them)."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+    view: memoryview
+    #: The shared memory object (device, inode): two regions of one object may overlap.
+    object_id: tuple[int, int]
+    #: The object, open while the region lives (closed when it is collected): its size is
+    #: looked at by each request, as a mapping read past the end of its object is a SIGBUS.
+    descriptor: int
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, os.close, self.descriptor)
+
+    def require_whole(self, loc: tuple[str, ...]) -> None:
+        """Refuse a region whose object has been cut short since it was registered."""
+        size = os.fstat(self.descriptor).st_size
+        if size < self.offset + self.byte_size:
+            raise _refused(
+                loc,
+                f"shared memory object {quote(self.key)} of region {quote(self.name)} has shrunk "
+                f"to {size} bytes since it was registered; register the region again",
+            )
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "key": self.key,
+            "offset": self.offset,
+            "byte_size": self.byte_size,
+        }
+
+
+def _refused(loc: tuple[str, ...], message: str, kind: Fault = PARAMETER_FAULT) -> ServiceError:
+    return ServiceError(kind, loc, message)
+
+
+def check_region_name(name: str, loc: tuple[str, ...]) -> None:
+    """Refuse a region name that is not 1 to 128 letters, digits and ``_ . : -``."""
+    if not REGION_NAME.fullmatch(name):
+        raise _refused(
+            loc,
+            f"region name {quote(name)} is not 1 to 128 letters, digits and '_', '.', ':', '-'",
+        )
+
+
+def object_path(key: str, loc: tuple[str, ...]) -> str:
+    """The file of shared memory object ``key`` ("/name" or "name", as ``shm_open`` takes it),
+    refused unless it is a plain name: not empty, no "/" after the leading one, no "..", no
+    NUL, at most ``NAME_MAX`` bytes."""
+    name = key[1:] if key.startswith("/") else key
+    problem = None
+    if not name:
+        problem = "is empty"
+    elif ".." in name:
+        problem = "contains '..'"
+    elif "/" in name:
+        problem = "has a '/' after the leading one"
+    elif "\0" in name:
+        problem = "contains a NUL character"
+    elif len(name.encode("utf-8", "surrogateescape")) > NAME_MAX:
+        problem = f"is longer than {NAME_MAX} bytes"
+    elif name == ".":
+        problem = "is '.'"
+    if problem is not None:
+        raise _refused(
+            loc,
+            f"key {quote(key)} {problem}: it must name a POSIX shared memory object, "
+            "'/name' as shm_open takes it",
+        )
+    return os.path.join(SHM_DIR, name)
+
+
+def _mapped(
+    key: str, offset: int, byte_size: int, loc: tuple[str, ...]
+) -> tuple[memoryview, tuple[int, int], int]:
+    """Bytes ``offset`` to ``offset + byte_size`` of object ``key``, mapped read-write; the
+    object's identity and its open descriptor (the caller's to close)."""
+    path = object_path(key, (*loc, "key"))
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        descriptor = os.open(path, flags)
+    except FileNotFoundError:
+        raise _refused(
+            (*loc, "key"), f"there is no shared memory object {quote(key)} in {SHM_DIR}"
+        ) from None
+    except OSError as error:
+        raise _refused(
+            (*loc, "key"),
+            f"shared memory object {quote(key)} cannot be opened for reading and writing: "
+            f"{error.strerror}",
+        ) from None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refused(
+                (*loc, "key"), f"{quote(key)} is not a shared memory object (a regular file)"
+            )
+        if offset + byte_size > info.st_size:
+            raise _refused(
+                (*loc, "byte_size"),
+                f"offset {offset} + byte_size {byte_size} passes the end of shared memory "
+                f"object {quote(key)}, of {info.st_size} bytes",
+            )
+        start = offset - offset % mmap.ALLOCATIONGRANULARITY
+        try:
+            mapping = mmap.mmap(
+                descriptor,
+                byte_size + offset - start,
+                mmap.MAP_SHARED,
+                mmap.PROT_READ | mmap.PROT_WRITE,
+                offset=start,
+            )
+        except (OSError, ValueError, OverflowError) as error:
+            raise _refused(
+                (*loc, "byte_size"), f"shared memory object {quote(key)} cannot be mapped: {error}"
+            ) from None
+    except BaseException:
+        os.close(descriptor)
+        raise
+    view = memoryview(mapping)[offset - start :]
+    return view, (info.st_dev, info.st_ino), descriptor
+
+
+def _unsigned(value: Any, name: str, loc: tuple[str, ...]) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        got = json_kind(value)
+    elif value < 0:
+        got = "a negative one"
+    else:
+        return value
+    raise _refused((*loc, name), f"{name} must be a non-negative integer, got {got}")
+
+
+class Regions:
+    """The regions registered with this worker, by name."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.enabled = settings.shared_memory == "on"
+        self.workers = settings.workers
+        self._regions: dict[str, Region] = {}
+        # Registration runs on the event loop; lookups may run on a decoding thread.
+        self._lock = threading.Lock()
+
+    def require_enabled(self) -> None:
+        if not self.enabled:
+            raise _refused(
+                (),
+                "system shared memory is off here (TENSOR_OPS_SHARED_MEMORY=off); send tensors "
+                "in the request",
+                Fault.NOT_OFFERED,
+            )
+
+    def register(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+        self.require_enabled()
+        loc = ("body",)
+        check_region_name(name, ("path", "name"))
+        if self.workers > 1:
+            raise _refused(
+                ("path", "name"),
+                f"shared memory regions are registered with one worker process, and "
+                f"TENSOR_OPS_WORKERS = {self.workers}: a request could reach another worker, "
+                "which does not know the region; run the service with TENSOR_OPS_WORKERS=1 to "
+                "use shared memory",
+                Fault.NOT_OFFERED,
+            )
+        if not isinstance(key, str):
+            raise _refused((*loc, "key"), f"key must be a string, got {json_kind(key)}")
+        offset = _unsigned(offset, "offset", loc)
+        byte_size = _unsigned(byte_size, "byte_size", loc)
+        if byte_size == 0:
+            raise _refused((*loc, "byte_size"), "byte_size must be at least 1")
+        with self._lock:
+            self._refuse_taken(name)
+        view, object_id, descriptor = _mapped(key, offset, byte_size, loc)
+        region = Region(name, key, offset, byte_size, view, object_id, descriptor)
+        with self._lock:
+            self._refuse_taken(name)  # registered meanwhile (the open ran unlocked)
+            self._regions[name] = region
+
+    def _refuse_taken(self, name: str) -> None:
+        if name in self._regions:
+            raise _refused(
+                ("path", "name"),
+                f"a region named {quote(name)} is already registered; unregister it first",
+            )
+        if len(self._regions) >= MAX_REGIONS:
+            raise _refused(
+                ("path", "name"),
+                f"{MAX_REGIONS} regions are registered, as many as a worker holds; unregister "
+                "one first",
+                Fault.TOO_LARGE,
+            )
+
+    def unregister(self, name: str) -> None:
+        """Forget region ``name`` (every region when empty); an unknown name is no error, as in
+        Triton. A request using the region keeps its mapping until it ends."""
+        self.require_enabled()
+        with self._lock:
+            if not name:
+                self._regions.clear()
+            else:
+                self._regions.pop(name, None)
+
+    def status(self, name: str) -> list[dict[str, Any]]:
+        self.require_enabled()
+        with self._lock:
+            if not name:
+                return [region.status() for region in self._regions.values()]
+            return [self.get(name, ("path", "name")).status()]
+
+    def get(self, name: str, loc: tuple[str, ...]) -> Region:
+        region = self._regions.get(name)
+        if region is None:
+            raise _refused(
+                loc,
+                f"no system shared memory region {quote(name)} is registered here; register "
+                "it first",
+            )
+        return region
+
+    def __len__(self) -> int:
+        return len(self._regions)
+
+
+_REGIONS: weakref.WeakKeyDictionary[Pipeline, Regions] = weakref.WeakKeyDictionary()
+
+
+def regions_of(pipeline: Pipeline) -> Regions:
+    """The regions of a worker's pipeline (one set for ``/v2`` and gRPC)."""
+    regions = _REGIONS.get(pipeline)
+    if regions is None:
+        regions = _REGIONS[pipeline] = Regions(pipeline.settings)
+    return regions
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a tensor lies in a region: ``byte_size`` bytes from ``offset``."""
+
+    region: Region
+    offset: int
+    byte_size: int
+
+    def overlaps(self, other: Place, length: int) -> bool:
+        """Whether ``length`` bytes here share memory with ``other``'s bytes."""
+        if self.region.object_id != other.region.object_id:
+            return False
+        start = self.region.offset + self.offset
+        other_start = other.region.offset + other.offset
+        return start < other_start + other.byte_size and other_start < start + length
+
+    def view(self, length: int) -> memoryview:
+        return self.region.view[self.offset : self.offset + length]
+
+
+class SharedTensors:
+    """One request's tensors in shared memory: its inputs read from regions, its output's
+    place. Parameters are checked against the region before any work."""
+
+    def __init__(self, regions: Regions) -> None:
+        self.regions = regions
+        self.inputs: list[tuple[str, Place]] = []
+        self.output: Place | None = None
+        #: Bytes the service made of inputs in shared memory (BOOL bytes other than 0 and 1
+        #: are copied as 1s): reserved with the output.
+        self.copied_bytes = 0
+
+    def place(self, parameters: Mapping[str, Any], loc: tuple[str, ...]) -> Place | None:
+        """The place the parameters name (None when they name none), checked to lie in it."""
+        given = [name for name in PARAMETERS if name in parameters]
+        if not given:
+            return None
+        if REGION not in parameters:
+            raise _refused((*loc, given[0]), f"{given[0]} goes with {REGION}, which is missing")
+        name = parameters[REGION]
+        if not isinstance(name, str):
+            raise _refused((*loc, REGION), f"{REGION} must be a string, got {json_kind(name)}")
+        if BYTE_SIZE not in parameters:
+            raise _refused((*loc, BYTE_SIZE), f"{BYTE_SIZE} is missing: {REGION} needs it")
+        byte_size = _unsigned(parameters[BYTE_SIZE], BYTE_SIZE, loc)
+        offset = _unsigned(parameters.get(OFFSET, 0), OFFSET, loc)
+        region = self.regions.get(name, (*loc, REGION))
+        region.require_whole((*loc, REGION))
+        if offset + byte_size > region.byte_size:
+            raise _refused(
+                (*loc, BYTE_SIZE),
+                f"{OFFSET} {offset} + {BYTE_SIZE} {byte_size} passes the end of region "
+                f"{quote(name)}, of {region.byte_size} bytes",
+            )
+        return Place(region, offset, byte_size)
+
+    def input(
+        self,
+        name: str,
+        parameters: Mapping[str, Any] | None,
+        shape: list[int],
+        datatype: str,
+        carried: str | None,
+    ) -> npt.NDArray[Any] | None:
+        """Input ``name`` read from its region (a view, no copy), or None when it names none.
+        ``carried``: what else the request carries it in, if anything (refused beside it)."""
+        loc = ("body", name, "parameters")
+        place = self.place(parameters or {}, loc)
+        if place is None:
+            return None
+        if carried is not None:
+            raise _refused(
+                ("body", name),
+                f"has both {REGION} and {carried}; give the tensor one way",
+            )
+        try:
+            array = decode_v2_binary(place.view(place.byte_size), shape, datatype, BYTE_SIZE)
+        except TensorError as error:
+            raise from_wire(error, name) from None
+        _require_aligned(place, array.dtype, (*loc, OFFSET))
+        # canonical_bools makes a copy of BOOL bytes other than 0 and 1: the service's memory.
+        if (
+            array.dtype.kind == "b"
+            and array.size
+            and not np.shares_memory(array, np.frombuffer(place.view(place.byte_size), np.uint8))
+        ):
+            self.copied_bytes += array.nbytes
+        self.inputs.append((name, place))
+        return array
+
+    def place_output(self, outputs: Iterable[tuple[str, Mapping[str, Any]]], job: Job) -> bool:
+        """Whether the output goes to a region (the first entry of it that says where); if so,
+        refuse now, before any work, an output that does not fit there or that would write
+        over an input."""
+        loc = ("body", OUTPUT_NAME, "parameters")
+        for name, parameters in outputs:
+            if name == OUTPUT_NAME:
+                place = self.place(parameters, loc)
+                if place is not None:
+                    break
+        else:
+            return False
+        needed = job.output_bytes
+        if needed > place.byte_size:
+            raise _refused(
+                (*loc, BYTE_SIZE),
+                f"{BYTE_SIZE} {place.byte_size} is too small: the output takes {needed} bytes "
+                f"(shape {list(job.output_shape)}, {v2_datatype(job.output_dtype)})",
+            )
+        _require_aligned(place, job.output_dtype, (*loc, OFFSET))
+        for input_name, input_place in self.inputs:
+            if place.overlaps(input_place, needed):
+                raise _refused(
+                    (*loc, REGION),
+                    f"the output's {needed} bytes overlap input {input_name!r} in shared "
+                    "memory; give the output a place of its own",
+                )
+        self.output = place
+        return True
+
+    def output_array(self, job: Job) -> npt.NDArray[Any]:
+        """The output's place in its region, as an array for the kernel to write into."""
+        assert self.output is not None
+        dtype = wire_dtype(job.output_dtype)
+        view = self.output.view(job.output_bytes)
+        if not job.output_bytes:
+            return np.empty(job.output_shape, dtype)
+        return np.frombuffer(view, dtype).reshape(job.output_shape)
+
+    def run(self, job: Job) -> dict[str, Any]:
+        """Run the job into the output's region; the output's parameters for the answer."""
+        assert self.output is not None
+        job.output(self.output_array(job))
+        parameters: dict[str, Any] = {REGION: self.output.region.name, BYTE_SIZE: job.output_bytes}
+        if self.output.offset:
+            parameters[OFFSET] = self.output.offset
+        return parameters
+
+
+def _require_aligned(place: Place, dtype: np.dtype[Any], loc: tuple[str, ...]) -> None:
+    start = place.region.offset + place.offset
+    if start % dtype.itemsize:
+        raise _refused(
+            loc,
+            f"the tensor starts at byte {start} of its shared memory object, not a multiple of "
+            f"its {dtype.itemsize}-byte elements ({v2_datatype(dtype)}); align it",
+        )
+
+
+def http_answer(job: Job, request_id: str | None, shared: SharedTensors) -> Answer:
+    """The ``/v2`` answer of a job whose output goes to shared memory: JSON, no data."""
+    parameters = shared.run(job)
+    response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
+    if request_id is not None:
+        response["id"] = request_id
+    response["outputs"] = [
+        {
+            "name": OUTPUT_NAME,
+            "datatype": v2_datatype(job.output_dtype),
+            "shape": list(job.output_shape),
+            "parameters": parameters,
+        }
+    ]
+    return Answer([orjson.dumps(response)], "application/json")
+
+
+def grpc_answer(job: Job, request_id: str, shared: SharedTensors) -> Answer:
+    """The gRPC answer of a job whose output goes to shared memory: no raw contents."""
+    parameters = shared.run(job)
+    response = pb.ModelInferResponse(
+        model_name=job.op.name, model_version=MODEL_VERSION, id=request_id
+    )
+    tensor = response.outputs.add(
+        name=OUTPUT_NAME, datatype=v2_datatype(job.output_dtype), shape=job.output_shape
+    )
+    for name, value in parameters.items():
+        if isinstance(value, str):
+            tensor.parameters[name].string_param = value
+        else:
+            tensor.parameters[name].int64_param = value
+    return Answer([response.SerializeToString()], "application/grpc")
+
+
+# ------------------------------------------------------------------------------------------------
+# HTTP: /v2/systemsharedmemory and /v2/cudasharedmemory
+
+
+class RegisterRequest(BaseModel):
+    """A region to register: ``byte_size`` bytes of object ``key`` from ``offset``."""
+
+    key: str = Field(description="The POSIX shared memory object, '/name' as shm_open takes it")
+    offset: int = Field(0, ge=0, description="Where the region begins in the object")
+    byte_size: int = Field(ge=1, description="The region's size in bytes")
+
+
+class RegionStatus(BaseModel):
+    """A registered region."""
+
+    name: str
+    key: str
+    offset: int
+    byte_size: int
+
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": V2Error, "description": words}
+    for status, words in [
+        (400, "Refused: a bad name, key, offset or size, an unknown region, or not offered"),
+        (413, "The body is too large, or the worker holds as many regions as it may"),
+        (422, "A field of the body is missing"),
+    ]
+}
+#: Register and unregister answer 200 with an empty body, as Triton does.
+_DONE: dict[str, Any] = {"description": "Done (an empty body)", "content": {}}
+_REGISTER_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": RegisterRequest.model_json_schema()}},
+    }
+}
+
+
+async def _register_body(request: Request) -> dict[str, Any]:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > REGISTER_BODY_LIMIT:
+            raise _refused(
+                ("body",),
+                f"a register request holds a key, an offset and a size: at most "
+                f"{REGISTER_BODY_LIMIT} bytes",
+                Fault.TOO_LARGE,
+            )
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        raise _refused(
+            ("body",), f"request is not valid JSON: {error}", Fault.JSON_INVALID
+        ) from None
+    if not isinstance(payload, dict):
+        raise _refused(
+            ("body",),
+            f'the body must be a JSON object {{"key", "offset", "byte_size"}}, got '
+            f"{json_kind(payload)}",
+        )
+    for field in ("key", "byte_size"):
+        if field not in payload:
+            raise _refused(("body", field), f"{field} is missing", Fault.MISSING_INPUT)
+    return payload
+
+
+def _json(value: Any) -> Response:
+    return Response(orjson.dumps(value), 200, media_type="application/json")
+
+
+def add_shared_memory_routes(router: APIRouter, pipeline: Pipeline) -> None:
+    """Triton's shared memory routes, under the router's ``/v2``."""
+    regions = regions_of(pipeline)
+    tags: list[str | Enum] = ["KServe V2: shared memory"]
+
+    async def register(request: Request, name: str) -> Response:
+        regions.require_enabled()
+        body = await _register_body(request)
+        regions.register(name, body["key"], body.get("offset", 0), body["byte_size"])
+        return Response(b"", 200)
+
+    async def unregister_all() -> Response:
+        regions.unregister("")
+        return Response(b"", 200)
+
+    async def unregister(name: str) -> Response:
+        regions.unregister(name)
+        return Response(b"", 200)
+
+    async def status_all() -> Response:
+        return _json(regions.status(""))
+
+    async def status(name: str) -> Response:
+        return _json(regions.status(name))
+
+    async def cuda(request: Request) -> Response:
+        raise _refused((), CUDA_REFUSAL, Fault.NOT_OFFERED)
+
+    system = "/systemsharedmemory"
+    router.add_api_route(
+        f"{system}/region/{{name}}/register",
+        register,
+        methods=["POST"],
+        summary="Register a region of a shared memory object",
+        tags=tags,
+        response_class=Response,
+        responses={200: _DONE, **_RESPONSES},
+        openapi_extra=_REGISTER_BODY,
+    )
+    for path, endpoint, summary in (
+        (f"{system}/unregister", unregister_all, "Unregister every region"),
+        (f"{system}/region/{{name}}/unregister", unregister, "Unregister a region"),
+    ):
+        router.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            summary=summary,
+            tags=tags,
+            response_class=Response,
+            responses={200: _DONE, **_RESPONSES},
+        )
+    for path, endpoint, summary in (
+        (f"{system}/status", status_all, "Every region registered"),
+        (f"{system}/region/{{name}}/status", status, "A region registered"),
+    ):
+        router.add_api_route(
+            path,
+            endpoint,
+            methods=["GET"],
+            summary=summary,
+            tags=tags,
+            responses={200: {"model": list[RegionStatus]}, **_RESPONSES},
+        )
+    cuda_paths = [
+        ("/cudasharedmemory/region/{name}/register", "POST"),
+        ("/cudasharedmemory/unregister", "POST"),
+        ("/cudasharedmemory/region/{name}/unregister", "POST"),
+        ("/cudasharedmemory/status", "GET"),
+        ("/cudasharedmemory/region/{name}/status", "GET"),
+    ]
+    for path, method in cuda_paths:
+        router.add_api_route(path, cuda, methods=[method], include_in_schema=False)
+
+
+def server_extensions(pipeline: Pipeline) -> list[str]:
+    """The extension the server metadata lists for shared memory (none when off)."""
+    return [EXTENSION] if regions_of(pipeline).enabled else []
+
+
+# ------------------------------------------------------------------------------------------------
+# gRPC: SystemSharedMemory* and CudaSharedMemory*
+
+
+def grpc_calls(service: Any) -> dict[str, Any]:
+    """The shared memory methods of the gRPC service (an ``InferenceService``), by name."""
+    regions = regions_of(service.pipeline)
+
+    async def register(context: Any, notes: Any) -> Any:
+        regions.require_enabled()
+        request = await service.parsed(pb.SystemSharedMemoryRegisterRequest, context, notes)
+        regions.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def unregister(context: Any, notes: Any) -> Any:
+        request = await service.parsed(pb.SystemSharedMemoryUnregisterRequest, context, notes)
+        regions.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def status(context: Any, notes: Any) -> Any:
+        request = await service.parsed(pb.SystemSharedMemoryStatusRequest, context, notes)
+        response = pb.SystemSharedMemoryStatusResponse()
+        for item in regions.status(request.name):
+            response.regions[item["name"]].CopyFrom(
+                pb.SystemSharedMemoryStatusResponse.RegionStatus(**item)
+            )
+        return response
+
+    def cuda(request_type: Any) -> Any:
+        async def refuse(context: Any, notes: Any) -> Any:
+            await service.parsed(request_type, context, notes)
+            raise _refused((), CUDA_REFUSAL, Fault.NOT_OFFERED)
+
+        return refuse
+
+    return {
+        "SystemSharedMemoryRegister": register,
+        "SystemSharedMemoryUnregister": unregister,
+        "SystemSharedMemoryStatus": status,
+        "CudaSharedMemoryRegister": cuda(pb.CudaSharedMemoryRegisterRequest),
+        "CudaSharedMemoryUnregister": cuda(pb.CudaSharedMemoryUnregisterRequest),
+        "CudaSharedMemoryStatus": cuda(pb.CudaSharedMemoryStatusRequest),
+    }
+
+
+def raw_positions(inputs: Any) -> list[int | None] | None:
+    """Each gRPC input's entry in ``raw_input_contents`` (None for one in shared memory, which
+    has none), or None when no input is in shared memory (each input its own index)."""
+    if not any(REGION in item.parameters for item in inputs):
+        return None
+    positions: list[int | None] = []
+    carried = 0
+    for item in inputs:
+        if REGION in item.parameters:
+            positions.append(None)
+        else:
+            positions.append(carried)
+            carried += 1
+    return positions
+
+
+def new_request(pipeline: Pipeline) -> SharedTensors | None:
+    """A request's shared tensors, or None when shared memory is off."""
+    regions = regions_of(pipeline)
+    return SharedTensors(regions) if regions.enabled else None

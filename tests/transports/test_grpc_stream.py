@@ -1,0 +1,184 @@
+"""Triton's ``ModelStreamInfer`` through ``tritonclient.grpc`` (``start_stream`` and
+``async_stream_infer``), unchanged, against a real server: each request answered on the stream
+with its id, bit for bit as NumPy computes it; a refused request answered with its error and the
+stream going on; a cancelled stream giving back every byte of the budget it held; the key
+checked when the stream starts."""
+
+import contextlib
+import hashlib
+import queue
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from tests.support import assert_same_bits, free_port, launch_server, sample, stop_server
+
+pytestmark = pytest.mark.e2e
+
+KEY = "k-5e1b7c3a9d2f4086b1c3e5f7091b2d4f"
+RESERVED = re.compile(r"^tensor_ops_memory_reserved_bytes (\S+)$", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, str]]:
+    port = free_port()
+    url, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
+    yield url, f"127.0.0.1:{port}"
+    stop_server(process)
+
+
+class Stream:
+    """A tritonclient stream whose answers are collected in arrival order."""
+
+    def __init__(self, address: str, **options: Any) -> None:
+        self.client = grpcclient.InferenceServerClient(address)
+        self.answers: queue.Queue[tuple[Any, Any]] = queue.Queue()
+        self.client.start_stream(lambda result, error: self.answers.put((result, error)), **options)
+
+    def roll(self, data: Any, shift: Any, axes: Any, request_id: str, model: str = "roll") -> None:
+        inputs = []
+        for name, array in (("data", data), ("shift", shift), ("axes", axes)):
+            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            inputs.append(tensor)
+        self.client.async_stream_infer(model, inputs, request_id=request_id)
+
+    def next(self) -> tuple[Any, Any]:
+        return self.answers.get(timeout=30)
+
+    def close(self, cancel: bool = False) -> None:
+        self.client.stop_stream(cancel_requests=cancel)
+        self.client.close()
+
+
+def reserved(url: str) -> float:
+    match = RESERVED.search(httpx.get(f"{url}/metrics").text)
+    assert match is not None
+    return float(match.group(1))
+
+
+def wait_for_reserved(url: str, test: Any) -> float:
+    deadline = time.monotonic() + 10
+    while True:
+        value = reserved(url)
+        if test(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(0.05)
+
+
+CASES = [
+    ("FP32", (4, 5), [1, -2], [0, 1]),
+    ("INT8", (7,), [3], [0]),
+    ("FP64", (2, 3, 4), [5], [2]),
+    ("UINT16", (3, 3), [-1, -1], [0, 1]),
+    ("FP16", (6, 2), [2], [-2]),
+    ("BOOL", (5,), [1], [0]),
+]
+
+
+def test_each_request_is_answered_with_its_id_bit_exact(server: tuple[str, str]) -> None:
+    stream = Stream(server[1])
+    try:
+        expected = {}
+        for index, (name, shape, shift, axes) in enumerate(CASES * 3):
+            data = sample(name, shape, finite=False, seed=index)
+            shift_array = np.array(shift, dtype=np.int64 if index % 2 else np.int32)
+            stream.roll(data, shift_array, np.array(axes, dtype=np.int64), f"req-{index}")
+            expected[f"req-{index}"] = np.roll(data, shift, axes)
+        for sent in list(expected):  # answered in order
+            result, error = stream.next()
+            assert error is None
+            response = result.get_response()
+            assert response.id == sent
+            assert response.model_name == "roll"
+            assert response.model_version == "1"
+            assert_same_bits(result.as_numpy("output"), expected.pop(response.id))
+        assert not expected
+    finally:
+        stream.close()
+
+
+def test_a_refused_request_gets_its_error_and_the_stream_goes_on(server: tuple[str, str]) -> None:
+    stream = Stream(server[1])
+    data = np.arange(6, dtype=np.float32)
+    one = np.array([1], dtype=np.int64)
+    try:
+        stream.roll(data, one, np.array([0]), "first")
+        stream.roll(data, one, np.array([3]), "bad-axis")  # axis 3 of a 1-D tensor: refused
+        stream.roll(data, one, np.array([0]), "lost", model="nope")
+        stream.roll(data, np.array([2]), np.array([0]), "after")
+        result, error = stream.next()
+        assert error is None and result.get_response().id == "first"
+        result, error = stream.next()
+        assert result is None
+        assert isinstance(error, InferenceServerException)
+        assert "axes" in error.message()
+        result, error = stream.next()
+        assert result is None and "'nope' is not served here" in error.message()
+        result, error = stream.next()
+        assert error is None and result.get_response().id == "after"
+        assert_same_bits(result.as_numpy("output"), np.roll(data, 2))
+    finally:
+        stream.close()
+
+
+def test_a_cancelled_stream_gives_back_its_reservations(server: tuple[str, str]) -> None:
+    url = server[0]
+    assert wait_for_reserved(url, lambda value: value == 0) == 0
+    stream = Stream(server[1])
+    data = np.zeros((1 << 20,), dtype=np.float32)  # 4 MiB: reserved, not lost in the noise
+    try:
+        stream.roll(data, np.array([1]), np.array([0]), "large")
+        result, error = stream.next()
+        assert error is None and result.as_numpy("output").shape == data.shape
+        # Waiting for the next message, the stream holds the largest one's room.
+        assert wait_for_reserved(url, lambda value: value > 0) > 0
+        for index in range(4):  # and cancelled with messages on their way
+            stream.roll(data, np.array([index]), np.array([0]), f"in-flight-{index}")
+    finally:
+        stream.close(cancel=True)
+    assert wait_for_reserved(url, lambda value: value == 0) == 0
+
+
+def test_a_stream_that_ends_gives_back_its_reservations(server: tuple[str, str]) -> None:
+    stream = Stream(server[1])
+    stream.roll(np.arange(3, dtype=np.int32), np.array([1]), np.array([0]), "one")
+    _, error = stream.next()
+    assert error is None
+    stream.close()
+    assert wait_for_reserved(server[0], lambda value: value == 0) == 0
+
+
+def test_the_key_is_checked_when_the_stream_starts(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.write_text(f"{hashlib.sha256(KEY.encode()).hexdigest()} streams\n")
+    port = free_port()
+    _, process = launch_server(
+        env={"TENSOR_OPS_GRPC_PORT": str(port), "TENSOR_OPS_API_KEYS_FILE": str(keys)}
+    )
+    try:
+        data, one = np.arange(4, dtype=np.int64), np.array([1])
+        refused = Stream(f"127.0.0.1:{port}")
+        # The stream is refused as it starts: tritonclient may already know when it sends.
+        with contextlib.suppress(InferenceServerException):
+            refused.roll(data, one, one * 0, "no-key")
+        result, error = refused.next()
+        assert result is None
+        assert "StatusCode.UNAUTHENTICATED" in str(error.status())
+        refused.close()
+        admitted = Stream(f"127.0.0.1:{port}", headers={"authorization": f"Bearer {KEY}"})
+        admitted.roll(data, one, one * 0, "with-key")
+        result, error = admitted.next()
+        assert error is None
+        assert_same_bits(result.as_numpy("output"), np.roll(data, 1))
+        admitted.close()
+    finally:
+        stop_server(process)
