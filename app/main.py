@@ -15,12 +15,12 @@ from fastapi import FastAPI, Response
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 from starlette.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import Match
+from starlette.types import Scope
 
 from app import tracing
 from app.access import AccessControl, access_control
 from app.docs import add_offline_docs
-from app.front import FrontDoor, ObservedApp
 from app.metrics import render as render_metrics
 from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
@@ -29,10 +29,11 @@ from app.registry import REGISTRY
 from app.settings import Settings
 from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
-from app.transports.http import build_router, op_endpoints
-from app.transports.routes import DirectRoute
+from app.transports.http import add_op_routes, op_endpoints
+from app.transports.http_observer import HttpObserver, ObservedApp
+from app.transports.routes import OpRoute
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
-from app.transports.v2_http import build_v2_router, direct_infer_routes
+from app.transports.v2_http import add_infer_routes, build_v2_router
 from app.transports.v2_messages import InferenceRequest
 from app.transports.v2_rules import SERVER_NAME
 from app.version import VERSION
@@ -152,27 +153,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 class Service(FastAPI):
-    """FastAPI, with the op and infer routes served by the front door before FastAPI's own
-    layers (routing, dependencies, exception and telemetry middleware) see the request."""
+    """FastAPI, with the HTTP observer every request passes (``front``)."""
 
-    front: FrontDoor
-    #: The CORS layer, around everything else, when TENSOR_OPS_CORS_ORIGINS allows origins.
-    cors: ASGIApp | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.cors is not None:
-            await self.cors(scope, receive, send)
-            return
-        await self.dispatch(scope, receive, send)
-
-    async def dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The direct routes by the front door, everything else by FastAPI."""
-        route = self.front.direct_route(scope)
-        if route is None:
-            await super().__call__(scope, receive, send)
-            return
-        scope["app"] = self
-        await self.front.serve(route, scope, receive, send)
+    front: HttpObserver
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -193,7 +176,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    add_offline_docs(app)
     app.state.settings = settings
     app.state.ready = True
     install_error_handlers(app)
@@ -205,17 +187,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.budget = budget
     pipeline = Pipeline(settings, budget)
     app.state.pipeline = pipeline
-    endpoints = op_endpoints(pipeline)
-    app.include_router(build_router(endpoints))
-    app.include_router(build_v2_router(pipeline))
-    direct = {path: DirectRoute(path, endpoint) for path, endpoint in endpoints.items()}
+    # The one router: the routes that run the ops first, each declared once from the registry.
+    add_op_routes(app.router, op_endpoints(pipeline))
+    app.include_router(build_v2_router(pipeline, add_infer_routes(app.router, pipeline)))
+    add_offline_docs(app)
     access = access_control(settings.api_keys_file, settings.auth_probes)
     app.state.access = access
-    app.front = FrontDoor(direct | direct_infer_routes(pipeline), access)
-    if settings.cors_origins:
-        app.cors = cors_layer(app.dispatch, settings.cors_origins)
-    # Every other request goes through FastAPI, tagged, logged and measured all the same.
+    app.front = HttpObserver(access, op_route_of(app))
+    # Every request passes the observer (tagged, key-checked, logged and measured) before the
+    # router; CORS, when TENSOR_OPS_CORS_ORIGINS allows origins, around it.
     app.add_middleware(ObservedApp, front=app.front)
+    if settings.cors_origins:
+        app.add_middleware(CORSMiddleware, **cors_options(settings.cors_origins))
 
     @app.get("/health", summary="Liveness: the process answers", tags=["service"])
     async def health() -> dict[str, str]:
@@ -272,15 +255,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
-def cors_layer(app: ASGIApp, origins: tuple[str, ...]) -> ASGIApp:
-    """Starlette's CORS middleware around ``app``: preflights answered, the allowed origins
-    told they may read the answers (errors included) and the headers a client needs."""
-    return CORSMiddleware(
-        app,
-        allow_origins=list(origins),
-        allow_methods=["GET", "POST"],
+def op_route_of(app: FastAPI) -> Callable[[Scope], str | None]:
+    """The template of the op route a request is for, or None: the label of a request refused
+    before the router took it (its key)."""
+
+    def op_route(scope: Scope) -> str | None:
+        for route in app.router.routes:
+            if isinstance(route, OpRoute) and route.matches(scope)[0] is Match.FULL:
+                return route.path
+        return None
+
+    return op_route
+
+
+def cors_options(origins: tuple[str, ...]) -> dict[str, Any]:
+    """Starlette's CORS middleware's options: preflights answered, the allowed origins told they
+    may read the answers (errors included) and the headers a client needs."""
+    return {
+        "allow_origins": list(origins),
+        "allow_methods": ["GET", "POST"],
         # Beyond the safelisted ones: the key, the request id, a gzip body, trace context.
-        allow_headers=[
+        "allow_headers": [
             "authorization",
             "content-type",
             "content-encoding",
@@ -288,9 +283,9 @@ def cors_layer(app: ASGIApp, origins: tuple[str, ...]) -> ASGIApp:
             "traceparent",
             "tracestate",
         ],
-        expose_headers=["x-request-id", "retry-after", "www-authenticate", "tensor-ops-fault"],
-        max_age=600,
-    )
+        "expose_headers": ["x-request-id", "retry-after", "www-authenticate", "tensor-ops-fault"],
+        "max_age": 600,
+    }
 
 
 #: The OpenAPI security scheme of API keys: /docs shows an Authorize button for it.

@@ -2,7 +2,7 @@
 ``OTEL_*`` variables name somewhere to send them, and off otherwise.
 
 Off, nothing of OpenTelemetry is imported by this module: ``TRACER`` is None, and each place
-that would make a span tests that once (a few nanoseconds); the front door and gRPC's handlers,
+that would make a span tests that once (a few nanoseconds); the HTTP observer and gRPC's handlers,
 which make the requests' spans, are wrapped only when the app is built with tracing on. On, the
 SDK's tracer provider sends spans through a batch span processor to the OTLP exporter the
 variables choose (or to the console), from each worker process: the provider is made where the
@@ -367,20 +367,19 @@ def _parent(pairs: Iterable[tuple[Any, Any]]) -> Context:
     return propagate.extract(carrier)
 
 
-#: What the front door runs for one HTTP request: (scope, receive, send, route, app).
+#: What the HTTP observer runs for one request: (scope, receive, send, app).
 Observed = TypeVar("Observed", bound=Callable[..., Awaitable[None]])
 
 
 def http_spans(observed: Observed) -> Observed:
-    """``observed`` (the front door's handling of a request) inside a server span, current
+    """``observed`` (the HTTP observer's handling of a request) inside a server span, current
     while it runs, continuing the trace of the request's ``traceparent``."""
     tracer = TRACER
     assert tracer is not None
 
-    async def traced(scope: Scope, receive: Receive, send: Send, route: Any, app: Any) -> None:
+    async def traced(scope: Scope, receive: Receive, send: Send, app: Any) -> None:
         original = scope["method"]
         method = original if original in _METHODS else "_OTHER"
-        label = route.label if route is not None else None
         attributes: dict[str, Any] = {
             "http.request.method": method,
             "url.path": scope["path"][:256],
@@ -391,8 +390,6 @@ def http_spans(observed: Observed) -> Observed:
             attributes["http.request.method_original"] = original[:32]
         if scope.get("query_string"):
             attributes["url.query"] = scope["query_string"].decode("latin-1")[:256]
-        if label is not None:
-            attributes["http.route"] = label
         client = scope.get("client")
         if client:
             attributes["client.address"] = client[0]
@@ -402,15 +399,16 @@ def http_spans(observed: Observed) -> Observed:
             if server[1] is not None:
                 attributes["server.port"] = server[1]
         parent = _parent(scope["headers"])
+        # Named by its route once the router has taken it (record(), below).
         span = tracer.start_span(
-            f"{method} {label}" if label else method,
+            method,
             context=parent,
             kind=SpanKind.SERVER,
             attributes=attributes,
         )
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         try:
-            await observed(scope, receive, send, route, app)
+            await observed(scope, receive, send, app)
         except Exception as error:
             span.record_exception(error)
             raise

@@ -36,7 +36,7 @@ from app.transports.json_tensors import (
     json_encoding_bytes,
     settle_npy_type,
 )
-from app.transports.routes import Endpoint
+from app.transports.routes import Endpoint, OpRoute
 from app.transports.schemas import TensorResponse, request_model
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
@@ -340,10 +340,9 @@ def op_endpoints(pipeline: Pipeline) -> dict[str, Endpoint]:
     return {f"/{op.name}": endpoint(op) for op in REGISTRY.values()}
 
 
-def build_router(endpoints: Mapping[str, Endpoint]) -> APIRouter:
-    """A ``POST /<op>`` route for every op of the registry (for the docs, and any request the
-    front door does not serve itself)."""
-    router = APIRouter()
+def add_op_routes(router: APIRouter, endpoints: Mapping[str, Endpoint]) -> None:
+    """A ``POST /<op>`` route for every op of the registry, on the app's own router (an included
+    router's routes are matched twice)."""
     for op in REGISTRY.values():
         path = f"/{op.name}"
         router.add_api_route(
@@ -355,5 +354,5 @@ def build_router(endpoints: Mapping[str, Endpoint]) -> APIRouter:
             description=op.description,
             responses=_responses(),
             openapi_extra=_openapi_extra(op),
+            route_class_override=OpRoute,
         )
-    return router

@@ -4,7 +4,7 @@ An adapter of the request pipeline: where V2 puts inputs and parameters, how it 
 tensors, how it writes its answer and its ``{"error"}``.
 """
 
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from typing import Annotated, Any
 
 import orjson
@@ -35,7 +35,7 @@ from app.transports.json_tensors import (
     json_encoding_bytes,
     require_json_can_carry,
 )
-from app.transports.routes import DirectRoute, Endpoint
+from app.transports.routes import OpRoute
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
     OUTPUT_EXTENSIONS_ON,
@@ -346,22 +346,6 @@ def infer_endpoint(pipeline: Pipeline) -> Callable[[Request, Op], Awaitable[Resp
     return serve_infer
 
 
-def direct_infer_routes(pipeline: Pipeline) -> dict[str, DirectRoute]:
-    """The infer route of every model and version by its path, for the front door."""
-    serve_infer = infer_endpoint(pipeline)
-
-    def endpoint(op: Op) -> Endpoint:
-        return lambda request: serve_infer(request, op)
-
-    routes = {}
-    for op in REGISTRY.values():
-        direct = endpoint(op)
-        routes[INFER_PATH.format(name=op.name)] = DirectRoute(INFER_PATH, direct)
-        path = VERSION_INFER_PATH.format(name=op.name, version=MODEL_VERSION)
-        routes[path] = DirectRoute(VERSION_INFER_PATH, direct)
-    return routes
-
-
 class V2Route(APIRoute):
     """A ``/v2`` route: every refusal in the protocol's ``{"error"}`` shape, the framework's
     own (a wrong method) included."""
@@ -463,20 +447,79 @@ def add_triton_routes(router: APIRouter, errors: dict[int | str, dict[str, Any]]
         router.add_api_route(path, control, methods=["POST"], summary=summary, responses=errors)
 
 
-def build_v2_router(pipeline: Pipeline) -> APIRouter:
-    """The ``/v2`` routes."""
-    router = APIRouter(prefix="/v2", tags=["KServe V2"], route_class=V2Route)
-    errors: dict[int | str, dict[str, Any]] = {
-        status: {"model": V2Error, "description": words}
-        for status, words in [
-            (400, "The request cannot be decoded or is inconsistent"),
-            (404, "No such model or version"),
-            (413, "The body or the output is over a size limit"),
-            (415, "An unsupported content type or encoding"),
-            (422, "The request breaks the op's spec or types"),
-            (503, "The memory budget is busy; retry later"),
-        ]
+class V2OpRoute(OpRoute, V2Route):
+    """An infer route: served as every op route is, its refusals in V2's shape."""
+
+    render = staticmethod(render_v2)
+
+
+#: The refusals every /v2 route may answer, for the OpenAPI document.
+V2_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": V2Error, "description": words}
+    for status, words in [
+        (400, "The request cannot be decoded or is inconsistent"),
+        (404, "No such model or version"),
+        (413, "The body or the output is over a size limit"),
+        (415, "An unsupported content type or encoding"),
+        (422, "The request breaks the op's spec or types"),
+        (503, "The memory budget is busy; retry later"),
+    ]
+}
+
+
+def add_infer_routes(router: APIRouter, pipeline: Pipeline) -> list[APIRoute]:
+    """The infer routes, on the app's own router (an included router's routes are matched
+    twice); returns them for the ``/v2`` router's answer to other methods (405)."""
+    infer_body = {
+        "requestBody": {
+            "required": True,
+            "description": "JSON, or with `Inference-Header-Content-Length: N` a JSON header of N "
+            "bytes followed by the binary tensors (`parameters.binary_data_size` each); may be "
+            "sent with `Content-Encoding: gzip` or `deflate`.",
+            "content": {
+                JSON_TYPE: {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
+                BINARY_TYPE: {"schema": {"type": "string", "format": "binary"}},
+            },
+        }
     }
+    infer_responses = {
+        200: {
+            "model": InferenceResponse,
+            "description": "JSON, or with binary output the JSON header then the output's bytes",
+            "content": {BINARY_TYPE: {"schema": {"type": "string", "format": "binary"}}},
+        },
+        **V2_ERRORS,
+    }
+
+    serve_infer = infer_endpoint(pipeline)
+
+    async def infer(request: Request, name: ModelName) -> Response:
+        return await serve_infer(request, model(name))
+
+    async def version_infer(request: Request, name: ModelName, version: ModelVersion) -> Response:
+        return await serve_infer(request, model(name, version))
+
+    for path, endpoint, summary in (
+        (INFER_PATH, infer, "Inference: run the op"),
+        (VERSION_INFER_PATH, version_infer, "Inference (one version)"),
+    ):
+        router.add_api_route(
+            path,
+            endpoint,
+            methods=["POST"],
+            tags=["KServe V2"],
+            summary=summary,
+            responses=infer_responses,
+            openapi_extra=infer_body,
+            route_class_override=V2OpRoute,
+        )
+    return [route for route in router.routes if isinstance(route, V2OpRoute)]
+
+
+def build_v2_router(pipeline: Pipeline, infer_routes: Sequence[APIRoute] = ()) -> APIRouter:
+    """The ``/v2`` routes but the infer routes (``add_infer_routes``)."""
+    router = APIRouter(prefix="/v2", tags=["KServe V2"], route_class=V2Route)
+    errors = V2_ERRORS
 
     @router.get("/health/live", summary="Server liveness")
     async def live() -> dict[str, bool]:
@@ -521,48 +564,6 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
     ):
         router.add_api_route(path, handler, summary=summary, responses=errors)
 
-    infer_body = {
-        "requestBody": {
-            "required": True,
-            "description": "JSON, or with `Inference-Header-Content-Length: N` a JSON header of N "
-            "bytes followed by the binary tensors (`parameters.binary_data_size` each); may be "
-            "sent with `Content-Encoding: gzip` or `deflate`.",
-            "content": {
-                JSON_TYPE: {"schema": {"$ref": "#/components/schemas/InferenceRequest"}},
-                BINARY_TYPE: {"schema": {"type": "string", "format": "binary"}},
-            },
-        }
-    }
-    infer_responses = {
-        200: {
-            "model": InferenceResponse,
-            "description": "JSON, or with binary output the JSON header then the output's bytes",
-            "content": {BINARY_TYPE: {"schema": {"type": "string", "format": "binary"}}},
-        },
-        **errors,
-    }
-
-    serve_infer = infer_endpoint(pipeline)
-
-    async def infer(request: Request, name: ModelName) -> Response:
-        return await serve_infer(request, model(name))
-
-    async def version_infer(request: Request, name: ModelName, version: ModelVersion) -> Response:
-        return await serve_infer(request, model(name, version))
-
-    for path, endpoint, summary in (
-        (INFER_PATH.removeprefix("/v2"), infer, "Inference: run the op"),
-        (VERSION_INFER_PATH.removeprefix("/v2"), version_infer, "Inference (one version)"),
-    ):
-        router.add_api_route(
-            path,
-            endpoint,
-            methods=["POST"],
-            summary=summary,
-            responses=infer_responses,
-            openapi_extra=infer_body,
-        )
-
     add_shared_memory_routes(router, pipeline)  # Triton's shared memory extension
 
     async def no_route(request: Request, rest: str) -> Response:
@@ -571,7 +572,7 @@ def build_v2_router(pipeline: Pipeline) -> APIRouter:
         path = request.url.path
         allowed = sorted(
             method
-            for route in router.routes
+            for route in [*router.routes, *infer_routes]
             if isinstance(route, APIRoute)
             and route.endpoint is not no_route
             and route.path_regex.match(path)

@@ -8,7 +8,7 @@ Each request is driven through the ASGI app (or the gRPC handler) as the server 
 it, with a receive that hands the whole body over at once and a send that keeps nothing; the
 anchor is the echo app's ``POST /constant`` (``tests/benchmarks/echo_app.py``) driven the same
 way. Each stage is wrapped by a timer (about 0.3 us of its own each); what no stage accounts
-for is the front door, the request object, the pipeline's own steps and, for the anchor and
+for is the observer, the framework, the request object, the pipeline's own steps and, for the anchor and
 for FastAPI, the framework. The figures are per request, from the batch of the fewest
 microseconds out of several (the least disturbed by others on a shared machine). It prints a
 table and never asserts a time.
@@ -46,12 +46,12 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TENSOR_OPS_GRPC_PORT", "0")
 
-import app.front  # noqa: E402
 import app.observability  # noqa: E402
 import app.pipeline.jobs  # noqa: E402
 import app.transports.grpc  # noqa: E402
 import app.transports.http  # noqa: E402
 import app.transports.http_body  # noqa: E402
+import app.transports.http_observer  # noqa: E402
 import app.transports.http_responses  # noqa: E402
 import app.transports.v2_http  # noqa: E402
 from app import tracing  # noqa: E402
@@ -108,7 +108,7 @@ def instrument() -> None:
     responses = app.transports.http_responses
     wrap(responses, "read_body", "read body")
     wrap(responses, "BuffersResponse", "response object")
-    wrap(app.front, "record", "request id, metrics, log line")
+    wrap(app.transports.http_observer, "record", "request id, metrics, log line")
     wrap(app.transports.grpc, "record", "request id, metrics, log line")
     for module in (app.transports.http, app.transports.v2_http, app.transports.grpc):
         wrap(module, "make_job", "spec checks, output sized (make_job)")
@@ -231,7 +231,7 @@ def report(name: str, figures: dict[str, float]) -> list[tuple[str, float]]:
         own["decode and check inputs"] -= making
     rows = [(stage, own[stage]) for stage in STAGES if stage in own]
     accounted = sum(value for _, value in rows)
-    rows.append(("the rest: front door, framework, pipeline steps", own["total"] - accounted))
+    rows.append(("the rest: observer, framework, pipeline steps", own["total"] - accounted))
     rows.append(("total", own["total"]))
     print(f"\n{name}")
     for stage, seconds in rows:

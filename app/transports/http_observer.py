@@ -1,17 +1,8 @@
-"""The front door of HTTP: every request's id, metrics and log line, and the op routes' short way.
-
-FastAPI's routing, dependency solving and exception layers cost a small request more than all
-of its own work (about 200 us of Python on this stack). The routes that carry the work
-(``POST /roll``, ``POST /gather``, ``POST /v2/models/<op>[/versions/1]/infer``) take no
-parameters the framework would resolve: they read the raw request and run the pipeline. So the
-front door sends them straight to the same endpoint the framework would have called, and
-everything else (the docs, metadata, probes, metrics, wrong methods, unknown paths) through
-FastAPI as before. The routes stay declared in FastAPI, so the OpenAPI document is unchanged.
-"""
+"""Every HTTP request's id, key check, metrics and log line, whichever route serves it."""
 
 import time
+from collections.abc import Callable
 
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -20,45 +11,31 @@ from app.access import AccessControl
 from app.errors import ServiceError
 from app.observability import accepted_request_id, record
 from app.transports.errors import render_detail, render_v2
-from app.transports.routes import DirectRoute
 
 _REQUEST_ID = b"x-request-id"
 
 
-class FrontDoor:
-    """Serves the direct routes, and tags each HTTP request with an id, then logs and measures
-    it once it is answered, whichever way it went."""
+class HttpObserver:
+    """Tags each HTTP request with an id, checks its key, then logs and measures it once it is
+    answered: the one layer every request passes, before the router."""
 
-    def __init__(self, direct: dict[str, DirectRoute], access: AccessControl | None = None) -> None:
-        #: POST routes by path.
-        self.direct = direct
-        #: API keys, when they are on: checked here, before any route runs, for both ways in.
+    def __init__(
+        self,
+        access: AccessControl | None = None,
+        op_route: Callable[[Scope], str | None] = lambda scope: None,
+    ) -> None:
+        #: API keys, when they are on: checked here, before any route runs.
         self.access = access
+        #: The template of the op route a request is for, if any (a refused request's label).
+        self.op_route = op_route
         if tracing.TRACER is not None:  # each request in a server span (nothing when off)
             self._observed = tracing.http_spans(self._observed)  # type: ignore[method-assign]
 
-    def direct_route(self, scope: Scope) -> DirectRoute | None:
-        """The direct route of a request, or None for FastAPI to route it."""
-        if scope["type"] != "http" or scope["method"] != "POST":
-            return None
-        return self.direct.get(route_path(scope))
-
-    async def serve(self, route: DirectRoute, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve a request of a direct route."""
-        await self._observed(scope, receive, send, route, None)
-
     async def observe(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-        """Serve a request through ``app`` (FastAPI's routing)."""
-        await self._observed(scope, receive, send, None, app)
+        """Serve a request through ``app`` (the router)."""
+        await self._observed(scope, receive, send, app)
 
-    async def _observed(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        route: DirectRoute | None,
-        app: ASGIApp | None,
-    ) -> None:
+    async def _observed(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
         started = time.perf_counter()
         given = None
         for key, value in scope["headers"]:
@@ -99,16 +76,11 @@ class FrontDoor:
                 try:
                     key = self.access.keys.admit(scope["headers"])
                 except ServiceError as error:
-                    label = route.label if route is not None else "unauthenticated"
+                    label = self.op_route(scope) or "unauthenticated"
                     await _refusal(scope["path"], error)(scope, counting_receive, tagging_send)
                     return
-            if route is not None:
-                label = route.label
-                response = await route.endpoint(Request(scope, counting_receive))
-                await response(scope, counting_receive, tagging_send)
-            elif app is not None:
-                await app(scope, counting_receive, tagging_send)
-                label = _route_of(scope)
+            await app(scope, counting_receive, tagging_send)
+            label = _route_of(scope)
         finally:
             reservation = scope.get("state", {}).get("reservation")
             record(
@@ -126,9 +98,9 @@ class FrontDoor:
 
 
 class ObservedApp:
-    """The middleware that has the front door tag, log and measure what FastAPI serves."""
+    """The middleware through which the observer sees every HTTP request."""
 
-    def __init__(self, app: ASGIApp, front: FrontDoor) -> None:
+    def __init__(self, app: ASGIApp, front: HttpObserver) -> None:
         self.app = app
         self.front = front
 
