@@ -11,8 +11,9 @@ from contextlib import asynccontextmanager
 from types import FrameType
 from typing import Any
 
-from fastapi import FastAPI, Response
+from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, RedirectResponse
 from pydantic import BaseModel
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match
@@ -31,6 +32,8 @@ from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
 from app.transports.http import add_op_routes, op_endpoints
 from app.transports.http_observer import HttpObserver, ObservedApp
+from app.transports.openapi import description as openapi_description
+from app.transports.openapi import teach
 from app.transports.routes import OpRoute
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.transports.v2_http import add_infer_routes, build_v2_router
@@ -39,14 +42,6 @@ from app.transports.v2_rules import SERVER_NAME
 from app.version import VERSION
 
 LOG = logging.getLogger("tensor_ops.service")
-
-DESCRIPTION = """
-Executes OpenVINO's **Roll-7** and **Gather-8** exactly as their specifications say, on tensors
-sent as JSON arrays or as base64 `.npy` files, in every element type (bool, int8-64, uint8-64,
-float16, bfloat16, float32, float64).
-
-Pick one of the specs' examples in a route's request body, then *Try it out* and *Execute*.
-"""
 
 
 def on_exit_signals(
@@ -168,7 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = Service(
         title="tensor-ops",
         version=VERSION,
-        description=DESCRIPTION,
+        description=openapi_description(settings),
         lifespan=lifespan,
         # The service traces every request itself (app.tracing): FastAPI's own telemetry
         # would add a second server span to the routes it serves, and only to those.
@@ -199,6 +194,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ObservedApp, front=app.front)
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, **cors_options(settings.cors_origins))
+
+    @app.get(
+        "/",
+        summary="The service: a browser is sent to /docs, a client gets what is offered",
+        tags=["service"],
+        response_model=None,
+    )
+    async def landing(request: Request) -> Response:
+        if _prefers_html(request.headers.get("accept", "")):
+            root = request.scope.get("root_path", "")
+            return RedirectResponse(f"{root}/docs", status_code=307)
+        return JSONResponse(landing_page(settings))
 
     @app.get("/health", summary="Liveness: the process answers", tags=["service"])
     async def health() -> dict[str, str]:
@@ -246,6 +253,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
                 components.update(model_schema.pop("$defs", {}))
                 components[model.__name__] = model_schema
+            teach(schema, settings, pipeline.limits, capacity)
             if access is not None:
                 require_keys(schema, access)
             app.openapi_schema = link_shared_schemas(schema)
@@ -313,6 +321,35 @@ def require_keys(schema: dict[str, Any], access: AccessControl) -> None:
 
 
 app = create_app()
+
+
+def landing_page(settings: Settings) -> dict[str, Any]:
+    """``GET /`` for a client: the name, version and ops, each way in, and where the docs are."""
+    return {
+        "name": SERVER_NAME,
+        "version": VERSION,
+        "ops": list(REGISTRY),
+        "ways_in": {
+            "json": "POST /roll, POST /gather (Content-Type: application/json)",
+            "npz": "POST /roll, POST /gather (Content-Type: application/x-npz)",
+            "v2": "POST /v2/models/{roll,gather}/infer (KServe V2 / Open Inference Protocol)",
+            "grpc": (
+                f"port {settings.grpc_port}, inference.GRPCInferenceService"
+                if settings.grpc_port
+                else "off (TENSOR_OPS_GRPC_PORT is 0)"
+            ),
+            "client": "pip install ./client: TensorOpsClient, and the tensor-ops command",
+        },
+        "ports": {"http": settings.port, "grpc": settings.grpc_port},
+        "docs": "/docs",
+        "openapi": "/openapi.json",
+        "info": "/info",
+    }
+
+
+def _prefers_html(accept: str) -> bool:
+    """A browser's Accept names text/html; an API client's (curl's */*, httpx's) does not."""
+    return "text/html" in accept.lower()
 
 
 def service_info(settings: Settings, budget_bytes: int) -> dict[str, Any]:

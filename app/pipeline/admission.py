@@ -126,13 +126,7 @@ class MemoryBudget:
                 return
             self._waiting.remove(entry)
             REFUSED_BUSY.inc()
-            raise ServiceError(
-                Fault.BUSY,
-                (),
-                f"the service is busy: {self.in_use} of {self.capacity} bytes of its "
-                f"memory budget are in use and this request needs {nbytes}; retry later",
-                headers={"Retry-After": str(max(1, math.ceil(self.timeout / 4)))},
-            ) from None
+            raise busy_error(self.in_use, self.capacity, nbytes, self.timeout) from None
         except asyncio.CancelledError:
             if granted.done():
                 self._release(nbytes)  # granted, but its request is gone
@@ -227,3 +221,14 @@ class Reservation:
         if self.held:
             held, self.held = self.held, 0
             await self.budget._give_back(held)
+
+
+def busy_error(in_use: int, capacity: int, nbytes: int, timeout: float) -> ServiceError:
+    """The 503 of a request that found no room in the budget within ``timeout`` seconds."""
+    return ServiceError(
+        Fault.BUSY,
+        (),
+        f"the service is busy: {in_use} of {capacity} bytes of its memory budget are in use "
+        f"and this request needs {nbytes}; retry later",
+        headers={"Retry-After": str(max(1, math.ceil(timeout / 4)))},
+    )

@@ -241,6 +241,22 @@ def _query_integer(query: Mapping[str, str], name: str, op: Op) -> int:
     return value
 
 
+def exchange_for_media(op: Op, kind: str) -> Exchange:
+    """The adapter of a JSON body with no query, or the 415 of a type the routes do not take
+    (what /docs shows)."""
+    if kind in (JSON_TYPE, ""):
+        return JsonExchange(op, raw_npy=False)
+    raise _unsupported(kind)
+
+
+def _unsupported(kind: str) -> ServiceError:
+    return ServiceError(
+        Fault.UNSUPPORTED_MEDIA_TYPE,
+        ("header", "content-type"),
+        f"content type {quote(kind)} is not accepted here; send {JSON_TYPE} or {NPZ_TYPE}",
+    )
+
+
 def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     """The adapter for the request's content type; 415 for a type the op routes do not take."""
     kind = media_type(request)
@@ -255,11 +271,7 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
                     f"the query parameter {name} is for .npz bodies; in a JSON body it is a field",
                 )
         return JsonExchange(op, wants_npy(request))
-    raise ServiceError(
-        Fault.UNSUPPORTED_MEDIA_TYPE,
-        ("header", "content-type"),
-        f"content type {quote(kind)} is not accepted here; send {JSON_TYPE} or {NPZ_TYPE}",
-    )
+    raise _unsupported(kind)
 
 
 def _responses() -> dict[int | str, dict[str, Any]]:
@@ -355,4 +367,5 @@ def add_op_routes(router: APIRouter, endpoints: Mapping[str, Endpoint]) -> None:
             responses=_responses(),
             openapi_extra=_openapi_extra(op),
             route_class_override=OpRoute,
+            tags=["ops"],
         )

@@ -23,7 +23,7 @@ _LENGTH_DIGITS = 19
 _MAX_CODINGS = 4
 
 
-def _too_large(size: str, limit: int) -> ServiceError:
+def too_large(size: str, limit: int) -> ServiceError:
     return ServiceError(
         Fault.TOO_LARGE,
         ("body",),
@@ -51,10 +51,10 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
             )
         # Past 19 digits a length passes any limit (and int() refuses 4300 of them): no int.
         if len(declared.lstrip("0")) > _LENGTH_DIGITS:
-            raise _too_large(f"{len(declared)} digits of bytes", limit)
+            raise too_large(f"{len(declared)} digits of bytes", limit)
         length = int(declared)
         if length > limit:
-            raise _too_large(f"{length} bytes", limit)
+            raise too_large(f"{length} bytes", limit)
         # A body that could never be held is refused before its buffer is asked for.
         reservation.budget.refuse_what_never_fits(length)
     if (
@@ -236,7 +236,7 @@ async def _read_growing(chunks: _PacedBody, limit: int, reservation: Reservation
     body = bytearray()
     while (chunk := await chunks.next()) is not None:
         if len(body) + len(chunk) > limit:
-            raise _too_large(f"more than {limit} bytes", limit)
+            raise too_large(f"more than {limit} bytes", limit)
         # A bytearray may hold an eighth more than its length, as CPython grows it.
         await chunks.reserve(reservation, (len(body) + len(chunk)) * 9 // 8, limit * 9 // 8)
         body += chunk

@@ -1,7 +1,7 @@
 """The routes that carry the work, as the one router holds them."""
 
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from fastapi.routing import APIRoute
 from starlette.requests import Request
@@ -27,9 +27,6 @@ class OpRoute(APIRoute):
     this stack. A method the route does not take goes the framework's way (a 405).
     """
 
-    #: How a refusal raised before the pipeline took the request (an unknown model) is written.
-    render: ClassVar[Callable[[ServiceError], Response]] = staticmethod(render_detail)
-
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         # A path with no parameters (/roll) is told by comparing it: the router asks every
         # route it passes, and the framework's own way (a regular expression, its scope
@@ -52,5 +49,9 @@ class OpRoute(APIRoute):
         try:
             response = await endpoint(Request(scope, receive), **parameters)
         except ServiceError as error:
-            response = type(self).render(error)
+            response = self.refuse(error)
         await response(scope, receive, send)
+
+    def refuse(self, error: ServiceError) -> Response:
+        """A refusal raised before the pipeline took the request (an unknown model)."""
+        return render_detail(error)

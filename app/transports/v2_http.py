@@ -450,7 +450,8 @@ def add_triton_routes(router: APIRouter, errors: dict[int | str, dict[str, Any]]
 class V2OpRoute(OpRoute, V2Route):
     """An infer route: served as every op route is, its refusals in V2's shape."""
 
-    render = staticmethod(render_v2)
+    def refuse(self, error: ServiceError) -> Response:
+        return render_v2(error)
 
 
 #: The refusals every /v2 route may answer, for the OpenAPI document.

@@ -1,0 +1,154 @@
+"""What /docs teaches: the ops under their own tag, the ways in, and examples that are answers.
+
+Each spec example's 200 is what the route answers to it, and each refusal's example what the
+route answers to a request of that fault: both are made by the JSON route's own exchange (the
+pipeline's stages, run here without a socket) when the document is first built, so they cannot
+drift from the service.
+"""
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import orjson
+
+from app.errors import ServiceError
+from app.pipeline.admission import busy_error
+from app.pipeline.jobs import Limits
+from app.registry import REGISTRY, Op
+from app.settings import Settings
+from app.transports.errors import render_detail
+from app.transports.http import JSON_TYPE, JsonExchange, exchange_for_media
+from app.transports.http_body import too_large
+
+#: The tag of the routes that run the ops, and the order of the tags in /docs.
+OPS_TAG = "ops"
+TAGS = [
+    {
+        "name": OPS_TAG,
+        "description": "Roll-7 and Gather-8 on JSON bodies (nested arrays or base64 `.npy` "
+        "tensors) or on `.npz` archives.",
+    },
+    {
+        "name": "KServe V2",
+        "description": "The Open Inference Protocol under `/v2`, with Triton's binary tensors: "
+        "what `tritonclient.http` speaks. The same protocol is served over gRPC.",
+    },
+    {"name": "service", "description": "Probes, metrics and what the service offers."},
+]
+
+
+def description(settings: Settings) -> str:
+    """The document's description: what the service does and every way in."""
+    grpc = (
+        f"on port **{settings.grpc_port}** (`inference.GRPCInferenceService`, the same protocol "
+        "as `/v2`; `tritonclient.grpc` speaks it)"
+        if settings.grpc_port
+        else "(off on this server: `TENSOR_OPS_GRPC_PORT` is 0)"
+    )
+    return f"""
+Executes OpenVINO's **Roll-7** and **Gather-8** exactly as their specifications say, in every
+element type (bool, int8-64, uint8-64, float16, bfloat16, float32, float64).
+
+**Ways in**
+
+- `POST /roll`, `POST /gather` with a **JSON** body: tensors as nested arrays, or as base64
+  `.npy` files (a JSON string is always read as base64 `.npy`).
+- The same routes with an **`.npz`** body (`Content-Type: application/x-npz`): one `.npy`
+  member per input, attributes in the query; the answer is the output's raw `.npy`.
+- **KServe V2** under `/v2` (JSON or binary tensors), for `tritonclient.http`.
+- **gRPC** {grpc}.
+- The **Python client and command line**: `pip install ./client`, then
+  `TensorOpsClient(url).roll(...)` or `tensor-ops roll ...`.
+
+Pick one of the specs' examples in a route's request body, then *Try it out* and *Execute*: the
+200 example of the same name is the answer to expect.
+"""
+
+
+def teach(schema: dict[str, Any], settings: Settings, limits: Limits, budget: int) -> None:
+    """Tag, describe and give examples to the OpenAPI document ``schema``, in place."""
+    schema["tags"] = TAGS
+    paths = schema.get("paths", {})
+    for op in REGISTRY.values():
+        operation = paths.get(f"/{op.name}", {}).get("post")
+        if operation is None:
+            continue
+        operation["tags"] = [OPS_TAG]
+        for parameter in operation.get("parameters", ()):
+            if parameter.get("in") == "query":
+                parameter["description"] = (
+                    "**`.npz` bodies only** (in a JSON body it is a field). "
+                    + parameter.get("description", "")
+                )
+        responses = operation.setdefault("responses", {})
+        answers = {
+            name: {"summary": example["summary"], "value": answer(op, example["value"], limits)}
+            for name, example in op.examples.items()
+        }
+        _content(responses, "200")["examples"] = answers
+        for status, (summary, body) in refusals(op, settings, limits, budget).items():
+            examples = _content(responses, str(status)).setdefault("examples", {})
+            examples[summary] = {"summary": summary, "value": body}
+
+
+def answer(op: Op, value: Any, limits: Limits) -> Any:
+    """The JSON route's answer to the JSON request ``value``."""
+    exchange = JsonExchange(op, raw_npy=False)
+    exchange.prepare(orjson.dumps(value))
+    job = exchange.decode(limits)
+    encoded = exchange.encode(job)
+    return orjson.loads(b"".join(_pieces(encoded.buffers)))
+
+
+def refusals(op: Op, settings: Settings, limits: Limits, budget: int) -> dict[int, tuple[str, Any]]:
+    """A request of each refusal the op's route documents, and the route's answer to it."""
+    example = next(iter(op.examples.values()))["value"]
+    broken = {**example, op.inputs[-1].name: 5}
+    cases: dict[int, tuple[str, Any]] = {
+        400: ("body that is not JSON", _refused(op, JSON_TYPE, b'{"data": [1, 2', limits)),
+        415: ("a text/plain body", _refused(op, "text/plain", b"data=1", limits)),
+        422: (
+            f"{op.inputs[-1].name} out of range",
+            _refused(op, JSON_TYPE, orjson.dumps(broken), limits),
+        ),
+        413: (
+            "a body over the limit",
+            _rendered(too_large(f"{settings.max_body_bytes + 1} bytes", settings.max_body_bytes)),
+        ),
+        503: (
+            "the memory budget is full",
+            _rendered(busy_error(budget, budget, 64 << 20, settings.admission_timeout)),
+        ),
+    }
+    return cases
+
+
+def _refused(op: Op, media: str, body: bytes, limits: Limits) -> Any:
+    try:
+        exchange = exchange_for_media(op, media)
+        exchange.prepare(body)
+        exchange.decode(limits)
+    except ServiceError as error:
+        return _rendered(error)
+    raise AssertionError(f"{op.name}: a documented refusal was accepted: {body!r}")
+
+
+def _rendered(error: ServiceError) -> Any:
+    return orjson.loads(bytes(render_detail(error).body))
+
+
+def _content(responses: dict[str, Any], status: str) -> dict[str, Any]:
+    response = responses.setdefault(status, {"description": ""})
+    content: dict[str, Any] = response.setdefault("content", {}).setdefault(JSON_TYPE, {})
+    return content
+
+
+def _pieces(buffers: Iterable[Any]) -> Iterable[bytes]:
+    for buffer in buffers:
+        if isinstance(buffer, np.ndarray):
+            yield np.ascontiguousarray(buffer).tobytes()
+        elif isinstance(buffer, bytes | bytearray | memoryview):
+            yield bytes(buffer)
+        else:  # a stream of pieces made as they are sent
+            yield from buffer
