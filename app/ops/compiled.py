@@ -13,56 +13,20 @@ stays in memory. Without any usable directory everything is compiled in memory, 
 """
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
-from numba.core import caching, cgutils
+from numba.core import cgutils
 from numba.extending import intrinsic
+
+from app.ops.numba_cache import use_readable_cache
 
 # ---------------------------------------------------------------------------------------------
 # Compilation and its cache
-
-
-def _cache_usable(path: str) -> bool:
-    """A directory numba may read its cache from: writable, or at least there and readable."""
-    with contextlib.suppress(OSError):
-        os.makedirs(path, exist_ok=True)
-    return os.path.isdir(path) and os.access(path, os.R_OK | os.X_OK)
-
-
-class _ReadableUserDirectory(caching.UserProvidedCacheLocator):  # type: ignore[misc]
-    """``NUMBA_CACHE_DIR``, read even where it cannot be written."""
-
-    def ensure_cache_path(self) -> None:
-        if not _cache_usable(self.get_cache_path()):
-            raise OSError(f"cannot read {self.get_cache_path()}")
-
-
-class _ReadableInTree(caching.InTreeCacheLocator):  # type: ignore[misc]
-    """``__pycache__`` beside this file, read even where it cannot be written."""
-
-    def ensure_cache_path(self) -> None:
-        if not _cache_usable(self.get_cache_path()):
-            raise OSError(f"cannot read {self.get_cache_path()}")
-
-
-class _CacheImpl(caching.CompileResultCacheImpl):  # type: ignore[misc]
-    _locator_classes: ClassVar[list[type]] = [_ReadableUserDirectory, _ReadableInTree]
-
-
-class _Cache(caching.FunctionCache):  # type: ignore[misc]
-    """numba's cache of compiled functions, which takes a cache it cannot write as read-only."""
-
-    _impl_class = _CacheImpl
-
-    def save_overload(self, sig: Any, data: Any) -> None:
-        with contextlib.suppress(OSError):
-            super().save_overload(sig, data)
 
 
 def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
@@ -70,7 +34,7 @@ def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
     dispatcher = numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
     # Without a usable cache directory (RuntimeError), everything is compiled in memory.
     with contextlib.suppress(RuntimeError, OSError):
-        dispatcher._cache = _Cache(function)
+        use_readable_cache(dispatcher, function)
     for signature in signatures:
         dispatcher.compile(signature)
     dispatcher.disable_compile()
