@@ -369,6 +369,50 @@ def accepted_request_id(given: str | None) -> str:
     return given if given and _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
 
 
+class Observation:
+    """One call on any transport (an HTTP request, a gRPC call, a stream's message) from its
+    arrival to its log line: the id it is known by, the key that admitted it and its figures,
+    which the transport fills in as they come; ``finish`` counts it and writes its line."""
+
+    __slots__ = (
+        "bytes_in",
+        "bytes_out",
+        "given",
+        "key",
+        "request_id",
+        "reserved",
+        "started",
+        "status",
+    )
+
+    def __init__(self, given: str | None, status: int | str) -> None:
+        self.started = time.perf_counter()
+        #: The client's own request id, when it sent one.
+        self.given = given
+        self.request_id = accepted_request_id(given)
+        #: The label of the API key that admitted it.
+        self.key: str | None = None
+        self.status = status
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.reserved = 0
+
+    def finish(self, method: str, route: str, path: str) -> None:
+        """Count the call in the metrics and write its access log line."""
+        record(
+            self.started,
+            self.request_id,
+            method=method,
+            route=route,
+            path=path,
+            status=self.status,
+            bytes_in=self.bytes_in,
+            bytes_out=self.bytes_out,
+            reserved=self.reserved,
+            key=self.key,
+        )
+
+
 def record(
     started: float,
     request_id: str,

@@ -35,7 +35,7 @@ from app.codecs.grpc_tensors import (
 )
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer
 from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
-from app.observability import accepted_request_id, record
+from app.observability import Observation
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
@@ -707,16 +707,23 @@ class InferenceService:
         raise refuse_model_control(request.model_name, "unload")
 
     async def stream_message(
-        self, context: Any, route: str, given: str | None, key: str | None
-    ) -> bool:
+        self,
+        context: Any,
+        route: str,
+        given: str | None,
+        key: str | None,
+        arrived: asyncio.Future[bool],
+    ) -> StreamOutcome | None:
         """Serve the next message of a ``ModelStreamInfer`` stream as ``ModelInfer`` serves its
-        one (read within the budget and the limits, through the pipeline, logged and counted),
-        and write its answer; a refusal is answered as ``error_message`` and the stream goes
-        on. False once the client has sent its last message. A refusal before the message was
-        read (no memory came free, it did not arrive in time) ends the stream with its status:
-        no request of the client's can carry it."""
-        started = time.perf_counter()
-        request_id = accepted_request_id(given)
+        one (read within the budget and the limits, through the pipeline, logged and counted);
+        ``arrived`` is told as soon as the message is in hand (True) or will not come (False),
+        so that the next one can be read while this one runs. Returns the answer to write (a
+        refusal is answered as ``error_message`` and the stream goes on), with the reservation
+        that holds it until it is written; None once the client has sent its last message. A
+        refusal before the message was read (no memory came free, it did not arrive in time)
+        is returned to end the stream with its status: no request of the client's can carry
+        it."""
+        call = Observation(given, "UNKNOWN")
         notes = CallNotes()
         exchange = GrpcExchange()
         reservation: Reservation | None = None
@@ -729,6 +736,7 @@ class InferenceService:
             message = await self.receiver.next_message(context, held, notes)
             if message is None:
                 raise _EndOfStreamError
+            arrived.set_result(True)
             self.calls_in_flight += 1
             counted = True
             return message
@@ -739,7 +747,7 @@ class InferenceService:
                 message = await _stream_answer(answer, reservation)
             except _EndOfStreamError:
                 status = None
-                return False
+                return None
             except ServiceError as caught:
                 release_frames(caught)
                 error = caught
@@ -748,43 +756,128 @@ class InferenceService:
                 release_frames(caught)
             else:
                 status, sent = "OK", len(message)
-                await context.write(message)
-                return True
+                held, reservation = reservation, None  # the writer gives it back once written
+                return StreamOutcome(message, held, call.request_id)
             status = CODES[error.kind].name
             if not notes.received:
-                await _end_stream(context, error, request_id)
+                return StreamOutcome(b"", None, call.request_id, end=error)
             refusal = _stream_refusal(exchange.request, error)
             sent = len(refusal)
-            await context.write(refusal)
-            return True
+            return StreamOutcome(refusal, None, call.request_id)
         except asyncio.CancelledError:
             status = "CANCELLED"
             raise
         finally:
+            if not arrived.done():
+                arrived.set_result(False)
             if reservation is not None:
                 await reservation.release()
             if counted:
                 self._ended(None)
             if status is not None:
-                record(
-                    started,
-                    request_id,
-                    **_entry(route, status, notes),
-                    bytes_out=sent,
-                    key=key,
+                call.status, call.key, call.bytes_out, call.bytes_in, call.reserved = (
+                    status,
+                    key,
+                    sent,
+                    notes.received,
+                    notes.reserved,
                 )
+                call.finish("gRPC", route, route)
 
 
-def _entry(route: str, status: str, notes: CallNotes) -> dict[str, Any]:
-    """A stream message's log line, as a call's."""
-    return {
-        "method": "gRPC",
-        "route": route,
-        "path": route,
-        "status": status,
-        "bytes_in": notes.received,
-        "reserved": notes.reserved,
-    }
+class StreamOutcome:
+    """A stream message's answer, in the order it must be written: its bytes and the
+    reservation that holds them until then, or the refusal that ends the stream."""
+
+    __slots__ = ("end", "message", "request_id", "reservation")
+
+    def __init__(
+        self,
+        message: bytes,
+        reservation: Reservation | None,
+        request_id: str,
+        end: ServiceError | None = None,
+    ) -> None:
+        self.message = message
+        self.reservation = reservation
+        self.request_id = request_id
+        self.end = end
+
+    async def release(self) -> None:
+        held, self.reservation = self.reservation, None
+        if held is not None:
+            await held.release()
+
+
+#: The messages of one stream served at once: each is read while those before it run and
+#: their answers are written, in order.
+STREAM_WINDOW = 32
+
+
+async def serve_stream(
+    service: InferenceService, context: Any, route: str, given: str | None, key: str | None
+) -> None:
+    """The messages of a stream, each read as soon as the one before it is in hand (at most
+    ``STREAM_WINDOW`` at once), and their answers written in the order they came. Cancelled
+    (the client went, the server stops), every message in hand is cancelled and what it holds
+    given back."""
+    loop = asyncio.get_running_loop()
+    window = asyncio.Semaphore(STREAM_WINDOW)
+    queue: asyncio.Queue[asyncio.Task[StreamOutcome | None] | None] = asyncio.Queue()
+    running: list[asyncio.Task[StreamOutcome | None]] = []
+
+    async def write_answers() -> None:
+        while (task := await queue.get()) is not None:
+            outcome = await task
+            window.release()
+            if outcome is None:
+                continue
+            try:
+                if outcome.end is not None:
+                    await _end_stream(context, outcome.end, outcome.request_id)
+                await context.write(outcome.message)
+            finally:
+                await outcome.release()
+
+    writer = asyncio.ensure_future(write_answers())
+    try:
+        while True:
+            await _unless_done(window.acquire(), writer)
+            arrived: asyncio.Future[bool] = loop.create_future()
+            task = asyncio.ensure_future(
+                service.stream_message(context, route, given, key, arrived)
+            )
+            running.append(task)
+            queue.put_nowait(task)
+            running = [item for item in running if not item.done()]
+            if not await _unless_done(arrived, writer):
+                break
+        queue.put_nowait(None)
+        await writer
+    finally:
+        unfinished = [item for item in (*running, writer) if not item.done()]
+        for item in unfinished:
+            item.cancel()
+        await asyncio.gather(*unfinished, return_exceptions=True)
+        # Answers made but never written (the stream ended first) give back what they hold.
+        while not queue.empty():
+            left = queue.get_nowait()
+            if left is not None and left.done() and not left.cancelled():
+                outcome = left.result() if left.exception() is None else None
+                if outcome is not None:
+                    await outcome.release()
+
+
+async def _unless_done(awaitable: Any, writer: asyncio.Future[None]) -> Any:
+    """``awaitable``'s result, unless the writer ends first (an error, a refusal that ends the
+    stream): then the writer's outcome is raised."""
+    waiting = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({waiting, writer}, return_when=asyncio.FIRST_COMPLETED)
+    if waiting in done:
+        return waiting.result()
+    waiting.cancel()
+    writer.result()  # raises what ended it
+    raise asyncio.CancelledError  # it ended without error while the stream still had work
 
 
 async def _end_stream(context: Any, error: ServiceError, request_id: str) -> None:
@@ -847,18 +940,15 @@ def observed_stream(
         given, _ = metadata_value(metadata, REQUEST_ID_KEY)
         key = None
         if keys is not None:
-            started = time.perf_counter()
             value, count = metadata_value(metadata, AUTHORIZATION_KEY)
             try:
                 key = keys.admit_value(value, count)
             except ServiceError as error:
-                request_id = accepted_request_id(given)
-                code = CODES[error.kind]
-                record(started, request_id, **_entry(route, code.name, CallNotes()), bytes_out=0)
-                tags = [(REQUEST_ID_KEY, request_id), *_fault_tags(error)]
-                await context.abort(code, error.message, tuple(tags))
-        while await service.stream_message(context, route, given, key):
-            pass
+                refused = Observation(given, CODES[error.kind].name)
+                refused.finish("gRPC", route, route)
+                tags = [(REQUEST_ID_KEY, refused.request_id), *_fault_tags(error)]
+                await context.abort(CODES[error.kind], error.message, tuple(tags))
+        await serve_stream(service, context, route, given, key)
 
     if tracing.TRACER is None:
         return handle
@@ -897,60 +987,46 @@ def observed(
     keys = access.keys if access is not None and access.grpc_needs_key(route) else None
 
     async def handle(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-        started = time.perf_counter()
         metadata = context.invocation_metadata() or ()
         given, _ = metadata_value(metadata, REQUEST_ID_KEY)
-        request_id = accepted_request_id(given)
-        tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, request_id)]
-        status = "UNKNOWN"
-        sent = 0
+        seen = Observation(given, "UNKNOWN")
+        tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, seen.request_id)]
         notes = CallNotes()
-        key = None
         error: ServiceError | None = None
         try:
             try:
                 if keys is not None:
                     value, count = metadata_value(metadata, AUTHORIZATION_KEY)
-                    key = keys.admit_value(value, count)
+                    seen.key = keys.admit_value(value, count)
                 response = await call(context, notes)
             except ServiceError as caught:
                 release_frames(caught)
                 error = caught
             except asyncio.CancelledError:
-                status = "CANCELLED"
+                seen.status = "CANCELLED"
                 raise
             except Exception as caught:
                 error = internal_error(caught)
                 release_frames(caught)
             else:
-                status = "OK"
-                sent = _size(response)
-                if request_id == given:
+                seen.status = "OK"
+                seen.bytes_out = _size(response)
+                if seen.request_id == given:
                     # The client's own id, sent back. An id made here goes back only with a
                     # refusal (to find its log line): sending it costs a small call a tenth of
                     # its time, for an id the client never asked about.
                     context.set_trailing_metadata(tags)
                 return response
             code = CODES[error.kind]
-            status = code.name
+            seen.status = code.name
             message = error.message
             tags.extend((name.lower(), value) for name, value in fault_headers(error).items())
             tags.extend((name.lower(), value) for name, value in error.headers.items())
             error = None
             await context.abort(code, message, tuple(tags))
         finally:
-            record(
-                started,
-                request_id,
-                method="gRPC",
-                route=route,
-                path=route,
-                status=status,
-                bytes_in=notes.received,
-                bytes_out=sent,
-                reserved=notes.reserved,
-                key=key,
-            )
+            seen.bytes_in, seen.reserved = notes.received, notes.reserved
+            seen.finish("gRPC", route, route)
 
     if tracing.TRACER is None:
         return handle

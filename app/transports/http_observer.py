@@ -1,6 +1,5 @@
 """Every HTTP request's id, key check, metrics and log line, whichever route serves it."""
 
-import time
 from collections.abc import Callable
 
 from starlette.responses import Response
@@ -9,7 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import tracing
 from app.access import AccessControl
 from app.errors import ServiceError
-from app.observability import accepted_request_id, record
+from app.observability import Observation
 from app.transports.errors import render_detail, render_v2
 
 _REQUEST_ID = b"x-request-id"
@@ -36,32 +35,26 @@ class HttpObserver:
         await self._observed(scope, receive, send, app)
 
     async def _observed(self, scope: Scope, receive: Receive, send: Send, app: ASGIApp) -> None:
-        started = time.perf_counter()
         given = None
         for key, value in scope["headers"]:
             if key == _REQUEST_ID or (len(key) == 12 and key.lower() == _REQUEST_ID):
                 given = value.decode("latin-1")
                 break
-        request_id = accepted_request_id(given)
-        tag = (_REQUEST_ID, request_id.encode())
-        arrived = 0
-        status = 500
-        sent = 0
+        call = Observation(given, 500)
+        tag = (_REQUEST_ID, call.request_id.encode())
 
         async def counting_receive() -> Message:
-            nonlocal arrived
             message = await receive()
             if message["type"] == "http.request":
-                arrived += len(message.get("body", b""))
+                call.bytes_in += len(message.get("body", b""))
             return message
 
         async def tagging_send(message: Message) -> None:
-            nonlocal status, sent
             kind = message["type"]
             if kind == "http.response.body":
-                sent += len(message.get("body", b""))
+                call.bytes_out += len(message.get("body", b""))
             elif kind == "http.response.start":
-                status = message["status"]
+                call.status = message["status"]
                 headers = [
                     item for item in message.get("headers", ()) if item[0].lower() != _REQUEST_ID
                 ]
@@ -70,11 +63,10 @@ class HttpObserver:
             await send(message)
 
         label = "unmatched"
-        key = None
         try:
             if self.access is not None and self.access.needs_key(scope["path"]):
                 try:
-                    key = self.access.keys.admit(scope["headers"])
+                    call.key = self.access.keys.admit(scope["headers"])
                 except ServiceError as error:
                     label = self.op_route(scope) or "unauthenticated"
                     await _refusal(scope["path"], error)(scope, counting_receive, tagging_send)
@@ -83,18 +75,8 @@ class HttpObserver:
             label = _route_of(scope)
         finally:
             reservation = scope.get("state", {}).get("reservation")
-            record(
-                started,
-                request_id,
-                method=scope["method"],
-                route=label,
-                path=scope["path"][:256],
-                status=status,
-                bytes_in=arrived,
-                bytes_out=sent,
-                reserved=int(getattr(reservation, "peak", 0)),
-                key=key,
-            )
+            call.reserved = int(getattr(reservation, "peak", 0))
+            call.finish(scope["method"], label, scope["path"][:256])
 
 
 class ObservedApp:

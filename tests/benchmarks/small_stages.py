@@ -108,8 +108,7 @@ def instrument() -> None:
     responses = app.transports.http_responses
     wrap(responses, "read_body", "read body")
     wrap(responses, "BuffersResponse", "response object")
-    wrap(app.transports.http_observer, "record", "request id, metrics, log line")
-    wrap(app.transports.grpc, "record", "request id, metrics, log line")
+    wrap(app.observability, "record", "request id, metrics, log line")
     for module in (app.transports.http, app.transports.v2_http, app.transports.grpc):
         wrap(module, "make_job", "spec checks, output sized (make_job)")
     wrap(app.pipeline.jobs.Job, "output", "kernel")
