@@ -462,24 +462,20 @@ class Receiver:
         self.heap = HeapTrimmer()
 
     async def message(self, context: Any, reservation: Reservation, notes: CallNotes) -> Body:
-        await reservation.grow_to(RECEIVE_COPIES * self.limit)
-        message = await self._read(context, notes)
-        await reservation.shrink_to(RECEIVE_COPIES * len(message))
-        coding = message_coding(message)
-        if coding is None:
-            return message
-        return await inflate(
-            message, coding, self.settings, reservation, limit=self.limit, what="message"
-        )
+        """A call's one message: the worst case reserved before the read is posted, read
+        within the time limit, the reservation brought down to what came, inflated if it is
+        compressed."""
+        message = await self.next_message(context, reservation, notes, end_allowed=False)
+        assert message is not None  # a call without its message is refused by the read
+        return message
 
     async def next_message(
-        self, context: Any, reservation: Reservation, notes: CallNotes
+        self, context: Any, reservation: Reservation, notes: CallNotes, end_allowed: bool = True
     ) -> Body | None:
-        """A stream's next message, read as ``message`` reads a call's one (the worst case
-        reserved before the read is posted, within the time limit); None: the client has sent
-        its last."""
+        """A stream's next message, read as ``message`` reads a call's one; None: the client
+        has sent its last."""
         await reservation.grow_to(RECEIVE_COPIES * self.limit)
-        message = await self._read(context, notes, end_allowed=True)
+        message = await self._read(context, notes, end_allowed=end_allowed)
         if message is None:
             return None
         await reservation.shrink_to(RECEIVE_COPIES * len(message))

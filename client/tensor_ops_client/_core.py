@@ -11,13 +11,14 @@ calls and ``time.sleep``, ``AsyncTensorOpsClient`` with their ``async`` twins an
 import os
 import re
 import ssl
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, cast
 
 import httpx
 import numpy.typing as npt
 
+from tensor_ops_client._actions import HttpAnswer, Plan, SendGrpc, SendHttp, Wait
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_client._grpc import (
     WHICH_PORT,
@@ -59,41 +60,6 @@ class Health:
 
     live: bool
     ready: bool
-
-
-@dataclass
-class SendHttp:
-    """Make one HTTP request; the result is an ``HttpAnswer``."""
-
-    request: HttpRequest
-    timeout: float | None
-
-
-@dataclass
-class HttpAnswer:
-    status: int
-    headers: httpx.Headers
-    body: bytearray
-
-
-@dataclass
-class SendGrpc:
-    """Make one ``ModelInfer`` call of these bytes; the result is the answer's bytes."""
-
-    message: bytes
-    timeout: float | None
-
-
-@dataclass
-class Wait:
-    """Sleep this many seconds; the result is None."""
-
-    seconds: float
-
-
-Action = SendHttp | SendGrpc | Wait
-#: A call's course: yields actions, is sent their results, returns the call's result.
-Plan = Generator[Action, Any, R]
 
 
 #: What an op's, an input's or an attribute's name may be: it goes into a URL's path (the op),

@@ -18,6 +18,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
+from tensor_ops_client._actions import SendGrpc, Wait
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_client._http import HttpRequest
 from tensor_ops_client._raw import raw_input, raw_output
@@ -158,7 +159,6 @@ def _grpc_call(
     attributes: Mapping[str, int],
     attempts: Attempts,
 ) -> Generator[Any, Any, None]:
-    from tensor_ops_client._core import SendGrpc, Wait  # noqa: PLC0415
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
     request = pb.ModelInferRequest(model_name=op)

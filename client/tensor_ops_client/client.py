@@ -64,6 +64,7 @@ from typing import Any, Self, TypeVar
 import httpx
 import numpy.typing as npt
 
+from tensor_ops_client._actions import HttpAnswer, Plan, SendGrpc, SendHttp, Wait
 from tensor_ops_client._core import (
     API_KEY_VARIABLE,
     DEFAULT_TIMEOUT,
@@ -72,14 +73,9 @@ from tensor_ops_client._core import (
     ClientBase,
     ClientCert,
     Health,
-    HttpAnswer,
-    Plan,
     ProgressHook,
-    SendGrpc,
-    SendHttp,
     Transport,
     Verify,
-    Wait,
     http_verify,
     service_url,
     transport_failure,
