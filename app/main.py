@@ -185,8 +185,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.pipeline = pipeline
     # The one router: the routes that run the ops first, each declared once from the registry.
     add_op_routes(app.router, op_endpoints(pipeline))
-    app.include_router(build_v2_router(pipeline, add_infer_routes(app.router, pipeline)))
-    add_offline_docs(app)
+    infer_routes = add_infer_routes(app.router, pipeline)
     access = access_control(settings.api_keys_file, settings.auth_probes)
     app.state.access = access
     app.front = HttpObserver(access, op_route_of(app))
@@ -238,6 +237,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         statistics.flush()  # what the requests added, in the metrics before they are read
         body, media = render_metrics()
         return Response(body, media_type=media)
+
+    # After the routes above: every path outside /v2 is matched before the /v2 router's many.
+    app.include_router(build_v2_router(pipeline, infer_routes))
+    add_offline_docs(app)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
