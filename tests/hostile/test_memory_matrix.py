@@ -15,7 +15,8 @@ and that the answer is right (values compared with ``np.roll`` / an ``np.take`` 
 only the status). The dimensions: the six HTTP transports (JSON form, npy form in JSON, npy
 form with ``Accept: application/x-npy``, ``.npz``, V2 JSON, V2 binary) and KServe V2 over gRPC
 (``ModelInfer`` with raw contents, ``grpc``; and with typed ``contents`` both ways,
-``grpc-typed``), element types, ranks 0 to 32 of data and of Gather's output, JSON nesting
+``grpc-typed``; compressed, ``grpc-gzip`` and ``grpc-deflate``; as the one message of a
+``ModelStreamInfer`` stream, ``grpc-stream``), element types, ranks 0 to 32 of data and of Gather's output, JSON nesting
 (deep: few elements a level), index types and counts, out-of-range indices, and the three
 reproducers of issue 11. A gRPC call is found by its ``x-request-id`` metadata: its access log
 line is the HTTP one's, route ``/inference.GRPCInferenceService/ModelInfer``. A cell the service
@@ -76,11 +77,13 @@ TRANSPORTS = ("json", "json-npy", "json-npy-raw", "npz", "v2-json", "v2-binary")
 JSON_FORM = ("json", "v2-json")
 #: KServe V2 over gRPC: ``ModelInfer`` with raw contents (the tensors' bytes, as tritonclient
 #: sends them), and with typed ``contents`` both ways (one protobuf scalar an element).
-GRPC = ("grpc", "grpc-typed", "grpc-gzip", "grpc-deflate")
+GRPC = ("grpc", "grpc-typed", "grpc-gzip", "grpc-deflate", "grpc-stream")
 #: gRPC calls whose message gRPC's client compresses (inflated by the service, each piece
 #: reserved).
 GRPC_COMPRESSION = {"grpc-gzip": grpc.Compression.Gzip, "grpc-deflate": grpc.Compression.Deflate}
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+#: Triton's streaming: the same message as one request of a ``ModelStreamInfer`` stream.
+STREAM_METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 DTYPES: dict[str, np.dtype[Any]] = {
     "bool": np.dtype(np.bool_),
     "int8": np.dtype(np.int8),
@@ -689,6 +692,12 @@ def cells() -> list[Cell]:
             build = functools.partial(typed_case, DTYPES[dtype_name], json_form)
             add(f"type-{dtype_name}", transport, build)
         add("out-rank16", transport, functools.partial(gathered_case, 16, False))
+    # ... and the same messages as requests of a ModelStreamInfer stream.
+    for dtype_name in ("bool", "int8", "float64"):
+        build = functools.partial(typed_case, DTYPES[dtype_name], False)
+        add(f"type-{dtype_name}", "grpc-stream", build)
+    add("out-rank16", "grpc-stream", functools.partial(gathered_case, 16, False))
+    add("issue11-3-12M-int8-indices-11MiB", "grpc-stream", reproducer_3)
     # Ranks of data, on every transport.
     rank_shapes = [(0, ""), (1, ""), (2, ""), (8, ""), (16, ""), (32, "shallow"), (32, "deep")]
     for transport in (*TRANSPORTS, "grpc"):
@@ -882,6 +891,8 @@ class Worker:
     client: httpx.Client
     #: ``ModelInfer`` on the worker's gRPC port, bytes in and out (no protobuf on either side).
     infer: "grpc.UnaryUnaryMultiCallable[bytes, bytes]"  # the stubs subscript it, grpc not
+    #: ``ModelStreamInfer``, bytes in and out.
+    stream: "grpc.StreamStreamMultiCallable[bytes, bytes]"
 
     @property
     def pid(self) -> int:
@@ -907,7 +918,10 @@ def worker() -> Iterator[Worker]:
             # Connected before the first cell, whose growth would otherwise include it.
             grpc.channel_ready_future(channel).result(timeout=30)
             infer: grpc.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary(GRPC_METHOD)
-            yield Worker(url, process, client, infer)
+            stream: grpc.StreamStreamMultiCallable[bytes, bytes] = channel.stream_stream(
+                STREAM_METHOD
+            )
+            yield Worker(url, process, client, infer, stream)
     finally:
         output = server_output(process)
         stop_server(process)
@@ -925,6 +939,8 @@ def send(
     """The request sent: over HTTP, or as a gRPC call with the request id in its metadata."""
     if transport not in GRPC:
         return worker.client.post(request.path, content=request.content, headers=request.headers)
+    if transport == "grpc-stream":
+        return stream_one(worker, request, request_id)
     try:
         answer = worker.infer(
             request.content,
@@ -936,6 +952,23 @@ def send(
         assert isinstance(error, grpc.Call), error
         return GrpcReply(error.code(), error.details() or "", b"")
     return GrpcReply(grpc.StatusCode.OK, "", answer)
+
+
+def stream_one(worker: Worker, request: Request, request_id: str) -> GrpcReply:
+    """The request as the one message of a stream; its answer unwrapped to the
+    ``ModelInferResponse`` a unary call gives (a refusal: its ``error_message``)."""
+    try:
+        answers = list(
+            worker.stream(iter([request.content]), metadata=(("x-request-id", request_id),))
+        )
+    except grpc.RpcError as error:
+        assert isinstance(error, grpc.Call), error
+        return GrpcReply(error.code(), error.details() or "", b"")
+    [answer] = answers
+    wrapped = pb.ModelStreamInferResponse.FromString(answer)
+    if wrapped.error_message:
+        return GrpcReply(grpc.StatusCode.INVALID_ARGUMENT, wrapped.error_message, b"")
+    return GrpcReply(grpc.StatusCode.OK, "", wrapped.infer_response.SerializeToString())
 
 
 @dataclass
@@ -982,7 +1015,8 @@ def measure(worker: Worker, cell: Cell) -> Row:
     line = access_line(worker.process, request_id)
     problem = check_answer(cell.transport, reply, expected)
     logged = (line["route"], line["status"])
-    if problem is None and cell.transport in GRPC and logged != (GRPC_METHOD, "OK"):
+    method = STREAM_METHOD if cell.transport == "grpc-stream" else GRPC_METHOD
+    if problem is None and cell.transport in GRPC and logged != (method, "OK"):
         problem = f"logged as {line['route']} {line['status']}"
     return Row(
         cell=cell.name,
