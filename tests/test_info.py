@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from app.main import create_app
+from app.registry import REGISTRY
 from app.settings import Settings
 from app.version import VERSION
 
@@ -26,15 +27,26 @@ async def test_info_gives_version_ops_limits_and_ports() -> None:
     info = answer.json()
     assert info["name"] == "tensor-ops"
     assert info["version"] == VERSION
+    # The registry's ops, in its order, as a client reads them (a new op is listed unasked).
     assert info["ops"] == [
-        {"name": "roll", "spec": "Roll-7", "inputs": ["data", "shift", "axes"], "attributes": {}},
         {
-            "name": "gather",
-            "spec": "Gather-8",
-            "inputs": ["data", "indices", "axis"],
-            "attributes": {"batch_dims": 0},
-        },
+            "name": op.name,
+            "spec": op.spec,
+            "inputs": list(op.input_names),
+            "attributes": op.attribute_defaults(),
+        }
+        for op in REGISTRY.values()
     ]
+    roll, gather = info["ops"][:2]
+    assert roll == {
+        "name": "roll", "spec": "Roll-7", "inputs": ["data", "shift", "axes"], "attributes": {}
+    }  # fmt: skip
+    assert gather == {
+        "name": "gather",
+        "spec": "Gather-8",
+        "inputs": ["data", "indices", "axis"],
+        "attributes": {"batch_dims": 0},
+    }
     limits = info["limits"]
     assert limits["max_body_bytes"] == 1000
     assert limits["max_output_bytes"] == 2000
