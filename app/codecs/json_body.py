@@ -135,6 +135,8 @@ def parsing_bytes(text: bytes | bytearray | memoryview) -> int:
     - an object's member its key's ``str`` and its entry (some 160, counted by the colons);
     - a string its ``str`` object beside its text (some 64, 32 a quote).
     """
+    if isinstance(text, memoryview) and len(text) < _COUNT_BY_NUMPY:
+        text = text.tobytes()  # a small body: bytes.count beats NumPy's setup, five times over
     elements = 64 * _count(text, _COMMA)
     lists = 120 * _count(text, _OPEN_BRACKET)
     objects = 640 * _count(text, _OPEN_BRACE)

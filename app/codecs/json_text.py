@@ -11,6 +11,7 @@ the number of trailing dimensions whose product divides ``i``. Both write each e
 orjson, so their texts are the same, byte for byte.
 """
 
+import functools
 import math
 from typing import Any
 
@@ -41,6 +42,7 @@ def _leaf_levels(shape: tuple[int, ...]) -> int:
     return len(shape)
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the shape and type
 def text_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     """An upper bound of the nested JSON text of an array of ``shape`` and ``dtype``, exact in
     its brackets: two for every list at every level."""
@@ -62,6 +64,7 @@ def _whole_bytes(shape: tuple[int, ...]) -> int:
     return _lists(shape) * per_list + WHOLE_FIXED_BYTES
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the shape and type
 def writes_whole(shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
     """Whether orjson writes the text of an array of ``shape`` at once: always up to one
     dimension; above, when it has no more lists than elements (past that, as with dimensions
@@ -84,6 +87,7 @@ def _piece_elements(shape: tuple[int, ...], dtype: np.dtype[Any]) -> tuple[int, 
     return step, min(step, leaves) * per_element
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of the shape and type
 def writing_bytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     """The most the writer's temporaries hold beside the text (for the memory estimate): those
     of one piece, or orjson's when it writes the array whole and they take more (nothing counted

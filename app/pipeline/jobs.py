@@ -197,7 +197,8 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limi
     except SpecError as error:
         raise from_spec(error) from None
     plan = planned if isinstance(planned, Plan) else None
-    shape = planned.output_shape if isinstance(planned, Plan) else planned
+    # A tuple whatever the planner gave (the codecs' estimates are cached by shape).
+    shape = tuple(planned.output_shape if isinstance(planned, Plan) else planned)
     dtype = arrays["data"].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
     # and dimensions whose product no array can hold even when one of them is 0. An answer may
