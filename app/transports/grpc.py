@@ -81,6 +81,7 @@ from tensor_ops_wire.grpc_v2.framing import (
     FramingError,
     entry,
     join_raw,
+    nested,
     split_raw,
     split_raw_counted,
 )
@@ -154,7 +155,10 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
 class GrpcExchange:
     """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
 
-    def __init__(self, shared: SharedTensors | None = None) -> None:
+    def __init__(self, shared: SharedTensors | None = None, stream: bool = False) -> None:
+        #: A message of a ``ModelStreamInfer`` stream: its answer is written wrapped in a
+        #: ``ModelStreamInferResponse``, in the same single copy as the output's.
+        self.stream = stream
         self.head = b""
         #: The raw contents as views of the message; None: left in the parsed message.
         self.raw: list[memoryview] | None = None
@@ -296,9 +300,11 @@ class GrpcExchange:
         if self.shared_output:
             return copied
         if self._raw_output(job):
-            # The output array, then the message it is joined into (one copy).
+            # The output array, then the message it is joined into (one copy, wrapped or not).
             return 2 * job.output_bytes + copied
-        return job.output_bytes + typed_bytes(job.output_dtype, job.output_count) + copied
+        typed = typed_bytes(job.output_dtype, job.output_count)
+        # A stream's typed answer is copied once more into its wrapper.
+        return job.output_bytes + (2 if self.stream else 1) * typed + copied
 
     def _refuse_what_cannot_be_sent(self, job: Job, limits: Limits) -> None:
         """413 before any work for an answer over the send limit: typed contents take up to
@@ -326,7 +332,7 @@ class GrpcExchange:
     def encode(self, job: Job) -> Answer:
         if self.shared_output:
             assert self.shared is not None
-            return grpc_answer(job, self.request.id, self.shared)
+            return self._wrapped(grpc_answer(job, self.request.id, self.shared))
         datatype = v2_datatype(job.output_dtype)
         if self._raw_output(job):
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
@@ -337,16 +343,26 @@ class GrpcExchange:
                 if len(request_id) <= _CACHED_ID
                 else _answer_head(job.op.name, datatype, job.output_shape, request_id)
             )
-            message = join_raw(head, RAW_OUTPUT_FIELD, [raw])
-        else:
-            response = pb.ModelInferResponse(
-                model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
-            )
-            tensor = pb.ModelInferResponse.InferOutputTensor(
-                name=OUTPUT_NAME, datatype=datatype, shape=job.output_shape
-            )
-            message = encode_typed(response, tensor, job.output())
-        return Answer([message], "application/grpc")
+            if not self.stream:
+                return Answer([join_raw(head, RAW_OUTPUT_FIELD, [raw])], "application/grpc")
+            # Wrapped as a stream's answer in the same single copy of the output.
+            pieces = nested(STREAM_RESPONSE_FIELD, [head, *nested(RAW_OUTPUT_FIELD, [raw])])
+            return Answer([b"".join(pieces)], "application/grpc")
+        response = pb.ModelInferResponse(
+            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+        )
+        tensor = pb.ModelInferResponse.InferOutputTensor(
+            name=OUTPUT_NAME, datatype=datatype, shape=job.output_shape
+        )
+        message = encode_typed(response, tensor, job.output())
+        return self._wrapped(Answer([message], "application/grpc"))
+
+    def _wrapped(self, answer: Answer) -> Answer:
+        """A stream's answer: the ``ModelInferResponse`` as the ``infer_response`` of a
+        ``ModelStreamInferResponse``."""
+        if not self.stream:
+            return answer
+        return Answer([join_raw(b"", STREAM_RESPONSE_FIELD, answer.buffers)], answer.media_type)
 
 
 # Answers' heads are kept for ids up to this long: a client's fixed id, or none.
@@ -721,7 +737,7 @@ class InferenceService:
         it."""
         call = Observation(given, "UNKNOWN")
         notes = CallNotes()
-        exchange = GrpcExchange()
+        exchange = GrpcExchange(stream=True)
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False
@@ -740,7 +756,7 @@ class InferenceService:
         try:
             try:
                 answer, reservation = await self.pipeline.run(read, exchange)
-                message = await _stream_answer(answer, reservation)
+                message = answer.buffers[0]
             except _EndOfStreamError:
                 status = None
                 return None
@@ -881,14 +897,6 @@ async def _end_stream(context: Any, error: ServiceError, request_id: str) -> Non
     read): its status, as a call's."""
     tags = [(REQUEST_ID_KEY, request_id), *_fault_tags(error)]
     await context.abort(CODES[error.kind], error.message, tuple(tags))
-
-
-async def _stream_answer(answer: Answer, reservation: Reservation) -> bytes:
-    """The answer to a stream's message: ``ModelInfer``'s answer wrapped in a
-    ``ModelStreamInferResponse`` (one more copy, reserved too)."""
-    inner = answer.buffers[0]
-    await reservation.grow_to(max(reservation.held, reservation.peak) + len(inner))
-    return join_raw(b"", STREAM_RESPONSE_FIELD, [inner])
 
 
 def _stream_refusal(request: Any, error: ServiceError) -> bytes:
