@@ -105,15 +105,3 @@ def _route_of(scope: Scope) -> str:
     route = scope.get("route")
     path = getattr(route, "path", None)
     return path if isinstance(path, str) else "unmatched"
-
-
-def route_path(scope: Scope) -> str:
-    """The request's path below the app's mount point (ASGI's ``root_path``), as routes see it:
-    starlette has no public function for it."""
-    path: str = scope["path"]
-    root = scope.get("root_path", "")
-    if not root or not path.startswith(root):
-        return path
-    if path == root:
-        return ""
-    return path[len(root) :] if path[len(root)] == "/" else path
