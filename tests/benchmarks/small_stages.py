@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import grpc.aio
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,22 +184,51 @@ def grpc_call(service: Any) -> Callable[[], Awaitable[None]]:
     handle = app.transports.grpc.observed("ModelInfer", service.model_infer)
 
     class Context:
+        """What grpc.aio's servicer context gives the handler. ModelInfer is served as a
+        client-streaming method that reads its one message itself (``context.read()``), so the
+        message comes from here, then EOF; the callbacks run once the call has ended, as
+        grpc.aio runs them (the answer's reservation is released there)."""
+
+        def __init__(self) -> None:
+            self.pending: bytes | None = None
+            self.callbacks: list[Callable[[Any], None]] = []
+
         def invocation_metadata(self) -> tuple[()]:
             return ()
 
         def set_trailing_metadata(self, tags: Any) -> None:
             pass
 
-        def add_done_callback(self, callback: Any) -> None:
-            pass
+        def add_done_callback(self, callback: Callable[[Any], None]) -> None:
+            self.callbacks.append(callback)
+
+        async def read(self) -> Any:
+            pending, self.pending = self.pending, None
+            return grpc.aio.EOF if pending is None else pending
 
         async def abort(self, *details: Any) -> None:
             raise AssertionError(details)
 
-    context: Any = Context()
+    context = Context()
+    as_grpc: Any = context  # a stand-in for grpc.aio.ServicerContext
+    checked = False
 
     async def call() -> None:
-        await handle(message, context)
+        nonlocal checked
+        context.pending = message
+        try:
+            # The message argument is grpc.aio's request iterator: the handler ignores it.
+            answer = await handle(message, as_grpc)
+            if not checked:  # the first answer only: parsing it is no stage of the server's
+                output = pb.ModelInferResponse.FromString(answer).raw_output_contents[0]
+                rolled = np.frombuffer(output, "<i8").tolist()
+                if rolled != [3, 1, 2]:
+                    raise AssertionError(f"gRPC roll answered {rolled}")
+                checked = True
+        finally:
+            callbacks, context.callbacks = context.callbacks, []
+            for callback in callbacks:
+                callback(context)
 
     return call
 
