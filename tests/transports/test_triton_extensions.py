@@ -2,19 +2,25 @@
 unchanged, against a real server: model configuration, statistics, the model repository's
 index (load and unload refused), and the extensions server metadata lists."""
 
+import shutil
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import grpc as grpc_module
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from prometheus_client import CollectorRegistry
+from prometheus_client.multiprocess import MultiProcessCollector
 from tritonclient.utils import InferenceServerException
 
 from app.registry import REGISTRY
-from tests.support import free_port, launch_server, stop_server
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tests.support import free_port, launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -207,3 +213,154 @@ def _roll_stats_grpc(client: Any) -> dict[str, Any]:
         },
         "batch_stats": [],
     }
+
+
+# ------------------------------------------------------------------------------------------------
+# Two workers: each keeps its own tally, the statistics are read back summed over both.
+
+ROLL_DATA = [[1, 2, 3], [4, 5, 6]]
+ROLLED_BY_ONE = [[3, 1, 2], [6, 4, 5]]
+ROLLED_FLAT = [3, 1, 2, 6, 4, 5]  # /v2 and gRPC answer the elements in row-major order
+FLOAT_SHIFT = "shift must be of type int32 or int64, got float64"
+
+
+def _v2_roll_body(shift_type: str) -> dict[str, Any]:
+    return {
+        "inputs": [
+            {"name": "data", "datatype": "INT64", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
+            {"name": "shift", "datatype": shift_type, "shape": [1], "data": [1]},
+            {"name": "axes", "datatype": "INT64", "shape": [1], "data": [1]},
+        ]
+    }
+
+
+def _grpc_roll_message(shift_type: str) -> bytes:
+    message = pb.ModelInferRequest(model_name="roll")
+    shift = np.array([1], "<f8" if shift_type == "FP64" else "<i8")
+    for name, datatype, array in (
+        ("data", "INT64", np.array(ROLL_DATA, "<i8")),
+        ("shift", shift_type, shift),
+        ("axes", "INT64", np.array([1], "<i8")),
+    ):
+        message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+        message.raw_input_contents.append(array.tobytes())
+    return message.SerializeToString()
+
+
+def _grpc_infer(address: str, message: bytes) -> pb.ModelInferResponse:
+    """One ModelInfer over a new channel: a new connection, which the kernel may hand to either
+    worker (each listens on the port with SO_REUSEPORT)."""
+    with grpc_module.insecure_channel(address) as channel:
+        infer: Any = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        return pb.ModelInferResponse.FromString(infer(message, timeout=10))
+
+
+def _send_roll_requests(url: str, address: str, rounds: int) -> tuple[int, int]:
+    """``rounds`` times a good roll over each of HTTP JSON, /v2 and gRPC, and every third round a
+    refused one over each too, every request on its own connection (a kept-alive connection
+    would stay with one worker). Checks every answer; returns the successes and failures sent."""
+    successes = failures = 0
+    for turn in range(rounds):
+        with httpx.Client(base_url=url, timeout=10) as fresh:
+            reply = fresh.post("/roll", json={"data": ROLL_DATA, "shift": 1, "axes": 1})
+        assert reply.json()["data"] == ROLLED_BY_ONE, reply.text
+        with httpx.Client(base_url=url, timeout=10) as fresh:
+            reply = fresh.post("/v2/models/roll/infer", json=_v2_roll_body("INT64"))
+        assert reply.json()["outputs"][0]["data"] == ROLLED_FLAT, reply.text
+        answer = _grpc_infer(address, _grpc_roll_message("INT64"))
+        assert np.frombuffer(answer.raw_output_contents[0], "<i8").tolist() == ROLLED_FLAT
+        successes += 3
+        if turn % 3:  # a third as many refusals as good requests, on every transport
+            continue
+        with httpx.Client(base_url=url, timeout=10) as fresh:
+            reply = fresh.post("/roll", json={"data": ROLL_DATA, "shift": 1, "axes": 5})
+        assert reply.status_code == 422
+        assert reply.json()["detail"][0]["msg"].startswith("axes = 5 is out of range"), reply.text
+        with httpx.Client(base_url=url, timeout=10) as fresh:
+            reply = fresh.post("/v2/models/roll/infer", json=_v2_roll_body("FP64"))
+        assert reply.json() == {"error": f"shift: {FLOAT_SHIFT}"}, reply.text
+        with pytest.raises(grpc_module.RpcError) as caught:
+            _grpc_infer(address, _grpc_roll_message("FP64"))
+        assert caught.value.code() is grpc_module.StatusCode.INVALID_ARGUMENT
+        assert FLOAT_SHIFT in str(caught.value.details())
+        failures += 3
+    return successes, failures
+
+
+def _per_worker_roll_counts(folder: Path, scratch: Path) -> list[dict[str, float]]:
+    """Each process's own roll counts by stage, from its file of the multiprocess directory
+    (``counter_<pid>.db``): the figures the statistics sum. Processes that counted no roll
+    (the supervisor) are left out."""
+    counts = []
+    for index, database in enumerate(sorted(folder.glob("counter_*.db"))):
+        alone = scratch / str(index)  # the collector reads a directory: one file in each
+        alone.mkdir()
+        shutil.copy(database, alone)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(alone))  # type: ignore[no-untyped-call]
+        stages = {
+            sample.labels["stage"]: sample.value
+            for family in registry.collect()
+            for sample in family.samples
+            if sample.name == "tensor_ops_model_stage_total" and sample.labels["model"] == "roll"
+        }
+        if any(stages.values()):
+            counts.append(stages)
+    return counts
+
+
+def test_statistics_are_summed_over_two_workers(tmp_path: Path) -> None:
+    port = free_port()
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    url, process = launch_server(
+        env={
+            "TENSOR_OPS_GRPC_PORT": str(port),
+            "TENSOR_OPS_WORKERS": "2",
+            # Named here rather than made by python -m app: the test reads each worker's file.
+            "PROMETHEUS_MULTIPROC_DIR": str(metrics),
+        },
+        command=["-m", "app"],
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        # Both workers serving before the requests (the second may start seconds later).
+        deadline = time.monotonic() + 30
+        while server_output(process).count('"message":"gRPC serving"') < 2:
+            assert time.monotonic() < deadline, server_output(process)
+            time.sleep(0.1)
+        successes, failures = _send_roll_requests(url, address, rounds=12)
+        assert (successes, failures) == (36, 12)
+        # A worker moves its tally into its metrics file within statistics.FLUSH_AFTER of its
+        # requests; a read flushes only the worker that takes it. So wait until the other's
+        # figures are in (however slow the machine), then compare exactly: too many fails too.
+        deadline = time.monotonic() + 15
+        while True:
+            with httpclient.InferenceServerClient(url.removeprefix("http://")) as fresh:
+                over_http = _roll_stats(fresh)
+            counted = over_http["inference_stats"]
+            if counted["success"]["count"] >= successes and counted["fail"]["count"] >= failures:
+                break
+            assert time.monotonic() < deadline, (over_http, server_output(process)[-3000:])
+            time.sleep(0.1)
+        assert over_http["inference_count"] == successes
+        assert over_http["execution_count"] == successes
+        assert counted["success"]["count"] == successes
+        assert counted["fail"]["count"] == failures
+        for stage in ("queue", "compute_input", "compute_infer", "compute_output"):
+            assert counted[stage]["count"] == successes, stage
+        assert counted["success"]["ns"] > 0 and counted["fail"]["ns"] > 0
+        # gRPC's read, and another HTTP read (perhaps the other worker's), say the same.
+        with grpcclient.InferenceServerClient(address) as over_grpc:
+            assert _roll_stats_grpc(over_grpc) == over_http
+        with httpclient.InferenceServerClient(url.removeprefix("http://")) as fresh:
+            assert _roll_stats(fresh) == over_http
+        # Both workers served some, and the statistics are the sum of their own figures.
+        workers = _per_worker_roll_counts(metrics, tmp_path)
+        assert len(workers) == 2, workers
+        for stage in ("success", "fail"):
+            assert sum(worker.get(stage, 0.0) for worker in workers) == counted[stage]["count"]
+        assert all(worker.get("success", 0.0) + worker.get("fail", 0.0) for worker in workers)
+        assert "Traceback" not in server_output(process)
+    finally:
+        stop_server(process)
