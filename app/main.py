@@ -24,7 +24,6 @@ from app.access import AccessControl, access_control
 from app.docs import add_offline_docs
 from app.metrics import render as render_metrics
 from app.observability import configure_logging, launched_as_service
-from app.pipeline import statistics
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
 from app.registry import REGISTRY
@@ -234,7 +233,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     )
     async def metrics() -> Response:
-        statistics.flush()  # what the requests added, in the metrics before they are read
+        pipeline.statistics.flush()  # what the requests added, in the metrics before they are read
         body, media = render_metrics()
         return Response(body, media_type=media)
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from app import tracing
-from app.pipeline import statistics
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.jobs import Job, Limits, with_kernel_span
+from app.pipeline.statistics import Statistics
 from app.pipeline.threads import run_sized
 from app.settings import Settings
 
@@ -62,6 +62,8 @@ class Pipeline:
         self.settings = settings
         self.budget = budget
         self.limits = Limits.of(settings)
+        #: Triton's statistics of the requests this pipeline runs (app/pipeline/statistics.py).
+        self.statistics = Statistics()
 
     async def run(self, read: BodyReader, exchange: Exchange) -> tuple[Answer, Reservation]:
         """The answer to one request, and the reservation the caller releases once it is sent.
@@ -102,10 +104,10 @@ class Pipeline:
             # Counted under its model when the exchange knows it (a gRPC message: once read).
             op = getattr(exchange, "op", None)
             if op is not None:
-                statistics.failed(op.name, time.perf_counter_ns() - started)
+                self.statistics.failed(op.name, time.perf_counter_ns() - started)
             await reservation.release()
             raise
-        statistics.succeeded(
+        self.statistics.succeeded(
             job.op.name,
             time.perf_counter_ns() - started,
             reservation.waited_ns,

@@ -59,75 +59,87 @@ class _Tally:
         self.last = 0.0
 
 
-#: What this worker's requests added since the last flush, by model. A request adds a few
-#: integers here (the metrics' locked updates, ten a request, cost a small request about 8 us);
-#: ``flush`` moves them into the metrics at most ``FLUSH_AFTER`` seconds later, and before the
-#: statistics or /metrics are read, so a reader of any worker sees every request that far back.
-_TALLIES: dict[str, _Tally] = {}
+#: How long a request's figures may wait in a tally before ``flush`` moves them into the metrics.
 FLUSH_AFTER = 0.25
-_flush_timer: list[asyncio.TimerHandle] = []
 
 
-def _tally(model: str) -> _Tally:
-    tally = _TALLIES.get(model)
-    if tally is None:
-        tally = _TALLIES[model] = _Tally()
-    if not _flush_timer:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop (a test calling in): nothing to defer to
-            loop = None
-        if loop is not None:
-            _flush_timer.append(loop.call_later(FLUSH_AFTER, flush))
-    return tally
+class Statistics:
+    """What this worker's requests added since the last flush, by model.
 
+    A request adds a few integers here (the metrics' locked updates, ten a request, cost a small
+    request about 8 us); ``flush`` moves them into the metrics at most ``FLUSH_AFTER`` seconds
+    later, and before the statistics or /metrics are read, so a reader of any worker sees every
+    request that far back. One per pipeline: the metrics it flushes into are the process's."""
 
-def flush() -> None:
-    """Move what the requests added into the metrics (summed over workers from there)."""
-    for timer in _flush_timer:
-        timer.cancel()
-    _flush_timer.clear()
-    for model, tally in _TALLIES.items():
-        for index, stage in enumerate(STAGES):
-            if tally.counts[index]:
-                count, seconds = _children(model, stage)
-                count.inc(tally.counts[index])
-                seconds.inc(tally.ns[index] * _NS)
-                tally.counts[index] = tally.ns[index] = 0
-        if tally.last:
-            _last(model).set(tally.last)
-            tally.last = 0.0
+    def __init__(self) -> None:
+        self._tallies: dict[str, _Tally] = {}
+        self._flush_timer: asyncio.TimerHandle | None = None
+        #: Whether an event loop runs the flushes (without one, each request is flushed at once).
+        self._deferred = False
 
+    def _tally(self, model: str) -> _Tally:
+        tally = self._tallies.get(model)
+        if tally is None:
+            tally = self._tallies[model] = _Tally()
+        if self._flush_timer is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no event loop (a test calling in): nothing to defer to
+                self._deferred = False
+            else:
+                self._flush_timer = loop.call_later(FLUSH_AFTER, self.flush)
+                self._deferred = True
+        return tally
 
-def succeeded(model: str, total: int, queue: int, compute_input: int, infer: int) -> None:
-    """A request of ``model`` answered: ``total`` ns in the pipeline, ``queue`` of them waiting
-    for memory, ``compute_input`` reading and decoding, ``infer`` in the kernel; the rest is
-    the encoding."""
-    tally = _tally(model)
-    counts, ns = tally.counts, tally.ns
-    # success, queue, compute_input, compute_infer, compute_output (STAGES, "fail" aside)
-    counts[0] += 1
-    ns[0] += max(0, total)
-    counts[2] += 1
-    ns[2] += max(0, queue)
-    counts[3] += 1
-    ns[3] += max(0, compute_input)
-    counts[4] += 1
-    ns[4] += max(0, infer)
-    counts[5] += 1
-    ns[5] += max(0, total - queue - compute_input - infer)
-    tally.last = time.time()
-    if not _flush_timer:  # no event loop to defer to
-        flush()
+    def flush(self) -> None:
+        """Move what the requests added into the metrics (summed over workers from there)."""
+        if self._flush_timer is not None:
+            self._flush_timer.cancel()
+            self._flush_timer = None
+        for model, tally in self._tallies.items():
+            for index, stage in enumerate(STAGES):
+                if tally.counts[index]:
+                    count, seconds = _children(model, stage)
+                    count.inc(tally.counts[index])
+                    seconds.inc(tally.ns[index] * _NS)
+                    tally.counts[index] = tally.ns[index] = 0
+            if tally.last:
+                _last(model).set(tally.last)
+                tally.last = 0.0
 
+    def succeeded(self, model: str, total: int, queue: int, compute_input: int, infer: int) -> None:
+        """A request of ``model`` answered: ``total`` ns in the pipeline, ``queue`` of them
+        waiting for memory, ``compute_input`` reading and decoding, ``infer`` in the kernel; the
+        rest is the encoding."""
+        tally = self._tally(model)
+        counts, ns = tally.counts, tally.ns
+        # success, queue, compute_input, compute_infer, compute_output (STAGES, "fail" aside)
+        counts[0] += 1
+        ns[0] += max(0, total)
+        counts[2] += 1
+        ns[2] += max(0, queue)
+        counts[3] += 1
+        ns[3] += max(0, compute_input)
+        counts[4] += 1
+        ns[4] += max(0, infer)
+        counts[5] += 1
+        ns[5] += max(0, total - queue - compute_input - infer)
+        tally.last = time.time()
+        if not self._deferred:
+            self.flush()
 
-def failed(model: str, total: int) -> None:
-    """A request of ``model`` refused or given up after ``total`` ns in the pipeline."""
-    tally = _tally(model)
-    tally.counts[1] += 1
-    tally.ns[1] += max(0, total)
-    if not _flush_timer:  # no event loop to defer to
-        flush()
+    def failed(self, model: str, total: int) -> None:
+        """A request of ``model`` refused or given up after ``total`` ns in the pipeline."""
+        tally = self._tally(model)
+        tally.counts[1] += 1
+        tally.ns[1] += max(0, total)
+        if not self._deferred:
+            self.flush()
+
+    def read(self, models: Iterable[str], version: str) -> list[dict[str, Any]]:
+        """This worker's figures flushed, then ``model_statistics`` of every worker's."""
+        self.flush()
+        return model_statistics(models, version)
 
 
 def _samples() -> Iterable[Any]:
@@ -145,8 +157,8 @@ def model_statistics(models: Iterable[str], version: str) -> list[dict[str, Any]
     """Triton's ``ModelStatistics`` of each model, as JSON (the gRPC answer is made from it):
     counts and nanoseconds summed over the workers, ``last_inference`` in ms since the epoch
     (0: none yet). Without batching, ``inference_count`` and ``execution_count`` are both the
-    successful requests."""
-    flush()
+    successful requests. What workers have not flushed yet is not in them
+    (``Statistics.read`` flushes its own first)."""
     names = list(models)
     counts: dict[tuple[str, str], float] = {}
     seconds: dict[tuple[str, str], float] = {}

@@ -41,7 +41,6 @@ from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
-from app.pipeline.statistics import model_statistics
 from app.registry import REGISTRY, Op
 from app.settings import Settings
 from app.transports.errors import fault_headers
@@ -698,7 +697,7 @@ class InferenceService:
         else:
             names = list(REGISTRY)
         response = pb.ModelStatisticsResponse()
-        for item in model_statistics(names, MODEL_VERSION):
+        for item in self.pipeline.statistics.read(names, MODEL_VERSION):
             item.pop("batch_stats")
             json_format.ParseDict(item, response.model_stats.add())
         return response

@@ -25,7 +25,6 @@ from app.codecs.v2_tensors import (
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
-from app.pipeline.statistics import model_statistics
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
@@ -369,7 +368,9 @@ class V2Route(APIRoute):
         await super().handle(scope, receive, send)
 
 
-def add_triton_routes(router: APIRouter, errors: dict[int | str, dict[str, Any]]) -> None:
+def add_triton_routes(
+    router: APIRouter, errors: dict[int | str, dict[str, Any]], pipeline: Pipeline
+) -> None:
     """Triton's extensions (docs/triton.md): model configuration, statistics, and the model
     repository's index (load and unload refused: the ops are built in)."""
 
@@ -388,13 +389,13 @@ def add_triton_routes(router: APIRouter, errors: dict[int | str, dict[str, Any]]
         )
 
     async def all_stats() -> dict[str, Any]:
-        return {"model_stats": model_statistics(REGISTRY, MODEL_VERSION)}
+        return {"model_stats": pipeline.statistics.read(REGISTRY, MODEL_VERSION)}
 
     async def stats(name: ModelName) -> dict[str, Any]:
-        return {"model_stats": model_statistics([model(name).name], MODEL_VERSION)}
+        return {"model_stats": pipeline.statistics.read([model(name).name], MODEL_VERSION)}
 
     async def version_stats(name: ModelName, version: ModelVersion) -> dict[str, Any]:
-        return {"model_stats": model_statistics([model(name, version).name], MODEL_VERSION)}
+        return {"model_stats": pipeline.statistics.read([model(name, version).name], MODEL_VERSION)}
 
     for path, stats_handler, summary in (
         ("/models/stats", all_stats, "Statistics of every model (Triton)"),
@@ -538,7 +539,7 @@ def build_v2_router(pipeline: Pipeline, infer_routes: Sequence[APIRoute] = ()) -
         return {"name": SERVER_NAME, "version": VERSION, "extensions": extensions}
 
     # Before /models/{name}: "stats" is not a model's name.
-    add_triton_routes(router, errors)
+    add_triton_routes(router, errors, pipeline)
 
     async def metadata(name: ModelName) -> dict[str, Any]:
         return model_metadata(model(name))
