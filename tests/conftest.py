@@ -16,8 +16,12 @@ from tests.support import launch_server, stop_server
 
 #: The system tier (``pytest -m system``, run by .ci/run after README's command): what needs root
 #: or system packages (buildah and debootstrap for the image, nginx, Debian's chromium) or takes
-#: minutes (the full memory matrix, the nginx failover run). The default ``pytest`` leaves it out
-#: (pyproject.toml's addopts). Listed here, in one place, by module.
+#: minutes (the full memory matrix, the nginx failover run), and the default tier's few long runs
+#: (each 10 to 60 s on 2 cores: memory under a stream of large refused or concurrent calls, the
+#: kernels compiled from cold, property-based fuzzing of the whole API, shutdown under a failing
+#: trace collector, replicas killed mid-call). The default ``pytest`` leaves it out
+#: (pyproject.toml's addopts). Listed here, in one place: a module, or one test of a module
+#: (``module::test``, all its parameters).
 SYSTEM_TIER = (
     "deploy/test_image_build.py",
     "deploy/test_image_command.py",
@@ -28,14 +32,27 @@ SYSTEM_TIER = (
     "deploy/test_docs_authorize.py",
     "deploy/test_docs_browser.py",
     "hostile/test_memory_matrix.py",
+    # Long runs (see above).
+    "transports/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
+    "transports/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",
+    "ops/test_compiled_kernels.py::test_the_compiled_code_is_cached_and_loaded",
+    "test_startup.py::test_the_first_start_says_the_kernels_compile_and_a_later_one_does_not",
+    "test_schemathesis.py",
+    "test_edges.py::test_shutdown_is_on_time_whatever_the_collector_does",
+    "client/test_client_retry.py::test_a_replica_killed_mid_call_is_retried_on_the_other",
 )
 _TESTS = Path(__file__).resolve().parent
+
+
+def in_system_tier(relative: str, name: str) -> bool:
+    """Whether test ``name`` (its parameters aside) of module ``relative`` is in the system tier."""
+    return relative in SYSTEM_TIER or f"{relative}::{name.partition('[')[0]}" in SYSTEM_TIER
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         relative = item.path.resolve().relative_to(_TESTS).as_posix()
-        if relative in SYSTEM_TIER:
+        if in_system_tier(relative, item.name):
             item.add_marker(pytest.mark.system)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from app.settings import Settings
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
+from tests.conftest import SYSTEM_TIER
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -129,3 +130,17 @@ def test_the_settings_page_lists_every_setting() -> None:
 def test_the_contract_page_lists_every_dtype_name() -> None:
     for element in ELEMENT_TYPES:
         assert f"| {element.numpy} | {element.openvino} | {element.kserve} |" in CONTRACT_PAGE
+
+
+def test_every_system_tier_entry_names_a_module_or_a_test_of_it() -> None:
+    """An entry that names nothing (a module or test renamed) would leave its tests in the
+    default tier without a word."""
+    tests = Path(__file__).resolve().parent
+    missing = []
+    for entry in SYSTEM_TIER:
+        module, _, name = entry.partition("::")
+        path = tests / module
+        defined = rf"^(async )?def {re.escape(name)}\("
+        if not path.is_file() or (name and not re.search(defined, path.read_text(), re.M)):
+            missing.append(entry)
+    assert not missing, missing

@@ -69,7 +69,8 @@ def served() -> Iterator[Served]:
 
 class CountingPort:
     """A port of 127.0.0.1 that counts its connections and answers each as ``answer`` says:
-    it reads the request, sends ``answer``, and waits for the client to hang up."""
+    it reads the request, sends ``answer``, and waits for the client to hang up (an empty
+    ``answer``: it hangs up itself, once the request is read)."""
 
     def __init__(self, answer: bytes) -> None:
         self.answer = answer
@@ -92,6 +93,8 @@ class CountingPort:
                 connection.settimeout(5)
                 try:
                     connection.recv(1 << 16)
+                    if not self.answer:
+                        continue  # hangs up without a word, at once
                     connection.sendall(self.answer)
                     while connection.recv(1 << 16):  # until the client hangs up
                         pass
