@@ -36,6 +36,7 @@ from app.transports.openapi import description as openapi_description
 from app.transports.openapi import teach
 from app.transports.routes import OpRoute
 from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
+from app.transports.shared_memory import Regions
 from app.transports.v2_http import add_infer_routes, build_v2_router
 from app.transports.v2_messages import InferenceRequest
 from app.transports.v2_rules import SERVER_NAME
@@ -107,7 +108,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     grpc_server = None
     access: AccessControl | None = app.state.access
     if settings.grpc_port:
-        grpc_server = GrpcServer(settings, pipeline, lambda: bool(app.state.ready), access)
+        grpc_server = GrpcServer(
+            settings, pipeline, lambda: bool(app.state.ready), access, app.state.regions
+        )
         try:
             await grpc_server.start()
         except Exception as error:
@@ -182,9 +185,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.budget = budget
     pipeline = Pipeline(settings, budget)
     app.state.pipeline = pipeline
+    # The worker's shared memory regions (Triton's extension): one set for /v2 and gRPC.
+    app.state.regions = regions = Regions(settings)
     # The one router: the routes that run the ops first, each declared once from the registry.
     add_op_routes(app.router, op_endpoints(pipeline))
-    infer_routes = add_infer_routes(app.router, pipeline)
+    infer_routes = add_infer_routes(app.router, pipeline, regions)
     access = access_control(settings.api_keys_file, settings.auth_probes)
     app.state.access = access
     app.front = HttpObserver(access, op_route_of(app))
@@ -238,7 +243,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(body, media_type=media)
 
     # After the routes above: every path outside /v2 is matched before the /v2 router's many.
-    app.include_router(build_v2_router(pipeline, infer_routes))
+    app.include_router(build_v2_router(regions, infer_routes))
     add_offline_docs(app)
 
     def openapi() -> dict[str, Any]:

@@ -367,14 +367,19 @@ def sample(name: str, shape: tuple[int, ...], *, finite: bool, seed: int) -> npt
 
 @contextlib.asynccontextmanager
 async def grpc_serving(app: Any, **settings: Any) -> AsyncIterator[str]:
-    """``app``'s pipeline (its settings, memory budget and metrics) served over gRPC on a free
-    port of 127.0.0.1 for the length of the block; yields the address. ``settings`` override the
+    """``app``'s pipeline (its settings, memory budget and metrics) and shared memory regions
+    served over gRPC on a free port of 127.0.0.1 for the length of the block; yields the
+    address. ``settings`` override the
     app's for the gRPC server alone (its message size limits, its graceful timeout)."""
     changed = app.state.settings.model_copy(
         update={"host": "127.0.0.1", "grpc_port": 0, **settings}
     )
     server = GrpcServer(
-        changed, app.state.pipeline, lambda: bool(app.state.ready), app.state.access
+        changed,
+        app.state.pipeline,
+        lambda: bool(app.state.ready),
+        app.state.access,
+        app.state.regions,  # the app's: a region registered over /v2 is seen over gRPC
     )
     port = await server.start()
     try:

@@ -47,6 +47,7 @@ from app.transports.errors import fault_headers
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
     OUTPUT_EXTENSIONS_ON,
+    Regions,
     SharedTensors,
     grpc_answer,
     grpc_calls,
@@ -607,9 +608,13 @@ class InferenceService:
         pipeline: Pipeline,
         ready: Callable[[], bool],
         access: AccessControl | None = None,
+        regions: Regions | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.ready = ready
+        #: The worker's shared memory regions, the app's (``create_app``) so that ``/v2`` and
+        #: gRPC see the same ones; a service made without them has its own.
+        self.regions = Regions(pipeline.settings) if regions is None else regions
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
         self.receiver = Receiver(pipeline.settings, pipeline.budget)
@@ -644,7 +649,7 @@ class InferenceService:
 
     async def server_metadata(self, context: Any, notes: CallNotes) -> Any:
         await self.parsed(pb.ServerMetadataRequest, context, notes)
-        extensions = EXTENSIONS + server_extensions(self.pipeline)
+        extensions = EXTENSIONS + server_extensions(self.regions)
         return pb.ServerMetadataResponse(name=SERVER_NAME, version=VERSION, extensions=extensions)
 
     async def model_metadata(self, context: Any, notes: CallNotes) -> Any:
@@ -673,7 +678,7 @@ class InferenceService:
             notes.reservation = reservation
             return await receiver.message(context, reservation, notes)
 
-        exchange = GrpcExchange(new_request(self.pipeline))
+        exchange = GrpcExchange(new_request(self.regions))
         answer, reservation = await self.pipeline.run(read, exchange)
         if reservation.held:
             _release_when_done(context, reservation)

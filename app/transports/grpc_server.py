@@ -42,6 +42,7 @@ from app.transports.ports import (
     port_is_free,
     unbindable_message,
 )
+from app.transports.shared_memory import Regions
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 
 __all__ = [
@@ -111,14 +112,17 @@ class GrpcServer:
         pipeline: Pipeline,
         ready: Callable[[], bool],
         access: AccessControl | None = None,
+        regions: Regions | None = None,
     ) -> None:
+        """``regions``: the app's shared memory regions, shared with ``/v2`` (the server makes
+        its own when not given)."""
         self.settings = settings
         self.pipeline = pipeline
         self.ready = ready
         self.access = access
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
-        self.service = InferenceService(pipeline, ready, access)
+        self.service = InferenceService(pipeline, ready, access, regions)
         self.drain = Drain()
         self.port = 0
 

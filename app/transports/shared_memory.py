@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, wire_dtype
 from app.errors import Fault, ServiceError, from_wire, quote
 from app.pipeline.jobs import Job
-from app.pipeline.run import Answer, Pipeline
+from app.pipeline.run import Answer
 from app.settings import Settings
 from app.transports.v2_messages import V2Error
 from app.transports.v2_rules import (
@@ -225,7 +225,9 @@ def _unsigned(value: Any, name: str, loc: tuple[str, ...]) -> int:
 
 
 class Regions:
-    """The regions registered with this worker, by name."""
+    """The regions registered with this worker, by name: one made by ``create_app``, handed to
+    the ``/v2`` routes and to the gRPC service, so that a region registered over one transport
+    is used over the other."""
 
     def __init__(self, settings: Settings) -> None:
         self.enabled = settings.shared_memory == "on"
@@ -313,17 +315,6 @@ class Regions:
 
     def __len__(self) -> int:
         return len(self._regions)
-
-
-_REGIONS: weakref.WeakKeyDictionary[Pipeline, Regions] = weakref.WeakKeyDictionary()
-
-
-def regions_of(pipeline: Pipeline) -> Regions:
-    """The regions of a worker's pipeline (one set for ``/v2`` and gRPC)."""
-    regions = _REGIONS.get(pipeline)
-    if regions is None:
-        regions = _REGIONS[pipeline] = Regions(pipeline.settings)
-    return regions
 
 
 @dataclass(frozen=True)
@@ -581,9 +572,8 @@ def _json(value: Any) -> Response:
     return Response(orjson.dumps(value), 200, media_type="application/json")
 
 
-def add_shared_memory_routes(router: APIRouter, pipeline: Pipeline) -> None:
-    """Triton's shared memory routes, under the router's ``/v2``."""
-    regions = regions_of(pipeline)
+def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
+    """Triton's shared memory routes over ``regions``, under the router's ``/v2``."""
     tags: list[str | Enum] = ["KServe V2: shared memory"]
 
     async def register(request: Request, name: str) -> Response:
@@ -656,9 +646,9 @@ def add_shared_memory_routes(router: APIRouter, pipeline: Pipeline) -> None:
         router.add_api_route(path, cuda, methods=[method], include_in_schema=False)
 
 
-def server_extensions(pipeline: Pipeline) -> list[str]:
+def server_extensions(regions: Regions) -> list[str]:
     """The extension the server metadata lists for shared memory (none when off)."""
-    return [EXTENSION] if regions_of(pipeline).enabled else []
+    return [EXTENSION] if regions.enabled else []
 
 
 # ------------------------------------------------------------------------------------------------
@@ -666,8 +656,9 @@ def server_extensions(pipeline: Pipeline) -> list[str]:
 
 
 def grpc_calls(service: Any) -> dict[str, Any]:
-    """The shared memory methods of the gRPC service (an ``InferenceService``), by name."""
-    regions = regions_of(service.pipeline)
+    """The shared memory methods of the gRPC service (an ``InferenceService``), by name, over
+    its regions."""
+    regions: Regions = service.regions
 
     async def register(context: Any, notes: Any) -> Any:
         regions.require_enabled()
@@ -722,7 +713,6 @@ def raw_positions(inputs: Any) -> list[int | None] | None:
     return positions
 
 
-def new_request(pipeline: Pipeline) -> SharedTensors | None:
+def new_request(regions: Regions) -> SharedTensors | None:
     """A request's shared tensors, or None when shared memory is off."""
-    regions = regions_of(pipeline)
     return SharedTensors(regions) if regions.enabled else None

@@ -38,6 +38,7 @@ from app.transports.routes import OpRoute
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
     OUTPUT_EXTENSIONS_ON,
+    Regions,
     SharedTensors,
     add_shared_memory_routes,
     http_answer,
@@ -245,8 +246,9 @@ class V2Exchange:
         return Answer(buffers, media, headers)
 
 
-def v2_exchange(op: Op, request: Request, pipeline: Pipeline | None = None) -> V2Exchange:
-    """The adapter of one infer request; 415 for a body V2 cannot read as JSON or binary tensors."""
+def v2_exchange(op: Op, request: Request, regions: Regions | None = None) -> V2Exchange:
+    """The adapter of one infer request, its tensors perhaps in ``regions``; 415 for a body V2
+    cannot read as JSON or binary tensors."""
     kind = media_type(request)
     if kind not in _READABLE:
         raise ServiceError(
@@ -255,7 +257,7 @@ def v2_exchange(op: Op, request: Request, pipeline: Pipeline | None = None) -> V
             f"content type {quote(kind)} is not accepted here; send {JSON_TYPE}, or "
             f"{BINARY_TYPE} with an Inference-Header-Content-Length header",
         )
-    shared = None if pipeline is None else new_request(pipeline)
+    shared = None if regions is None else new_request(regions)
     return V2Exchange(op, request.headers.get(HEADER_LENGTH), shared)
 
 
@@ -334,12 +336,14 @@ INFER_PATH = "/v2/models/{name}/infer"
 VERSION_INFER_PATH = "/v2/models/{name}/versions/{version}/infer"
 
 
-def infer_endpoint(pipeline: Pipeline) -> Callable[[Request, Op], Awaitable[Response]]:
-    """What serves an infer request for an op."""
+def infer_endpoint(
+    pipeline: Pipeline, regions: Regions
+) -> Callable[[Request, Op], Awaitable[Response]]:
+    """What serves an infer request for an op, its tensors perhaps in ``regions``."""
 
     async def serve_infer(request: Request, op: Op) -> Response:
         return await serve_http(
-            pipeline, request, lambda: v2_exchange(op, request, pipeline), render_v2
+            pipeline, request, lambda: v2_exchange(op, request, regions), render_v2
         )
 
     return serve_infer
@@ -469,9 +473,10 @@ V2_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-def add_infer_routes(router: APIRouter, pipeline: Pipeline) -> list[APIRoute]:
+def add_infer_routes(router: APIRouter, pipeline: Pipeline, regions: Regions) -> list[APIRoute]:
     """The infer routes, on the app's own router (an included router's routes are matched
-    twice); returns them for the ``/v2`` router's answer to other methods (405)."""
+    twice), their tensors perhaps in the worker's shared memory ``regions``; returns them for
+    the ``/v2`` router's answer to other methods (405)."""
     infer_body = {
         "requestBody": {
             "required": True,
@@ -493,7 +498,7 @@ def add_infer_routes(router: APIRouter, pipeline: Pipeline) -> list[APIRoute]:
         **V2_ERRORS,
     }
 
-    serve_infer = infer_endpoint(pipeline)
+    serve_infer = infer_endpoint(pipeline, regions)
 
     async def infer(request: Request, name: ModelName) -> Response:
         return await serve_infer(request, model(name))
@@ -518,8 +523,9 @@ def add_infer_routes(router: APIRouter, pipeline: Pipeline) -> list[APIRoute]:
     return [route for route in router.routes if isinstance(route, V2OpRoute)]
 
 
-def build_v2_router(pipeline: Pipeline, infer_routes: Sequence[APIRoute] = ()) -> APIRouter:
-    """The ``/v2`` routes but the infer routes (``add_infer_routes``)."""
+def build_v2_router(regions: Regions, infer_routes: Sequence[APIRoute] = ()) -> APIRouter:
+    """The ``/v2`` routes but the infer routes (``add_infer_routes``); the shared memory ones
+    over the worker's ``regions``."""
     router = APIRouter(prefix="/v2", tags=["KServe V2"], route_class=V2Route)
     errors = V2_ERRORS
 
@@ -535,7 +541,7 @@ def build_v2_router(pipeline: Pipeline, infer_routes: Sequence[APIRoute] = ()) -
 
     @router.get("", summary="Server metadata", response_model=ServerMetadata)
     async def server_metadata() -> dict[str, Any]:
-        extensions = SERVED_EXTENSIONS + server_extensions(pipeline)
+        extensions = SERVED_EXTENSIONS + server_extensions(regions)
         return {"name": SERVER_NAME, "version": VERSION, "extensions": extensions}
 
     # Before /models/{name}: "stats" is not a model's name.
@@ -566,7 +572,7 @@ def build_v2_router(pipeline: Pipeline, infer_routes: Sequence[APIRoute] = ()) -
     ):
         router.add_api_route(path, handler, summary=summary, responses=errors)
 
-    add_shared_memory_routes(router, pipeline)  # Triton's shared memory extension
+    add_shared_memory_routes(router, regions)  # Triton's shared memory extension
 
     async def no_route(request: Request, rest: str) -> Response:
         # Every path under /v2 answers in the protocol's shape: 405 where another route has the

@@ -20,6 +20,11 @@ round; the binary calls in a run of their own after them):
 - binary: the same roll as ``/v2`` binary tensors over HTTP (``set_data_from_numpy`` with
   binary data in and out, ``as_numpy``). Target: shm <= 1/3 of it.
 
+Beside them, where the shm calls' time went inside the service, from its own Triton statistics
+(``/v2/models/roll/stats``, means over the shm rounds): decoding the request, its kernel (on the
+region's pages), and the rest (the answer, the thread's hop back to the event loop); what shm
+takes beyond them is HTTP, the client and the scheduler.
+
 It prints the times and ratios and never asserts a time. Every server started and every shared
 memory object made is removed on the way out.
 """
@@ -56,6 +61,24 @@ def timed(call: Callable[[], Any]) -> float:
     started = time.perf_counter()
     call()
     return time.perf_counter() - started
+
+
+def service_ns(client: Any) -> dict[str, tuple[int, int]]:
+    """The service's statistics of roll: each stage's count and nanoseconds so far."""
+    stats = client.get_inference_statistics("roll")["model_stats"][0]["inference_stats"]
+    return {stage: (int(value["count"]), int(value["ns"])) for stage, value in stats.items()}
+
+
+def stage_means_ms(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, float]:
+    """Each stage's mean over the calls between ``before`` and ``after``, in ms."""
+    means = {}
+    for stage, (count, ns) in after.items():
+        calls = count - before[stage][0]
+        if calls:
+            means[stage] = (ns - before[stage][1]) / calls / 1e6
+    return means
 
 
 def main() -> None:
@@ -126,10 +149,13 @@ def main() -> None:
         binary()
         ways = {"shm": through_shared_memory, "kernel": kernel, "region": kernel_in_region}
         samples: dict[str, list[float]] = {name: [] for name in [*ways, "binary"]}
+        # Only the shm calls reach the service between these two reads.
+        before = service_ns(client)
         for number in range(options.rounds):
             order = list(ways) if number % 2 == 0 else list(reversed(ways))
             for name in order:
                 samples[name].append(timed(ways[name]))
+        inside = stage_means_ms(before, service_ns(client))
         # Apart: the service is still giving back the memory of a binary call (hundreds of
         # MiB) when its answer has arrived, which would slow whatever is timed next.
         for _ in range(options.rounds):
@@ -145,6 +171,12 @@ def main() -> None:
             ("binary", "/v2 over HTTP, binary tensors in and out"),
         ):
             print(f"  {name:7} {times[name]:9.2f} ms  {words}")
+        # Means, not medians (the statistics keep sums): set beside shm's own mean.
+        print(
+            f"  service  {inside['compute_input']:.2f} ms decoding + {inside['compute_infer']:.2f} "
+            f"ms kernel + {inside['compute_output']:.2f} ms answering, of shm's mean "
+            f"{statistics.mean(samples['shm']) * 1000:.2f} ms (means over its calls)"
+        )
         to_kernel = times["shm"] / times["kernel"]
         to_binary = times["shm"] / times["binary"]
         print(f"  shm / kernel = {to_kernel:.2f}x (target <= 1.5x)")

@@ -16,7 +16,8 @@ only the status). The dimensions: the six HTTP transports (JSON form, npy form i
 form with ``Accept: application/x-npy``, ``.npz``, V2 JSON, V2 binary) and KServe V2 over gRPC
 (``ModelInfer`` with raw contents, ``grpc``; and with typed ``contents`` both ways,
 ``grpc-typed``; compressed, ``grpc-gzip`` and ``grpc-deflate``; as the one message of a
-``ModelStreamInfer`` stream, ``grpc-stream``), element types, ranks 0 to 32 of data and of Gather's output, JSON nesting
+``ModelStreamInfer`` stream, ``grpc-stream``; with input and output in registered shared
+memory regions, ``v2-shm`` and ``grpc-shm``, whose growth leaves the regions' pages out), element types, ranks 0 to 32 of data and of Gather's output, JSON nesting
 (deep: few elements a level), index types and counts, out-of-range indices, and the three
 reproducers of issue 11. A gRPC call is found by its ``x-request-id`` metadata: its access log
 line is the HTTP one's, route ``/inference.GRPCInferenceService/ModelInfer``. A cell the service
@@ -28,6 +29,7 @@ reserved MiB, growth MiB, ratio) as it goes and in full at the end.
 import functools
 import io
 import math
+import mmap
 import os
 import re
 import sys
@@ -797,36 +799,39 @@ def reset_high_water_mark(pid: int) -> bool:
 
 
 class Sampler(threading.Thread):
-    """Reads the worker's RSS every millisecond until stopped; keeps the highest."""
+    """Reads the worker's RSS (or what ``read`` reads of it) every millisecond until stopped;
+    keeps the highest."""
 
-    def __init__(self, pid: int) -> None:
+    def __init__(self, pid: int, read: Callable[[int], int] = resident) -> None:
         super().__init__(daemon=True)
         self.pid = pid
-        self.peak = resident(pid)
+        self.read = read
+        self.peak = read(pid)
         self.samples = 0
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.is_set():
-            self.peak = max(self.peak, resident(self.pid))
+            self.peak = max(self.peak, self.read(self.pid))
             self.samples += 1
             time.sleep(0.001)
 
     def stop(self) -> int:
         self._stop_event.set()
         self.join()
-        self.peak = max(self.peak, resident(self.pid))
+        self.peak = max(self.peak, self.read(self.pid))
         return self.peak
 
 
-def settled_baseline(pid: int) -> int:
-    """The worker's RSS once it stops moving (two reads 30 ms apart within 1 MiB; at most 2 s)."""
+def settled_baseline(pid: int, read: Callable[[int], int] = resident) -> int:
+    """The worker's RSS (or what ``read`` reads of it) once it stops moving (two reads 30 ms
+    apart within 1 MiB; at most 2 s)."""
     time.sleep(0.03)
-    previous = resident(pid)
+    previous = read(pid)
     deadline = time.monotonic() + 2
     while True:
         time.sleep(0.03)
-        current = resident(pid)
+        current = read(pid)
         if abs(current - previous) < MiB or time.monotonic() > deadline:
             return current
         previous = current
@@ -1206,3 +1211,242 @@ def test_refused_request_growth_stays_within_the_reservation(
     print(f"\n{row.line()}", end="")
     assert problem is None, f"{refused.name}: {problem}\n{row.line()}"
     assert row.growth <= row.bound, f"{refused.name}: past its bound\n{row.line()}"
+
+
+# ------------------------------------------------------------------------------------------------
+# Tensors in shared memory (Triton's system shared memory extension)
+
+#: Bytes of float32 data (and of output) of the shared memory cells.
+SHM_SIZES = (16 * MiB, 64 * MiB)
+SHM_TRANSPORTS = ("v2-shm", "grpc-shm")
+STATUS_FIELD = re.compile(rb"^(RssAnon|RssFile|RssShmem):\s+(\d+) kB", re.M)
+
+
+def rss_parts(pid: int) -> dict[str, int]:
+    """The worker's resident set by what backs it (/proc/<pid>/status), in bytes."""
+    descriptor = os.open(f"/proc/{pid}/status", os.O_RDONLY)
+    try:
+        text = os.read(descriptor, 8192)
+    finally:
+        os.close(descriptor)
+    parts = {name.decode(): int(kib) * 1024 for name, kib in STATUS_FIELD.findall(text)}
+    assert len(parts) == 3, f"no RssAnon, RssFile and RssShmem in /proc/{pid}/status"
+    return parts
+
+
+def resident_own(pid: int) -> int:
+    """The worker's resident set less its resident shared memory (RssShmem): RssAnon + RssFile.
+
+    A region's pages are the client's /dev/shm object, mapped by the worker: once touched they
+    count in its RSS, but under RssShmem, which counts exactly the pages backed by shmem
+    (tmpfs, /dev/shm). smaps_rollup's Shared_*/Private_* split would not do: it sorts pages by
+    how many processes map them, not by what backs them (an output page only the worker has
+    touched is Private_Dirty though it is the client's), and Pss still charges the worker its
+    share of every region page.
+    """
+    parts = rss_parts(pid)
+    return parts["RssAnon"] + parts["RssFile"]
+
+
+@dataclass
+class SharedObject:
+    """A /dev/shm object the test made (the client's memory), mapped here too."""
+
+    key: str
+    size: int
+    mapping: mmap.mmap
+
+    @classmethod
+    def made(cls, size: int) -> "SharedObject":
+        name = f"tensor-ops-matrix-{os.getpid()}-{time.monotonic_ns()}"
+        descriptor = os.open(f"/dev/shm/{name}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(descriptor, size)
+            mapping = mmap.mmap(descriptor, size)
+        finally:
+            os.close(descriptor)
+        return cls(f"/{name}", size, mapping)
+
+    def array(self, dtype: np.dtype[Any], shape: tuple[int, ...]) -> Array:
+        return np.frombuffer(self.mapping, dtype, math.prod(shape)).reshape(shape)
+
+    def remove(self) -> None:
+        self.mapping.close()
+        os.unlink(f"/dev/shm{self.key}")
+
+
+def shm_parameters(region: str, byte_size: int) -> dict[str, Any]:
+    return {"shared_memory_region": region, "shared_memory_byte_size": byte_size}
+
+
+def shm_request(transport: str, case: Case, regions: tuple[str, str], request_id: str) -> Request:
+    """A roll of ``case`` whose data is in region ``regions[0]`` and whose output goes to
+    ``regions[1]``; shift and axes travel in the request."""
+    data = case.data
+    inputs = case.inputs()
+    if transport == "grpc-shm":
+        message = pb.ModelInferRequest(model_name=case.op)
+        for name, array in inputs.items():
+            datatype = element_type_of(array.dtype).kserve
+            tensor = message.inputs.add(name=name, datatype=datatype, shape=list(array.shape))
+            if name == "data":
+                tensor.parameters["shared_memory_region"].string_param = regions[0]
+                tensor.parameters["shared_memory_byte_size"].int64_param = data.nbytes
+        output = message.outputs.add(name="output")
+        output.parameters["shared_memory_region"].string_param = regions[1]
+        output.parameters["shared_memory_byte_size"].int64_param = data.nbytes
+        raw = [array.reshape(-1).view(np.uint8) for name, array in inputs.items() if name != "data"]
+        return Request(GRPC_METHOD, join_raw(message.SerializeToString(), RAW_INPUT_FIELD, raw), {})
+    assert transport == "v2-shm", transport
+    described: list[dict[str, Any]] = [
+        {
+            "name": "data",
+            "shape": list(data.shape),
+            "datatype": element_type_of(data.dtype).kserve,
+            "parameters": shm_parameters(regions[0], data.nbytes),
+        }
+    ]
+    for name, array in list(inputs.items())[1:]:
+        described.append(
+            {"name": name, "shape": list(array.shape), "datatype": "INT64", "data": array.tolist()}
+        )
+    body = orjson.dumps(
+        {
+            "inputs": described,
+            "outputs": [{"name": "output", "parameters": shm_parameters(regions[1], data.nbytes)}],
+        }
+    )
+    headers = {"x-request-id": request_id, "content-type": "application/json"}
+    return Request(f"/v2/models/{case.op}/infer", body, headers)
+
+
+def check_shm_answer(
+    reply: httpx.Response | GrpcReply, region: str, output: SharedObject, expected: Array
+) -> str | None:
+    """The answer names the output's region and size and carries no data; the region holds
+    every value of the expected output."""
+    want = {
+        "name": "output",
+        "datatype": element_type_of(expected.dtype).kserve,
+        "shape": list(expected.shape),
+        "parameters": shm_parameters(region, expected.nbytes),
+    }
+    if isinstance(reply, GrpcReply):
+        if reply.code != grpc.StatusCode.OK:
+            return f"status {reply.code.name}: {reply.details[:300]}"
+        response = pb.ModelInferResponse.FromString(reply.content)
+        if response.raw_output_contents:
+            return "raw output contents beside the region"
+        [answer] = response.outputs
+        parameters = {
+            name: value.string_param if value.HasField("string_param") else value.int64_param
+            for name, value in answer.parameters.items()
+        }
+        got = {
+            "name": answer.name,
+            "datatype": answer.datatype,
+            "shape": list(answer.shape),
+            "parameters": parameters,
+        }
+    else:
+        if reply.status_code != 200:
+            return f"status {reply.status_code}: {reply.text[:300]}"
+        [got] = reply.json()["outputs"]
+    if got != want:
+        return f"output {got} instead of {want}"
+    return compare_array(output.array(expected.dtype, expected.shape), expected)
+
+
+def register(worker: Worker, name: str, shared: SharedObject) -> None:
+    response = worker.client.post(
+        f"/v2/systemsharedmemory/region/{name}/register",
+        json={"key": shared.key, "byte_size": shared.size},
+    )
+    assert (response.status_code, response.content) == (200, b""), response.text
+
+
+@pytest.mark.parametrize("size", SHM_SIZES, ids=[f"{size // MiB}MiB" for size in SHM_SIZES])
+@pytest.mark.parametrize("transport", SHM_TRANSPORTS)
+def test_shared_memory_growth_stays_within_the_reservation(
+    worker: Worker, transport: str, size: int
+) -> None:
+    """A float32 roll with its data and output in regions: the worker's own memory (its RSS
+    less the regions' pages, RssShmem) grows within the bound of what the request reserved.
+
+    The same request is sent once before the measured one, so that every page of both regions
+    is already mapped in the worker: its RssShmem then stays put, and the kernel's peak
+    (VmHWM, which cannot leave shared memory out) is the peak of its own memory too."""
+    case = roll_case(values((1024, size // 4096), np.dtype(np.float32)))
+    expected = case.expected()
+    data, output = SharedObject.made(size), SharedObject.made(size)
+    cell = f"roll-float32-{size // MiB}MiB-{transport}"
+    regions = (f"in-{cell}", f"out-{cell}")
+    try:
+        data.array(case.data.dtype, case.data.shape)[...] = case.data
+        register(worker, regions[0], data)
+        register(worker, regions[1], output)
+        via = "grpc" if transport == "grpc-shm" else "v2-json"
+        warm_id = f"memory-warm-{cell}-{time.monotonic_ns()}"
+        warm = send(worker, via, shm_request(transport, case, regions, warm_id), warm_id)
+        assert check_shm_answer(warm, regions[1], output, expected) is None
+        output.array(expected.dtype, expected.shape)[...] = 0  # the measured answer is its own
+
+        pid = worker.pid
+        request_id = f"memory-{cell}-{time.monotonic_ns()}"
+        request = shm_request(transport, case, regions, request_id)
+        shmem_before = rss_parts(pid)["RssShmem"]
+        baseline_own = settled_baseline(pid, resident_own)
+        baseline = resident(pid)
+        hwm_ok = reset_high_water_mark(pid)
+        sampler = Sampler(pid, resident_own)
+        sampler.start()
+        started = time.perf_counter()
+        try:
+            reply = send(worker, via, request, request_id)
+        finally:
+            sampled = sampler.stop()
+        seconds = time.perf_counter() - started
+        hwm = high_water_mark(pid) - baseline if hwm_ok else None
+        shmem_growth = rss_parts(pid)["RssShmem"] - shmem_before
+        line = access_line(worker.process, request_id)
+        problem = check_shm_answer(reply, regions[1], output, expected)
+        if (
+            problem is None
+            and via == "grpc"
+            and (line["route"], line["status"])
+            != (
+                GRPC_METHOD,
+                "OK",
+            )
+        ):
+            problem = f"logged as {line['route']} {line['status']}"
+        if problem is None and shmem_growth > 2 * size:
+            # Only the regions' pages may come under RssShmem: anything more would be memory of
+            # the worker's own that this measure leaves out.
+            problem = (
+                f"RssShmem grew {shmem_growth / MiB:.2f} MiB, past the regions' {2 * size // MiB}"
+            )
+    finally:
+        worker.client.post(f"/v2/systemsharedmemory/region/{regions[0]}/unregister")
+        worker.client.post(f"/v2/systemsharedmemory/region/{regions[1]}/unregister")
+        data.remove()
+        output.remove()
+    row = Row(
+        cell=f"{cell} (RSS less RssShmem; RssShmem +{shmem_growth / MiB:.1f} MiB)",
+        reserved=int(line["reserved_bytes"]),
+        growth=max(sampled - baseline_own, hwm or 0),
+        sampled=sampled - baseline_own,
+        hwm=hwm,
+        seconds=seconds,
+        body=len(request.content),
+        status=reply.status_code,
+        problem=problem,
+    )
+    ROWS.append(row)
+    print(f"\n{row.line()}", end="")
+    assert problem is None, f"{cell}: {problem}\n{row.line()}"
+    assert row.growth <= row.bound, (
+        f"{cell}: the worker's own memory grew {row.growth / MiB:.2f} MiB (sampled "
+        f"{row.sampled / MiB:.2f}, VmHWM {'n/a' if hwm is None else f'{hwm / MiB:.2f}'}) against "
+        f"{row.reserved / MiB:.2f} MiB reserved: past {row.bound / MiB:.2f} MiB\n{row.line()}"
+    )
