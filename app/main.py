@@ -243,7 +243,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return Response(body, media_type=media)
 
     # After the routes above: every path outside /v2 is matched before the /v2 router's many.
-    app.include_router(build_v2_router(regions, infer_routes))
+    app.include_router(build_v2_router(regions, pipeline.statistics, infer_routes))
     add_offline_docs(app)
 
     def openapi() -> dict[str, Any]:

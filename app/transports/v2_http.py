@@ -25,6 +25,7 @@ from app.codecs.v2_tensors import (
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
+from app.pipeline.statistics import Statistics
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
@@ -373,7 +374,7 @@ class V2Route(APIRoute):
 
 
 def add_triton_routes(
-    router: APIRouter, errors: dict[int | str, dict[str, Any]], pipeline: Pipeline
+    router: APIRouter, errors: dict[int | str, dict[str, Any]], statistics: Statistics
 ) -> None:
     """Triton's extensions (docs/triton.md): model configuration, statistics, and the model
     repository's index (load and unload refused: the ops are built in)."""
@@ -393,13 +394,13 @@ def add_triton_routes(
         )
 
     async def all_stats() -> dict[str, Any]:
-        return {"model_stats": pipeline.statistics.read(REGISTRY, MODEL_VERSION)}
+        return {"model_stats": statistics.read(REGISTRY, MODEL_VERSION)}
 
     async def stats(name: ModelName) -> dict[str, Any]:
-        return {"model_stats": pipeline.statistics.read([model(name).name], MODEL_VERSION)}
+        return {"model_stats": statistics.read([model(name).name], MODEL_VERSION)}
 
     async def version_stats(name: ModelName, version: ModelVersion) -> dict[str, Any]:
-        return {"model_stats": pipeline.statistics.read([model(name, version).name], MODEL_VERSION)}
+        return {"model_stats": statistics.read([model(name, version).name], MODEL_VERSION)}
 
     for path, stats_handler, summary in (
         ("/models/stats", all_stats, "Statistics of every model (Triton)"),
@@ -523,9 +524,11 @@ def add_infer_routes(router: APIRouter, pipeline: Pipeline, regions: Regions) ->
     return [route for route in router.routes if isinstance(route, V2OpRoute)]
 
 
-def build_v2_router(regions: Regions, infer_routes: Sequence[APIRoute] = ()) -> APIRouter:
+def build_v2_router(
+    regions: Regions, statistics: Statistics, infer_routes: Sequence[APIRoute] = ()
+) -> APIRouter:
     """The ``/v2`` routes but the infer routes (``add_infer_routes``); the shared memory ones
-    over the worker's ``regions``."""
+    over the worker's ``regions``, the statistics read from the worker's ``statistics``."""
     router = APIRouter(prefix="/v2", tags=["KServe V2"], route_class=V2Route)
     errors = V2_ERRORS
 
@@ -545,7 +548,7 @@ def build_v2_router(regions: Regions, infer_routes: Sequence[APIRoute] = ()) -> 
         return {"name": SERVER_NAME, "version": VERSION, "extensions": extensions}
 
     # Before /models/{name}: "stats" is not a model's name.
-    add_triton_routes(router, errors, pipeline)
+    add_triton_routes(router, errors, statistics)
 
     async def metadata(name: ModelName) -> dict[str, Any]:
         return model_metadata(model(name))
