@@ -329,7 +329,15 @@ def require_keys(schema: dict[str, Any], access: AccessControl) -> None:
             }
 
 
-app = create_app()
+def __getattr__(name: str) -> Any:
+    """``app.main:app``, what ``python -m uvicorn app.main:app`` serves: built from the
+    environment's settings when it is first asked for, so that importing the module builds
+    nothing (no app, no budget, no tracing set up) and tests and tools build their own."""
+    if name == "app":
+        built = create_app()
+        globals()["app"] = built  # the next lookups find it without coming here
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def landing_page(settings: Settings) -> dict[str, Any]:
