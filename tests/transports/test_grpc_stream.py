@@ -2,8 +2,10 @@
 ``async_stream_infer``), unchanged, against a real server: each request answered on the stream
 with its id, bit for bit as NumPy computes it; a refused request answered with its error and the
 stream going on; a cancelled stream giving back every byte of the budget it held; the key
-checked when the stream starts."""
+checked when the stream starts; what a stream holds of the memory budget, idle and once ended,
+and the share the reads of idle streams may take."""
 
+import asyncio
 import contextlib
 import hashlib
 import queue
@@ -13,13 +15,30 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tests.support import assert_same_bits, free_port, launch_server, sample, stop_server
+from app.main import create_app
+from app.pipeline.admission import MemoryBudget
+from app.settings import Settings
+from app.transports.grpc import RECEIVE_COPIES
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tests.support import (
+    assert_same_bits,
+    free_port,
+    grpc_channel,
+    grpc_serving,
+    inference_stub,
+    launch_server,
+    sample,
+    stop_server,
+    v2_name,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -182,3 +201,139 @@ def test_the_key_is_checked_when_the_stream_starts(tmp_path: Path) -> None:
         admitted.close()
     finally:
         stop_server(process)
+
+
+# What a stream holds of the budget, in process (the budget object read directly)
+
+MiB = 1 << 20
+
+
+def roll_message(data: Any, shift: int, request_id: str) -> Any:
+    """A roll of ``data`` along its first axis, its tensors as raw contents."""
+    message = pb.ModelInferRequest(model_name="roll", id=request_id)
+    arrays = {"data": data, "shift": np.array([shift]), "axes": np.array([0])}
+    for name, array in arrays.items():
+        message.inputs.add(name=name, datatype=v2_name(array.dtype), shape=list(array.shape))
+        message.raw_input_contents.append(array.tobytes())
+    return message
+
+
+class RawStream:
+    """A ``ModelStreamInfer`` call of the generated asyncio client, fed message by message."""
+
+    def __init__(self, stub: Any) -> None:
+        self.outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        self.call = stub.ModelStreamInfer(self._messages())
+
+    async def _messages(self) -> Any:
+        while (message := await self.outgoing.get()) is not None:
+            yield message
+
+    def send(self, message: Any) -> None:
+        self.outgoing.put_nowait(message)
+
+    async def answer(self) -> Any:
+        return await asyncio.wait_for(self.call.read(), 30)
+
+    async def end(self) -> None:
+        """The client's last message sent; the call's end awaited."""
+        self.outgoing.put_nowait(None)
+        assert await self.answer() is grpc.aio.EOF
+        assert await self.call.code() is grpc.StatusCode.OK
+
+
+async def settle(budget: MemoryBudget, expected: int) -> int:
+    """``budget.in_use`` once it is ``expected`` (the server's side moves a moment after the
+    client's), or as it is after a few seconds."""
+    for _ in range(250):
+        if budget.in_use == expected:
+            break
+        await asyncio.sleep(0.02)
+    return budget.in_use
+
+
+@pytest.mark.anyio
+async def test_an_idle_stream_holds_one_pending_read_and_gives_it_back() -> None:
+    """Waiting for its next message, a stream holds the worst case of the one read it keeps
+    posted (gRPC takes the message off the wire only while a read is pending), nothing more;
+    ended, nothing."""
+    app = create_app(Settings(memory_budget_bytes=64 * MiB, max_body_bytes=4 * MiB))
+    budget = app.state.budget
+    one_read = RECEIVE_COPIES * 4 * MiB
+    data = np.arange(1 * MiB, dtype=np.float32)  # 4 MiB: its own reservation is counted
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stream = RawStream(inference_stub(channel))
+        stream.send(roll_message(data[:5], 1, "small"))
+        answer = await stream.answer()
+        assert answer.error_message == ""
+        assert answer.infer_response.id == "small"
+        assert await settle(budget, one_read) == one_read
+        # A message as large as the limit allows, then idle again: the same one read.
+        stream.send(roll_message(data[: (4 * MiB - 4096) // 4], 3, "large"))
+        answer = await stream.answer()
+        assert answer.error_message == ""
+        output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.float32)
+        assert_same_bits(output, np.roll(data[: (4 * MiB - 4096) // 4], 3))
+        assert await settle(budget, one_read) == one_read
+        await stream.end()
+        assert await settle(budget, 0) == 0
+
+
+@pytest.mark.anyio
+async def test_idle_streams_leave_half_the_budget_to_other_calls() -> None:
+    """The reads of idle streams take at most half the budget: four streams of 8 MiB reads in
+    a 64 MiB budget; a fifth waits for a turn while a unary call still has the memory it
+    needs, and gets its turn when a stream ends."""
+    app = create_app(
+        Settings(memory_budget_bytes=64 * MiB, max_body_bytes=4 * MiB, admission_timeout=60)
+    )
+    budget = app.state.budget
+    one_read = RECEIVE_COPIES * 4 * MiB
+    data = np.arange(3 * MiB // 4, dtype=np.int32)  # 3 MiB: with its read, some 14 MiB
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stub = inference_stub(channel)
+        idle = [RawStream(stub) for _ in range(4)]
+        for number, stream in enumerate(idle):
+            stream.send(roll_message(data[:4], number, f"idle-{number}"))
+            answer = await stream.answer()
+            assert answer.infer_response.id == f"idle-{number}"
+        assert await settle(budget, 4 * one_read) == 32 * MiB
+        waiting = RawStream(stub)
+        waiting.send(roll_message(data, 7, "waited"))
+        # Its message is not read yet (it would be answered at once): the unary call has room.
+        response = await stub.ModelInfer(roll_message(data, 5, "unary"))
+        output = np.frombuffer(response.raw_output_contents[0], np.int32)
+        assert_same_bits(output, np.roll(data, 5))
+        # Its answer's memory is given back once the call is over: the streams' reads remain.
+        assert await settle(budget, 32 * MiB) == 32 * MiB
+        await idle[0].end()
+        answer = await waiting.answer()
+        assert answer.error_message == ""
+        assert answer.infer_response.id == "waited"
+        output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.int32)
+        assert_same_bits(output, np.roll(data, 7))
+        for stream in (*idle[1:], waiting):
+            await stream.end()
+        assert await settle(budget, 0) == 0
+
+
+@pytest.mark.anyio
+async def test_a_message_in_hand_is_not_held_back_by_the_next_read() -> None:
+    """The read posted while a message runs goes ahead only into room free now: a message that
+    leaves no room for it is served (as the same unary call is), not refused busy waiting for
+    memory the next read waits for."""
+    app = create_app(Settings(memory_budget_bytes=64 * MiB, admission_timeout=2))
+    budget = app.state.budget  # the default body limit: a read's worst case is the budget
+    data = np.arange(2 * MiB, dtype=np.float32)  # 8 MiB, some 16 held and 16 more for its output
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stream = RawStream(inference_stub(channel))
+        for number in range(3):
+            stream.send(roll_message(data, number, f"large-{number}"))
+        for number in range(3):
+            answer = await stream.answer()
+            assert answer.error_message == ""
+            assert answer.infer_response.id == f"large-{number}"
+            output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.float32)
+            assert_same_bits(output, np.roll(data, number))
+        await stream.end()
+        assert await settle(budget, 0) == 0
