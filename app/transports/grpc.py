@@ -746,7 +746,8 @@ class InferenceService:
         it."""
         call = Observation(given, "UNKNOWN")
         notes = CallNotes()
-        exchange = GrpcExchange(stream=True)
+        # Tensors in shared memory as ``ModelInfer`` takes them.
+        exchange = GrpcExchange(new_request(self.pipeline), stream=True)
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False

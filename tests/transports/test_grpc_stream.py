@@ -2,7 +2,7 @@
 ``async_stream_infer``), unchanged, against a real server: each request answered on the stream
 with its id, bit for bit as NumPy computes it; a refused request answered with its error and the
 stream going on; a cancelled stream giving back every byte of the budget it held; the key
-checked when the stream starts; what a stream holds of the memory budget, idle and once ended,
+checked when the stream starts; tensors in shared memory; what a stream holds of the memory budget, idle and once ended,
 and the share the reads of idle streams may take."""
 
 import asyncio
@@ -11,6 +11,7 @@ import hashlib
 import queue
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.main import create_app
@@ -201,6 +203,70 @@ def test_the_key_is_checked_when_the_stream_starts(tmp_path: Path) -> None:
         admitted.close()
     finally:
         stop_server(process)
+
+
+def test_tensors_in_shared_memory_each_message_on_its_own(server: tuple[str, str]) -> None:
+    """Inputs and output named by shared memory parameters, as ``ModelInfer`` takes them: the
+    output written into the client's region bit for bit, the answer naming it; a message whose
+    output does not fit is answered with its error and the stream goes on."""
+    data = sample("FP32", (6, 7), finite=False, seed=11)
+    size = data.nbytes
+    key = f"/tensor-ops-stream-{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region(key[1:], key, 2 * size + 64)
+    stream = Stream(server[1])
+    try:
+        shm.set_shared_memory_region(handle, [data])
+        stream.client.register_system_shared_memory("io", key, 2 * size + 64)
+
+        def send(shift: int, request_id: str, output_bytes: int) -> None:
+            tensor = grpcclient.InferInput("data", list(data.shape), "FP32")
+            tensor.set_shared_memory("io", size)
+            inputs = [tensor]
+            for name, value in (("shift", shift), ("axes", 1)):
+                small = grpcclient.InferInput(name, [1], "INT64")
+                small.set_data_from_numpy(np.array([value], np.int64))
+                inputs.append(small)
+            output = grpcclient.InferRequestedOutput("output")
+            output.set_shared_memory("io", output_bytes, offset=size + 64)
+            stream.client.async_stream_infer(
+                "roll", inputs, outputs=[output], request_id=request_id
+            )
+
+        def written() -> Any:
+            raw = shm.get_contents_as_numpy(handle, np.uint8, [size], size + 64)
+            return raw.copy().view(np.float32).reshape(data.shape)
+
+        send(2, "first", size)
+        result, error = stream.next()
+        assert error is None
+        response = result.get_response()
+        assert response.id == "first"
+        assert len(response.raw_output_contents) == 0
+        parameters = response.outputs[0].parameters
+        assert parameters["shared_memory_region"].string_param == "io"
+        assert parameters["shared_memory_byte_size"].int64_param == size
+        assert parameters["shared_memory_offset"].int64_param == size + 64
+        assert_same_bits(written(), np.roll(data, 2, 1))
+
+        send(3, "too-small", size - 4)
+        result, error = stream.next()
+        assert result is None
+        assert error.message() == (
+            "output.parameters.shared_memory_byte_size: "
+            f"shared_memory_byte_size {size - 4} is too small: the output takes {size} bytes "
+            "(shape [6, 7], FP32)"
+        )
+        assert_same_bits(written(), np.roll(data, 2, 1))  # not touched
+
+        send(-1, "after", size)
+        result, error = stream.next()
+        assert error is None
+        assert result.get_response().id == "after"
+        assert_same_bits(written(), np.roll(data, -1, 1))
+    finally:
+        stream.client.unregister_system_shared_memory()
+        stream.close()
+        shm.destroy_shared_memory_region(handle)
 
 
 # What a stream holds of the budget, in process (the budget object read directly)
