@@ -731,13 +731,13 @@ class InferenceService:
         route: str,
         given: str | None,
         key: str | None,
-        arrived: asyncio.Future[bool],
+        arrived: Callable[[], None],
         order: StreamOrder,
         index: int,
     ) -> StreamOutcome | None:
         """Serve the next message of a ``ModelStreamInfer`` stream as ``ModelInfer`` serves its
         one (read within the budget and the limits, through the pipeline, logged and counted);
-        ``arrived`` is told as soon as the message is in hand (True) or will not come (False),
+        ``arrived`` is called as soon as the message is in hand (not when it will not come),
         so that the next one can be read while this one runs. Returns the answer to write (a
         refusal is answered as ``error_message`` and the stream goes on), with the reservation
         that holds it until it is written; None once the client has sent its last message. A
@@ -758,7 +758,7 @@ class InferenceService:
             message = await self._next_message(context, held, notes, order, index)
             if message is None:
                 raise _EndOfStreamError
-            arrived.set_result(True)
+            arrived()
             self.calls_in_flight += 1
             counted = True
             return message
@@ -790,8 +790,6 @@ class InferenceService:
             status = "CANCELLED"
             raise
         finally:
-            if not arrived.done():
-                arrived.set_result(False)
             if reservation is not None:
                 await reservation.release()
             if counted:
@@ -896,9 +894,11 @@ class StreamOrder:
     """How many of a stream's messages have been answered and given back what they held (in
     order, by its writer), for a read that must wait for those before it."""
 
-    __slots__ = ("_waiter", "written")
+    __slots__ = ("_waiter", "posted", "written")
 
     def __init__(self) -> None:
+        #: Messages whose reads have been posted (the next one's index).
+        self.posted = 0
         self.written = 0
         #: The one read waiting (a stream reads one message at a time).
         self._waiter: asyncio.Future[None] | None = None
@@ -952,23 +952,48 @@ async def serve_stream(
     service: InferenceService, context: Any, route: str, given: str | None, key: str | None
 ) -> None:
     """The messages of a stream, each read as soon as the one before it is in hand (at most
-    ``STREAM_WINDOW`` at once), and their answers written in the order they came. Cancelled
-    (the client went, the server stops), every message in hand is cancelled and what it holds
-    given back."""
-    loop = asyncio.get_running_loop()
-    window = asyncio.Semaphore(STREAM_WINDOW)
-    queue: asyncio.Queue[asyncio.Task[StreamOutcome | None] | None] = asyncio.Queue()
-    running: list[asyncio.Task[StreamOutcome | None]] = []
+    ``STREAM_WINDOW`` at once), and their answers written here in the order they came.
+    Cancelled (the client went, the server stops), every message in hand is cancelled and what
+    it holds given back.
 
+    Each message is a task that reads it and serves it; the task that has its message in hand
+    posts the next one's itself, so that a message costs its task and nothing more on the way
+    in (no future, no wait on several things): the writer is this coroutine, and whatever ends
+    it (a refusal that ends the stream, a write that fails, a cancellation) ends the stream."""
     order = StreamOrder()
+    #: The messages posted whose answers have not been taken yet, oldest first: one read
+    #: pending at the end, unless the window is full.
+    posted: collections.deque[asyncio.Task[StreamOutcome | None]] = collections.deque()
+    #: A message arrived with the window full: the next read waits for room.
+    stalled = False
 
-    async def write_answers() -> None:
-        while (task := await queue.get()) is not None:
-            outcome = await task
-            window.release()
+    def post() -> None:
+        posted.append(
+            asyncio.ensure_future(
+                service.stream_message(context, route, given, key, arrived, order, order.posted)
+            )
+        )
+        order.posted += 1
+
+    def arrived() -> None:
+        nonlocal stalled
+        if len(posted) < STREAM_WINDOW:
+            post()
+        else:
+            stalled = True
+
+    post()
+    try:
+        while True:
+            # Never empty here: the last message posted either arrived (and posted the next,
+            # or stalled, which the previous answer below posts again) or ends the stream.
+            outcome = await posted[0]
+            posted.popleft()
+            if stalled:
+                stalled = False
+                post()
             if outcome is None:
-                order.wrote()
-                continue
+                return  # the client's last message: every answer before it written
             try:
                 if outcome.end is not None:
                     await _end_stream(context, outcome.end, outcome.request_id)
@@ -976,48 +1001,17 @@ async def serve_stream(
             finally:
                 await outcome.release()
             order.wrote()
-
-    writer = asyncio.ensure_future(write_answers())
-    index = 0
-    try:
-        while True:
-            await _unless_done(window.acquire(), writer)
-            arrived: asyncio.Future[bool] = loop.create_future()
-            task = asyncio.ensure_future(
-                service.stream_message(context, route, given, key, arrived, order, index)
-            )
-            index += 1
-            running.append(task)
-            queue.put_nowait(task)
-            running = [item for item in running if not item.done()]
-            if not await _unless_done(arrived, writer):
-                break
-        queue.put_nowait(None)
-        await writer
     finally:
-        unfinished = [item for item in (*running, writer) if not item.done()]
+        unfinished = [item for item in posted if not item.done()]
         for item in unfinished:
             item.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
         # Answers made but never written (the stream ended first) give back what they hold.
-        while not queue.empty():
-            left = queue.get_nowait()
-            if left is not None and left.done() and not left.cancelled():
-                outcome = left.result() if left.exception() is None else None
-                if outcome is not None:
-                    await outcome.release()
-
-
-async def _unless_done(awaitable: Any, writer: asyncio.Future[None]) -> Any:
-    """``awaitable``'s result, unless the writer ends first (an error, a refusal that ends the
-    stream): then the writer's outcome is raised."""
-    waiting = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({waiting, writer}, return_when=asyncio.FIRST_COMPLETED)
-    if waiting in done:
-        return waiting.result()
-    waiting.cancel()
-    writer.result()  # raises what ended it
-    raise asyncio.CancelledError  # it ended without error while the stream still had work
+        for item in posted:
+            if not item.cancelled() and item.exception() is None:
+                left = item.result()
+                if left is not None:
+                    await left.release()
 
 
 async def _end_stream(context: Any, error: ServiceError, request_id: str) -> None:
