@@ -9,6 +9,7 @@ contents joined in once, and an error as a status code with the message HTTP wou
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import math
@@ -618,6 +619,12 @@ class InferenceService:
         #: API keys, when they are on: every call but the probes needs the metadata's key.
         self.access = access
         self.receiver = Receiver(pipeline.settings, pipeline.budget)
+        #: The reads streams keep posted for their next message.
+        self.stream_reads = StreamReads(
+            pipeline.budget.capacity,
+            RECEIVE_COPIES * self.receiver.limit,
+            pipeline.settings.admission_timeout,
+        )
         #: Inference calls begun and not yet ended (their answers sent, or given up): the
         #: stop waits for none.
         self.calls_in_flight = 0
@@ -728,11 +735,13 @@ class InferenceService:
         route: str,
         given: str | None,
         key: str | None,
-        arrived: asyncio.Future[bool],
+        arrived: Callable[[], None],
+        order: StreamOrder,
+        index: int,
     ) -> StreamOutcome | None:
         """Serve the next message of a ``ModelStreamInfer`` stream as ``ModelInfer`` serves its
         one (read within the budget and the limits, through the pipeline, logged and counted);
-        ``arrived`` is told as soon as the message is in hand (True) or will not come (False),
+        ``arrived`` is called as soon as the message is in hand (not when it will not come),
         so that the next one can be read while this one runs. Returns the answer to write (a
         refusal is answered as ``error_message`` and the stream goes on), with the reservation
         that holds it until it is written; None once the client has sent its last message. A
@@ -741,7 +750,8 @@ class InferenceService:
         it."""
         call = Observation(given, "UNKNOWN")
         notes = CallNotes()
-        exchange = GrpcExchange(stream=True)
+        # Tensors in shared memory as ``ModelInfer`` takes them.
+        exchange = GrpcExchange(new_request(self.pipeline), stream=True)
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False
@@ -749,10 +759,10 @@ class InferenceService:
         async def read(held: Reservation) -> Body:
             nonlocal reservation, counted
             reservation = notes.reservation = held
-            message = await self.receiver.next_message(context, held, notes)
+            message = await self._next_message(context, held, notes, order, index)
             if message is None:
                 raise _EndOfStreamError
-            arrived.set_result(True)
+            arrived()
             self.calls_in_flight += 1
             counted = True
             return message
@@ -784,8 +794,6 @@ class InferenceService:
             status = "CANCELLED"
             raise
         finally:
-            if not arrived.done():
-                arrived.set_result(False)
             if reservation is not None:
                 await reservation.release()
             if counted:
@@ -799,6 +807,120 @@ class InferenceService:
                     notes.reserved,
                 )
                 call.finish("gRPC", route, route)
+
+    async def _next_message(
+        self, context: Any, held: Reservation, notes: CallNotes, order: StreamOrder, index: int
+    ) -> Body | None:
+        """A stream's next message (``Receiver.next_message``), read in its turn."""
+        await self._room_to_read(held, order, index)
+        try:
+            return await self.receiver.next_message(context, held, notes)
+        finally:
+            self.stream_reads.leave()
+
+    async def _room_to_read(self, held: Reservation, order: StreamOrder, index: int) -> None:
+        """A turn among the streams' reads (``StreamReads``) and, while messages before this
+        one are in hand, the read's worst case too. Those messages may still need memory
+        (their outputs): a read that waited in line for the budget would hold them back behind
+        it, waiting for memory they hold. So it goes ahead of them only into room free now;
+        else it waits until they have been answered and have given back what they held, and
+        then for its turn and its memory as a call waits for its message's."""
+        reads = self.stream_reads
+        if order.written < index:
+            if reads.try_enter():
+                if held.try_grow_to(RECEIVE_COPIES * self.receiver.limit):
+                    return
+                reads.leave()
+            await order.written_up_to(index)
+        await reads.enter()
+
+
+class StreamReads:
+    """The reads streams keep posted for their next message. Each holds the worst case of a
+    message (``Receiver``) for as long as the client takes to send one, an idle stream's
+    until the receive time limit: together they may hold at most half the budget (one read at
+    least), so that streams kept open cannot take the memory other calls need. A stream past
+    that share waits for a turn, first come first, up to the admission timeout (then busy,
+    which ends the stream as a busy budget does)."""
+
+    def __init__(self, capacity: int, worst_case: int, timeout: float) -> None:
+        self.slots = max(1, capacity // 2 // max(1, worst_case))
+        self.free = self.slots
+        self.timeout = timeout
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def try_enter(self) -> bool:
+        """Take a turn now if one is free and nobody waits for one; whether it was taken."""
+        if self._waiting or not self.free:
+            return False
+        self.free -= 1
+        return True
+
+    async def enter(self) -> None:
+        """Take a turn, waiting for one in line (busy past the timeout)."""
+        if self.try_enter():
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), self.timeout)
+        except TimeoutError:
+            if turn.done():  # handed over as the time ran out: taken after all
+                return
+            self._waiting.remove(turn)
+            raise self._busy() from None
+        except asyncio.CancelledError:
+            if turn.done():
+                self.leave()  # handed over, but its stream is gone
+            else:
+                self._waiting.remove(turn)
+            raise
+
+    def leave(self) -> None:
+        """Give a turn back: to the first stream waiting for one, if any."""
+        if self._waiting:
+            self._waiting.popleft().set_result(None)
+        else:
+            self.free += 1
+
+    def _busy(self) -> ServiceError:
+        return ServiceError(
+            Fault.BUSY,
+            (),
+            f"the service is busy: the {self.slots} stream reads this worker keeps posted "
+            f"(half its memory budget) all wait for a message, and no turn came free within "
+            f"{self.timeout:g} s (TENSOR_OPS_ADMISSION_TIMEOUT); retry later",
+            headers={"Retry-After": str(max(1, math.ceil(self.timeout / 4)))},
+        )
+
+
+class StreamOrder:
+    """How many of a stream's messages have been answered and given back what they held (in
+    order, by its writer), for a read that must wait for those before it."""
+
+    __slots__ = ("_waiter", "posted", "written")
+
+    def __init__(self) -> None:
+        #: Messages whose reads have been posted (the next one's index).
+        self.posted = 0
+        self.written = 0
+        #: The one read waiting (a stream reads one message at a time).
+        self._waiter: asyncio.Future[None] | None = None
+
+    def wrote(self) -> None:
+        self.written += 1
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def written_up_to(self, count: int) -> None:
+        """Once the first ``count`` messages have been written."""
+        while self.written < count:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
 
 
 class StreamOutcome:
@@ -834,66 +956,66 @@ async def serve_stream(
     service: InferenceService, context: Any, route: str, given: str | None, key: str | None
 ) -> None:
     """The messages of a stream, each read as soon as the one before it is in hand (at most
-    ``STREAM_WINDOW`` at once), and their answers written in the order they came. Cancelled
-    (the client went, the server stops), every message in hand is cancelled and what it holds
-    given back."""
-    loop = asyncio.get_running_loop()
-    window = asyncio.Semaphore(STREAM_WINDOW)
-    queue: asyncio.Queue[asyncio.Task[StreamOutcome | None] | None] = asyncio.Queue()
-    running: list[asyncio.Task[StreamOutcome | None]] = []
+    ``STREAM_WINDOW`` at once), and their answers written here in the order they came.
+    Cancelled (the client went, the server stops), every message in hand is cancelled and what
+    it holds given back.
 
-    async def write_answers() -> None:
-        while (task := await queue.get()) is not None:
-            outcome = await task
-            window.release()
+    Each message is a task that reads it and serves it; the task that has its message in hand
+    posts the next one's itself, so that a message costs its task and nothing more on the way
+    in (no future, no wait on several things): the writer is this coroutine, and whatever ends
+    it (a refusal that ends the stream, a write that fails, a cancellation) ends the stream."""
+    order = StreamOrder()
+    #: The messages posted whose answers have not been taken yet, oldest first: one read
+    #: pending at the end, unless the window is full.
+    posted: collections.deque[asyncio.Task[StreamOutcome | None]] = collections.deque()
+    #: A message arrived with the window full: the next read waits for room.
+    stalled = False
+
+    def post() -> None:
+        posted.append(
+            asyncio.ensure_future(
+                service.stream_message(context, route, given, key, arrived, order, order.posted)
+            )
+        )
+        order.posted += 1
+
+    def arrived() -> None:
+        nonlocal stalled
+        if len(posted) < STREAM_WINDOW:
+            post()
+        else:
+            stalled = True
+
+    post()
+    try:
+        while True:
+            # Never empty here: the last message posted either arrived (and posted the next,
+            # or stalled, which the previous answer below posts again) or ends the stream.
+            outcome = await posted[0]
+            posted.popleft()
+            if stalled:
+                stalled = False
+                post()
             if outcome is None:
-                continue
+                return  # the client's last message: every answer before it written
             try:
                 if outcome.end is not None:
                     await _end_stream(context, outcome.end, outcome.request_id)
                 await context.write(outcome.message)
             finally:
                 await outcome.release()
-
-    writer = asyncio.ensure_future(write_answers())
-    try:
-        while True:
-            await _unless_done(window.acquire(), writer)
-            arrived: asyncio.Future[bool] = loop.create_future()
-            task = asyncio.ensure_future(
-                service.stream_message(context, route, given, key, arrived)
-            )
-            running.append(task)
-            queue.put_nowait(task)
-            running = [item for item in running if not item.done()]
-            if not await _unless_done(arrived, writer):
-                break
-        queue.put_nowait(None)
-        await writer
+            order.wrote()
     finally:
-        unfinished = [item for item in (*running, writer) if not item.done()]
+        unfinished = [item for item in posted if not item.done()]
         for item in unfinished:
             item.cancel()
         await asyncio.gather(*unfinished, return_exceptions=True)
         # Answers made but never written (the stream ended first) give back what they hold.
-        while not queue.empty():
-            left = queue.get_nowait()
-            if left is not None and left.done() and not left.cancelled():
-                outcome = left.result() if left.exception() is None else None
-                if outcome is not None:
-                    await outcome.release()
-
-
-async def _unless_done(awaitable: Any, writer: asyncio.Future[None]) -> Any:
-    """``awaitable``'s result, unless the writer ends first (an error, a refusal that ends the
-    stream): then the writer's outcome is raised."""
-    waiting = asyncio.ensure_future(awaitable)
-    done, _ = await asyncio.wait({waiting, writer}, return_when=asyncio.FIRST_COMPLETED)
-    if waiting in done:
-        return waiting.result()
-    waiting.cancel()
-    writer.result()  # raises what ended it
-    raise asyncio.CancelledError  # it ended without error while the stream still had work
+        for item in posted:
+            if not item.cancelled() and item.exception() is None:
+                left = item.result()
+                if left is not None:
+                    await left.release()
 
 
 async def _end_stream(context: Any, error: ServiceError, request_id: str) -> None:

@@ -2,24 +2,45 @@
 ``async_stream_infer``), unchanged, against a real server: each request answered on the stream
 with its id, bit for bit as NumPy computes it; a refused request answered with its error and the
 stream going on; a cancelled stream giving back every byte of the budget it held; the key
-checked when the stream starts."""
+checked when the stream starts; tensors in shared memory; what a stream holds of the memory budget, idle and once ended,
+and the share the reads of idle streams may take."""
 
+import asyncio
 import contextlib
 import hashlib
 import queue
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
+import grpc.aio
 import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from tests.support import assert_same_bits, free_port, launch_server, sample, stop_server
+from app.main import create_app
+from app.pipeline.admission import MemoryBudget
+from app.settings import Settings
+from app.transports.grpc import RECEIVE_COPIES
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tests.support import (
+    assert_same_bits,
+    free_port,
+    grpc_channel,
+    grpc_serving,
+    inference_stub,
+    launch_server,
+    sample,
+    stop_server,
+    v2_name,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -182,3 +203,203 @@ def test_the_key_is_checked_when_the_stream_starts(tmp_path: Path) -> None:
         admitted.close()
     finally:
         stop_server(process)
+
+
+def test_tensors_in_shared_memory_each_message_on_its_own(server: tuple[str, str]) -> None:
+    """Inputs and output named by shared memory parameters, as ``ModelInfer`` takes them: the
+    output written into the client's region bit for bit, the answer naming it; a message whose
+    output does not fit is answered with its error and the stream goes on."""
+    data = sample("FP32", (6, 7), finite=False, seed=11)
+    size = data.nbytes
+    key = f"/tensor-ops-stream-{uuid.uuid4().hex[:12]}"
+    handle = shm.create_shared_memory_region(key[1:], key, 2 * size + 64)
+    stream = Stream(server[1])
+    try:
+        shm.set_shared_memory_region(handle, [data])
+        stream.client.register_system_shared_memory("io", key, 2 * size + 64)
+
+        def send(shift: int, request_id: str, output_bytes: int) -> None:
+            tensor = grpcclient.InferInput("data", list(data.shape), "FP32")
+            tensor.set_shared_memory("io", size)
+            inputs = [tensor]
+            for name, value in (("shift", shift), ("axes", 1)):
+                small = grpcclient.InferInput(name, [1], "INT64")
+                small.set_data_from_numpy(np.array([value], np.int64))
+                inputs.append(small)
+            output = grpcclient.InferRequestedOutput("output")
+            output.set_shared_memory("io", output_bytes, offset=size + 64)
+            stream.client.async_stream_infer(
+                "roll", inputs, outputs=[output], request_id=request_id
+            )
+
+        def written() -> Any:
+            raw = shm.get_contents_as_numpy(handle, np.uint8, [size], size + 64)
+            return raw.copy().view(np.float32).reshape(data.shape)
+
+        send(2, "first", size)
+        result, error = stream.next()
+        assert error is None
+        response = result.get_response()
+        assert response.id == "first"
+        assert len(response.raw_output_contents) == 0
+        parameters = response.outputs[0].parameters
+        assert parameters["shared_memory_region"].string_param == "io"
+        assert parameters["shared_memory_byte_size"].int64_param == size
+        assert parameters["shared_memory_offset"].int64_param == size + 64
+        assert_same_bits(written(), np.roll(data, 2, 1))
+
+        send(3, "too-small", size - 4)
+        result, error = stream.next()
+        assert result is None
+        assert error.message() == (
+            "output.parameters.shared_memory_byte_size: "
+            f"shared_memory_byte_size {size - 4} is too small: the output takes {size} bytes "
+            "(shape [6, 7], FP32)"
+        )
+        assert_same_bits(written(), np.roll(data, 2, 1))  # not touched
+
+        send(-1, "after", size)
+        result, error = stream.next()
+        assert error is None
+        assert result.get_response().id == "after"
+        assert_same_bits(written(), np.roll(data, -1, 1))
+    finally:
+        stream.client.unregister_system_shared_memory()
+        stream.close()
+        shm.destroy_shared_memory_region(handle)
+
+
+# What a stream holds of the budget, in process (the budget object read directly)
+
+MiB = 1 << 20
+
+
+def roll_message(data: Any, shift: int, request_id: str) -> Any:
+    """A roll of ``data`` along its first axis, its tensors as raw contents."""
+    message = pb.ModelInferRequest(model_name="roll", id=request_id)
+    arrays = {"data": data, "shift": np.array([shift]), "axes": np.array([0])}
+    for name, array in arrays.items():
+        message.inputs.add(name=name, datatype=v2_name(array.dtype), shape=list(array.shape))
+        message.raw_input_contents.append(array.tobytes())
+    return message
+
+
+class RawStream:
+    """A ``ModelStreamInfer`` call of the generated asyncio client, fed message by message."""
+
+    def __init__(self, stub: Any) -> None:
+        self.outgoing: asyncio.Queue[Any] = asyncio.Queue()
+        self.call = stub.ModelStreamInfer(self._messages())
+
+    async def _messages(self) -> Any:
+        while (message := await self.outgoing.get()) is not None:
+            yield message
+
+    def send(self, message: Any) -> None:
+        self.outgoing.put_nowait(message)
+
+    async def answer(self) -> Any:
+        return await asyncio.wait_for(self.call.read(), 30)
+
+    async def end(self) -> None:
+        """The client's last message sent; the call's end awaited."""
+        self.outgoing.put_nowait(None)
+        assert await self.answer() is grpc.aio.EOF
+        assert await self.call.code() is grpc.StatusCode.OK
+
+
+async def settle(budget: MemoryBudget, expected: int) -> int:
+    """``budget.in_use`` once it is ``expected`` (the server's side moves a moment after the
+    client's), or as it is after a few seconds."""
+    for _ in range(250):
+        if budget.in_use == expected:
+            break
+        await asyncio.sleep(0.02)
+    return budget.in_use
+
+
+@pytest.mark.anyio
+async def test_an_idle_stream_holds_one_pending_read_and_gives_it_back() -> None:
+    """Waiting for its next message, a stream holds the worst case of the one read it keeps
+    posted (gRPC takes the message off the wire only while a read is pending), nothing more;
+    ended, nothing."""
+    app = create_app(Settings(memory_budget_bytes=64 * MiB, max_body_bytes=4 * MiB))
+    budget = app.state.budget
+    one_read = RECEIVE_COPIES * 4 * MiB
+    data = np.arange(1 * MiB, dtype=np.float32)  # 4 MiB: its own reservation is counted
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stream = RawStream(inference_stub(channel))
+        stream.send(roll_message(data[:5], 1, "small"))
+        answer = await stream.answer()
+        assert answer.error_message == ""
+        assert answer.infer_response.id == "small"
+        assert await settle(budget, one_read) == one_read
+        # A message as large as the limit allows, then idle again: the same one read.
+        stream.send(roll_message(data[: (4 * MiB - 4096) // 4], 3, "large"))
+        answer = await stream.answer()
+        assert answer.error_message == ""
+        output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.float32)
+        assert_same_bits(output, np.roll(data[: (4 * MiB - 4096) // 4], 3))
+        assert await settle(budget, one_read) == one_read
+        await stream.end()
+        assert await settle(budget, 0) == 0
+
+
+@pytest.mark.anyio
+async def test_idle_streams_leave_half_the_budget_to_other_calls() -> None:
+    """The reads of idle streams take at most half the budget: four streams of 8 MiB reads in
+    a 64 MiB budget; a fifth waits for a turn while a unary call still has the memory it
+    needs, and gets its turn when a stream ends."""
+    app = create_app(
+        Settings(memory_budget_bytes=64 * MiB, max_body_bytes=4 * MiB, admission_timeout=60)
+    )
+    budget = app.state.budget
+    one_read = RECEIVE_COPIES * 4 * MiB
+    data = np.arange(3 * MiB // 4, dtype=np.int32)  # 3 MiB: with its read, some 14 MiB
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stub = inference_stub(channel)
+        idle = [RawStream(stub) for _ in range(4)]
+        for number, stream in enumerate(idle):
+            stream.send(roll_message(data[:4], number, f"idle-{number}"))
+            answer = await stream.answer()
+            assert answer.infer_response.id == f"idle-{number}"
+        assert await settle(budget, 4 * one_read) == 32 * MiB
+        waiting = RawStream(stub)
+        waiting.send(roll_message(data, 7, "waited"))
+        # Its message is not read yet (it would be answered at once): the unary call has room.
+        response = await stub.ModelInfer(roll_message(data, 5, "unary"))
+        output = np.frombuffer(response.raw_output_contents[0], np.int32)
+        assert_same_bits(output, np.roll(data, 5))
+        # Its answer's memory is given back once the call is over: the streams' reads remain.
+        assert await settle(budget, 32 * MiB) == 32 * MiB
+        await idle[0].end()
+        answer = await waiting.answer()
+        assert answer.error_message == ""
+        assert answer.infer_response.id == "waited"
+        output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.int32)
+        assert_same_bits(output, np.roll(data, 7))
+        for stream in (*idle[1:], waiting):
+            await stream.end()
+        assert await settle(budget, 0) == 0
+
+
+@pytest.mark.anyio
+async def test_a_message_in_hand_is_not_held_back_by_the_next_read() -> None:
+    """The read posted while a message runs goes ahead only into room free now: a message that
+    leaves no room for it is served (as the same unary call is), not refused busy waiting for
+    memory the next read waits for."""
+    app = create_app(Settings(memory_budget_bytes=64 * MiB, admission_timeout=2))
+    budget = app.state.budget  # the default body limit: a read's worst case is the budget
+    data = np.arange(2 * MiB, dtype=np.float32)  # 8 MiB, some 16 held and 16 more for its output
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stream = RawStream(inference_stub(channel))
+        for number in range(3):
+            stream.send(roll_message(data, number, f"large-{number}"))
+        for number in range(3):
+            answer = await stream.answer()
+            assert answer.error_message == ""
+            assert answer.infer_response.id == f"large-{number}"
+            output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.float32)
+            assert_same_bits(output, np.roll(data, number))
+        await stream.end()
+        assert await settle(budget, 0) == 0
