@@ -751,7 +751,7 @@ class InferenceService:
         call = Observation(given, "UNKNOWN")
         notes = CallNotes()
         # Tensors in shared memory as ``ModelInfer`` takes them.
-        exchange = GrpcExchange(new_request(self.pipeline), stream=True)
+        exchange = GrpcExchange(new_request(self.regions), stream=True)
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False
