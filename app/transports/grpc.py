@@ -38,6 +38,7 @@ from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffe
 from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
 from app.observability import Observation
 from app.pipeline.admission import MemoryBudget, Reservation
+from app.pipeline.deadlines import Deadline
 from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
 from app.pipeline.jobs import Job, Limits, make_job
@@ -562,7 +563,9 @@ class Receiver:
         self, context: Any, notes: CallNotes, end_allowed: bool = False
     ) -> bytes | None:
         try:
-            message = await asyncio.wait_for(context.read(), self.time_limit)
+            # In the call's own task (wait_for would make a task and a timer for each read).
+            with Deadline(self.time_limit):
+                message = await context.read()
         except TimeoutError:
             # What arrived of the message is freed when the call is torn down: given back to
             # the system then.
