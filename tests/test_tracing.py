@@ -2,6 +2,7 @@
 children on every transport, incoming trace context continued, the span's ids in the log line,
 nothing at all when off, and spans sent over OTLP from each worker of a real server."""
 
+import asyncio
 import base64
 import concurrent.futures
 import contextlib
@@ -14,6 +15,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -100,6 +102,16 @@ def hex_id(number: int, digits: int) -> str:
 def server_span(spans: Sequence[ReadableSpan]) -> ReadableSpan:
     [server] = [span for span in spans if span.kind is SpanKind.SERVER]
     return server
+
+
+async def spans_with_server(exporter: InMemorySpanExporter) -> Sequence[ReadableSpan]:
+    """The finished spans once the call's server span is among them: a gRPC client has the
+    status as soon as it is sent, and the server ends its span just after (up to 5 s)."""
+    deadline = time.monotonic() + 5
+    while not any(span.kind is SpanKind.SERVER for span in exporter.get_finished_spans()):
+        assert time.monotonic() < deadline, "no server span ended within 5 s"
+        await asyncio.sleep(0.01)
+    return exporter.get_finished_spans()
 
 
 def children(spans: Sequence[ReadableSpan], parent: ReadableSpan) -> dict[str, ReadableSpan]:
@@ -450,7 +462,7 @@ async def test_grpc_refusals_carry_their_fault_and_only_the_service_own_are_erro
         with pytest.raises(grpc.aio.AioRpcError) as refused:
             await raw_infer(channel)(roll_message(axes=5))
         assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-        spec = server_span(exporter.get_finished_spans())
+        spec = server_span(await spans_with_server(exporter))
         exporter.clear()
 
         def broken(*arguments: Any) -> Any:
@@ -460,7 +472,7 @@ async def test_grpc_refusals_carry_their_fault_and_only_the_service_own_are_erro
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await raw_infer(channel)(roll_message())
         assert failed.value.code() is grpc.StatusCode.INTERNAL
-        bug = exporter.get_finished_spans()
+        bug = await spans_with_server(exporter)
     attributes = dict(spec.attributes or {})
     assert attributes["tensor_ops.fault"] == "spec_violation"
     assert attributes["rpc.grpc.status_code"] == grpc.StatusCode.INVALID_ARGUMENT.value[0]
