@@ -73,9 +73,9 @@ class Statistics:
 
     def __init__(self) -> None:
         self._tallies: dict[str, _Tally] = {}
+        #: The flush due within ``FLUSH_AFTER``; None without an event loop to run it (then
+        #: each request is flushed at once).
         self._flush_timer: asyncio.TimerHandle | None = None
-        #: Whether an event loop runs the flushes (without one, each request is flushed at once).
-        self._deferred = False
 
     def _tally(self, model: str) -> _Tally:
         tally = self._tallies.get(model)
@@ -85,10 +85,8 @@ class Statistics:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # no event loop (a test calling in): nothing to defer to
-                self._deferred = False
-            else:
-                self._flush_timer = loop.call_later(FLUSH_AFTER, self.flush)
-                self._deferred = True
+                return tally
+            self._flush_timer = loop.call_later(FLUSH_AFTER, self.flush)
         return tally
 
     def flush(self) -> None:
@@ -125,7 +123,7 @@ class Statistics:
         counts[5] += 1
         ns[5] += max(0, total - queue - compute_input - infer)
         tally.last = time.time()
-        if not self._deferred:
+        if self._flush_timer is None:  # no event loop to defer to
             self.flush()
 
     def failed(self, model: str, total: int) -> None:
@@ -133,7 +131,7 @@ class Statistics:
         tally = self._tally(model)
         tally.counts[1] += 1
         tally.ns[1] += max(0, total)
-        if not self._deferred:
+        if self._flush_timer is None:  # no event loop to defer to
             self.flush()
 
     def read(self, models: Iterable[str], version: str) -> list[dict[str, Any]]:

@@ -247,7 +247,7 @@ class V2Exchange:
         return Answer(buffers, media, headers)
 
 
-def v2_exchange(op: Op, request: Request, regions: Regions | None = None) -> V2Exchange:
+def v2_exchange(op: Op, request: Request, regions: Regions) -> V2Exchange:
     """The adapter of one infer request, its tensors perhaps in ``regions``; 415 for a body V2
     cannot read as JSON or binary tensors."""
     kind = media_type(request)
@@ -258,8 +258,7 @@ def v2_exchange(op: Op, request: Request, regions: Regions | None = None) -> V2E
             f"content type {quote(kind)} is not accepted here; send {JSON_TYPE}, or "
             f"{BINARY_TYPE} with an Inference-Header-Content-Length header",
         )
-    shared = None if regions is None else new_request(regions)
-    return V2Exchange(op, request.headers.get(HEADER_LENGTH), shared)
+    return V2Exchange(op, request.headers.get(HEADER_LENGTH), new_request(regions))
 
 
 def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:

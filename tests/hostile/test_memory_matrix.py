@@ -1413,11 +1413,7 @@ def test_shared_memory_growth_stays_within_the_reservation(
         if (
             problem is None
             and via == "grpc"
-            and (line["route"], line["status"])
-            != (
-                GRPC_METHOD,
-                "OK",
-            )
+            and (line["route"], line["status"]) != (GRPC_METHOD, "OK")
         ):
             problem = f"logged as {line['route']} {line['status']}"
         if problem is None and shmem_growth > 2 * size:
