@@ -6,6 +6,8 @@ work. ``ModelInfer`` answers the tensor it was sent.
 - ``/inference.GRPCInferenceService/ModelInfer``: a ``ModelInferResponse`` whose only output is
   the request's first input (its name, datatype and shape) and whose ``raw_output_contents`` is
   the request's first ``raw_input_contents``, byte for byte;
+- ``/inference.GRPCInferenceService/ModelStreamInfer``: the same answer to each message of a
+  stream, wrapped as a ``ModelStreamInferResponse``, in order;
 - ``GET /health`` over plain HTTP on ``TENSOR_OPS_PORT``: what ``launch_server`` of
   ``tests/support.py`` waits for, so the echo is started exactly as the service is.
 
@@ -31,6 +33,8 @@ from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, j
 
 SERVICE_NAME = "inference.GRPCInferenceService"
 LARGEST_MESSAGE = 2**31 - 1
+#: ModelStreamInferResponse.infer_response.
+STREAM_RESPONSE_FIELD = 2
 _HEALTH = b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 15\r\n\r\n{"status":"ok"}'
 
 
@@ -48,6 +52,26 @@ def echo_answer(message: bytes) -> bytes:
 
 async def model_infer(message: bytes, context: Any) -> bytes:
     return echo_answer(message)
+
+
+async def model_stream_infer(requests: Any, context: Any) -> None:
+    """Each message of the stream answered as ``ModelStreamInferResponse``'s ``infer_response``
+    (field 2), in the order they came, the next message read while the answers are written (as
+    the service does): the stream's floor. Messages are read with ``context.read()``, as the
+    service reads them, not through ``requests`` (an async iterator's step a message)."""
+    answers: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    async def read() -> None:
+        while (message := await context.read()) is not grpc.aio.EOF:
+            answers.put_nowait(join_raw(b"", STREAM_RESPONSE_FIELD, [echo_answer(message)]))
+        answers.put_nowait(None)
+
+    reader = asyncio.ensure_future(read())
+    try:
+        while (answer := await answers.get()) is not None:
+            await context.write(answer)
+    finally:
+        reader.cancel()
 
 
 async def health(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -70,10 +94,11 @@ async def serve(host: str, grpc_port: int, http_port: int) -> None:
         ]
     )
     # Bytes in, bytes out: no (de)serialiser.
-    handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(model_infer)
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"ModelInfer": handler}),)
-    )
+    handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
+        "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer),
+        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(model_stream_infer),
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_insecure_port(f"{host}:{grpc_port}")
     await server.start()
     http = await asyncio.start_server(health, host, http_port)
