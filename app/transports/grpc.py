@@ -493,7 +493,20 @@ class Receiver:
         """A stream's next message, read as ``message`` reads a call's one; None: the client
         has sent its last."""
         await reservation.grow_to(RECEIVE_COPIES * self.limit)
-        message = await self._read(context, notes, end_allowed=end_allowed)
+        try:
+            message = await self._read(context, notes, end_allowed=end_allowed)
+        except ServiceError as error:
+            if not end_allowed or error.kind is not Fault.TIMEOUT:
+                raise
+            # A stream between messages is idle, not slow: say which wait ran out.
+            raise ServiceError(
+                Fault.TIMEOUT,
+                ("body",),
+                f"the stream's next message did not come within {self.time_limit:g} s: a stream "
+                f"waits that long for each message (the time the largest message takes at "
+                f"TENSOR_OPS_MIN_TRANSFER_RATE after TENSOR_OPS_RATE_WINDOW, at most "
+                f"TENSOR_OPS_BODY_TIMEOUT); start a new stream when there is more to send",
+            ) from None
         if message is None:
             return None
         await reservation.shrink_to(RECEIVE_COPIES * len(message))

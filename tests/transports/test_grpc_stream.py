@@ -403,3 +403,32 @@ async def test_a_message_in_hand_is_not_held_back_by_the_next_read() -> None:
             assert_same_bits(output, np.roll(data, number))
         await stream.end()
         assert await settle(budget, 0) == 0
+
+
+@pytest.mark.anyio
+async def test_a_stream_idle_past_the_receive_limit_ends_deadline_exceeded_saying_why() -> None:
+    """A stream waits for its next message as long as one message may take to arrive
+    (TENSOR_OPS_BODY_TIMEOUT at most): past it the stream ends DEADLINE_EXCEEDED with a message
+    that says it was the wait for the next message and what to do, after every answer before
+    it; its read's memory is given back."""
+    app = create_app(Settings(memory_budget_bytes=64 * MiB, body_timeout=1))
+    budget = app.state.budget
+    data = np.arange(6, dtype=np.int16)
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stream = RawStream(inference_stub(channel))
+        stream.send(roll_message(data, 2, "before"))
+        answer = await stream.answer()
+        assert answer.error_message == ""
+        assert answer.infer_response.id == "before"
+        output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.int16)
+        assert_same_bits(output, np.roll(data, 2))
+        started = time.monotonic()
+        assert await asyncio.wait_for(stream.call.code(), 30) is grpc.StatusCode.DEADLINE_EXCEEDED
+        assert 0.8 <= time.monotonic() - started <= 10
+        assert await stream.call.details() == (
+            "the stream's next message did not come within 1 s: a stream waits that long "
+            "for each message (the time the largest message takes at "
+            "TENSOR_OPS_MIN_TRANSFER_RATE after TENSOR_OPS_RATE_WINDOW, at most "
+            "TENSOR_OPS_BODY_TIMEOUT); start a new stream when there is more to send"
+        )
+        assert await settle(budget, 0) == 0
