@@ -432,3 +432,43 @@ async def test_a_stream_idle_past_the_receive_limit_ends_deadline_exceeded_sayin
             "TENSOR_OPS_BODY_TIMEOUT); start a new stream when there is more to send"
         )
         assert await settle(budget, 0) == 0
+
+
+@pytest.mark.anyio
+async def test_a_stream_past_the_streams_share_waits_its_turn_then_ends_busy() -> None:
+    """Four idle streams hold the reads half a 64 MiB budget allows (8 MiB each); a fifth waits
+    for a turn up to the admission timeout, then ends RESOURCE_EXHAUSTED saying why, with a
+    Retry-After; the idle streams go on, bit-exact, and everything is given back."""
+    app = create_app(
+        Settings(memory_budget_bytes=64 * MiB, max_body_bytes=4 * MiB, admission_timeout=1)
+    )
+    budget = app.state.budget
+    data = np.arange(12, dtype=np.float64).reshape(3, 4)
+    async with grpc_serving(app) as address, grpc_channel(address) as channel:
+        stub = inference_stub(channel)
+        idle = [RawStream(stub) for _ in range(4)]
+        for number, stream in enumerate(idle):
+            stream.send(roll_message(data, number, f"idle-{number}"))
+            assert (await stream.answer()).infer_response.id == f"idle-{number}"
+        late = RawStream(stub)
+        late.send(roll_message(data, 1, "late"))
+        started = time.monotonic()
+        code = await asyncio.wait_for(late.call.code(), 30)
+        assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert 0.9 <= time.monotonic() - started <= 10
+        assert await late.call.details() == (
+            "the service is busy: the 4 stream reads this worker keeps posted (half its memory "
+            "budget) all wait for a message, and no turn came free within 1 s "
+            "(TENSOR_OPS_ADMISSION_TIMEOUT); retry later"
+        )
+        trailing = dict(await late.call.trailing_metadata())
+        assert trailing["retry-after"] == "1"
+        for number, stream in enumerate(idle):
+            stream.send(roll_message(data, -number, f"again-{number}"))
+            answer = await stream.answer()
+            assert answer.error_message == ""
+            assert answer.infer_response.id == f"again-{number}"
+            output = np.frombuffer(answer.infer_response.raw_output_contents[0], np.float64)
+            assert_same_bits(output.reshape(3, 4), np.roll(data, -number, 0))
+            await stream.end()
+        assert await settle(budget, 0) == 0
