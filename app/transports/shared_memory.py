@@ -351,6 +351,8 @@ class SharedTensors:
 
     def place(self, parameters: Mapping[str, Any], loc: tuple[str, ...]) -> Place | None:
         """The place the parameters name (None when they name none), checked to lie in it."""
+        if not parameters:  # most tensors: no parameters at all
+            return None
         given = [name for name in PARAMETERS if name in parameters]
         if not given:
             return None
