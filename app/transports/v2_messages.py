@@ -190,3 +190,4 @@ class RepositoryModel(BaseModel):
     name: str
     version: str
     state: str
+    reason: str = Field(description="Why the model is in its state; empty when it is ready")
