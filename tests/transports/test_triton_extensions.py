@@ -199,6 +199,14 @@ def test_statistics_count_every_transport(http: Any, grpc: Any, server: Any) -> 
     assert abs(parts - delta("success", "ns")) <= len(STAGES)  # rounding of each sum
     assert started_ms - 1 <= after["last_inference"] <= ended_ms + 1
     assert after["version"] == "1"
+    # The proto's newer fields, as Triton writes them when it has nothing to say: per-response
+    # statistics (decoupled models) and memory usage, none here.
+    assert after["response_stats"] == {}
+    assert after["memory_usage"] == []
+    assert list(after) == [
+        "name", "version", "last_inference", "inference_count", "execution_count",
+        "inference_stats", "response_stats", "batch_stats", "memory_usage",
+    ]  # fmt: skip
     # The other model's statistics are its own.
     assert http.get_inference_statistics("gather")["model_stats"][0] == gather_before
     names = [item["name"] for item in http.get_inference_statistics()["model_stats"]]
@@ -224,7 +232,9 @@ def _roll_stats_grpc(client: Any) -> dict[str, Any]:
         "inference_stats": {
             stage: duration(stage) for stage in (*STAGES, "cache_hit", "cache_miss")
         },
-        "batch_stats": [],
+        "response_stats": dict(message.response_stats),
+        "batch_stats": list(message.batch_stats),
+        "memory_usage": list(message.memory_usage),
     }
 
 
