@@ -155,7 +155,9 @@ def model_statistics(models: Iterable[str], version: str) -> list[dict[str, Any]
     """Triton's ``ModelStatistics`` of each model, as JSON (the gRPC answer is made from it):
     counts and nanoseconds summed over the workers, ``last_inference`` in ms since the epoch
     (0: none yet). Without batching, ``inference_count`` and ``execution_count`` are both the
-    successful requests. What workers have not flushed yet is not in them
+    successful requests. ``response_stats``, ``batch_stats`` and ``memory_usage`` are empty, as
+    Triton writes them for a model without decoupled responses, batching or memory to report. What
+    workers have not flushed yet is not in them
     (``Statistics.read`` flushes its own first)."""
     names = list(models)
     counts: dict[tuple[str, str], float] = {}
@@ -194,7 +196,10 @@ def model_statistics(models: Iterable[str], version: str) -> list[dict[str, Any]
                     "cache_hit": {"count": 0, "ns": 0},
                     "cache_miss": {"count": 0, "ns": 0},
                 },
+                # Per response (decoupled models only) and per batch size: none here.
+                "response_stats": {},
                 "batch_stats": [],
+                "memory_usage": [],
             }
         )
     return answer

@@ -726,7 +726,9 @@ class InferenceService:
             names = list(REGISTRY)
         response = pb.ModelStatisticsResponse()
         for item in self.pipeline.statistics.read(names, MODEL_VERSION):
-            item.pop("batch_stats")
+            # Empty, and not declared in the service's proto: absent on the wire is empty.
+            for empty in ("response_stats", "batch_stats", "memory_usage"):
+                item.pop(empty)
             json_format.ParseDict(item, response.model_stats.add())
         return response
 

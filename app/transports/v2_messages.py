@@ -148,7 +148,9 @@ class ModelStatistics(BaseModel):
     inference_count: int
     execution_count: int
     inference_stats: InferStatistics
-    batch_stats: list[Any]
+    response_stats: dict[str, Any] = Field(description="Per response of a decoupled model: empty")
+    batch_stats: list[Any] = Field(description="Per batch size: empty (no batching)")
+    memory_usage: list[Any] = Field(description="Memory the model holds: empty")
 
 
 class ModelStatisticsResponse(BaseModel):
@@ -190,3 +192,4 @@ class RepositoryModel(BaseModel):
     name: str
     version: str
     state: str
+    reason: str = Field(description="Why the model is in its state; empty when it is ready")

@@ -134,8 +134,13 @@ def model_config(op: Op) -> dict[str, Any]:
 
 
 def repository_index(ready_only: bool) -> list[dict[str, str]]:
-    """The model repository's index: every op, always loaded (``ready_only`` changes nothing)."""
-    return [{"name": name, "version": MODEL_VERSION, "state": "READY"} for name in REGISTRY]
+    """The model repository's index: every op, always loaded (``ready_only`` changes nothing).
+    Each entry has the four fields of Triton's index response, ``reason`` empty: a ready model
+    has none to give."""
+    return [
+        {"name": name, "version": MODEL_VERSION, "state": "READY", "reason": ""}
+        for name in REGISTRY
+    ]
 
 
 def refuse_model_control(name: str, action: str) -> ServiceError:

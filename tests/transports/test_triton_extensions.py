@@ -102,17 +102,30 @@ def test_unknown_models_and_versions_are_404(http: Any, grpc: Any, server: Any) 
 
 
 def test_repository_index(http: Any, grpc: Any, server: Any) -> None:
-    expected = [{"name": name, "version": "1", "state": "READY"} for name in REGISTRY]
+    # Each entry as Triton's index response has it: name, version, state and reason (a
+    # string; empty: a ready model has no reason to give).
+    expected = [{"name": name, "version": "1", "state": "READY", "reason": ""} for name in REGISTRY]
     assert expected[:2] == [
-        {"name": "roll", "version": "1", "state": "READY"},
-        {"name": "gather", "version": "1", "state": "READY"},
+        {"name": "roll", "version": "1", "state": "READY", "reason": ""},
+        {"name": "gather", "version": "1", "state": "READY", "reason": ""},
     ]
     assert http.get_model_repository_index() == expected
-    for body in (b"", b"{}", b'{"ready": true}'):
+    for body in (b"", b"{}", b'{"ready": true}', b'{"ready": false}'):
         reply = httpx.post(server[0] + "/v2/repository/index", content=body)
         assert reply.status_code == 200, reply.text
         assert reply.json() == expected
-    assert grpc.get_model_repository_index(as_json=True) == {"models": expected}
+    rows = [(item["name"], item["version"], item["state"], item["reason"]) for item in expected]
+    models = grpc.get_model_repository_index().models
+    assert [(item.name, item.version, item.state, item.reason) for item in models] == rows
+    with grpc_module.insecure_channel(server[1]) as channel:  # tritonclient sends no ready
+        index: Any = channel.unary_unary("/inference.GRPCInferenceService/RepositoryIndex")
+        answer = pb.RepositoryIndexResponse.FromString(
+            index(pb.RepositoryIndexRequest(ready=True).SerializeToString(), timeout=10)
+        )
+    assert [(item.name, item.version, item.state, item.reason) for item in answer.models] == rows
+    # Protobuf's JSON leaves the empty reason out.
+    without_reason = [{k: v for k, v in item.items() if k != "reason"} for item in expected]
+    assert grpc.get_model_repository_index(as_json=True) == {"models": without_reason}
 
 
 @pytest.mark.parametrize("action", ["load", "unload"])
@@ -186,6 +199,14 @@ def test_statistics_count_every_transport(http: Any, grpc: Any, server: Any) -> 
     assert abs(parts - delta("success", "ns")) <= len(STAGES)  # rounding of each sum
     assert started_ms - 1 <= after["last_inference"] <= ended_ms + 1
     assert after["version"] == "1"
+    # The proto's newer fields, as Triton writes them when it has nothing to say: per-response
+    # statistics (decoupled models) and memory usage, none here.
+    assert after["response_stats"] == {}
+    assert after["memory_usage"] == []
+    assert list(after) == [
+        "name", "version", "last_inference", "inference_count", "execution_count",
+        "inference_stats", "response_stats", "batch_stats", "memory_usage",
+    ]  # fmt: skip
     # The other model's statistics are its own.
     assert http.get_inference_statistics("gather")["model_stats"][0] == gather_before
     names = [item["name"] for item in http.get_inference_statistics()["model_stats"]]
@@ -211,7 +232,9 @@ def _roll_stats_grpc(client: Any) -> dict[str, Any]:
         "inference_stats": {
             stage: duration(stage) for stage in (*STAGES, "cache_hit", "cache_miss")
         },
-        "batch_stats": [],
+        "response_stats": dict(message.response_stats),
+        "batch_stats": list(message.batch_stats),
+        "memory_usage": list(message.memory_usage),
     }
 
 
