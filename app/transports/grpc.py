@@ -332,6 +332,12 @@ class GrpcExchange:
         return self.raw_output or not can_be_typed(job.output_dtype)
 
     def encode(self, job: Job) -> Answer:
+        answer = self._encode(job)
+        if self.shared is not None:
+            self.shared.verify()  # no object of the request cut short while it ran
+        return answer
+
+    def _encode(self, job: Job) -> Answer:
         if self.shared_output:
             assert self.shared is not None
             return self._wrapped(grpc_answer(job, self.request.id, self.shared))

@@ -238,6 +238,12 @@ class V2Exchange:
         return json_encoding_bytes(job, self.text_bytes) + copied
 
     def encode(self, job: Job) -> Answer:
+        answer = self._encode(job)
+        if self.shared is not None:
+            self.shared.verify()  # no object of the request cut short while it ran
+        return answer
+
+    def _encode(self, job: Job) -> Answer:
         assert self.request is not None
         if self.shared_output:
             assert self.shared is not None
