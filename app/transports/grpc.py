@@ -794,7 +794,9 @@ class InferenceService:
                 held, reservation = reservation, None  # the writer gives it back once written
                 return StreamOutcome(message, held, call.request_id)
             status = CODES[error.kind].name
-            if not notes.received:
+            # Nothing came (``counted`` is set once a message is in hand: an empty one has no
+            # bytes but came, and is answered as any other).
+            if not notes.received and not counted:
                 return StreamOutcome(b"", None, call.request_id, end=error)
             refusal = _stream_refusal(exchange.request, error)
             sent = len(refusal)
