@@ -614,6 +614,7 @@ def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
     async def register(request: Request, name: str) -> Response:
         regions.require_enabled()
         body = await _register_body(request)
+        await shm_guard.ready()
         regions.register(name, body["key"], body.get("offset", 0), body["byte_size"])
         return Response(b"", 200)
 
@@ -698,6 +699,7 @@ def grpc_calls(service: Any) -> dict[str, Any]:
     async def register(context: Any, notes: Any) -> Any:
         regions.require_enabled()
         request = await service.parsed(pb.SystemSharedMemoryRegisterRequest, context, notes)
+        await shm_guard.ready()
         regions.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 

@@ -20,6 +20,7 @@ the ``sigaction`` and ``siginfo_t`` layouts are glibc's on 64-bit Linux.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import mmap
 import signal
@@ -66,6 +67,7 @@ _raise.argtypes = [ctypes.c_int]
 _raise.restype = ctypes.c_int
 
 _lock = threading.Lock()
+_install_lock = threading.Lock()
 #: The compiled handler, once installed: kept for the life of the process.
 _handler: list[Any] = []
 
@@ -108,7 +110,18 @@ def _compile_handler() -> Any:
     return handler
 
 
+async def ready() -> None:
+    """Install the handler, off the event loop (compiling it takes about a second, once)."""
+    if not _handler:
+        await asyncio.to_thread(_install)
+
+
 def _install() -> None:
+    with _install_lock:
+        _install_unlocked()
+
+
+def _install_unlocked() -> None:
     if _handler:
         return
     handler = _compile_handler()
@@ -133,8 +146,8 @@ class Mapping:
         probe = ctypes.c_char.from_buffer(mapping)
         start = ctypes.addressof(probe)
         del probe  # it holds an export of the mapping
+        _install()
         with _lock:
-            _install()
             free = np.flatnonzero(_TABLE[:, _END] == 0)
             if not free.size:
                 raise SlotsFullError
@@ -151,9 +164,3 @@ class Mapping:
 def _free(slot: int) -> None:
     with _lock:
         _TABLE[slot] = 0
-
-
-def in_use() -> int:
-    """Slots holding a mapping (for tests)."""
-    with _lock:
-        return int(np.count_nonzero(_TABLE[:, _END]))
