@@ -44,6 +44,7 @@ from app.pipeline.jobs import Job
 from app.pipeline.run import Answer
 from app.settings import Settings
 from app.transports import shm_guard
+from app.transports.http_body import read_small_body
 from app.transports.v2_messages import V2Error
 from app.transports.v2_rules import (
     INPUT_EXTENSIONS,
@@ -575,16 +576,13 @@ _REGISTER_BODY = {
 
 
 async def _register_body(request: Request) -> dict[str, Any]:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > REGISTER_BODY_LIMIT:
-            raise _refused(
-                ("body",),
-                f"a register request holds a key, an offset and a size: at most "
-                f"{REGISTER_BODY_LIMIT} bytes",
-                Fault.TOO_LARGE,
-            )
+    body = await read_small_body(
+        request,
+        request.app.state.settings,
+        REGISTER_BODY_LIMIT,
+        f"a register request holds a key, an offset and a size: at most {REGISTER_BODY_LIMIT} "
+        "bytes",
+    )
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as error:
