@@ -332,6 +332,12 @@ class GrpcExchange:
         return self.raw_output or not can_be_typed(job.output_dtype)
 
     def encode(self, job: Job) -> Answer:
+        answer = self._encode(job)
+        if self.shared is not None:
+            self.shared.verify()  # no object of the request cut short while it ran
+        return answer
+
+    def _encode(self, job: Job) -> Answer:
         if self.shared_output:
             assert self.shared is not None
             return self._wrapped(grpc_answer(job, self.request.id, self.shared))
@@ -803,7 +809,9 @@ class InferenceService:
                 held, reservation = reservation, None  # the writer gives it back once written
                 return StreamOutcome(message, held, call.request_id)
             status = CODES[error.kind].name
-            if not notes.received:
+            # Nothing came (``counted`` is set once a message is in hand: an empty one has no
+            # bytes but came, and is answered as any other).
+            if not notes.received and not counted:
                 return StreamOutcome(b"", None, call.request_id, end=error)
             refusal = _stream_refusal(exchange.request, error)
             sent = len(refusal)

@@ -80,6 +80,40 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
     return body
 
 
+async def read_small_body(
+    request: Request, settings: Settings, limit: int, too_large_words: str
+) -> bytes:
+    """The whole body of a request that holds a few fields (a shared memory registration, a
+    repository index request), as it came (no coding undone): at most ``limit`` bytes (413,
+    ``too_large_words``, from ``Content-Length`` before reading or as a chunked body arrives),
+    all of it within the first rate window or the total time limit, when that is shorter
+    (408): the body is below any window's quota."""
+
+    def refused() -> ServiceError:
+        return ServiceError(Fault.TOO_LARGE, ("body",), too_large_words)
+
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not (declared.isascii() and declared.isdigit()):
+            raise ServiceError(
+                Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
+            )
+        if len(declared.lstrip("0")) > _LENGTH_DIGITS or int(declared) > limit:
+            raise refused()
+    body = bytearray()
+    try:
+        with Deadline(min(settings.rate_window, settings.body_timeout)):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise refused()
+    except TimeoutError:
+        raise _timed_out(settings, settings.body_timeout <= settings.rate_window) from None
+    except ClientDisconnect:
+        raise ServiceError(Fault.DISCONNECTED, ("body",), "the client went away mid-body") from None
+    return bytes(body)
+
+
 def content_codings(headers: list[str]) -> list[str]:
     """The codings of ``Content-Encoding`` (every line of it), in the order they were applied
     (RFC 9110, 8.4): names compared without case, ``identity`` left out; 415 for one the

@@ -43,6 +43,8 @@ from app.errors import Fault, ServiceError, from_wire, quote
 from app.pipeline.jobs import Job
 from app.pipeline.run import Answer
 from app.settings import Settings
+from app.transports import shm_guard
+from app.transports.http_body import read_small_body
 from app.transports.v2_messages import V2Error
 from app.transports.v2_rules import (
     INPUT_EXTENSIONS,
@@ -100,18 +102,33 @@ class Region:
     #: The object, open while the region lives (closed when it is collected): its size is
     #: looked at by each request, as a mapping read past the end of its object is a SIGBUS.
     descriptor: int
+    #: The mapping's slot in the SIGBUS handler's table: its faults say that the object was
+    #: cut short while a request used it (app/transports/shm_guard.py).
+    guard: shm_guard.Mapping
 
     def __post_init__(self) -> None:
         weakref.finalize(self, os.close, self.descriptor)
 
     def require_whole(self, loc: tuple[str, ...]) -> None:
         """Refuse a region whose object has been cut short since it was registered."""
+        self.require_unfaulted(loc)
         size = os.fstat(self.descriptor).st_size
         if size < self.offset + self.byte_size:
             raise _refused(
                 loc,
                 f"shared memory object {quote(self.key)} of region {quote(self.name)} has shrunk "
                 f"to {size} bytes since it was registered; register the region again",
+            )
+
+    def require_unfaulted(self, loc: tuple[str, ...]) -> None:
+        """Refuse a region whose object was cut short while in use: its mapping holds zeros of
+        the worker's own since, not the object's bytes."""
+        if self.guard.faults:
+            raise _refused(
+                loc,
+                f"shared memory object {quote(self.key)} of region {quote(self.name)} was cut "
+                "short while a request used it (ftruncate): its bytes are gone from the region; "
+                "unregister the region and register it again",
             )
 
     def status(self) -> dict[str, Any]:
@@ -165,9 +182,9 @@ def object_path(key: str, loc: tuple[str, ...]) -> str:
 
 def _mapped(
     key: str, offset: int, byte_size: int, loc: tuple[str, ...]
-) -> tuple[memoryview, tuple[int, int], int]:
+) -> tuple[memoryview, tuple[int, int], int, shm_guard.Mapping]:
     """Bytes ``offset`` to ``offset + byte_size`` of object ``key``, mapped read-write; the
-    object's identity and its open descriptor (the caller's to close)."""
+    object's identity, its open descriptor (the caller's to close) and the mapping's guard."""
     path = object_path(key, (*loc, "key"))
     flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
@@ -207,11 +224,21 @@ def _mapped(
             raise _refused(
                 (*loc, "byte_size"), f"shared memory object {quote(key)} cannot be mapped: {error}"
             ) from None
+        try:
+            guard = shm_guard.Mapping(mapping)
+        except shm_guard.SlotsFullError:
+            mapping.close()
+            raise _refused(
+                ("path", "name"),
+                f"{shm_guard.SLOTS} shared memory mappings are held (registered, or unregistered "
+                "with requests still using them); unregister regions, or wait for requests",
+                Fault.TOO_LARGE,
+            ) from None
     except BaseException:
         os.close(descriptor)
         raise
     view = memoryview(mapping)[offset - start :]
-    return view, (info.st_dev, info.st_ino), descriptor
+    return view, (info.st_dev, info.st_ino), descriptor, guard
 
 
 def _unsigned(value: Any, name: str, loc: tuple[str, ...]) -> int:
@@ -266,8 +293,8 @@ class Regions:
             raise _refused((*loc, "byte_size"), "byte_size must be at least 1")
         with self._lock:
             self._refuse_taken(name)
-        view, object_id, descriptor = _mapped(key, offset, byte_size, loc)
-        region = Region(name, key, offset, byte_size, view, object_id, descriptor)
+        view, object_id, descriptor, guard = _mapped(key, offset, byte_size, loc)
+        region = Region(name, key, offset, byte_size, view, object_id, descriptor, guard)
         with self._lock:
             self._refuse_taken(name)  # registered meanwhile (the open ran unlocked)
             self._regions[name] = region
@@ -439,6 +466,15 @@ class SharedTensors:
         self.output = place
         return True
 
+    def verify(self) -> None:
+        """Refuse the request, once run, if an object it read or wrote was cut short meanwhile
+        (its bytes were zeros of the worker's then: the answer would mean nothing)."""
+        places = [(("body", name, "parameters", REGION), place) for name, place in self.inputs]
+        if self.output is not None:
+            places.append((("body", OUTPUT_NAME, "parameters", REGION), self.output))
+        for loc, place in places:
+            place.region.require_unfaulted(loc)
+
     def output_array(self, job: Job) -> npt.NDArray[Any]:
         """The output's place in its region, as an array for the kernel to write into."""
         assert self.output is not None
@@ -542,16 +578,13 @@ _REGISTER_BODY = {
 
 
 async def _register_body(request: Request) -> dict[str, Any]:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > REGISTER_BODY_LIMIT:
-            raise _refused(
-                ("body",),
-                f"a register request holds a key, an offset and a size: at most "
-                f"{REGISTER_BODY_LIMIT} bytes",
-                Fault.TOO_LARGE,
-            )
+    body = await read_small_body(
+        request,
+        request.app.state.settings,
+        REGISTER_BODY_LIMIT,
+        f"a register request holds a key, an offset and a size: at most {REGISTER_BODY_LIMIT} "
+        "bytes",
+    )
     try:
         payload = orjson.loads(body)
     except orjson.JSONDecodeError as error:
@@ -581,6 +614,7 @@ def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
     async def register(request: Request, name: str) -> Response:
         regions.require_enabled()
         body = await _register_body(request)
+        await shm_guard.ready()
         regions.register(name, body["key"], body.get("offset", 0), body["byte_size"])
         return Response(b"", 200)
 
@@ -665,6 +699,7 @@ def grpc_calls(service: Any) -> dict[str, Any]:
     async def register(context: Any, notes: Any) -> Any:
         regions.require_enabled()
         request = await service.parsed(pb.SystemSharedMemoryRegisterRequest, context, notes)
+        await shm_guard.ready()
         regions.register(request.name, request.key, request.offset, request.byte_size)
         return pb.SystemSharedMemoryRegisterResponse()
 

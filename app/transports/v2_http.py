@@ -29,6 +29,7 @@ from app.pipeline.statistics import Statistics
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type
+from app.transports.http_body import read_small_body
 from app.transports.http_responses import serve_http
 from app.transports.json_tensors import (
     check_json_text_size,
@@ -82,6 +83,8 @@ from app.version import VERSION
 from tensor_ops_wire.errors import TensorError
 
 HEADER_LENGTH = "inference-header-content-length"
+#: The largest repository index body read (a repository name and a flag).
+INDEX_BODY_LIMIT = 4096
 _LENGTH_DIGITS = 19
 BINARY_TYPE = "application/octet-stream"
 #: What the V2 routes read: JSON, or JSON then binary tensors (tritonclient sends no type).
@@ -238,6 +241,12 @@ class V2Exchange:
         return json_encoding_bytes(job, self.text_bytes) + copied
 
     def encode(self, job: Job) -> Answer:
+        answer = self._encode(job)
+        if self.shared is not None:
+            self.shared.verify()  # no object of the request cut short while it ran
+        return answer
+
+    def _encode(self, job: Job) -> Answer:
         assert self.request is not None
         if self.shared_output:
             assert self.shared is not None
@@ -415,7 +424,13 @@ def add_triton_routes(
         )
 
     async def index(request: Request) -> list[dict[str, str]]:
-        body = await request.body()
+        body = await read_small_body(
+            request,
+            request.app.state.settings,
+            INDEX_BODY_LIMIT,
+            "a repository index request holds a repository name and a flag: at most "
+            f"{INDEX_BODY_LIMIT} bytes",
+        )
         try:
             asked = RepositoryIndexRequest.model_validate_json(body or b"{}")
         except ValidationError as error:

@@ -30,6 +30,7 @@ from app.pipeline.admission import MemoryBudget
 from app.settings import Settings
 from app.transports.grpc import RECEIVE_COPIES
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tests.grpc_raw import RawConnection, framed
 from tests.support import (
     assert_same_bits,
     free_port,
@@ -149,6 +150,44 @@ def test_a_refused_request_gets_its_error_and_the_stream_goes_on(server: tuple[s
         assert_same_bits(result.as_numpy("output"), np.roll(data, 2))
     finally:
         stream.close()
+
+
+def _stream_answers(data: bytes) -> list[pb.ModelStreamInferResponse]:
+    answers = []
+    while data:
+        length = int.from_bytes(data[1:5], "big")
+        answers.append(pb.ModelStreamInferResponse.FromString(data[5 : 5 + length]))
+        data = data[5 + length :]
+    return answers
+
+
+def test_an_empty_message_is_refused_on_the_stream_which_goes_on(
+    server: tuple[str, str],
+) -> None:
+    """A zero-length message is a ModelInferRequest of no fields (model ''): refused as an
+    error_message like any other bad message, not taken for one that never came (which ended
+    the stream and dropped the good message after it)."""
+    data = np.arange(4, dtype=np.float32)
+    request = pb.ModelInferRequest(model_name="roll", id="after")
+    for name, array in (("data", data), ("shift", np.array([1])), ("axes", np.array([0]))):
+        request.inputs.add(name=name, datatype=v2_name(array.dtype), shape=array.shape)
+        request.raw_input_contents.append(array.tobytes())
+    connection = RawConnection(int(server[1].rsplit(":", 1)[1]))
+    try:
+        stream = connection.start("ModelStreamInfer")
+        connection.send(stream, framed(b"") + framed(request.SerializeToString()), end=True)
+        outcome = connection.wait(stream, 30)
+    finally:
+        connection.close()
+    assert (outcome.status, outcome.message) == (0, "")
+    answers = _stream_answers(outcome.data)
+    assert [answer.error_message for answer in answers] == [
+        "model: model '' is not served here; models: roll, gather",
+        "",
+    ]
+    answer = answers[1].infer_response
+    assert answer.id == "after"
+    assert_same_bits(np.frombuffer(answer.raw_output_contents[0], np.float32), np.roll(data, 1))
 
 
 def test_a_cancelled_stream_gives_back_its_reservations(server: tuple[str, str]) -> None:

@@ -4,6 +4,10 @@ bit-exact tensors both ways, every registration and parameter checked, CUDA refu
 
 import hashlib
 import os
+import signal
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -457,6 +461,107 @@ def test_an_object_cut_short_after_registration_is_refused(server: Server, new_o
     )
     assert response.status_code == 400
     assert "has shrunk to 8 bytes since it was registered" in response.json()["error"]
+
+
+#: Run in a process of its own: without the SIGBUS guard the read below kills the process.
+_CUT_UNDER_A_READ = """
+import os, signal, sys
+import numpy as np
+from app.errors import ServiceError
+from app.settings import Settings
+from app.transports.shared_memory import Regions, SharedTensors
+
+key, other = sys.argv[1], sys.argv[2]
+regions = Regions(Settings())
+regions.register("r", key, 0, 1 << 16)
+shared = SharedTensors(regions)
+parameters = {"shared_memory_region": "r", "shared_memory_byte_size": 1 << 16}
+array = shared.input("data", parameters, [1 << 14], "FP32", None)  # checked whole: it is
+os.truncate("/dev/shm" + key, 0)  # cut short after the check, before the read
+print("sum", float(array.sum()))  # past the object's end: zeros, not a SIGBUS
+try:
+    shared.verify()
+except ServiceError as error:
+    print("refused", tuple(error.problems[0].loc), error)
+try:
+    SharedTensors(regions).input("data", parameters, [1 << 14], "FP32", None)
+except ServiceError as error:
+    print("later", error)
+# A SIGBUS in a mapping that is no region's still ends the process, as it would have.
+import mmap
+descriptor = os.open("/dev/shm" + other, os.O_RDWR)
+mapping = mmap.mmap(descriptor, 4096)
+os.ftruncate(descriptor, 0)
+print("reading", flush=True)
+print(mapping[0])
+"""
+
+
+def test_an_object_cut_short_under_a_read_is_refused_not_a_sigbus(new_object: Any) -> None:
+    region, other = new_object(1 << 16), new_object(4096)
+    region.write(np.arange(1 << 14, dtype=np.float32))
+    done = subprocess.run(
+        [sys.executable, "-c", _CUT_UNDER_A_READ, region.key, other.key],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    lines = done.stdout.splitlines()
+    assert lines[:1] == ["sum 0.0"], (done.returncode, done.stdout + done.stderr)
+    assert lines[1] == (
+        "refused ('body', 'data', 'parameters', 'shared_memory_region') shared memory object "
+        f"'{region.key}' of region 'r' was cut short while a request used it (ftruncate): its "
+        "bytes are gone from the region; unregister the region and register it again"
+    )
+    assert lines[2].startswith(f"later shared memory object '{region.key}' of region 'r' was cut")
+    assert lines[3:] == ["reading"]
+    assert done.returncode == -signal.SIGBUS, done.stderr
+
+
+@pytest.mark.parametrize("cut", ["input", "output"])
+def test_an_object_cut_short_while_a_request_runs_leaves_the_worker_alive(
+    server: Server, new_object: Any, cut: str
+) -> None:
+    """ftruncate to 0 at some moment of a 64 MiB roll: each answer is the right bytes or a 400
+    naming the region, the worker lives, and the next request is bit-exact."""
+    data = np.arange(16 << 20, dtype=np.float32)
+    expected = np.roll(data, 1)
+    inputs = roll_inputs({"shared_memory_region": "in", "shared_memory_byte_size": data.nbytes})
+    inputs[0]["shape"] = [data.size]
+    place = {"shared_memory_region": "out", "shared_memory_byte_size": data.nbytes}
+    outputs = [{"name": "output", "parameters": place}]
+    refusals = 0
+    for delay in (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016):
+        source, target = new_object(data.nbytes), new_object(data.nbytes)
+        source.write(data)
+        server.http.register_system_shared_memory("in", source.key, data.nbytes)
+        server.http.register_system_shared_memory("out", target.key, data.nbytes)
+        victim = SHM_DIR / (source if cut == "input" else target).key[1:]
+        cutter = threading.Timer(delay, os.truncate, (victim, 0))
+        cutter.start()
+        response = post_infer(server, inputs, outputs)
+        cutter.join()
+        if response.status_code == 200:
+            if cut == "input":  # an output cut short after the answer is the client's loss
+                assert_same_bits(target.read(data.dtype, data.shape), expected)
+        else:
+            refusals += 1
+            assert response.status_code == 400, response.text
+            error = response.json()["error"]
+            field = "data" if cut == "input" else "output"
+            assert error.startswith(f"{field}.parameters.shared_memory_region: "), error
+            assert "was cut short while a request used it" in error or "has shrunk" in error
+        server.http.unregister_system_shared_memory()
+    assert refusals  # the cut was seen at least once
+    # The worker is alive and exact.
+    source, target = new_object(data.nbytes), new_object(data.nbytes)
+    source.write(data)
+    server.http.register_system_shared_memory("in", source.key, data.nbytes)
+    server.http.register_system_shared_memory("out", target.key, data.nbytes)
+    assert post_infer(server, inputs, outputs).status_code == 200
+    assert_same_bits(target.read(data.dtype, data.shape), expected)
 
 
 def test_an_unregister_during_a_request_leaves_the_request_whole(new_object: Any) -> None:

@@ -2,7 +2,9 @@
 unchanged, against a real server: model configuration, statistics, the model repository's
 index (load and unload refused), and the extensions server metadata lists."""
 
+import json
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +128,65 @@ def test_repository_index(http: Any, grpc: Any, server: Any) -> None:
     # Protobuf's JSON leaves the empty reason out.
     without_reason = [{k: v for k, v in item.items() if k != "reason"} for item in expected]
     assert grpc.get_model_repository_index(as_json=True) == {"models": without_reason}
+
+
+@pytest.fixture(scope="module")
+def hasty_server() -> Iterator[str]:
+    """A server whose bodies must come within a second."""
+    url, process = launch_server(
+        env={"TENSOR_OPS_RATE_WINDOW": "1", "TENSOR_OPS_BODY_TIMEOUT": "2"}
+    )
+    yield url
+    stop_server(process)
+
+
+SMALL_BODY_ROUTES = ["/v2/repository/index", "/v2/systemsharedmemory/region/r/register"]
+
+
+@pytest.mark.parametrize("path", SMALL_BODY_ROUTES)
+def test_a_stalled_small_body_is_cut_off(hasty_server: str, path: str) -> None:
+    """A body that stops coming is a 408 within the rate window, not a request held open."""
+    host, port = hasty_server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as connection:
+        connection.settimeout(10)
+        started = time.monotonic()
+        connection.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100\r\n\r\n{".encode()
+        )
+        answer = b""
+        while b"}" not in answer:
+            piece = connection.recv(4096)
+            if not piece:
+                break
+            answer += piece
+    assert time.monotonic() - started < 5
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408 "), answer
+    assert json.loads(body) == {
+        "error": "the body came slower than 16384 bytes/s over 1.0 s "
+        "(TENSOR_OPS_MIN_TRANSFER_RATE, TENSOR_OPS_RATE_WINDOW)"
+    }
+    assert httpx.post(hasty_server + "/v2/repository/index", json={}).status_code == 200
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_a_large_index_body_is_refused_unread(hasty_server: str, declared: bool) -> None:
+    """The index request holds a repository name and a flag: a body past 4096 bytes is a 413,
+    read no further (it was read whole into memory, outside the budget)."""
+    blank = b" " * (1 << 20)
+
+    def chunks() -> Iterator[bytes]:
+        for _ in range(16):
+            yield blank
+        yield b"{}"
+
+    content: Any = blank * 16 + b"{}" if declared else chunks()
+    reply = httpx.post(hasty_server + "/v2/repository/index", content=content, timeout=30)
+    assert reply.status_code == 413
+    assert reply.json() == {
+        "error": "a repository index request holds a repository name and a flag: at most 4096 bytes"
+    }
 
 
 @pytest.mark.parametrize("action", ["load", "unload"])
