@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from numba import carray, cfunc, types
-from numba.core import cgutils
 from numba.extending import intrinsic
 
 #: Mappings guarded at once: the regions registered, and those unregistered that a request
@@ -77,7 +76,7 @@ def _pointer(typingctx: Any, address: Any) -> Any:
     """An address (an integer) as a pointer, in compiled code."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], cgutils.voidptr_t)
+        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
 
     return types.voidptr(types.intp), codegen
 
