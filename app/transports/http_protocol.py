@@ -205,12 +205,19 @@ class HeadGuard:
             Fault.TIMEOUT,
         )
 
-    def refuse(self, status: int, reason: str, message: str, kind: Fault) -> None:
+    def refuse(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        kind: Fault,
+        loc: tuple[str, ...] = ("header",),
+    ) -> None:
         """Answer with the service's error model, in the shape of the route the request line
         names (V2's ``{"error"}`` under ``/v2``, else the plain routes' ``detail``), and close
         (the parser cannot go on)."""
         self.in_head = False
-        error = ServiceError(kind, ("header",), message)
+        error = ServiceError(kind, loc, message)
         v2 = self.target == b"/v2" or self.target.startswith((b"/v2/", b"/v2?"))
         answer = render_v2(error) if v2 else render_detail(error)
         lines = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
@@ -276,12 +283,10 @@ class ServiceHttpProtocol(HttpToolsProtocol):
                 declined.feed(data)
                 return
             self.parser.feed_data(data)
-        except httptools.HttpParserError:
+        except httptools.HttpParserError as error:
             if self.transport.is_closing():
                 return  # a head refused (431) stopped the parser: answered already
-            message = "Invalid HTTP request received."
-            self.logger.warning(message)
-            self.send_400_response(message)
+            self._refuse_unreadable(error)
         except httptools.HttpParserUpgrade as upgrade:
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
@@ -296,10 +301,33 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             self._declined_upgrade = declined
             try:
                 declined.feed(data[int(upgrade.args[0]) :])
-            except httptools.HttpParserError:
-                message = "Invalid HTTP request received."
-                self.logger.warning(message)
-                self.send_400_response(message)
+            except httptools.HttpParserError as error:
+                self._refuse_unreadable(error, in_body=True)
+
+    def _refuse_unreadable(self, error: httptools.HttpParserError, in_body: bool = False) -> None:
+        """A request the parser cannot read (a method, a header line, a chunk's framing): 400
+        with the service's error model, naming the part and what the parser found, and close
+        (uvicorn's own answer is a line of plain text)."""
+        self.logger.warning("Invalid HTTP request received.")
+        guard = self._head_guard
+        if guard is None:
+            self.send_400_response("Invalid HTTP request received.")
+            return
+        in_body = in_body or not guard.in_head
+        cycle = self.cycle
+        if in_body and cycle is not None and cycle.response_started:
+            self.transport.close()  # an answer is on its way: a second one cannot follow
+            return
+        part = "body's framing" if in_body else "request line and headers"
+        found = str(error).rstrip(".") or "an error"
+        guard.refuse(
+            400,
+            "Bad Request",
+            f"the {part} cannot be read as HTTP/1.1 (the parser found: {found}); send a "
+            f"well-formed request",
+            Fault.BAD_LENGTH if in_body else Fault.BAD_HEADER,
+            ("body",) if in_body else ("header",),
+        )
 
     def on_message_begin(self) -> None:
         super().on_message_begin()

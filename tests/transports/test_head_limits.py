@@ -1,6 +1,7 @@
-"""A request's head is bounded in size and time, and a chunked body's trailers hold nothing
-(app/transports/http_protocol.py), against real servers: ``python -m uvicorn app.main:app``
-(uvicorn's own protocol, patched) and ``python -m app`` (its subclass).
+"""A request's head is bounded in size and time, a chunked body's trailers hold nothing, and a
+request the parser cannot read gets the error model (app/transports/http_protocol.py), against
+real servers: ``python -m uvicorn app.main:app`` with the service's protocol (``--http``) and
+``python -m app``.
 
 Before: 2 GB of header lines were 2.3 GB of the worker's memory; 500 MB of trailer lines 576
 MB; half a request line, or nothing at all, kept a connection open for good.
@@ -268,4 +269,69 @@ def test_a_refused_head_on_v2_gets_the_v2_shape(server: tuple[str, Any]) -> None
     status, body = refusal(answer)
     assert status == 408
     assert "did not arrive within" in body["error"]
+    still_serving(url)
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "shape", "loc", "kind", "found"),
+    [
+        (b"FOO /roll HTTP/1.1\r\nHost: t\r\n\r\n", "detail", "header", "bad_header", "method"),
+        (
+            b"GET /health HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n",
+            "detail",
+            "header",
+            "bad_header",
+            "header",
+        ),
+        (
+            b"POST /v2/models/roll/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 1x\r\n\r\n",
+            "error",
+            "header",
+            "bad_header",
+            "content-length",
+        ),
+        (
+            b"POST /roll HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\nZZ\r\n{}\r\n",
+            "detail",
+            "body",
+            "bad_length",
+            "chunk",
+        ),
+    ],
+    ids=["method", "header-line", "v2-content-length", "chunk-size"],
+)
+def test_a_request_the_parser_cannot_read_gets_the_error_model(
+    server: tuple[str, Any],
+    request_bytes: bytes,
+    shape: str,
+    loc: str,
+    kind: str,
+    found: str,
+) -> None:
+    """A request line, header or chunk that is not HTTP/1.1 gets a JSON 400 in the error model
+    of the route it names (uvicorn's own answer is a line of plain text), saying which part
+    could not be read and what the parser found; the connection is closed and the service
+    goes on."""
+    url, _ = server
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(request_bytes)
+        answer = read_answer(sock, 10)
+    status, body = refusal(answer)
+    assert status == 400
+    assert b"connection: close" in answer.partition(b"\r\n\r\n")[0].lower()
+    part = "body's framing" if loc == "body" else "request line and headers"
+    if shape == "detail":
+        [item] = body["detail"]
+        assert item["loc"] == [loc]
+        assert item["type"] == kind
+        message = item["msg"]
+    else:
+        assert list(body) == ["error"]
+        message = body["error"]
+        head = answer.partition(b"\r\n\r\n")[0].lower()
+        assert f"tensor-ops-fault: {kind}\r\n".encode() in head
+    assert message.startswith(f"the {part} cannot be read as HTTP/1.1 (the parser found: ")
+    assert found in message.lower()
+    assert message.endswith("); send a well-formed request")
     still_serving(url)
