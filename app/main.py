@@ -190,6 +190,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The one router: the routes that run the ops first, each declared once from the registry.
     add_op_routes(app.router, op_endpoints(pipeline))
     infer_routes = add_infer_routes(app.router, pipeline, regions)
+    # Ahead of the framework's own /openapi.json route, which every request would be matched
+    # against first (a regular expression each time); the document's paths keep their order.
+    app.router.routes.sort(key=lambda route: not isinstance(route, OpRoute))
     access = access_control(settings.api_keys_file, settings.auth_probes)
     app.state.access = access
     app.front = HttpObserver(access, op_route_of(app))
