@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match
@@ -156,6 +157,17 @@ class Service(FastAPI):
     front: HttpObserver
 
 
+def add_work_routes(app: FastAPI, pipeline: Pipeline, regions: Regions) -> list[APIRoute]:
+    """The routes that run the ops (``POST /<op>``, the ``/v2`` infer routes) on the app's own
+    router, ahead of every other route, the framework's own /openapi.json included, which every
+    request would be matched against first (a regular expression each time); the document's
+    paths keep their order. Returns the infer routes."""
+    add_op_routes(app.router, op_endpoints(pipeline))
+    infer_routes = add_infer_routes(app.router, pipeline, regions)
+    app.router.routes.sort(key=lambda route: not isinstance(route, OpRoute))
+    return infer_routes
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
@@ -188,11 +200,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The worker's shared memory regions (Triton's extension): one set for /v2 and gRPC.
     app.state.regions = regions = Regions(settings)
     # The one router: the routes that run the ops first, each declared once from the registry.
-    add_op_routes(app.router, op_endpoints(pipeline))
-    infer_routes = add_infer_routes(app.router, pipeline, regions)
-    # Ahead of the framework's own /openapi.json route, which every request would be matched
-    # against first (a regular expression each time); the document's paths keep their order.
-    app.router.routes.sort(key=lambda route: not isinstance(route, OpRoute))
+    infer_routes = add_work_routes(app, pipeline, regions)
     access = access_control(settings.api_keys_file, settings.auth_probes)
     app.state.access = access
     app.front = HttpObserver(access, op_route_of(app))
