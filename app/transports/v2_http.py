@@ -189,12 +189,17 @@ class V2Exchange:
         shared = self.shared
         extensions = INPUT_EXTENSIONS if shared is None else INPUT_EXTENSIONS_ON
 
+        #: The size ``check`` found for the input ``decode`` reads next (read_inputs checks
+        #: each input, then decodes it): its parameters checked once.
+        checked: list[int | None] = [None]
+
         def check(item: RequestInput) -> int | None:
-            return _binary_data_size(item, extensions)
+            checked[0] = size = _binary_data_size(item, extensions)
+            return size
 
         def decode(index: int, item: RequestInput) -> Any:
             nonlocal offset
-            size = check(item)
+            size = checked[0]
             if shared is not None:
                 carried = "binary_data_size" if size is not None else None
                 if item.data is not None:
