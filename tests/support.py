@@ -182,6 +182,20 @@ def address(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def send_and_read(url: str, request: bytes, until: bytes, timeout: float = 10) -> bytes:
+    """``request`` sent as it is on a new connection to ``url``'s host and port, then what comes
+    back until ``until`` is in it or the server closes the connection."""
+    with socket.create_connection(address(url), timeout=timeout) as connection:
+        connection.sendall(request)
+        answer = b""
+        while until not in answer:
+            piece = connection.recv(65536)
+            if not piece:
+                break
+            answer += piece
+    return answer
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

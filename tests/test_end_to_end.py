@@ -3,7 +3,6 @@
 import base64
 import io
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 
 from app.registry import REGISTRY
-from tests.support import launch_server, server_output, stop_server
+from tests.support import launch_server, send_and_read, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -60,18 +59,12 @@ def test_declared_oversize_body_is_refused_before_reading(
     server: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
     url, _ = server
-    host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=10) as connection:
-        connection.sendall(
-            b"POST /roll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            b"Content-Length: 1000000000\r\n\r\n{"
-        )
-        reply = b""
-        while b"}]}" not in reply:
-            chunk = connection.recv(65536)
-            if not chunk:
-                break
-            reply += chunk
+    reply = send_and_read(
+        url,
+        b"POST /roll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000000000\r\n\r\n{",
+        until=b"}]}",
+    )
     assert reply.startswith(b"HTTP/1.1 413")
     assert b"TENSOR_OPS_MAX_BODY_BYTES" in reply
 

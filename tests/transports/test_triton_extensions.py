@@ -4,7 +4,6 @@ index (load and unload refused), and the extensions server metadata lists."""
 
 import json
 import shutil
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from app.registry import REGISTRY
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
-from tests.support import free_port, launch_server, server_output, stop_server
+from tests.support import free_port, launch_server, send_and_read, server_output, stop_server
 
 pytestmark = pytest.mark.e2e
 
@@ -146,20 +145,13 @@ SMALL_BODY_ROUTES = ["/v2/repository/index", "/v2/systemsharedmemory/region/r/re
 @pytest.mark.parametrize("path", SMALL_BODY_ROUTES)
 def test_a_stalled_small_body_is_cut_off(hasty_server: str, path: str) -> None:
     """A body that stops coming is a 408 within the rate window, not a request held open."""
-    host, port = hasty_server.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port))) as connection:
-        connection.settimeout(10)
-        started = time.monotonic()
-        connection.sendall(
-            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-            "Content-Length: 100\r\n\r\n{".encode()
-        )
-        answer = b""
-        while b"}" not in answer:
-            piece = connection.recv(4096)
-            if not piece:
-                break
-            answer += piece
+    started = time.monotonic()
+    answer = send_and_read(
+        hasty_server,
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: 100\r\n\r\n{".encode(),
+        until=b"}",
+    )
     assert time.monotonic() - started < 5
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408 "), answer
