@@ -42,11 +42,13 @@ class OpRoute(APIRoute):
         if pattern is None:
             if "{" in self.path_format:
                 return super().matches(scope)
-            if scope["path"] != self.path_format:
+            # As the framework's ``^/roll$`` reads it: a newline may end the path.
+            path = scope["path"]
+            if path != self.path_format and path != self.path_format + "\n":
                 return Match.NONE, {}
             parameters: dict[str, Any] = {}
         else:
-            found = pattern.fullmatch(scope["path"])
+            found = pattern.match(scope["path"])
             if found is None:
                 return Match.NONE, {}
             parameters = found.groupdict()
@@ -71,7 +73,8 @@ class OpRoute(APIRoute):
                 pieces.append(f"(?P<{name}>[^/]+)")
             else:
                 pieces.append(re.escape(part))
-        return re.compile("".join(pieces))
+        # Anchored as the framework anchors its own (``$`` also before a final newline).
+        return re.compile("^" + "".join(pieces) + "$")
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.methods and scope["method"] not in self.methods:
