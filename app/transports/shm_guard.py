@@ -96,7 +96,9 @@ def _compile_handler() -> Any:
             for slot in range(slots):
                 start = table[slot, _START]
                 end = table[slot, _END]
-                if start <= address < end:
+                # A slot being filled or freed may read half-written: a start of 0 is no
+                # mapping's (``_free`` clears the start first, a new slot sets the end last).
+                if start != 0 and start <= address < end:
                     length = (end - start + page - 1) // page * page
                     _mmap(_pointer(start), length, _READ_WRITE, _ANONYMOUS, -1, 0)
                     table[slot, _FAULTS] += 1
@@ -122,8 +124,27 @@ def _install() -> None:
 
 def _install_unlocked() -> None:
     if _handler:
+        if not _installed(_handler[0]):
+            # Replaced since (faulthandler enabled or disabled after us, a handler set by
+            # another library, or ours giving the signal back for a fault not a region's):
+            # installed again, over whatever is there now.
+            _set(_handler[0])
         return
     handler = _compile_handler()
+    _set(handler)
+    _handler.append(handler)
+
+
+def _installed(handler: Any) -> bool:
+    """Whether ``handler`` is SIGBUS's action now."""
+    current = np.zeros(256, np.uint8)
+    if _sigaction(signal.SIGBUS, 0, current.ctypes.data) != 0:
+        return False
+    return bool(int(current[:8].view(np.int64)[0]) == handler.address)
+
+
+def _set(handler: Any) -> None:
+    """Make ``handler`` SIGBUS's action, keeping the one it replaces for other faults."""
     action = np.zeros(256, np.uint8)
     action[:8] = np.frombuffer(np.int64(handler.address).tobytes(), np.uint8)
     action[_SA_FLAGS_AT : _SA_FLAGS_AT + 4] = np.frombuffer(
@@ -131,7 +152,6 @@ def _install_unlocked() -> None:
     )
     if _sigaction(signal.SIGBUS, action.ctypes.data, _PREVIOUS.ctypes.data) != 0:
         raise OSError(ctypes.get_errno(), "sigaction(SIGBUS) failed")
-    _handler.append(handler)
 
 
 class SlotsFullError(Exception):
@@ -162,4 +182,7 @@ class Mapping:
 
 def _free(slot: int) -> None:
     with _lock:
-        _TABLE[slot] = 0
+        # The start first: a slot with no start is skipped by the handler whatever its end.
+        _TABLE[slot, _START] = 0
+        _TABLE[slot, _END] = 0
+        _TABLE[slot, _FAULTS] = 0

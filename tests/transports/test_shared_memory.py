@@ -520,6 +520,41 @@ def test_an_object_cut_short_under_a_read_is_refused_not_a_sigbus(new_object: An
     assert done.returncode == -signal.SIGBUS, done.stderr
 
 
+_HANDLER_REPLACED = """
+import faulthandler, os, sys
+from app.settings import Settings
+from app.transports.shared_memory import Regions, SharedTensors
+
+first, second = sys.argv[1], sys.argv[2]
+regions = Regions(Settings())
+regions.register("first", first, 0, 1 << 16)  # the guard installed
+faulthandler.enable()  # SIGBUS's handler replaced after it (as -X faulthandler would not be)
+regions.register("second", second, 0, 1 << 16)  # the guard installed again, over it
+parameters = {"shared_memory_region": "second", "shared_memory_byte_size": 1 << 16}
+array = SharedTensors(regions).input("data", parameters, [1 << 14], "FP32", None)
+os.truncate("/dev/shm" + second, 0)
+print("sum", float(array.sum()), flush=True)
+"""
+
+
+def test_a_sigbus_handler_set_after_the_guard_is_replaced_at_the_next_registration(
+    new_object: Any,
+) -> None:
+    """A library that sets its own SIGBUS handler after the guard (faulthandler here) would
+    let a cut object kill the worker: each registration puts the guard back first."""
+    first, second = new_object(1 << 16), new_object(1 << 16)
+    second.write(np.arange(1 << 14, dtype=np.float32))
+    done = subprocess.run(
+        [sys.executable, "-c", _HANDLER_REPLACED, first.key, second.key],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+    assert (done.returncode, done.stdout) == (0, "sum 0.0\n"), done.stderr
+
+
 @pytest.mark.parametrize("cut", ["input", "output"])
 def test_an_object_cut_short_while_a_request_runs_leaves_the_worker_alive(
     server: Server, new_object: Any, cut: str
