@@ -87,7 +87,7 @@ async def read_small_body(
     repository index request), as it came (no coding undone): at most ``limit`` bytes (413,
     ``too_large_words``, from ``Content-Length`` before reading or as a chunked body arrives),
     all of it within the first rate window or the total time limit, when that is shorter
-    (408): the body is below any window's quota."""
+    (408), when ``limit`` is below a window's quota; else within the total time limit."""
 
     def refused() -> ServiceError:
         return ServiceError(Fault.TOO_LARGE, ("body",), too_large_words)
@@ -100,15 +100,21 @@ async def read_small_body(
             )
         if len(declared.lstrip("0")) > _LENGTH_DIGITS or int(declared) > limit:
             raise refused()
+    # Below one window's quota, the whole body must come within the first window; at a rate
+    # that low (or none, 0) that the body may take several, within the total time limit.
+    paced = limit < settings.min_transfer_rate * settings.rate_window
+    seconds = min(settings.rate_window, settings.body_timeout) if paced else settings.body_timeout
     body = bytearray()
     try:
-        with Deadline(min(settings.rate_window, settings.body_timeout)):
+        with Deadline(seconds):
             async for chunk in request.stream():
                 body += chunk
                 if len(body) > limit:
                     raise refused()
     except TimeoutError:
-        raise _timed_out(settings, settings.body_timeout <= settings.rate_window) from None
+        raise _timed_out(
+            settings, not paced or settings.body_timeout <= settings.rate_window
+        ) from None
     except ClientDisconnect:
         raise ServiceError(Fault.DISCONNECTED, ("body",), "the client went away mid-body") from None
     return bytes(body)

@@ -4,6 +4,7 @@ index (load and unload refused), and the extensions server metadata lists."""
 
 import json
 import shutil
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,14 @@ from tritonclient.utils import InferenceServerException
 
 from app.registry import REGISTRY
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
-from tests.support import free_port, launch_server, send_and_read, server_output, stop_server
+from tests.support import (
+    address,
+    free_port,
+    launch_server,
+    send_and_read,
+    server_output,
+    stop_server,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -160,6 +168,37 @@ def test_a_stalled_small_body_is_cut_off(hasty_server: str, path: str) -> None:
         "(TENSOR_OPS_MIN_TRANSFER_RATE, TENSOR_OPS_RATE_WINDOW)"
     }
     assert httpx.post(hasty_server + "/v2/repository/index", json={}).status_code == 200
+
+
+def test_with_no_minimum_rate_a_small_body_may_take_longer_than_a_window() -> None:
+    """TENSOR_OPS_MIN_TRANSFER_RATE=0 (no pace asked) leaves the body its total time limit: an
+    index body in two pieces 1.5 s apart, past a 1 s window, is answered, not a 408."""
+    url, process = launch_server(
+        env={
+            "TENSOR_OPS_RATE_WINDOW": "1",
+            "TENSOR_OPS_BODY_TIMEOUT": "5",
+            "TENSOR_OPS_MIN_TRANSFER_RATE": "0",
+        }
+    )
+    try:
+        with socket.create_connection(address(url), timeout=10) as connection:
+            connection.sendall(
+                b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 15\r\n\r\n{"ready"'
+            )
+            time.sleep(1.5)
+            connection.sendall(b": true}")
+            answer = b""
+            while b"]" not in answer:
+                piece = connection.recv(65536)
+                if not piece:
+                    break
+                answer += piece
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 "), answer
+        assert [entry["name"] for entry in json.loads(body)] == list(REGISTRY)
+    finally:
+        stop_server(process)
 
 
 @pytest.mark.parametrize("declared", [True, False])
