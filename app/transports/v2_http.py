@@ -278,6 +278,11 @@ def v2_exchange(op: Op, request: Request, regions: Regions) -> V2Exchange:
 def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:
     try:
         if chunk is not None:
+            if item.data is not None:
+                # gRPC refuses contents beside a raw entry; which one counts is not guessed.
+                raise TensorError(
+                    "has both data and parameters.binary_data_size; give the tensor one way"
+                )
             return decode_v2_binary(chunk, item.shape, item.datatype)
         if item.data is None:
             raise TensorError("has neither data nor parameters.binary_data_size")
