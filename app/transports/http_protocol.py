@@ -134,6 +134,8 @@ class HeadGuard:
         #: The first bytes of the request's target: which protocol's shape a refusal takes.
         self.target = b""
         self.timer: asyncio.TimerHandle | None = None
+        #: A refusal of a head that waits for the answers of the requests before it.
+        self.pending: bytes | None = None
         self.arm()
 
     def arm(self) -> None:
@@ -223,9 +225,28 @@ class HeadGuard:
         lines = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
         lines += [name + b": " + value + b"\r\n" for name, value in answer.raw_headers]
         lines.append(b"connection: close\r\n\r\n")
-        transport = self.protocol.transport
-        transport.write(b"".join(lines) + bytes(answer.body))
+        refusal = b"".join(lines) + bytes(answer.body)
+        protocol = self.protocol
+        cycle = protocol.cycle
+        if loc == ("header",) and cycle is not None and not cycle.response_complete:
+            # A new head, behind requests still being answered (pipelined in the same
+            # packet, or sent before their answers): their answers go first, then this one
+            # (``send_pending``); nothing more is read.
+            self.disarm()
+            self.pending = refusal
+            protocol.flow.pause_reading()
+            return
+        transport = protocol.transport
+        transport.write(refusal)
         transport.close()
+
+    def send_pending(self) -> None:
+        """The waiting refusal, once the answers before it are sent; then close."""
+        refusal, self.pending = self.pending, None
+        transport = self.protocol.transport
+        if refusal is not None and not transport.is_closing():
+            transport.write(refusal)
+            transport.close()
 
 
 class _HeadRefusedError(Exception):
@@ -275,6 +296,9 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             guard.check_size()
 
     def _feed(self, data: bytes) -> None:
+        guard = self._head_guard
+        if guard is not None and guard.pending is not None:
+            return  # a head was refused: the parser cannot go on, and nothing more is read
         declined = self._declined_upgrade
         if declined is None:
             self._unset_keepalive_if_required()
@@ -284,8 +308,8 @@ class ServiceHttpProtocol(HttpToolsProtocol):
                 return
             self.parser.feed_data(data)
         except httptools.HttpParserError as error:
-            if self.transport.is_closing():
-                return  # a head refused (431) stopped the parser: answered already
+            if self.transport.is_closing() or (guard is not None and guard.pending is not None):
+                return  # a head refused (431) stopped the parser: answered, or to be
             self._refuse_unreadable(error)
         except httptools.HttpParserUpgrade as upgrade:
             if self._should_upgrade():
@@ -372,6 +396,11 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         # once the queue is empty.
         if self.pipeline and not self.transport.is_closing():
             self.flow.pause_reading()
+        guard = self._head_guard
+        if guard is not None and guard.pending is not None and not self.pipeline:
+            cycle = self.cycle
+            if cycle is None or cycle.response_complete:
+                guard.send_pending()
 
 
 #: The name ``python -m app`` gave the protocol before (deployments may name it in --http).
