@@ -261,7 +261,16 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     """The adapter for the request's content type; 415 for a type the op routes do not take."""
     kind = media_type(request)
     if kind == NPZ_TYPE:
-        return NpzExchange(op, request.query_params, max_body_bytes)
+        query = request.query_params
+        for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
+            if len(query.getlist(name)) > 1:
+                # Which value counts is not guessed, as an input given twice is refused.
+                raise ServiceError(
+                    Fault.INVALID_FIELD,
+                    ("query", name),
+                    f"{name} is given more than once in the query; give it once",
+                )
+        return NpzExchange(op, query, max_body_bytes)
     if kind in (JSON_TYPE, ""):
         for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
             if name in request.query_params:
