@@ -134,6 +134,9 @@ class HeadGuard:
         #: The first bytes of the request's target: which protocol's shape a refusal takes.
         self.target = b""
         self.timer: asyncio.TimerHandle | None = None
+        #: Whether the parser has seen the head begin (its bytes may have come in the read that
+        #: ended the request before it, which ``bytes`` does not count).
+        self.begun = False
         #: A refusal of a head that waits for the answers of the requests before it.
         self.pending: bytes | None = None
         self.arm()
@@ -163,6 +166,7 @@ class HeadGuard:
         # The next head's deadline starts at its first byte (until then the connection is idle,
         # and uvicorn's keep-alive timeout closes it).
         self.in_head = True
+        self.begun = False
         self.bytes = 0
         self.size = 0
         self.target = b""
@@ -195,7 +199,7 @@ class HeadGuard:
             # An answer is still being sent (and the next head waits behind it): later.
             self.arm()
             return
-        if not self.bytes:
+        if not self.bytes and not self.begun:
             # Opened and never used: closed without a word, as an idle keep-alive connection is
             # (a 408 there could be read by a pool as the answer to its next request).
             protocol.transport.close()
@@ -356,6 +360,7 @@ class ServiceHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self._head_guard is not None:
+            self._head_guard.begun = True
             self._head_guard.arm()
 
     def on_url(self, url: bytes) -> None:

@@ -396,3 +396,33 @@ def test_requests_pipelined_before_an_unreadable_one_are_answered_first(
     assert item["loc"] == ["header"]
     assert words in item["msg"].lower()
     still_serving(url)
+
+
+def test_a_head_stalled_in_the_packet_of_a_request_before_it_gets_408(
+    server: tuple[str, Any],
+) -> None:
+    """A request and the start of the next head in one packet, then nothing: the request is
+    answered, then the stalled head gets its 408 at the deadline. Its bytes came in the read
+    that ended the request before it (the count starts again at that request's end), so it was
+    taken for a connection never used again and closed without a word."""
+    url, _ = server
+    roll = orjson.dumps({"data": [1, 2, 3], "shift": -1, "axes": 0})
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(
+            b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(roll), roll) + b"POST /roll HTTP/1.1\r\nHo"
+        )
+        started = time.monotonic()
+        stream = read_answer(sock, WINDOW + 10)
+        waited = time.monotonic() - started
+    [first, last] = answers(stream)
+    assert first[0] == 200
+    assert orjson.loads(first[2]) == {"data": [2, 3, 1], "dtype": "int64", "shape": [3]}
+    assert last[0] == 408
+    assert orjson.loads(last[2])["detail"][0] == {
+        "loc": ["header"],
+        "msg": f"the request line and headers did not arrive within {WINDOW:g} seconds",
+        "type": "timeout",
+    }
+    assert waited < WINDOW + 5
+    still_serving(url)
