@@ -218,10 +218,12 @@ class HeadGuard:
         message: str,
         kind: Fault,
         loc: tuple[str, ...] = ("header",),
+        behind: bool = False,
     ) -> None:
         """Answer with the service's error model, in the shape of the route the request line
         names (V2's ``{"error"}`` under ``/v2``, else the plain routes' ``detail``), and close
-        (the parser cannot go on)."""
+        (the parser cannot go on). A refusal ``behind`` answers still to be sent (or of a new
+        head while the request before it is answered) waits for them."""
         self.in_head = False
         error = ServiceError(kind, loc, message)
         v2 = self.target == b"/v2" or self.target.startswith((b"/v2/", b"/v2?"))
@@ -232,7 +234,7 @@ class HeadGuard:
         refusal = b"".join(lines) + bytes(answer.body)
         protocol = self.protocol
         cycle = protocol.cycle
-        if loc == ("header",) and cycle is not None and not cycle.response_complete:
+        if behind or (loc == ("header",) and cycle is not None and not cycle.response_complete):
             # A new head, behind requests still being answered (pipelined in the same
             # packet, or sent before their answers): their answers go first, then this one
             # (``send_pending``); nothing more is read.
@@ -346,6 +348,13 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         if in_body and cycle is not None and cycle.response_started:
             self.transport.close()  # an answer is on its way: a second one cannot follow
             return
+        behind = False
+        if in_body and cycle is not None and self.pipeline and self.pipeline[0][0] is cycle:
+            # The body of a request queued behind others still being answered: it will not
+            # run (its body cannot be read), and its refusal comes in its turn, after theirs.
+            self.pipeline.popleft()
+            cycle.response_complete = True
+            behind = True
         part = "body's framing" if in_body else "request line and headers"
         found = str(error).rstrip(".") or "an error"
         guard.refuse(
@@ -355,6 +364,7 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             f"well-formed request",
             Fault.BAD_LENGTH if in_body else Fault.BAD_HEADER,
             ("body",) if in_body else ("header",),
+            behind,
         )
 
     def on_message_begin(self) -> None:
@@ -394,6 +404,8 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             self._head_guard.message_complete()
 
     def on_response_complete(self) -> None:
+        # With none queued, the answer just sent was the last one before a waiting refusal.
+        last = not self.pipeline
         super().on_response_complete()
         # uvicorn resumes reading after every answer, even with pipelined requests still
         # queued: a client that sends without reading its answers grew the queue by a socket
@@ -402,10 +414,8 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         if self.pipeline and not self.transport.is_closing():
             self.flow.pause_reading()
         guard = self._head_guard
-        if guard is not None and guard.pending is not None and not self.pipeline:
-            cycle = self.cycle
-            if cycle is None or cycle.response_complete:
-                guard.send_pending()
+        if last and guard is not None and guard.pending is not None:
+            guard.send_pending()
 
 
 #: The name ``python -m app`` gave the protocol before (deployments may name it in --http).

@@ -354,20 +354,33 @@ def answers(stream: bytes) -> list[tuple[int, bytes, bytes]]:
 
 
 @pytest.mark.parametrize(
-    ("unreadable", "status", "words"),
+    ("unreadable", "status", "loc", "words"),
     [
-        (b"FOO /roll HTTP/1.1\r\nHost: t\r\n\r\n", 400, "method"),
-        (b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-Length: 1x\r\n\r\n", 400, "content-length"),
+        (b"FOO /roll HTTP/1.1\r\nHost: t\r\n\r\n", 400, "header", "method"),
+        (
+            b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-Length: 1x\r\n\r\n",
+            400,
+            "header",
+            "content-length",
+        ),
         (
             b"GET /health HTTP/1.1\r\nX-Filler: " + b"a" * (MAX_HEAD_BYTES + 10) + b"\r\n\r\n",
             431,
+            "header",
             "take more",
         ),
+        (
+            b"POST /roll HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+            b"Content-Type: application/json\r\n\r\nZZ\r\n{}\r\n",
+            400,
+            "body",
+            "chunk",
+        ),
     ],
-    ids=["method", "content-length", "head-too-large"],
+    ids=["method", "content-length", "head-too-large", "chunk-size"],
 )
 def test_requests_pipelined_before_an_unreadable_one_are_answered_first(
-    server: tuple[str, Any], unreadable: bytes, status: int, words: str
+    server: tuple[str, Any], unreadable: bytes, status: int, loc: str, words: str
 ) -> None:
     """Good requests, then one the parser cannot read, in one packet: each good one gets its
     answer, in order and exact, and then the refusal, and the connection closes. The refusal
@@ -393,7 +406,7 @@ def test_requests_pipelined_before_an_unreadable_one_are_answered_first(
     assert last[0] == status
     assert b"connection: close" in last[1]
     [item] = orjson.loads(last[2])["detail"]
-    assert item["loc"] == ["header"]
+    assert item["loc"] == [loc]
     assert words in item["msg"].lower()
     still_serving(url)
 
