@@ -49,9 +49,22 @@ NPZ_TYPE = "application/x-npz"
 _INT64_DIGITS = 19
 
 
+def single_header(request: Request, name: str) -> str | None:
+    """The value of a header that frames the body (``name`` lower-case), None when absent;
+    given twice, refused: which one counts is not guessed (as two Content-Length lines)."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise ServiceError(
+            Fault.BAD_HEADER,
+            ("header", name),
+            f"the header {name} is given {len(values)} times; give it once",
+        )
+    return values[0] if values else None
+
+
 def media_type(request: Request) -> str:
     """The request's media type, lower-cased, without parameters ('' when absent)."""
-    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return (single_header(request, "content-type") or "").split(";", 1)[0].strip().lower()
 
 
 _QVALUE = re.compile(r"(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)")

@@ -28,7 +28,7 @@ from app.pipeline.run import Answer, Body, Pipeline
 from app.pipeline.statistics import Statistics
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
-from app.transports.http import JSON_TYPE, media_type
+from app.transports.http import JSON_TYPE, media_type, single_header
 from app.transports.http_body import read_small_body
 from app.transports.http_responses import serve_http
 from app.transports.json_tensors import (
@@ -272,7 +272,7 @@ def v2_exchange(op: Op, request: Request, regions: Regions) -> V2Exchange:
             f"content type {quote(kind)} is not accepted here; send {JSON_TYPE}, or "
             f"{BINARY_TYPE} with an Inference-Header-Content-Length header",
         )
-    return V2Exchange(op, request.headers.get(HEADER_LENGTH), new_request(regions))
+    return V2Exchange(op, single_header(request, HEADER_LENGTH), new_request(regions))
 
 
 def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:

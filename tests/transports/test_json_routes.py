@@ -410,3 +410,23 @@ async def test_an_integer_beyond_64_bits_is_named_as_such(
         "/roll", json={"data": [1, 2**64 - 1], "shift": 1, "axes": 0, "dtype": "uint64"}
     )
     assert good.json() == {"data": [2**64 - 1, 1], "dtype": "uint64", "shape": [2]}
+
+
+async def test_a_content_type_given_twice_is_refused(client: httpx.AsyncClient) -> None:
+    """application/json and application/x-npz in two lines: which one the body is is not
+    guessed (the first counted, silently)."""
+    content = b'{"data": [1, 2, 3], "shift": 1, "axes": 0}'
+    for first, second in [("application/json", "application/x-npz"), ("a/b", "application/json")]:
+        response = await client.post(
+            "/roll",
+            content=content,
+            headers=[(b"content-type", first.encode()), (b"content-type", second.encode())],
+        )
+        assert_error(
+            response,
+            400,
+            ["header", "content-type"],
+            "the header content-type is given 2 times; give it once",
+        )
+    good = await client.post("/roll", content=content, headers={"content-type": "application/json"})
+    assert good.json() == {"data": [3, 1, 2], "dtype": "int64", "shape": [3]}

@@ -437,3 +437,24 @@ async def test_an_input_with_both_json_data_and_binary_data_is_refused(
         await client.post("/v2/models/roll/infer", content=good, headers=headers)
     )
     assert_same_bits(output, np.roll(data, 1))
+
+
+@pytest.mark.parametrize("twice", ["inference-header-content-length", "content-type"])
+async def test_a_framing_header_given_twice_is_refused(
+    client: httpx.AsyncClient, twice: str
+) -> None:
+    """Two Inference-Header-Content-Length (or Content-Type) lines that may disagree: which one
+    frames the body is not guessed (the first counted, silently), as two Content-Length lines
+    are refused."""
+    data = np.arange(3, dtype=np.int64)
+    body, headers = binary_request(
+        [("data", data, "INT64"), ("shift", np.int64(1), "INT64"), ("axes", np.int64(0), "INT64")]
+    )
+    lines = [(name.encode(), value.encode()) for name, value in headers.items()]
+    lines.append((twice.encode(), headers[twice].encode()))
+    response = await client.post("/v2/models/roll/infer", content=body, headers=lines)
+    assert_v2_error(response, 400, f"{twice}: the header {twice} is given 2 times; give it once")
+    output, _ = read_binary(
+        await client.post("/v2/models/roll/infer", content=body, headers=headers)
+    )
+    assert_same_bits(output, np.roll(data, 1))
