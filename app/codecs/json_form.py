@@ -136,13 +136,14 @@ def _convert(
             raise unacceptable(
                 "elements of a bool tensor must be true or false, found "
                 + _kind_words(types - {bool})
+                + _float_hint(types)
             )
         return _numbers(rows, dtype).reshape(shape)
     if dtype.kind in "iu":
         if types - {int}:
             raise unacceptable(
                 f"elements of an {dtype.name} tensor must be integers, found "
-                f"{_kind_words(types - {int})}"
+                f"{_kind_words(types - {int})}{_float_hint(types)}"
             )
         try:
             return _numbers(rows, dtype).reshape(shape)
@@ -178,17 +179,19 @@ def _convert(
     return narrow.reshape(shape)
 
 
+def _float_hint(types: set[type]) -> str:
+    """What a "fraction" may be: the JSON parser reads an integer past 64 bits as a double."""
+    if float in types:
+        return " (a number written with a fraction or an exponent, or beyond 64 bits)"
+    return ""
+
+
 def decode_json_indices(value: JsonValue) -> npt.NDArray[np.int64]:
     """An index tensor (shift, axes, indices, axis) in JSON form: int64 integers only."""
     shape, rows, types = _to_array(value)
     if types - {int}:
         found = _kind_words(types - {int})
-        hint = (
-            " (a number written with a fraction or an exponent, or beyond 64 bits)"
-            if float in types
-            else ""
-        )
-        raise unacceptable(f"must hold integers (int64), found {found}{hint}")
+        raise unacceptable(f"must hold integers (int64), found {found}{_float_hint(types)}")
     try:
         return _numbers(rows, _INT64).reshape(shape)
     except OverflowError:

@@ -49,9 +49,22 @@ NPZ_TYPE = "application/x-npz"
 _INT64_DIGITS = 19
 
 
+def single_header(request: Request, name: str) -> str | None:
+    """The value of a header that frames the body (``name`` lower-case), None when absent;
+    given twice, refused: which one counts is not guessed (as two Content-Length lines)."""
+    values = request.headers.getlist(name)
+    if len(values) > 1:
+        raise ServiceError(
+            Fault.BAD_HEADER,
+            ("header", name),
+            f"the header {name} is given {len(values)} times; give it once",
+        )
+    return values[0] if values else None
+
+
 def media_type(request: Request) -> str:
     """The request's media type, lower-cased, without parameters ('' when absent)."""
-    return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    return (single_header(request, "content-type") or "").split(";", 1)[0].strip().lower()
 
 
 _QVALUE = re.compile(r"(?:0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)")
@@ -261,7 +274,16 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     """The adapter for the request's content type; 415 for a type the op routes do not take."""
     kind = media_type(request)
     if kind == NPZ_TYPE:
-        return NpzExchange(op, request.query_params, max_body_bytes)
+        query = request.query_params
+        for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
+            if len(query.getlist(name)) > 1:
+                # Which value counts is not guessed, as an input given twice is refused.
+                raise ServiceError(
+                    Fault.INVALID_FIELD,
+                    ("query", name),
+                    f"{name} is given more than once in the query; give it once",
+                )
+        return NpzExchange(op, query, max_body_bytes)
     if kind in (JSON_TYPE, ""):
         for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
             if name in request.query_params:

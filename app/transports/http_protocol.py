@@ -134,6 +134,11 @@ class HeadGuard:
         #: The first bytes of the request's target: which protocol's shape a refusal takes.
         self.target = b""
         self.timer: asyncio.TimerHandle | None = None
+        #: Whether the parser has seen the head begin (its bytes may have come in the read that
+        #: ended the request before it, which ``bytes`` does not count).
+        self.begun = False
+        #: A refusal of a head that waits for the answers of the requests before it.
+        self.pending: bytes | None = None
         self.arm()
 
     def arm(self) -> None:
@@ -161,6 +166,7 @@ class HeadGuard:
         # The next head's deadline starts at its first byte (until then the connection is idle,
         # and uvicorn's keep-alive timeout closes it).
         self.in_head = True
+        self.begun = False
         self.bytes = 0
         self.size = 0
         self.target = b""
@@ -193,7 +199,7 @@ class HeadGuard:
             # An answer is still being sent (and the next head waits behind it): later.
             self.arm()
             return
-        if not self.bytes:
+        if not self.bytes and not self.begun:
             # Opened and never used: closed without a word, as an idle keep-alive connection is
             # (a 408 there could be read by a pool as the answer to its next request).
             protocol.transport.close()
@@ -212,10 +218,12 @@ class HeadGuard:
         message: str,
         kind: Fault,
         loc: tuple[str, ...] = ("header",),
+        behind: bool = False,
     ) -> None:
         """Answer with the service's error model, in the shape of the route the request line
         names (V2's ``{"error"}`` under ``/v2``, else the plain routes' ``detail``), and close
-        (the parser cannot go on)."""
+        (the parser cannot go on). A refusal ``behind`` answers still to be sent (or of a new
+        head while the request before it is answered) waits for them."""
         self.in_head = False
         error = ServiceError(kind, loc, message)
         v2 = self.target == b"/v2" or self.target.startswith((b"/v2/", b"/v2?"))
@@ -223,9 +231,28 @@ class HeadGuard:
         lines = [f"HTTP/1.1 {status} {reason}\r\n".encode("ascii")]
         lines += [name + b": " + value + b"\r\n" for name, value in answer.raw_headers]
         lines.append(b"connection: close\r\n\r\n")
-        transport = self.protocol.transport
-        transport.write(b"".join(lines) + bytes(answer.body))
+        refusal = b"".join(lines) + bytes(answer.body)
+        protocol = self.protocol
+        cycle = protocol.cycle
+        if behind or (loc == ("header",) and cycle is not None and not cycle.response_complete):
+            # A new head, behind requests still being answered (pipelined in the same
+            # packet, or sent before their answers): their answers go first, then this one
+            # (``send_pending``); nothing more is read.
+            self.disarm()
+            self.pending = refusal
+            protocol.flow.pause_reading()
+            return
+        transport = protocol.transport
+        transport.write(refusal)
         transport.close()
+
+    def send_pending(self) -> None:
+        """The waiting refusal, once the answers before it are sent; then close."""
+        refusal, self.pending = self.pending, None
+        transport = self.protocol.transport
+        if refusal is not None and not transport.is_closing():
+            transport.write(refusal)
+            transport.close()
 
 
 class _HeadRefusedError(Exception):
@@ -275,6 +302,9 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             guard.check_size()
 
     def _feed(self, data: bytes) -> None:
+        guard = self._head_guard
+        if guard is not None and guard.pending is not None:
+            return  # a head was refused: the parser cannot go on, and nothing more is read
         declined = self._declined_upgrade
         if declined is None:
             self._unset_keepalive_if_required()
@@ -284,8 +314,8 @@ class ServiceHttpProtocol(HttpToolsProtocol):
                 return
             self.parser.feed_data(data)
         except httptools.HttpParserError as error:
-            if self.transport.is_closing():
-                return  # a head refused (431) stopped the parser: answered already
+            if self.transport.is_closing() or (guard is not None and guard.pending is not None):
+                return  # a head refused (431) stopped the parser: answered, or to be
             self._refuse_unreadable(error)
         except httptools.HttpParserUpgrade as upgrade:
             if self._should_upgrade():
@@ -318,6 +348,13 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         if in_body and cycle is not None and cycle.response_started:
             self.transport.close()  # an answer is on its way: a second one cannot follow
             return
+        behind = False
+        if in_body and cycle is not None and self.pipeline and self.pipeline[0][0] is cycle:
+            # The body of a request queued behind others still being answered: it will not
+            # run (its body cannot be read), and its refusal comes in its turn, after theirs.
+            self.pipeline.popleft()
+            cycle.response_complete = True
+            behind = True
         part = "body's framing" if in_body else "request line and headers"
         found = str(error).rstrip(".") or "an error"
         guard.refuse(
@@ -327,11 +364,13 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             f"well-formed request",
             Fault.BAD_LENGTH if in_body else Fault.BAD_HEADER,
             ("body",) if in_body else ("header",),
+            behind,
         )
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         if self._head_guard is not None:
+            self._head_guard.begun = True
             self._head_guard.arm()
 
     def on_url(self, url: bytes) -> None:
@@ -365,6 +404,8 @@ class ServiceHttpProtocol(HttpToolsProtocol):
             self._head_guard.message_complete()
 
     def on_response_complete(self) -> None:
+        # With none queued, the answer just sent was the last one before a waiting refusal.
+        last = not self.pipeline
         super().on_response_complete()
         # uvicorn resumes reading after every answer, even with pipelined requests still
         # queued: a client that sends without reading its answers grew the queue by a socket
@@ -372,6 +413,9 @@ class ServiceHttpProtocol(HttpToolsProtocol):
         # once the queue is empty.
         if self.pipeline and not self.transport.is_closing():
             self.flow.pause_reading()
+        guard = self._head_guard
+        if last and guard is not None and guard.pending is not None:
+            guard.send_pending()
 
 
 #: The name ``python -m app`` gave the protocol before (deployments may name it in --http).

@@ -28,7 +28,7 @@ from app.pipeline.run import Answer, Body, Pipeline
 from app.pipeline.statistics import Statistics
 from app.registry import REGISTRY, Op
 from app.transports.errors import framework_error, render_v2
-from app.transports.http import JSON_TYPE, media_type
+from app.transports.http import JSON_TYPE, media_type, single_header
 from app.transports.http_body import read_small_body
 from app.transports.http_responses import serve_http
 from app.transports.json_tensors import (
@@ -272,12 +272,17 @@ def v2_exchange(op: Op, request: Request, regions: Regions) -> V2Exchange:
             f"content type {quote(kind)} is not accepted here; send {JSON_TYPE}, or "
             f"{BINARY_TYPE} with an Inference-Header-Content-Length header",
         )
-    return V2Exchange(op, request.headers.get(HEADER_LENGTH), new_request(regions))
+    return V2Exchange(op, single_header(request, HEADER_LENGTH), new_request(regions))
 
 
 def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:
     try:
         if chunk is not None:
+            if item.data is not None:
+                # gRPC refuses contents beside a raw entry; which one counts is not guessed.
+                raise TensorError(
+                    "has both data and parameters.binary_data_size; give the tensor one way"
+                )
             return decode_v2_binary(chunk, item.shape, item.datatype)
         if item.data is None:
             raise TensorError("has neither data nor parameters.binary_data_size")

@@ -380,3 +380,53 @@ async def test_docs_page(client: httpx.AsyncClient) -> None:
     for asset in assets:
         assert asset.startswith("/"), asset
         assert (await client.get(asset)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("element", "dtype"),
+    [
+        ("18446744073709551616", "uint64"),
+        ("-9223372036854775809", "int64"),
+        ("100000000000000000000", "int8"),
+        ("18446744073709551616", "bool"),
+    ],
+)
+async def test_an_integer_beyond_64_bits_is_named_as_such(
+    client: httpx.AsyncClient, element: str, dtype: str
+) -> None:
+    """JSON integers past 64 bits are read as doubles: the refusal says so, not just that the
+    element is a fraction (the element as sent is an integer)."""
+    content = f'{{"data": [1, {element}], "shift": 1, "axes": 0, "dtype": "{dtype}"}}'
+    response = await client.post(
+        "/roll", content=content, headers={"content-type": "application/json"}
+    )
+    assert_error(
+        response,
+        422,
+        ["body", "data"],
+        "(a number written with a fraction or an exponent, or beyond 64 bits)",
+    )
+    good = await client.post(
+        "/roll", json={"data": [1, 2**64 - 1], "shift": 1, "axes": 0, "dtype": "uint64"}
+    )
+    assert good.json() == {"data": [2**64 - 1, 1], "dtype": "uint64", "shape": [2]}
+
+
+async def test_a_content_type_given_twice_is_refused(client: httpx.AsyncClient) -> None:
+    """application/json and application/x-npz in two lines: which one the body is is not
+    guessed (the first counted, silently)."""
+    content = b'{"data": [1, 2, 3], "shift": 1, "axes": 0}'
+    for first, second in [("application/json", "application/x-npz"), ("a/b", "application/json")]:
+        response = await client.post(
+            "/roll",
+            content=content,
+            headers=[(b"content-type", first.encode()), (b"content-type", second.encode())],
+        )
+        assert_error(
+            response,
+            400,
+            ["header", "content-type"],
+            "the header content-type is given 2 times; give it once",
+        )
+    good = await client.post("/roll", content=content, headers={"content-type": "application/json"})
+    assert good.json() == {"data": [3, 1, 2], "dtype": "int64", "shape": [3]}

@@ -315,3 +315,29 @@ async def test_a_few_unknown_members_are_still_named(client: httpx.AsyncClient) 
     [item] = response.json()["detail"]
     assert item["loc"] == ["body", "x0"]
     assert item["type"] == "extra_forbidden"
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("batch_dims=0&batch_dims=1", "batch_dims"),
+        ("batch_dims=1&batch_dims=1", "batch_dims"),
+        ("dtype=int64&dtype=float64", "dtype"),
+    ],
+)
+async def test_a_query_parameter_given_twice_is_refused(
+    client: httpx.AsyncClient, query: str, name: str
+) -> None:
+    """Which of two values counts is not guessed (the last one did, silently), as an input given
+    twice in an archive or a V2 request is refused."""
+    data = np.arange(6).reshape(2, 3)
+    indices = np.array([[2, -1], [0, 7]])
+    body = npz_bytes(data=data, indices=indices, axis=np.int64(1))
+    response = await client.post(f"/gather?{query}", content=body, headers=NPZ)
+    assert response.status_code == 422, response.text
+    [item] = response.json()["detail"]
+    assert item["loc"] == ["query", name]
+    assert item["msg"] == f"{name} is given more than once in the query; give it once"
+    output = load(await client.post("/gather?batch_dims=1", content=body, headers=NPZ))
+    assert_same_bits(output, gather(data, indices, np.int64(1), 1))
+    assert output.tolist() == [[2, 2], [3, 0]]  # -1 from the end, 7 out of range: zero

@@ -408,3 +408,53 @@ async def test_json_output_cannot_carry_nan_or_infinity(client: httpx.AsyncClien
         await client.post("/v2/models/roll/infer", content=body, headers=headers)
     )
     assert_same_bits(output, np.roll(data, 1))
+
+
+async def test_an_input_with_both_json_data_and_binary_data_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    """Which values would count is not for the server to guess: gRPC refuses contents beside a
+    raw entry, shared memory a region beside data; an HTTP input with JSON data beside its
+    binary_data_size is refused the same way, not answered from the binary data alone."""
+    data = np.arange(4, dtype=np.float32)
+    body, headers = binary_request(
+        [("data", data, "FP32"), ("shift", np.int64(1), "INT64"), ("axes", np.int64(0), "INT64")]
+    )
+    length = int(headers["inference-header-content-length"])
+    head = orjson.loads(body[:length])
+    head["inputs"][0]["data"] = [9.0, 9.0, 9.0, 9.0]
+    header = orjson.dumps(head)
+    headers["inference-header-content-length"] = str(len(header))
+    response = await client.post(
+        "/v2/models/roll/infer", content=header + body[length:], headers=headers
+    )
+    assert_v2_error(response, 400, "data: has both data and parameters.binary_data_size")
+    # The same request without the JSON data is answered, bit-exact.
+    good, headers = binary_request(
+        [("data", data, "FP32"), ("shift", np.int64(1), "INT64"), ("axes", np.int64(0), "INT64")]
+    )
+    output, _ = read_binary(
+        await client.post("/v2/models/roll/infer", content=good, headers=headers)
+    )
+    assert_same_bits(output, np.roll(data, 1))
+
+
+@pytest.mark.parametrize("twice", ["inference-header-content-length", "content-type"])
+async def test_a_framing_header_given_twice_is_refused(
+    client: httpx.AsyncClient, twice: str
+) -> None:
+    """Two Inference-Header-Content-Length (or Content-Type) lines that may disagree: which one
+    frames the body is not guessed (the first counted, silently), as two Content-Length lines
+    are refused."""
+    data = np.arange(3, dtype=np.int64)
+    body, headers = binary_request(
+        [("data", data, "INT64"), ("shift", np.int64(1), "INT64"), ("axes", np.int64(0), "INT64")]
+    )
+    lines = [(name.encode(), value.encode()) for name, value in headers.items()]
+    lines.append((twice.encode(), headers[twice].encode()))
+    response = await client.post("/v2/models/roll/infer", content=body, headers=lines)
+    assert_v2_error(response, 400, f"{twice}: the header {twice} is given 2 times; give it once")
+    output, _ = read_binary(
+        await client.post("/v2/models/roll/infer", content=body, headers=headers)
+    )
+    assert_same_bits(output, np.roll(data, 1))
