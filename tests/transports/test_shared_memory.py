@@ -464,6 +464,19 @@ def test_an_object_cut_short_after_registration_is_refused(server: Server, new_o
 
 
 #: Run in a process of its own: without the SIGBUS guard the read below kills the process.
+def run_script(script: str, *arguments: str) -> "subprocess.CompletedProcess[str]":
+    """``script`` run by a Python process of its own from the project's root (a SIGBUS there
+    ends that process, not the test's), its output as text."""
+    return subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).parents[2],
+    )
+
+
 _CUT_UNDER_A_READ = """
 import os, signal, sys
 import numpy as np
@@ -500,14 +513,7 @@ print(mapping[0])
 def test_an_object_cut_short_under_a_read_is_refused_not_a_sigbus(new_object: Any) -> None:
     region, other = new_object(1 << 16), new_object(4096)
     region.write(np.arange(1 << 14, dtype=np.float32))
-    done = subprocess.run(
-        [sys.executable, "-c", _CUT_UNDER_A_READ, region.key, other.key],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).parents[2],
-    )
+    done = run_script(_CUT_UNDER_A_READ, region.key, other.key)
     lines = done.stdout.splitlines()
     assert lines[:1] == ["sum 0.0"], (done.returncode, done.stdout + done.stderr)
     assert lines[1] == (
@@ -544,14 +550,7 @@ def test_a_sigbus_handler_set_after_the_guard_is_replaced_at_the_next_registrati
     let a cut object kill the worker: each registration puts the guard back first."""
     first, second = new_object(1 << 16), new_object(1 << 16)
     second.write(np.arange(1 << 14, dtype=np.float32))
-    done = subprocess.run(
-        [sys.executable, "-c", _HANDLER_REPLACED, first.key, second.key],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).parents[2],
-    )
+    done = run_script(_HANDLER_REPLACED, first.key, second.key)
     assert (done.returncode, done.stdout) == (0, "sum 0.0\n"), done.stderr
 
 
