@@ -10,6 +10,7 @@ import contextlib
 import http.client
 import io
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -634,6 +635,20 @@ def run_failover(directory: Path, scenario: Scenario) -> Report:
             replica.destroy()
 
 
+def replica_answers(logs: list[str]) -> dict[str, int]:
+    """The status each request id got on an op route (POST /roll, /gather), from the replicas'
+    own access lines (the key check's GET /info aside)."""
+    answers: dict[str, int] = {}
+    for log in logs:
+        for line in log.splitlines():
+            if '"logger":"tensor_ops.access"' not in line:
+                continue
+            record = json.loads(line)
+            if record.get("method") == "POST" and record.get("route") in ("/roll", "/gather"):
+                answers[record["request_id"]] = record["status"]
+    return answers
+
+
 @pytest.mark.e2e
 @pytest.mark.skipif(NGINX is None, reason="nginx is not installed")
 def test_no_request_fails_when_replicas_die_restart_or_stop(tmp_path: Path) -> None:
@@ -645,10 +660,17 @@ def test_no_request_fails_when_replicas_die_restart_or_stop(tmp_path: Path) -> N
     assert not failed, failed[:10]
     for window in report.windows:
         assert window.outcomes, window.name
-    # nginx logged every request the clients sent, each answered 200 in the end.
+    # nginx logged every request the clients sent, each answered 200 in the end. Once in a few
+    # runs nginx holds the line of one of the last requests for good (answered, its answer
+    # checked by the client, and not written even by a graceful stop): such a request must be
+    # in a replica's own log, answered 200 on its op route, and there may be at most two.
     sent = {outcome.request_id for outcome in report.outcomes}
     logged = {call.request_id: call for call in report.calls if call.request_id in sent}
-    assert set(logged) == sent
+    unlogged = sent - set(logged)
+    assert len(unlogged) <= 2, sorted(unlogged)[:10]
+    answered = replica_answers(report.logs)
+    for request_id in unlogged:
+        assert answered.get(request_id) == 200, (request_id, answered.get(request_id))
     assert {call.status for call in logged.values()} == {"200"}
     # A replica sent SIGTERM drains and exits: uvicorn raises the signal again once it has
     # finished, so the status is that of SIGTERM's (or 0). No replica wrote a traceback.
