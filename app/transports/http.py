@@ -273,9 +273,11 @@ def _unsupported(kind: str) -> ServiceError:
 def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     """The adapter for the request's content type; 415 for a type the op routes do not take."""
     kind = media_type(request)
+    # The query parameters an op route reads (.npz bodies): only looked for in a query.
+    names = ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ()
     if kind == NPZ_TYPE:
         query = request.query_params
-        for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
+        for name in names:
             if len(query.getlist(name)) > 1:
                 # Which value counts is not guessed, as an input given twice is refused.
                 raise ServiceError(
@@ -285,7 +287,7 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
                 )
         return NpzExchange(op, query, max_body_bytes)
     if kind in (JSON_TYPE, ""):
-        for name in ("dtype", *sorted(attribute_names())) if request.scope["query_string"] else ():
+        for name in names:
             if name in request.query_params:
                 raise ServiceError(
                     Fault.UNKNOWN_INPUT,

@@ -42,13 +42,9 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
     """
     limit = settings.max_body_bytes
     codings = content_codings(request.headers.getlist("content-encoding"))
-    declared = request.headers.get("content-length")
+    declared = _declared_length(request)
     length = None
     if declared is not None:
-        if not (declared.isascii() and declared.isdigit()):
-            raise ServiceError(
-                Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
-            )
         # Past 19 digits a length passes any limit (and int() refuses 4300 of them): no int.
         if len(declared.lstrip("0")) > _LENGTH_DIGITS:
             raise too_large(f"{len(declared)} digits of bytes", limit)
@@ -80,6 +76,16 @@ async def read_body(request: Request, settings: Settings, reservation: Reservati
     return body
 
 
+def _declared_length(request: Request) -> str | None:
+    """``Content-Length`` as its digits, None when absent; 400 when it is not a number."""
+    declared = request.headers.get("content-length")
+    if declared is not None and not (declared.isascii() and declared.isdigit()):
+        raise ServiceError(
+            Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
+        )
+    return declared
+
+
 async def read_small_body(
     request: Request, settings: Settings, limit: int, too_large_words: str
 ) -> bytes:
@@ -92,14 +98,11 @@ async def read_small_body(
     def refused() -> ServiceError:
         return ServiceError(Fault.TOO_LARGE, ("body",), too_large_words)
 
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        if not (declared.isascii() and declared.isdigit()):
-            raise ServiceError(
-                Fault.BAD_HEADER, ("header", "content-length"), "Content-Length is not a number"
-            )
-        if len(declared.lstrip("0")) > _LENGTH_DIGITS or int(declared) > limit:
-            raise refused()
+    declared = _declared_length(request)
+    if declared is not None and (
+        len(declared.lstrip("0")) > _LENGTH_DIGITS or int(declared) > limit
+    ):
+        raise refused()
     # Below one window's quota, the whole body must come within the first window; at a rate
     # that low (or none, 0) that the body may take several, within the total time limit.
     paced = limit < settings.min_transfer_rate * settings.rate_window
@@ -112,9 +115,7 @@ async def read_small_body(
                 if len(body) > limit:
                     raise refused()
     except TimeoutError:
-        raise _timed_out(
-            settings, not paced or settings.body_timeout <= settings.rate_window
-        ) from None
+        raise _timed_out(settings, seconds >= settings.body_timeout) from None
     except ClientDisconnect:
         raise ServiceError(Fault.DISCONNECTED, ("body",), "the client went away mid-body") from None
     return bytes(body)
