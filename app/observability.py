@@ -6,6 +6,7 @@ import contextlib
 import functools
 import logging
 import os
+import random
 import re
 import sys
 import threading
@@ -364,9 +365,11 @@ def _write_access_line(fields: dict[str, Any]) -> None:
 def accepted_request_id(given: str | None) -> str:
     """The client's request id when it is a sane one (letters, digits, ``._:-``, at most 128),
     else a new one."""
-    # 128 random bits as 32 hex digits, as uuid4().hex reads (less its 6 fixed bits) at a
-    # quarter of the cost.
-    return given if given and _REQUEST_ID.fullmatch(given) else os.urandom(16).hex()
+    # 128 random bits as 32 hex digits, as uuid4().hex reads (less its 6 fixed bits). An id
+    # names a request in logs and traces, it guards nothing: the process's own generator (seeded
+    # from the system's and reseeded in each forked worker) serves at less than half the cost
+    # of a system call a request.
+    return given if given and _REQUEST_ID.fullmatch(given) else random.randbytes(16).hex()
 
 
 class Observation:
@@ -437,6 +440,10 @@ def record(
     metrics.latency.observe(duration)
     metrics.bytes_in.inc(bytes_in)
     metrics.bytes_out.inc(bytes_out)
+    if key is not None:
+        _key_requests(key).inc()
+    if tracing.TRACER is None and not ACCESS_LOG.isEnabledFor(logging.INFO):
+        return  # nobody reads the line (a log level above info, tracing off): not made
     fields = {
         "request_id": request_id,
         "method": method,
@@ -450,7 +457,6 @@ def record(
     }
     if key is not None:
         fields["key"] = key
-        _key_requests(key).inc()
     if tracing.TRACER is not None:
         # The request's span is current: it takes what the line says, and the line its ids.
         fields |= tracing.request_done(request_id, route, status, bytes_in, bytes_out, reserved)

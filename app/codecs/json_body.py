@@ -44,7 +44,9 @@ _COUNT_BY_NUMPY = 1 << 12
 _MESSAGE_LIMIT = 200
 
 
-@dataclass(frozen=True)
+# Not frozen: every JSON request makes one, and a frozen class sets each field through
+# object.__setattr__ (1.5 us against 0.3 for seven fields). Nothing changes one once made.
+@dataclass(slots=True)
 class JsonBody:
     """A JSON body ready to parse: the text orjson will see, and the long strings cut out of it."""
 
@@ -137,6 +139,16 @@ def parsing_bytes(text: bytes | bytearray | memoryview) -> int:
     """
     if isinstance(text, memoryview) and len(text) < _COUNT_BY_NUMPY:
         text = text.tobytes()  # a small body: bytes.count beats NumPy's setup, five times over
+    if len(text) < _COUNT_BY_NUMPY and not isinstance(text, memoryview):
+        # The same counts with no call a count (a small request's whole estimate in a third).
+        return (
+            2 * len(text)
+            + 64 * text.count(b",")
+            + 120 * text.count(b"[")
+            + 640 * text.count(b"{")
+            + 160 * text.count(b":")
+            + 32 * text.count(b'"')
+        )
     elements = 64 * _count(text, _COMMA)
     lists = 120 * _count(text, _OPEN_BRACKET)
     objects = 640 * _count(text, _OPEN_BRACE)

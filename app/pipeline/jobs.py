@@ -65,6 +65,8 @@ def check_shape(
     is in Python integers. ``output`` says the shape is the output's (located at the body), and
     ``itemsize`` is then the widest its answer may take.
     """
+    if not shape:
+        return  # a scalar: no dimension to pass a limit (the rank limit is at least 1)
     what = "the output" if output else field
     loc = ("body",) if output else ("body", field)
     rank_limit = min(limits.max_rank, MAX_RANK)

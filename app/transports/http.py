@@ -37,7 +37,7 @@ from app.transports.json_tensors import (
     settle_npy_type,
 )
 from app.transports.routes import Endpoint, OpRoute
-from app.transports.schemas import TensorResponse, request_model
+from app.transports.schemas import TensorResponse, request_fields, request_model
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import npy_buffer
@@ -163,7 +163,7 @@ class JsonExchange:
         try:
             # The model's core validator, not model_validate (whose wrapper costs 5 us more).
             model_type = request_model(self.op)
-            refuse_unknown_fields(payload, model_type.model_fields)
+            refuse_unknown_fields(payload, request_fields(self.op))
             model = model_type.__pydantic_validator__.validate_python(payload)
             fields = dict(model.__dict__)
         except ValidationError as error:
