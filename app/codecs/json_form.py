@@ -13,6 +13,7 @@ from tensor_ops_wire.npy import MAX_RANK
 
 JsonValue = Any
 _INT64 = np.dtype(np.int64)
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 _NUMBER_TYPES = {int, float}
 _FLOAT64 = np.dtype(np.float64)
 #: From this many elements on, arrays are filled by ``np.fromiter``.
@@ -188,6 +189,8 @@ def _float_hint(types: set[type]) -> str:
 
 def decode_json_indices(value: JsonValue) -> npt.NDArray[np.int64]:
     """An index tensor (shift, axes, indices, axis) in JSON form: int64 integers only."""
+    if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
+        return np.array(value, dtype=_INT64)  # a scalar, the commonest attribute: no lists
     shape, rows, types = _to_array(value)
     if types - {int}:
         found = _kind_words(types - {int})

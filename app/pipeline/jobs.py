@@ -104,9 +104,13 @@ def check_shape(
         )
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Job:
-    """A request checked against the spec, its output sized but not yet computed."""
+    """A request checked against the spec, its output sized but not yet computed.
+
+    Not frozen, though nothing changes it after ``make_job`` but its kernel's time: a frozen
+    class sets each field through ``object.__setattr__``, a microsecond of a small request.
+    """
 
     op: Op
     arrays: Arrays
@@ -141,8 +145,8 @@ class Job:
             result = out
         else:
             result = self._compute(out)
-        # Frozen: the one field set after the checks, read by the pipeline's statistics.
-        object.__setattr__(self, "kernel_ns", time.perf_counter_ns() - started)
+        # The one field set after the checks, read by the pipeline's statistics.
+        self.kernel_ns = time.perf_counter_ns() - started
         _elements(self.op.name).inc(result.size)
         return result
 

@@ -49,7 +49,12 @@ class BuffersResponse(Response):
         window: float = 10.0,
     ) -> None:
         self.buffers = [
-            buffer if isinstance(buffer, Base64Stream) else _as_bytes(buffer) for buffer in buffers
+            # A small bytes object as it is (sent whole, never sliced); else a view of its bytes.
+            buffer
+            if isinstance(buffer, Base64Stream)
+            or (type(buffer) is bytes and len(buffer) <= _SEND_PIECE)
+            else _as_bytes(buffer)
+            for buffer in buffers
         ]
         self.reservation = reservation
         self.min_rate = min_rate
@@ -63,11 +68,11 @@ class BuffersResponse(Response):
         self.raw_headers = [
             (b"content-length", str(self.length).encode()),
             (b"content-type", media_type.encode("latin-1")),
-            *(
-                (k.lower().encode("latin-1"), v.encode("latin-1"))
-                for k, v in (headers or {}).items()
-            ),
         ]
+        if headers:
+            self.raw_headers += [
+                (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()
+            ]
 
     async def _send_all(self, send: Send, sent: Callable[[int], None]) -> None:
         await send(
@@ -98,7 +103,11 @@ class BuffersResponse(Response):
                         "headers": self.raw_headers,
                     }
                 )
-                body = b"".join(self._pieces())
+                buffers = self.buffers
+                if len(buffers) == 1 and type(buffers[0]) is bytes:
+                    body = buffers[0]  # the commonest small answer: one orjson text
+                else:
+                    body = b"".join(self._pieces())
                 await send({"type": "http.response.body", "body": body, "more_body": False})
                 return
             quota = self.min_rate * self.window
