@@ -47,6 +47,12 @@ def element_count(shape: list[int], dtype: np.dtype[Any]) -> int:
     nonzero dimensions spanning more bytes than NumPy can index, even beside a 0 (``[0, 2**93]``
     holds no element, and still no array can have that shape).
     """
+    if len(shape) <= 1:
+        # A scalar, or one dimension: the bytes it spans, as numpy_can_hold counts them.
+        if not shape:
+            return 1
+        if shape[0] * dtype.itemsize <= MAX_NBYTES:
+            return shape[0]
     if len(shape) > MAX_RANK:
         raise too_large(f"shape has rank {len(shape)}; at most {MAX_RANK} is supported")
     if not numpy_can_hold(shape, dtype.itemsize):

@@ -206,6 +206,8 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, int]:
     """The op's attributes (``batch_dims``) from the request's parameters, defaults filled in;
     an attribute of another op is refused, as an unknown input is."""
     attributes = op.attribute_defaults()
+    if not parameters:
+        return attributes  # the commonest request: no parameters at all
     for name in attribute_names().intersection(parameters):
         value = parameters[name]
         if name not in attributes:
