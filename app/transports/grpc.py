@@ -252,7 +252,7 @@ class GrpcExchange:
                 ("body", item.name, "parameters"),
                 "send the tensor in the request, in raw_input_contents or in contents",
             )
-            if any(size < 0 for size in item.shape):
+            if min(item.shape, default=0) < 0:
                 raise ServiceError(
                     Fault.INVALID_FIELD,
                     ("body", item.name, "shape"),

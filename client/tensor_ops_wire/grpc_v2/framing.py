@@ -174,17 +174,26 @@ def entry(message: Any, number: int, index: int) -> memoryview:
 def nested(number: int, payload: Sequence[Any]) -> list[Any]:
     """The pieces of one length-delimited field ``number`` whose contents are ``payload``'s
     pieces one after the other (to be joined, once, with the rest of a message)."""
-    length = sum(len(memoryview(piece).cast("B")) for piece in payload)
+    length = sum(
+        len(piece) if type(piece) is bytes else len(memoryview(piece).cast("B"))
+        for piece in payload
+    )
     return [_varint_bytes(number << 3 | _LENGTH), _varint_bytes(length), *payload]
 
 
 def _varint_bytes(value: int) -> bytes:
+    if value < 0x80:
+        return _ONE_BYTE[value]  # a tag, or a small message's length
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+#: Each varint of one byte, made once.
+_ONE_BYTE = [bytes((value,)) for value in range(0x80)]
 
 
 def join_raw(head: bytes, field: int, raw: Sequence[Any]) -> bytes:
