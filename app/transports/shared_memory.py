@@ -412,8 +412,10 @@ class SharedTensors:
     ) -> npt.NDArray[Any] | None:
         """Input ``name`` read from its region (a view, no copy), or None when it names none.
         ``carried``: what else the request carries it in, if anything (refused beside it)."""
+        if not parameters:  # most tensors: no parameters at all
+            return None
         loc = ("body", name, "parameters")
-        place = self.place(parameters or {}, loc)
+        place = self.place(parameters, loc)
         if place is None:
             return None
         if carried is not None:
@@ -469,6 +471,8 @@ class SharedTensors:
     def verify(self) -> None:
         """Refuse the request, once run, if an object it read or wrote was cut short meanwhile
         (its bytes were zeros of the worker's then: the answer would mean nothing)."""
+        if not self.inputs and self.output is None:
+            return  # nothing of the request was in shared memory
         places = [(("body", name, "parameters", REGION), place) for name, place in self.inputs]
         if self.output is not None:
             places.append((("body", OUTPUT_NAME, "parameters", REGION), self.output))

@@ -201,7 +201,7 @@ class V2Exchange:
         def decode(index: int, item: RequestInput) -> Any:
             nonlocal offset
             size = checked[0]
-            if shared is not None:
+            if shared is not None and item.parameters:  # a tensor in shared memory names it
                 carried = "binary_data_size" if size is not None else None
                 if item.data is not None:
                     carried = "data"
