@@ -121,9 +121,19 @@ class Region:
             )
 
     def require_unfaulted(self, loc: tuple[str, ...]) -> None:
-        """Refuse a region whose object was cut short while in use: its mapping holds zeros of
-        the worker's own since, not the object's bytes."""
+        """Refuse a region whose mapping faulted while in use: its mapping holds zeros of the
+        worker's own since, not the object's bytes. The object cut short (ftruncate) is the
+        common cause; one still whole was refused its pages by the system (tmpfs answers a write
+        to a page it has no room for so, when /dev/shm is full)."""
         if self.guard.faults:
+            if os.fstat(self.descriptor).st_size >= self.offset + self.byte_size:
+                raise _refused(
+                    loc,
+                    f"shared memory object {quote(self.key)} of region {quote(self.name)} could "
+                    "not be read or written while a request used it, though it is whole (the "
+                    "system's shared memory, /dev/shm, may be full): its bytes are gone from the "
+                    "region; make room, then unregister the region and register it again",
+                )
             raise _refused(
                 loc,
                 f"shared memory object {quote(self.key)} of region {quote(self.name)} was cut "

@@ -526,6 +526,41 @@ def test_an_object_cut_short_under_a_read_is_refused_not_a_sigbus(new_object: An
     assert done.returncode == -signal.SIGBUS, done.stderr
 
 
+class _Faulted:
+    """A guard slot that has taken a fault (what the SIGBUS handler counts)."""
+
+    faults = 1
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_a_faulted_region_is_refused_naming_what_happened(new_object: Any, cut: bool) -> None:
+    """A fault on an object cut short says so; one on an object still whole (tmpfs refusing a
+    page when /dev/shm is full) does not send the client looking for an ftruncate."""
+    made = new_object(4096)
+    regions = Regions(Settings())
+    regions.register("r", made.key, 0, 4096)
+    region = regions.get("r", ("body",))
+    object.__setattr__(region, "guard", _Faulted())
+    if cut:
+        os.truncate("/dev/shm" + made.key, 0)
+    with pytest.raises(ServiceError) as refused:
+        region.require_unfaulted(("body", "data"))
+    words = (
+        "was cut short while a request used it (ftruncate)"
+        if cut
+        else "could not be read or written while a request used it, though it is whole (the "
+        "system's shared memory, /dev/shm, may be full)"
+    )
+    (problem,) = refused.value.problems
+    assert problem.msg == (
+        f"shared memory object '{made.key}' of region 'r' {words}: its bytes are gone from the "
+        "region; "
+        + ("" if cut else "make room, then ")
+        + "unregister the region and register it again"
+    )
+    assert problem.loc == ("body", "data")
+
+
 _HANDLER_REPLACED = """
 import faulthandler, os, sys
 from app.settings import Settings
