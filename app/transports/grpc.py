@@ -51,6 +51,7 @@ from app.transports.shared_memory import (
     OUTPUT_EXTENSIONS_ON,
     Regions,
     SharedTensors,
+    decoded_checked,
     grpc_answer,
     grpc_calls,
     new_request,
@@ -197,6 +198,9 @@ class GrpcExchange:
         return _TYPED_BYTES_PER_WIRE_BYTE * len(self.head) + _ENTRY_BYTES * entries
 
     def decode(self, limits: Limits) -> Job:
+        return decoded_checked(self.shared, lambda: self._decode(limits))
+
+    def _decode(self, limits: Limits) -> Job:
         try:
             request = pb.ModelInferRequest.FromString(self.head)
         except DecodeError as error:

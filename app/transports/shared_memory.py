@@ -26,7 +26,7 @@ import re
 import stat
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -506,6 +506,18 @@ class SharedTensors:
         if self.output.offset:
             parameters[OFFSET] = self.output.offset
         return parameters
+
+
+def decoded_checked(shared: SharedTensors | None, decode: Callable[[], Job]) -> Job:
+    """``decode()``; a refusal it raises gives way to the region's own when an object the
+    request read was cut short meanwhile (the zeros mapped in its place, not the client's
+    values, broke the check that refused it)."""
+    try:
+        return decode()
+    except ServiceError:
+        if shared is not None:
+            shared.verify()
+        raise
 
 
 def _require_aligned(place: Place, dtype: np.dtype[Any], loc: tuple[str, ...]) -> None:

@@ -43,6 +43,7 @@ from app.transports.shared_memory import (
     Regions,
     SharedTensors,
     add_shared_memory_routes,
+    decoded_checked,
     http_answer,
     new_request,
     server_extensions,
@@ -152,6 +153,9 @@ class V2Exchange:
         return self.json.parsing_bytes()
 
     def decode(self, limits: Limits) -> Job:
+        return decoded_checked(self.shared, lambda: self._decode(limits))
+
+    def _decode(self, limits: Limits) -> Job:
         assert self.json is not None
         try:
             payload = self.json.loads()

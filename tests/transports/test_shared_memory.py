@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import numpy as np
 import numpy.typing as npt
+import orjson
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
@@ -26,8 +27,11 @@ from tritonclient.utils import InferenceServerException
 from app.errors import ServiceError
 from app.main import create_app
 from app.ops import gather, roll
+from app.pipeline.jobs import Limits
+from app.registry import REGISTRY
 from app.settings import Settings
 from app.transports.shared_memory import MAX_REGIONS, Regions, SharedTensors
+from app.transports.v2_http import V2Exchange
 from tensor_ops_client import TensorOpsClient
 from tests.support import DTYPES, assert_same_bits, free_port, launch_server, sample, stop_server
 
@@ -559,6 +563,52 @@ def test_a_faulted_region_is_refused_naming_what_happened(new_object: Any, cut: 
         + "unregister the region and register it again"
     )
     assert problem.loc == ("body", "data")
+
+
+class _FaultsLater:
+    """A guard slot whose mapping faults after its first look (while the request runs)."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    @property
+    def faults(self) -> int:
+        self.looks += 1
+        return int(self.looks > 1)
+
+
+@pytest.mark.parametrize("faulted", [True, False])
+def test_a_refusal_after_a_fault_names_the_region_not_what_its_zeros_broke(
+    new_object: Any, faulted: bool
+) -> None:
+    """Refused once its data was read from a region that faulted meanwhile (axes here), a
+    request is told of the region: the check may have failed on the guard's zeros."""
+    made = new_object(4096)
+    regions = Regions(Settings())
+    regions.register("r", made.key, 0, 4096)
+    if faulted:
+        object.__setattr__(regions.get("r", ("body",)), "guard", _FaultsLater())
+    region = {"shared_memory_region": "r", "shared_memory_byte_size": 16}
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {"name": "data", "datatype": "FP32", "shape": [4], "parameters": region},
+                {"name": "shift", "datatype": "INT64", "shape": [], "data": [1]},
+                {"name": "axes", "datatype": "INT64", "shape": [], "data": [5]},
+            ]
+        }
+    )
+    exchange = V2Exchange(REGISTRY["roll"], None, SharedTensors(regions))
+    exchange.prepare(body)
+    with pytest.raises(ServiceError) as refused:
+        exchange.decode(Limits.of(Settings()))
+    (problem,) = refused.value.problems
+    if faulted:
+        assert problem.loc == ("body", "data", "parameters", "shared_memory_region")
+        assert "could not be read or written while a request used it" in problem.msg
+    else:
+        assert problem.loc == ("body", "axes")
+        assert "out of range" in problem.msg
 
 
 _HANDLER_REPLACED = """
