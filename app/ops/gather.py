@@ -1,5 +1,6 @@
 """Gather-8: take slices of a tensor along one axis at the given indices, batch by batch."""
 
+import functools
 import math
 from typing import Any, NamedTuple
 
@@ -7,6 +8,17 @@ import numpy as np
 import numpy.typing as npt
 
 from app.ops import compiled
+from app.ops.declaration import (
+    INTEGER_TYPES,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
@@ -212,3 +224,133 @@ def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any
     if indices_dtype.isnative:
         return 0
     return math.prod(indices_shape) * indices_dtype.itemsize
+
+
+# ------------------------------------------------------------------------------------------------
+# The declaration
+
+
+_BATCHES = [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]
+_FOUR_D = [
+    [[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12], [13, 14, 15, 16], [17, 18, 19, 20]]],
+    [[[21, 22, 23, 24], [25, 26, 27, 28], [29, 30, 31, 32], [33, 34, 35, 36], [37, 38, 39, 40]]],
+]
+
+
+def _plan_gather(arrays: Arrays, attributes: Attributes) -> Plan:
+    data, indices = arrays["data"], arrays["indices"]
+    plan = gather_plan(
+        data.shape, indices.shape, indices.dtype, arrays["axis"], attributes["batch_dims"]
+    )
+    return Plan(plan.output_shape, functools.partial(gather_planned, data, indices, plan))
+
+
+def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    return gather_workspace(arrays["indices"].shape, arrays["indices"].dtype)
+
+
+def _gather(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return gather(arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out)
+
+
+GATHER = Op(
+    name="gather",
+    position=1,
+    spec="Gather-8",
+    summary="Gather-8: take slices along an axis at given indices",
+    description="Gather-8 over `data`: the output shape is "
+    "`data.shape[:axis] + indices.shape[batch_dims:] + data.shape[axis + 1:]`; indices "
+    "outside `[-data.shape[axis], data.shape[axis] - 1]` give zeros. Send JSON (tensors as "
+    "nested arrays or base64 .npy) or an .npz archive.",
+    request_doc="Gather-8: the slices of `data` along `axis` at `indices`, batch by batch.",
+    inputs=(
+        data_input("gather from"),
+        Input(
+            "indices",
+            "Indices to gather (input 2, type T_IND).",
+            "T_IND: any integer type, any shape (a scalar too). Values outside "
+            "[-data.shape[axis], data.shape[axis] - 1] give zeros. JSON form is int64.",
+            INTEGER_TYPES,
+        ),
+        Input(
+            "axis",
+            "The axis to gather along (input 3, type T_AXIS).",
+            "T_AXIS: any integer type, a scalar or a 1D tensor of one element, in "
+            "[-data.rank, data.rank - 1]. JSON form is int64.",
+            INTEGER_TYPES,
+            rank="0 or 1",
+        ),
+    ),
+    attributes=(
+        Attribute(
+            "batch_dims",
+            0,
+            "Leading dimensions of data and indices that are batches; "
+            "in [-min(data.rank, indices.rank), min(data.rank, indices.rank)] and <= axis.",
+        ),
+    ),
+    plan=_plan_gather,
+    kernel=_gather,
+    workspace=_gather_workspace,
+    examples={
+        "example_1": example(
+            "Gather-8 Example 1: default batch_dims",
+            {"data": [1, 2, 3, 4, 5], "indices": [0, 0, 4], "axis": 0, "batch_dims": 0},
+            [1, 1, 5],
+        ),
+        "example_2": example(
+            "Gather-8 Example 2: batch_dims = 1",
+            {"data": _BATCHES, "indices": [[0, 0, 4], [4, 0, 0]], "axis": 1, "batch_dims": 1},
+            [[1, 1, 5], [10, 6, 6]],
+        ),
+        "example_3": example(
+            "Gather-8 Example 3: batch_dims = 2",
+            {
+                "data": [
+                    [[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]],
+                    [[11, 12, 13, 14, 15], [16, 17, 18, 19, 20]],
+                ],
+                "indices": [[[0, 0, 4], [4, 0, 0]], [[1, 2, 4], [4, 3, 2]]],
+                "axis": 2,
+                "batch_dims": 2,
+            },
+            [[[1, 1, 5], [10, 6, 6]], [[12, 13, 15], [20, 19, 18]]],
+        ),
+        "example_4": example(
+            "Gather-8 Example 4: axis > batch_dims",
+            {"data": _FOUR_D, "indices": [[1, 2, 4], [4, 3, 2]], "axis": 2, "batch_dims": 1},
+            [
+                [[[5, 6, 7, 8], [9, 10, 11, 12], [17, 18, 19, 20]]],
+                [[[37, 38, 39, 40], [33, 34, 35, 36], [29, 30, 31, 32]]],
+            ],
+        ),
+        "example_5": example(
+            "Gather-8 Example 5: negative batch_dims (-1 means indices.rank - 1 = 1)",
+            {"data": _BATCHES, "indices": [[0, 0, 4], [4, 0, 0]], "axis": 1, "batch_dims": -1},
+            [[1, 1, 5], [10, 6, 6]],
+        ),
+        "example_6": example(
+            "Gather-8 Example 6: negative indices",
+            {"data": [1, 2, 3, 4, 5], "indices": [0, -2, -1], "axis": 0, "batch_dims": 0},
+            [1, 4, 5],
+        ),
+        "example_7": example(
+            "Gather-8 Example 7: indices out of range give zeros",
+            {"data": [1, 2, 3, 4, 5], "indices": [3, 10, -20], "axis": 0, "batch_dims": 0},
+            [4, 0, 0],
+        ),
+        "example_7_float32": example(
+            "Gather-8 Example 7 with float32 data (dtype given by name)",
+            {
+                "data": [1.5, 2.5, 3.5, 4.5, 5.5],
+                "indices": [3, 10, -20],
+                "axis": 0,
+                "dtype": "float32",
+            },
+            [4.5, 0.0, 0.0],
+        ),
+    },
+)
+
+#: What app/registry.py collects.
+OP = GATHER

@@ -1,5 +1,6 @@
 """Roll-7: shift the elements of a tensor along the given axes, wrapping around."""
 
+import functools
 import math
 from typing import Any
 
@@ -7,8 +8,18 @@ import numpy as np
 import numpy.typing as npt
 
 from app.ops import compiled
+from app.ops.declaration import (
+    Arrays,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
+from tensor_ops_wire.npy import encode_npy_base64
 
 #: T_IND_1 and T_IND_2 of the spec: the element types ``shift`` and ``axes`` may have.
 ROLL_INDEX_TYPES = (np.dtype(np.int32), np.dtype(np.int64))
@@ -248,3 +259,84 @@ def roll_workspace(
     """The most bytes ``roll`` holds beyond its input and output: none (the compiled loop walks
     the rolled axes with an odometer of a few integers, however many there are)."""
     return 0
+
+
+# ------------------------------------------------------------------------------------------------
+# The declaration
+
+
+_ROLL_INDEX = tuple(dtype.name for dtype in ROLL_INDEX_TYPES)
+_MATRIX = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]]
+
+
+def _plan_roll(arrays: Arrays, attributes: Attributes) -> Plan:
+    data = arrays["data"]
+    net = roll_shifts(data.shape, arrays["shift"], arrays["axes"])
+    return Plan(data.shape, functools.partial(roll_planned, data, net))
+
+
+def _roll(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
+
+
+def _roll_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    data = arrays["data"]
+    return roll_workspace(data.shape, data.dtype.itemsize, arrays["shift"], arrays["axes"])
+
+
+ROLL = Op(
+    name="roll",
+    position=0,
+    spec="Roll-7",
+    summary="Roll-7: shift elements along axes, wrapping around",
+    description="Roll-7 over `data`: the output has the shape and type of `data`, its elements "
+    "shifted by `shift` along `axes` (repeated axes add their shifts; negative axes count from "
+    "the end). Send JSON (tensors as nested arrays or base64 .npy) or an .npz archive.",
+    request_doc="Roll-7: shift the elements of `data` by `shift` along `axes`.",
+    inputs=(
+        data_input("roll"),
+        Input(
+            "shift",
+            "Places to shift by (input 2, type T_IND_1).",
+            "T_IND: int32 or int64, a scalar or a 1D tensor. JSON form is int64; npy form must be "
+            "int32 or int64.",
+            _ROLL_INDEX,
+        ),
+        Input(
+            "axes",
+            "Axes to shift along (input 3, type T_IND_2).",
+            "T_IND: int32 or int64, a scalar or a 1D tensor. JSON form is int64; npy form must be "
+            "int32 or int64.",
+            _ROLL_INDEX,
+        ),
+    ),
+    plan=_plan_roll,
+    kernel=_roll,
+    workspace=_roll_workspace,
+    examples={
+        "example_1": example(
+            "Roll-7 Example 1: shift = 1, axes = 0",
+            {"data": _MATRIX, "shift": 1, "axes": 0},
+            [[10, 11, 12], [1, 2, 3], [4, 5, 6], [7, 8, 9]],
+        ),
+        "example_2": example(
+            "Roll-7 Example 2: shift = [-1, 2], axes = [0, 1]",
+            {"data": _MATRIX, "shift": [-1, 2], "axes": [0, 1]},
+            [[5, 6, 4], [8, 9, 7], [11, 12, 10], [2, 3, 1]],
+        ),
+        "example_3": example(
+            "Roll-7 Example 3: shift = [1, 2, 1], axes = [0, 1, 0] (axis 0 rolled by 1 + 1)",
+            {"data": _MATRIX, "shift": [1, 2, 1], "axes": [0, 1, 0]},
+            [[8, 9, 7], [11, 12, 10], [2, 3, 1], [5, 6, 4]],
+        ),
+        "example_1_npy": example(
+            "Roll-7 Example 1 with data as base64 .npy (int64, shape (4, 3)); the output comes "
+            "back so",
+            {"data": encode_npy_base64(np.array(_MATRIX, dtype=np.int64)), "shift": 1, "axes": 0},
+            [[10, 11, 12], [1, 2, 3], [4, 5, 6], [7, 8, 9]],
+        ),
+    },
+)
+
+#: What app/registry.py collects.
+OP = ROLL

@@ -14,7 +14,7 @@ from app import tracing
 from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
-from app.registry import Arrays, Op, Plan
+from app.registry import Arrays, Op, Plan, SplitPlan
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
 
@@ -206,7 +206,7 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limi
         raise from_spec(error) from None
     plan = planned if isinstance(planned, Plan) else None
     # A tuple whatever the planner gave (the codecs' estimates are cached by shape).
-    shape = tuple(planned.output_shape if isinstance(planned, Plan) else planned)
+    shape = tuple(planned.output_shape if isinstance(planned, Plan | SplitPlan) else planned)
     dtype = arrays["data"].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
     # and dimensions whose product no array can hold even when one of them is 0. An answer may

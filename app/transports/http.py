@@ -244,7 +244,8 @@ class NpzExchange:
 def _query_integer(query: Mapping[str, str], name: str, op: Op) -> int:
     text = query.get(name)
     if text is None:
-        return op.attribute_defaults()[name]
+        default: int = op.attribute_defaults()[name]
+        return default
     digits = text.removeprefix("-")
     if not digits.isascii() or not digits.isdigit() or len(digits) > _INT64_DIGITS:
         raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")

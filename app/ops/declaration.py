@@ -1,0 +1,200 @@
+"""The vocabulary an op module declares itself in: inputs, attributes, outputs, plan, examples.
+
+Every op module (``app/ops/<op>.py``) ends with one ``OP = Op(...)``; ``app/registry.py``
+collects them, and the routes, OpenAPI, V2 and gRPC metadata, Triton's model config, memory
+admission, the client's generic call, the command line, the docs and the tests read them.
+"""
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy.typing as npt
+
+from tensor_ops_wire.dtypes import ELEMENT_TYPES
+
+Arrays = Mapping[str, npt.NDArray[Any]]
+#: An attribute's value: an int64 integer, or one of an enumeration's strings.
+AttributeValue = int | str
+Attributes = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an op's planner made of one request's inputs: the output's shape, and how to
+    compute it (into ``out`` when given) from the checks already made. The job carries it from
+    the checks to the kernel."""
+
+    output_shape: tuple[int, ...]
+    run: Callable[[npt.NDArray[Any] | None], npt.NDArray[Any]]
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """The plan of an op of several outputs (Split-1, VariadicSplit-1): each output's shape, in
+    order, and how to compute them all (views of the inputs are allowed: the answer copies)."""
+
+    output_shapes: tuple[tuple[int, ...], ...]
+    run: Callable[[], Sequence[npt.NDArray[Any]]]
+
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """The first output's shape (an op of several outputs has at least one)."""
+        return self.output_shapes[0]
+
+
+#: Checks the inputs against the spec (raising ``SpecError``) and gives the output's shape, or
+#: a ``Plan`` that also computes it from what the checks found (the kernel is then not asked to
+#: check again), or a ``SplitPlan`` for several outputs. Nothing the size of an output is
+#: allocated here: admission reserves it from the shapes this returns.
+Planner = Callable[[Arrays, Attributes], "tuple[int, ...] | Plan | SplitPlan"]
+#: Computes the output, into ``out`` when given (a response buffer).
+Kernel = Callable[[Arrays, Attributes, npt.NDArray[Any] | None], npt.NDArray[Any]]
+#: The bytes the kernel holds beyond its inputs and output (its temporaries), for admission.
+Workspace = Callable[[Arrays, Attributes], int]
+
+
+def no_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    """The workspace of a kernel that holds nothing beyond its inputs and output."""
+    return 0
+
+
+ALL_TYPES: tuple[str, ...] = tuple(e.numpy for e in ELEMENT_TYPES)
+INTEGER_TYPES: tuple[str, ...] = tuple(e.numpy for e in ELEMENT_TYPES if e.dtype.kind in "iu")
+INT32_OR_INT64: tuple[str, ...] = ("int32", "int64")
+
+#: How a tensor given in JSON form (nested arrays) gets its element type.
+JSON_LIKE_DATA = "data"  # from the request's ``dtype``, or as NumPy infers it (as ``data``)
+JSON_INT64 = "int64"  # int64: integers only, no fractions, no booleans
+JSON_INFERRED = "inferred"  # as NumPy infers it: booleans -> bool, integers -> int64
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input of an op: its name, the element types the spec allows, and its description."""
+
+    name: str
+    description: str
+    #: The spec's type constraint in words, shown in the OpenAPI schema.
+    constraint: str
+    #: The element types (NumPy names) the spec allows.
+    element_types: tuple[str, ...]
+    #: The ranks the spec allows, in words (V2 model metadata shows it).
+    rank: str = "any"
+    #: Optional inputs may be left out; the op's planner then takes the spec's default.
+    optional: bool = False
+    #: A variadic input (Concat-1's): sent as ``<name>_0``, ``<name>_1``, ..., at least one.
+    variadic: bool = False
+    #: How its JSON form is typed (JSON_LIKE_DATA, JSON_INT64 or JSON_INFERRED); "" for the
+    #: default: like data when every type is allowed, else int64.
+    json_form: str = ""
+
+    @property
+    def type_words(self) -> str:
+        """The allowed types in words: "type int32 or int64", "an integer type (T_AXIS)"."""
+        if self.element_types == INTEGER_TYPES:
+            return f"an integer type ({self.constraint.split(':', 1)[0]})"
+        if self.element_types == ALL_TYPES:
+            return "a supported type"
+        return "type " + " or ".join(self.element_types)
+
+    @property
+    def json_typing(self) -> str:
+        """How the JSON form of this input is typed (one of the JSON_* constants)."""
+        if self.json_form:
+            return self.json_form
+        return JSON_LIKE_DATA if self.element_types == ALL_TYPES else JSON_INT64
+
+    @property
+    def is_index(self) -> bool:
+        """Indices, shifts, axes: integers, sent as int64 in JSON form."""
+        return self.json_typing == JSON_INT64
+
+    @property
+    def like_data(self) -> bool:
+        """A value tensor typed by the request's ``dtype`` in JSON form (data, updates...)."""
+        return self.json_typing == JSON_LIKE_DATA
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """An attribute of an op (Gather's ``batch_dims``, Pad's ``pad_mode``), with its default.
+
+    An integer attribute is an int64; one with ``choices`` is a string, one of them. A default
+    of None makes the attribute required.
+    """
+
+    name: str
+    default: AttributeValue | None
+    description: str
+    #: The strings an enumerated attribute takes (``mode``: index, mask); empty for an integer.
+    choices: tuple[str, ...] = ()
+
+    @property
+    def required(self) -> bool:
+        return self.default is None
+
+    @property
+    def is_string(self) -> bool:
+        return bool(self.choices)
+
+
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per op
+class Op:
+    """One op, as every transport and the docs see it."""
+
+    name: str
+    #: The spec's name and version: "Roll-7".
+    spec: str
+    summary: str
+    description: str
+    #: The model's docstring in the OpenAPI document.
+    request_doc: str
+    inputs: tuple[Input, ...]
+    plan: Planner
+    kernel: Kernel
+    workspace: Workspace = no_workspace
+    attributes: tuple[Attribute, ...] = ()
+    #: name -> {"summary", "value" (a JSON request), "x-expected-output"}: the spec's examples.
+    examples: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The input whose element type the outputs have (Transpose-1's ``arg``).
+    output_type_from: str = "data"
+    #: True for an op of several outputs (``output_0``, ``output_1``...; its plan a SplitPlan).
+    several_outputs: bool = False
+    #: Where the registry lists the op: Roll and Gather first, then the others by name.
+    position: int = 100
+    #: The readings taken where the spec is silent or ambiguous (docs/contract.md lists them).
+    decisions: tuple[str, ...] = ()
+    #: Where OpenVINO's CPU plugin answers otherwise than the spec, each with a reproducer.
+    disagreements: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(item.name for item in self.inputs)
+
+    def attribute_defaults(self) -> dict[str, Any]:
+        return {attribute.name: attribute.default for attribute in self.attributes}
+
+
+def example(summary: str, request: dict[str, Any], output: Any) -> dict[str, Any]:
+    """One of the spec's examples: a JSON request and its expected output (for an op of
+    several outputs, the list of them, in order)."""
+    return {"summary": summary, "value": request, "x-expected-output": output}
+
+
+#: The spec's T for ``data``, in words: both ops take, and give back, any element type.
+DATA_CONSTRAINT = (
+    "T: any supported type (bool, int8-64, uint8-64, float16, bfloat16, float32, float64). "
+    "JSON form takes its type from `dtype`, or as NumPy infers it; npy form from its header."
+)
+
+
+def data_input(verb: str, name: str = "data", position: int = 1) -> Input:
+    """The input of type T that an op moves the elements of."""
+    return Input(
+        name,
+        f"The tensor to {verb} (input {position}, type T).",
+        DATA_CONSTRAINT,
+        ALL_TYPES,
+    )
