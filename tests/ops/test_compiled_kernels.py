@@ -25,8 +25,6 @@ import pytest
 
 from app import registry
 from app.ops import compiled, gather, roll
-from app.ops import gather as gather_module
-from app.ops import roll as roll_module
 from app.pipeline.jobs import Limits, make_job
 from app.settings import Settings
 from tests.support import assert_same_bits
@@ -35,6 +33,7 @@ Array = npt.NDArray[Any]
 ROOT = Path(__file__).resolve().parents[2]
 #: The module app.ops.roll (``app.ops.roll`` is the function).
 roll_module = importlib.import_module("app.ops.roll")
+gather_module = importlib.import_module("app.ops.gather")
 ALL_TYPES = [
     np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
     np.float16, ml_dtypes.bfloat16, np.float32, np.float64,
