@@ -27,7 +27,7 @@ from app.metrics import render as render_metrics
 from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
-from app.registry import REGISTRY
+from app.registry import REGISTRY, Op
 from app.settings import Settings
 from app.transports.errors import install_error_handlers
 from app.transports.grpc_server import GrpcServer
@@ -380,21 +380,35 @@ def _prefers_html(accept: str) -> bool:
     return "text/html" in accept.lower()
 
 
+def op_info(op: Op) -> dict[str, Any]:
+    """One op as ``GET /info`` lists it: name, spec, inputs (a variadic one by its stem, with
+    ``variadic`` naming it; optional ones in ``optional``), attributes with their defaults (null:
+    required) and an enumeration's ``choices``, and outputs (``output_0``... for several)."""
+    described: dict[str, Any] = {
+        "name": op.name,
+        "spec": op.spec,
+        "inputs": list(op.input_names),
+        "attributes": {item.name: item.default for item in op.attributes},
+        "outputs": ["output_0", "output_1", "..."] if op.several_outputs else ["output"],
+    }
+    optional = [item.name for item in op.inputs if item.optional]
+    if optional:
+        described["optional"] = optional
+    if op.variadic is not None:
+        described["variadic"] = op.variadic.name
+    choices = {item.name: list(item.choices) for item in op.attributes if item.choices}
+    if choices:
+        described["choices"] = choices
+    return described
+
+
 def service_info(settings: Settings, budget_bytes: int) -> dict[str, Any]:
     """``GET /info``: the service's name and version, its ops (with their spec, inputs and
     attributes), its limits and the ports of its transports."""
     return {
         "name": SERVER_NAME,
         "version": VERSION,
-        "ops": [
-            {
-                "name": op.name,
-                "spec": op.spec,
-                "inputs": list(op.input_names),
-                "attributes": {item.name: item.default for item in op.attributes},
-            }
-            for op in REGISTRY.values()
-        ],
+        "ops": [op_info(op) for op in REGISTRY.values()],
         "limits": {
             "max_body_bytes": settings.max_body_bytes,
             "max_output_bytes": settings.max_output_bytes,

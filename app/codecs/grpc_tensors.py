@@ -147,6 +147,16 @@ def packed_varints(values: npt.NDArray[Any]) -> list[npt.NDArray[np.uint8]]:
     return pieces
 
 
+def encode_typed_several(response: Any, tensors: list[tuple[Any, npt.NDArray[Any]]]) -> bytes:
+    """The serialised ``response`` whose outputs are ``tensors`` (each a name, datatype and
+    shape with its array's elements as typed contents), in order."""
+    pieces: list[Any] = [response.SerializeToString()]
+    for tensor, array in tensors:
+        one = encode_typed(type(response)(), tensor, array)
+        pieces.append(one)  # an empty head serialises to nothing: only the output's field
+    return b"".join(pieces)
+
+
 def encode_typed(response: Any, tensor: Any, array: npt.NDArray[Any]) -> bytes:
     """The serialised ``response`` whose one output is ``tensor`` (name, datatype, shape) with
     ``array``'s elements, row-major, as its typed contents.

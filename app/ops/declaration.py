@@ -6,7 +6,7 @@ admission, the client's generic call, the command line, the docs and the tests r
 """
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +139,23 @@ class Attribute:
     def is_string(self) -> bool:
         return bool(self.choices)
 
+    @property
+    def kind_words(self) -> str:
+        """What the attribute takes, in words: "an int64 integer", "one of "index", "mask"."."""
+        if self.choices:
+            return "one of " + ", ".join(f'"{choice}"' for choice in self.choices)
+        return "an int64 integer"
+
+    def refusal(self, value: object) -> str | None:
+        """Why ``value`` is no value of this attribute (None when it is one)."""
+        if self.choices:
+            if isinstance(value, str) and value in self.choices:
+                return None
+            return f"must be {self.kind_words}"
+        if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+            return None
+        return "must be an int64 integer"
+
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per op
 class Op:
@@ -171,10 +188,105 @@ class Op:
 
     @functools.cached_property
     def input_names(self) -> tuple[str, ...]:
+        """The inputs' names as declared (a variadic input by its stem: Concat's ``data``)."""
         return tuple(item.name for item in self.inputs)
 
+    @functools.cached_property
+    def _inputs_by_name(self) -> dict[str, Input]:
+        return {item.name: item for item in self.inputs if not item.variadic}
+
+    @functools.cached_property
+    def variadic(self) -> Input | None:
+        """The op's variadic input (Concat-1's ``data``), if it has one."""
+        return next((item for item in self.inputs if item.variadic), None)
+
+    def input_for(self, name: str) -> Input | None:
+        """The declared input a request's input ``name`` is (``data_3`` is Concat's ``data``),
+        None when the op takes no such input."""
+        item = self._inputs_by_name.get(name)
+        if item is not None or self.variadic is None:
+            return item
+        stem, _, number = name.rpartition("_")
+        if stem == self.variadic.name and variadic_index(number) is not None:
+            return self.variadic
+        return None
+
+    @functools.cached_property
+    def input_words(self) -> str:
+        """The inputs a request names, in words: "data, shift, axes", "data_0, data_1, ...",
+        optional ones marked."""
+        words = []
+        for item in self.inputs:
+            if item.variadic:
+                words.append(f"{item.name}_0, {item.name}_1, ...")
+            elif item.optional:
+                words.append(f"{item.name} (optional)")
+            else:
+                words.append(item.name)
+        return ", ".join(words)
+
+    def missing_input(self, names: Collection[str]) -> str | None:
+        """The first input a request with inputs ``names`` lacks (a variadic input's first, or
+        the one after the last in a gap: ``data_1`` when ``data_0`` and ``data_2`` are given),
+        None when none is missing."""
+        for item in self.inputs:
+            if item.variadic:
+                count = sum(1 for name in names if self.input_for(name) is item)
+                for index in range(max(count, 1)):
+                    if f"{item.name}_{index}" not in names:
+                        return f"{item.name}_{index}"
+            elif not item.optional and item.name not in names:
+                return item.name
+        return None
+
+    @functools.cached_property
+    def data_then_indices(self) -> bool:
+        """Whether the op takes ``data`` (its output's type) then index inputs only, all
+        required, as Roll and Gather do: the JSON routes read those the short way."""
+        first, *rest = self.inputs
+        return (
+            first.name == self.output_type_from == "data"
+            and first.like_data
+            and not (first.optional or first.variadic)
+            and all(item.is_index and not (item.optional or item.variadic) for item in rest)
+        )
+
+    @functools.cached_property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs' names as metadata lists them: ``output``, or for an op of several
+        (their number known from the request), the first two and a pattern."""
+        return ("output_0", "output_1") if self.several_outputs else ("output",)
+
     def attribute_defaults(self) -> dict[str, Any]:
-        return {attribute.name: attribute.default for attribute in self.attributes}
+        """The attributes that have defaults, by name (a required one is not among them)."""
+        return {item.name: item.default for item in self.attributes if item.default is not None}
+
+    def attribute(self, name: str) -> Attribute | None:
+        """The attribute ``name`` of this op, None when it has none of that name."""
+        return next((item for item in self.attributes if item.name == name), None)
+
+    @functools.cached_property
+    def required_attributes(self) -> tuple[Attribute, ...]:
+        """The attributes a request must give (no default)."""
+        return tuple(item for item in self.attributes if item.default is None)
+
+
+#: The most inputs a variadic input takes (``data_0`` ... ``data_1023``).
+MAX_VARIADIC = 1024
+
+
+def variadic_index(number: str) -> int | None:
+    """The index a variadic input's suffix spells (``"3"`` in ``data_3``): digits without a
+    leading zero, below MAX_VARIADIC; None otherwise."""
+    if not number.isascii() or not number.isdigit() or (number[0] == "0" and len(number) > 1):
+        return None
+    index = int(number) if len(number) <= 4 else MAX_VARIADIC
+    return index if index < MAX_VARIADIC else None
+
+
+def output_name(op: Op, index: int) -> str:
+    """The name of ``op``'s output number ``index``: ``output``, or ``output_<index>``."""
+    return f"output_{index}" if op.several_outputs else "output"
 
 
 def example(summary: str, request: dict[str, Any], output: Any) -> dict[str, Any]:

@@ -116,7 +116,7 @@ class Job:
 
     op: Op
     arrays: Arrays
-    attributes: Mapping[str, int]
+    attributes: Mapping[str, Any]
     output_shape: tuple[int, ...]
     output_dtype: np.dtype[Any]
     #: What the kernel holds beyond inputs and output while it runs.
@@ -126,14 +126,50 @@ class Job:
     plan: Plan | None = None
     #: Nanoseconds the kernel took, once ``output`` has run (Triton's "compute_infer").
     kernel_ns: int = field(default=0, compare=False, repr=False)
+    #: An op of several outputs (Split-1): its plan, every output's shape in order. None for
+    #: an op of one output, described by ``output_shape`` alone.
+    split: SplitPlan | None = None
 
     @property
     def output_count(self) -> int:
+        """The elements of every output."""
+        if self.split is not None:
+            return sum(math.prod(shape) for shape in self.split.output_shapes)
         return math.prod(self.output_shape)
 
     @property
     def output_bytes(self) -> int:
         return self.output_count * self.output_dtype.itemsize
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The names of the outputs this request gets: ``output``, or ``output_0``, ..."""
+        if self.split is None:
+            return ("output",)
+        return tuple(f"output_{index}" for index in range(len(self.split.output_shapes)))
+
+    @property
+    def output_shapes(self) -> tuple[tuple[int, ...], ...]:
+        """Every output's shape, in order (one for an op of one output)."""
+        if self.split is None:
+            return (self.output_shape,)
+        return self.split.output_shapes
+
+    def outputs(self) -> list[npt.NDArray[Any]]:
+        """Every output, computed, each in its own native-order C-contiguous array (an op of
+        one output: its ``output()``)."""
+        if self.split is None:
+            return [self.output()]
+        started = time.perf_counter_ns()
+        native = self.output_dtype.newbyteorder("=")
+        results = []
+        for part in self.split.run():
+            result = np.empty(part.shape, native)
+            np.copyto(result, part, casting="equiv")
+            results.append(result)
+        self.kernel_ns = time.perf_counter_ns() - started
+        _elements(self.op.name).inc(self.output_count)
+        return results
 
     def output(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
         """Run the kernel, into ``out`` if given (a response buffer), and count its elements.
@@ -176,10 +212,11 @@ def with_kernel_span(job: Job) -> Job:
         job.output_dtype,
         job.workspace_bytes,
         job.plan,
+        split=job.split,
     )
 
 
-def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limits) -> Job:
+def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limits) -> Job:
     """Check ``arrays`` (every input of ``op``, decoded) against the spec; size the output.
 
     Spec violations are 422 located at the input that broke the rule; an output past a limit
@@ -187,40 +224,57 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, int], limits: Limi
     element type of ``data``.
     """
     rank_limit = min(limits.max_rank, MAX_RANK)
-    for item in op.inputs:
-        array = arrays[item.name]
+    items = op.inputs if op.variadic is None else [op.input_for(name) for name in arrays]
+    names = op.input_names if op.variadic is None else tuple(arrays)
+    for item, name in zip(items, names, strict=True):
+        assert item is not None  # the transports admit only the op's inputs
+        array = arrays.get(name)
+        if array is None:
+            continue  # an optional input left out: the planner takes its default
         shape = array.shape
         # An array NumPy made can be held; only the limits remain, checked inline (the full
         # check, which says what is wrong, runs when they are passed).
         if len(shape) > rank_limit or (shape and max(shape) > limits.max_dimension):
-            check_shape(shape, item.name, limits, itemsize=array.dtype.itemsize)
+            check_shape(shape, name, limits, itemsize=array.dtype.itemsize)
         if type_name(array.dtype) not in item.element_types:
             raise ServiceError(
                 Fault.TENSOR_TYPE,
-                ("body", item.name),
-                f"{item.name} must be of {item.type_words}, got {array.dtype.name}",
+                ("body", name),
+                f"{name} must be of {item.type_words}, got {array.dtype.name}",
             )
     try:
         planned = op.plan(arrays, attributes)
     except SpecError as error:
         raise from_spec(error) from None
     plan = planned if isinstance(planned, Plan) else None
-    # A tuple whatever the planner gave (the codecs' estimates are cached by shape).
-    shape = tuple(planned.output_shape if isinstance(planned, Plan | SplitPlan) else planned)
-    dtype = arrays["data"].dtype
+    split = planned if isinstance(planned, SplitPlan) else None
+    dtype = arrays[op.output_type_from].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
     # and dimensions whose product no array can hold even when one of them is 0. An answer may
     # carry it in a wider type than its own (JSON carries bfloat16 as float32): the shape must
     # hold at the widest element of any supported type.
     widest = max(dtype.itemsize, WIDEST_ITEMSIZE)
-    check_shape(shape, "output", limits, itemsize=widest, output=True)
-    nbytes = math.prod(shape) * dtype.itemsize
+    if isinstance(planned, SplitPlan):
+        shapes: tuple[tuple[int, ...], ...] = tuple(tuple(item) for item in planned.output_shapes)
+        shape = shapes[0] if shapes else ()
+        split = SplitPlan(shapes, planned.run)
+    else:
+        # A tuple whatever the planner gave (the codecs' estimates are cached by shape).
+        shape = tuple(planned.output_shape if isinstance(planned, Plan) else planned)
+        shapes = (shape,)
+    nbytes = 0
+    for each in shapes:
+        check_shape(each, "output", limits, itemsize=widest, output=True)
+        nbytes += math.prod(each) * dtype.itemsize
     if nbytes > limits.max_output_bytes:
+        what = "the output" if split is None else f"the {len(shapes)} outputs"
+        shown_shape = shape if split is None else list(shapes)
         raise ServiceError(
             Fault.TOO_LARGE,
             ("body",),
-            f"the output would be {nbytes} bytes (shape {shape}, {dtype.name}), above the limit "
-            f"of {limits.max_output_bytes} bytes (raise it with TENSOR_OPS_MAX_OUTPUT_BYTES)",
+            f"{what} would be {nbytes} bytes (shape {shown_shape}, {dtype.name}), above the "
+            f"limit of {limits.max_output_bytes} bytes (raise it with "
+            "TENSOR_OPS_MAX_OUTPUT_BYTES)",
         )
     workspace = op.workspace(arrays, attributes)
-    return Job(op, arrays, attributes, tuple(shape), dtype, workspace, plan)
+    return Job(op, arrays, attributes, shape, dtype, workspace, plan, split=split)

@@ -31,10 +31,11 @@ from app.codecs.grpc_tensors import (
     can_be_typed,
     decode_contents,
     encode_typed,
+    encode_typed_several,
     typed_bytes,
     typed_wire_bytes,
 )
-from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer
+from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer, wire_dtype
 from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
 from app.observability import Observation
 from app.pipeline.admission import MemoryBudget, Reservation
@@ -219,7 +220,9 @@ class GrpcExchange:
         outputs = ((item.name, parameter_values(item.parameters)) for item in request.outputs)
         shared = self.shared
         extensions = OUTPUT_EXTENSIONS if shared is None else OUTPUT_EXTENSIONS_ON
-        self.raw_output = wants_binary(parameters, outputs, default=True, extensions=extensions)
+        self.raw_output = wants_binary(
+            parameters, outputs, default=True, extensions=extensions, op=op
+        )
         arrays = self._inputs(request, op, limits)
         job = make_job(op, arrays, op_attributes(op, parameters), limits)
         if shared is not None and shared.place_output(
@@ -346,6 +349,8 @@ class GrpcExchange:
             assert self.shared is not None
             return self._wrapped(grpc_answer(job, self.request.id, self.shared))
         datatype = v2_datatype(job.output_dtype)
+        if job.split is not None:
+            return self._wrapped(self._several(job, datatype))
         if self._raw_output(job):
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
             raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
@@ -368,6 +373,37 @@ class GrpcExchange:
         )
         message = encode_typed(response, tensor, job.output())
         return self._wrapped(Answer([message], "application/grpc"))
+
+    def _several(self, job: Job, datatype: str) -> Answer:
+        """The answer of an op of several outputs (Split-1): every output in order, as raw
+        contents (one entry each) or typed contents."""
+        response = pb.ModelInferResponse(
+            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+        )
+        outputs = job.outputs()
+        if self._raw_output(job):
+            for name, output in zip(job.output_names, outputs, strict=True):
+                response.outputs.add(name=name, datatype=datatype, shape=output.shape)
+            raws = [
+                np.ascontiguousarray(output.astype(wire_dtype(output.dtype), copy=False))
+                .reshape(-1)
+                .view(np.uint8)
+                for output in outputs
+            ]
+            return Answer(
+                [join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, raws)],
+                "application/grpc",
+            )
+        tensors = [
+            (
+                pb.ModelInferResponse.InferOutputTensor(
+                    name=name, datatype=datatype, shape=output.shape
+                ),
+                output,
+            )
+            for name, output in zip(job.output_names, outputs, strict=True)
+        ]
+        return Answer([encode_typed_several(response, tensors)], "application/grpc")
 
     def _wrapped(self, answer: Answer) -> Answer:
         """A stream's answer: the ``ModelInferResponse`` as the ``infer_response`` of a

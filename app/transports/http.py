@@ -21,9 +21,10 @@ from app.errors import (
     quote,
     refuse_unknown_fields,
 )
+from app.ops.declaration import JSON_INFERRED
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
-from app.registry import REGISTRY, Op, attribute_names
+from app.registry import REGISTRY, Attribute, Op, attribute_names
 from app.transports.errors import ErrorBody, render_detail
 from app.transports.http_responses import serve_http
 from app.transports.json_tensors import (
@@ -31,7 +32,10 @@ from app.transports.json_tensors import (
     check_json_text_size,
     decode_data,
     decode_index,
+    decode_inferred,
+    decode_like,
     encode_output,
+    encode_outputs,
     explain_refusal,
     json_encoding_bytes,
     settle_npy_type,
@@ -160,27 +164,71 @@ class JsonExchange:
     def decode(self, limits: Limits) -> Job:
         assert self.json is not None
         payload = self.json.parse()
+        op = self.op
+        variadic = op.variadic
+        numbered: dict[str, Any] = {}
+        if variadic is not None and isinstance(payload, dict):
+            # data_0, data_1, ...: as many as sent, checked here rather than by the model.
+            numbered = {key: payload[key] for key in payload if op.input_for(key) is variadic}
+            payload = {key: value for key, value in payload.items() if key not in numbered}
         try:
             # The model's core validator, not model_validate (whose wrapper costs 5 us more).
-            model_type = request_model(self.op)
-            refuse_unknown_fields(payload, request_fields(self.op))
+            model_type = request_model(op)
+            refuse_unknown_fields(payload, request_fields(op))
             model = model_type.__pydantic_validator__.validate_python(payload)
             fields = dict(model.__dict__)
         except ValidationError as error:
-            raise explain_refusal(from_validation(error), self.op, payload) from None
+            raise explain_refusal(from_validation(error), op, payload) from None
         except ServiceError as error:
-            raise explain_refusal(error, self.op, payload) from None
-        data, self.form = decode_data(fields["data"], fields["dtype"])
-        arrays = {"data": data}
-        for item in self.op.inputs[1:]:
-            arrays[item.name] = decode_index(fields[item.name], item.name)
-        attributes = {item.name: fields[item.name] for item in self.op.attributes}
-        job = make_job(self.op, arrays, attributes, limits)
+            raise explain_refusal(error, op, payload) from None
+        if op.data_then_indices:
+            # Roll, Gather: data, then index inputs (the short way of every small request).
+            data, self.form = decode_data(fields["data"], fields["dtype"])
+            arrays = {"data": data}
+            for item in op.inputs[1:]:
+                arrays[item.name] = decode_index(fields[item.name], item.name)
+        else:
+            arrays = self._decode_inputs(fields, numbered)
+        attributes = {item.name: fields[item.name] for item in op.attributes}
+        job = make_job(op, arrays, attributes, limits)
         if self.form is Form.JSON and not self.raw_npy:
             self.text_bytes = check_json_text_size(
-                job.output_shape, job.output_dtype, limits.max_output_bytes
+                (job.output_count,) if job.split is not None else job.output_shape,
+                job.output_dtype,
+                limits.max_output_bytes,
             )
         return job
+
+    def _decode_inputs(self, fields: dict[str, Any], numbered: dict[str, Any]) -> dict[str, Any]:
+        """Every input sent, decoded as its declaration says: the output's type source first
+        (its form is the answer's), typed by ``dtype``; the other value inputs in JSON form
+        typed as it is (Pad's ``pad_value`` 0 is data's zero), index inputs as int64."""
+        op = self.op
+        sent = {name: value for name, value in fields.items() if value is not None}
+        sent.update(numbered)
+        missing = op.missing_input(sent)
+        if missing is not None:
+            raise ServiceError(
+                Fault.MISSING_INPUT,
+                ("body", missing),
+                f"missing input {missing!r}; {op.name} takes {op.input_words}",
+            )
+        source = op.output_type_from
+        primary, self.form = decode_data(sent[source], fields["dtype"])
+        arrays: dict[str, Any] = {}
+        for name, value in _ordered(op, sent):
+            item = op.input_for(name)
+            if item is None or name in ("dtype",) or op.attribute(name) is not None:
+                continue
+            if name == source:
+                arrays[name] = primary
+            elif item.like_data:
+                arrays[name] = decode_like(value, name, primary.dtype, fields["dtype"])
+            elif item.json_typing == JSON_INFERRED:
+                arrays[name] = decode_inferred(value, name)
+            else:
+                arrays[name] = decode_index(value, name)
+        return arrays
 
     def encoding_bytes(self, job: Job) -> int:
         if self.raw_npy:
@@ -190,8 +238,23 @@ class JsonExchange:
         return json_encoding_bytes(job, self.text_bytes)
 
     def encode(self, job: Job) -> Answer:
-        buffers, media = encode_output(job, self.form, self.raw_npy)
+        if job.split is not None:
+            buffers, media = encode_outputs(job, self.form, self.raw_npy)
+        else:
+            buffers, media = encode_output(job, self.form, self.raw_npy)
         return Answer(buffers, media)
+
+
+def _ordered(op: Op, sent: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The inputs sent, in the op's order (a variadic input's by their number)."""
+
+    def key(name: str) -> tuple[int, int]:
+        item = op.input_for(name)
+        position = op.inputs.index(item) if item is not None else len(op.inputs)
+        number = name.rpartition("_")[2] if item is not None and item.variadic else "0"
+        return position, int(number)
+
+    return sorted(sent.items(), key=lambda pair: key(pair[0]))
 
 
 class NpzExchange:
@@ -201,7 +264,7 @@ class NpzExchange:
         self.op = op
         self.max_bytes = max_body_bytes
         self.attributes = {
-            item.name: _query_integer(query, item.name, op) for item in op.attributes
+            item.name: _query_attribute(query, item.name, op) for item in op.attributes
         }
         for name in attribute_names().difference(self.attributes).intersection(query):
             raise ServiceError(Fault.UNKNOWN_INPUT, ("query", name), f"{op.name} has no {name}")
@@ -222,30 +285,73 @@ class NpzExchange:
             raise from_wire(error, None) from None
 
     def decode(self, limits: Limits) -> Job:
+        op = self.op
         try:
-            arrays = decode_npz(self.body, self.op.input_names, max_bytes=self.max_bytes)
+            arrays = decode_npz(
+                self.body,
+                _required_names(op),
+                max_bytes=self.max_bytes,
+                optional=tuple(item.name for item in op.inputs if item.optional),
+                variadic=None if op.variadic is None else op.variadic.name,
+            )
         except TensorError as error:
             raise from_wire(error, None) from None
-        try:
-            arrays["data"] = settle_npy_type(arrays["data"], self.dtype)
-        except TensorError as error:
-            raise from_wire(error, "data") from None
-        return make_job(self.op, arrays, self.attributes, limits)
+        missing = op.missing_input(arrays)
+        if missing is not None:
+            raise ServiceError(
+                Fault.MISSING_INPUT, ("body", missing), f".npz archive has no member {missing!r}"
+            )
+        source = op.output_type_from
+        for name in arrays:
+            item = op.input_for(name)
+            if name == source or (item is not None and item.like_data and self.dtype is not None):
+                try:
+                    arrays[name] = settle_npy_type(arrays[name], self.dtype)
+                except TensorError as error:
+                    raise from_wire(error, name) from None
+        return make_job(op, arrays, self.attributes, limits)
 
     def encoding_bytes(self, job: Job) -> int:
         return 2 * job.output_bytes
 
     def encode(self, job: Job) -> Answer:
+        if job.split is not None:
+            buffers, media = encode_outputs(job, Form.JSON, raw_npy=True)
+            return Answer(buffers, media)
         buffer, target = npy_buffer(job.output_shape, job.output_dtype)
         job.output(target)
         return Answer([buffer], NPY_TYPE)
 
 
-def _query_integer(query: Mapping[str, str], name: str, op: Op) -> int:
+def _required_names(op: Op) -> tuple[str, ...]:
+    """The members every ``.npz`` of ``op`` holds (a variadic input's are counted apart)."""
+    return tuple(item.name for item in op.inputs if not item.optional and not item.variadic)
+
+
+def _query_attribute(query: Mapping[str, str], name: str, op: Op) -> Any:
+    """An attribute from the query: an integer, or one of an enumeration's strings; its
+    default when absent; a required one missing refused."""
+    item = op.attribute(name)
+    assert item is not None
     text = query.get(name)
     if text is None:
-        default: int = op.attribute_defaults()[name]
-        return default
+        if item.default is None:
+            raise ServiceError(
+                Fault.MISSING_INPUT,
+                ("query", name),
+                f"missing query parameter {name}: {op.name} requires it ({item.kind_words})",
+            )
+        return item.default
+    if item.choices:
+        if text not in item.choices:
+            raise ServiceError(
+                Fault.INVALID_FIELD, ("query", name), f"{name} must be {item.kind_words}"
+            )
+        return text
+    return _query_integer(text, name)
+
+
+def _query_integer(text: str, name: str) -> int:
     digits = text.removeprefix("-")
     if not digits.isascii() or not digits.isdigit() or len(digits) > _INT64_DIGITS:
         raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
@@ -315,18 +421,35 @@ def _responses() -> dict[int | str, dict[str, Any]]:
     }
 
 
+def _query_parameter(op: Op, item: Attribute) -> dict[str, Any]:
+    """The OpenAPI description of an attribute as an ``.npz`` body's query parameter."""
+    schema: dict[str, Any] = (
+        {"type": "string", "enum": list(item.choices)}
+        if item.choices
+        else {"type": "integer", "format": "int64"}
+    )
+    if item.default is None:
+        said = "required"
+    else:
+        said = f"default {item.default}"
+        schema["default"] = item.default
+    return {
+        "name": item.name,
+        "in": "query",
+        "required": False,
+        "description": f"With an .npz body: {op.spec}'s {item.name} ({said}).",
+        "schema": schema,
+    }
+
+
 def _openapi_extra(op: Op) -> dict[str, Any]:
-    members = ", ".join(f"`{name}.npy`" for name in op.input_names)
-    parameters: list[dict[str, Any]] = [
-        {
-            "name": item.name,
-            "in": "query",
-            "required": False,
-            "description": f"With an .npz body: {op.spec}'s {item.name} (default {item.default}).",
-            "schema": {"type": "integer", "format": "int64", "default": item.default},
-        }
-        for item in op.attributes
-    ]
+    members = ", ".join(
+        f"`{item.name}_0.npy`, `{item.name}_1.npy`, ..."
+        if item.variadic
+        else f"`{item.name}.npy`" + (" (optional)" if item.optional else "")
+        for item in op.inputs
+    )
+    parameters: list[dict[str, Any]] = [_query_parameter(op, item) for item in op.attributes]
     parameters.append(
         {
             "name": "dtype",

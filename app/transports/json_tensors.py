@@ -29,7 +29,8 @@ from tensor_ops_wire.dtypes import (
     shown,
 )
 from tensor_ops_wire.errors import TensorError, WireFault, unacceptable
-from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, npy_buffer
+from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, encode_npy_base64, npy_buffer
+from tensor_ops_wire.npz import encode_npz
 
 
 class Form(Enum):
@@ -100,6 +101,40 @@ def decode_index(value: Any, field: str) -> npt.NDArray[Any]:
     return array
 
 
+def decode_like(
+    value: Any, field: str, dtype: np.dtype[Any], dtype_name: str | None
+) -> npt.NDArray[Any]:
+    """A value input beside ``data`` (Concat's ``data_1``, ScatterUpdate's ``updates``, Pad's
+    ``pad_value``): in JSON form, of ``data``'s element type (so ``0`` is data's zero); in npy
+    form, the header's (a ``dtype`` of bfloat16 read over 2-byte elements, as for data)."""
+    try:
+        if isinstance(value, str | memoryview):
+            named = dtype_from_name(dtype_name) if dtype_name is not None else None
+            return settle_npy_type(decode_npy_base64(value), named)
+        return decode_json_data(value, dtype)
+    except UnknownDTypeError as error:
+        raise ServiceError(Fault.TENSOR_TYPE, ("body", "dtype"), str(error)) from None
+    except TensorError as error:
+        raise _with_string_hint(from_wire(error, field), value, error, index=False) from None
+
+
+def decode_inferred(value: Any, field: str) -> npt.NDArray[Any]:
+    """An input whose JSON form is typed as NumPy infers it (Reverse-1's ``axis``: booleans in
+    mask mode, integers in index mode); an empty list is an empty int64 list."""
+    try:
+        if isinstance(value, str | memoryview):
+            return decode_npy_base64(value)
+        if isinstance(value, list) and _all_empty(value):
+            return decode_json_indices(value)
+        return decode_json_data(value, None)
+    except TensorError as error:
+        raise _with_string_hint(from_wire(error, field), value, error, index=True) from None
+
+
+def _all_empty(value: list[Any]) -> bool:
+    return not value or (isinstance(value[0], list) and all(_all_empty(item) for item in value))
+
+
 def check_json_text_size(
     shape: tuple[int, ...], dtype: np.dtype[Any], max_output_bytes: int
 ) -> int:
@@ -125,7 +160,8 @@ def json_encoding_bytes(job: Job, text: int) -> int:
     """What a JSON-form answer holds at its peak: the output, its copy ready for JSON (bfloat16
     widened), the text, and the writer's temporaries (orjson's lists, or one piece's)."""
     ready = job.output_count * (4 if job.output_dtype == BFLOAT16 else job.output_dtype.itemsize)
-    writing = writing_bytes(job.output_shape, job.output_dtype)
+    shape = (job.output_count,) if job.split is not None else job.output_shape
+    writing = writing_bytes(shape, job.output_dtype)
     return job.output_bytes + ready + text + writing
 
 
@@ -170,6 +206,32 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
         return [orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY)], "application/json"
     suffix = orjson.dumps({"dtype": name, "shape": output.shape})
     return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
+
+
+def encode_outputs(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
+    """Run ``job`` (an op of several outputs) and give its answer: ``{"outputs": [{"name",
+    "data", "dtype", "shape"}, ...]}`` in the request's form, or with ``raw_npy`` an ``.npz``
+    archive of one ``<name>.npy`` member an output."""
+    outputs = job.outputs()
+    names = job.output_names
+    if raw_npy:
+        return [encode_npz(dict(zip(names, outputs, strict=True)))], "application/x-npz"
+    pieces: list[bytes] = []
+    for name, output in zip(names, outputs, strict=True):
+        dtype = _numpy_name(output.dtype)
+        if form is Form.NPY:
+            data: Any = encode_npy_base64(output)
+        else:
+            require_json_can_carry(output, ("body", name), "send data in npy form")
+            ready = json_ready(output)
+            data = ready.item() if ready.ndim == 0 else ready
+        pieces.append(
+            orjson.dumps(
+                {"name": name, "data": data, "dtype": dtype, "shape": output.shape},
+                option=orjson.OPT_SERIALIZE_NUMPY,
+            )
+        )
+    return [b'{"outputs":[' + b",".join(pieces) + b"]}"], "application/json"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -231,8 +293,12 @@ def _with_string_hint(
 
 
 def op_fields(op: Op) -> tuple[str, ...]:
-    """The fields of ``op``'s JSON body that are its inputs and attributes, in order."""
-    return (*op.input_names, *(item.name for item in op.attributes))
+    """The fields of ``op``'s JSON body that are its inputs and attributes, in order (a
+    variadic input's first two: ``data_0``, ``data_1``)."""
+    names: list[str] = []
+    for item in op.inputs:
+        names.extend((f"{item.name}_0", f"{item.name}_1") if item.variadic else (item.name,))
+    return (*names, *(item.name for item in op.attributes))
 
 
 def unknown_field_message(op: Op, key: str) -> str:

@@ -6,7 +6,7 @@ pipeline's stages, run here without a socket) when the document is first built, 
 drift from the service.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -104,14 +104,10 @@ def answer(op: Op, value: Any, limits: Limits) -> Any:
 def refusals(op: Op, settings: Settings, limits: Limits, budget: int) -> dict[int, tuple[str, Any]]:
     """A request of each refusal the op's route documents, and the route's answer to it."""
     example = next(iter(op.examples.values()))["value"]
-    broken = {**example, op.inputs[-1].name: 5}
     cases: dict[int, tuple[str, Any]] = {
         400: ("body that is not JSON", _refused(op, JSON_TYPE, b'{"data": [1, 2', limits)),
         415: ("a text/plain body", _refused(op, "text/plain", b"data=1", limits)),
-        422: (
-            f"{op.inputs[-1].name} out of range",
-            _refused(op, JSON_TYPE, orjson.dumps(broken), limits),
-        ),
+        422: _spec_refusal(op, example, limits),
         413: (
             "a body over the limit",
             _rendered(too_large(f"{settings.max_body_bytes + 1} bytes", settings.max_body_bytes)),
@@ -122,6 +118,20 @@ def refusals(op: Op, settings: Settings, limits: Limits, budget: int) -> dict[in
         ),
     }
     return cases
+
+
+def _spec_refusal(op: Op, example: Mapping[str, Any], limits: Limits) -> tuple[str, Any]:
+    """The 422 the docs show: the first example with its last input 5 (out of range for Roll's
+    axes, Gather's axis), or when the op takes that, a field the op does not have."""
+    last = op.inputs[-1].name if not op.inputs[-1].variadic else f"{op.inputs[-1].name}_0"
+    broken = {**example, last: 5}
+    try:
+        return f"{last} out of range", _refused(op, JSON_TYPE, orjson.dumps(broken), limits)
+    except AssertionError:
+        unknown = {**example, "axes_": 0}
+        return "a field the op does not take", _refused(
+            op, JSON_TYPE, orjson.dumps(unknown), limits
+        )
 
 
 def _refused(op: Op, media: str, body: bytes, limits: Limits) -> Any:

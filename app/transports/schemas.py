@@ -1,7 +1,7 @@
 """The JSON routes' request and response models, made from the registry with the specs' types."""
 
 import functools
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
@@ -74,20 +74,43 @@ DTypeName = Annotated[
 ]
 
 
-def _tensor_field(item: Input) -> Any:
+def _tensor_field(item: Input, *default: None, description: str = "") -> Any:
+    """A tensor field: required, or with ``default`` (None: an optional input left out)."""
     schema = _tensor_schema(item.constraint, list(item.element_types), integers_only=item.is_index)
-    return (Annotated[Any, schema], Field(description=item.description))
+    return (Annotated[Any, schema], Field(*default, description=description or item.description))
 
 
 @functools.cache
 def request_model(op: Op) -> type[BaseModel]:
-    """The JSON request body of ``op`` (``RollRequest``...), made from its registry entry."""
-    fields: dict[str, Any] = {item.name: _tensor_field(item) for item in op.inputs}
+    """The JSON request body of ``op`` (``RollRequest``...), made from its declaration. A
+    variadic input shows as its first two fields (``data_0``, ``data_1``); the route takes every
+    ``data_<n>`` and checks them itself."""
+    fields: dict[str, Any] = {}
+    for item in op.inputs:
+        if item.variadic:
+            for index in (0, 1):
+                fields[f"{item.name}_{index}"] = _tensor_field(
+                    item,
+                    None,
+                    description=f"{item.description} One of {item.name}_0, {item.name}_1, ... "
+                    "(at least one; as many as the op takes).",
+                )
+        elif item.optional:
+            fields[item.name] = _tensor_field(item, None)
+        else:
+            fields[item.name] = _tensor_field(item)
     for attribute in op.attributes:
+        default = ... if attribute.default is None else attribute.default
+        if attribute.choices:
+            fields[attribute.name] = (
+                Literal[attribute.choices],
+                Field(default, description=attribute.description),
+            )
+            continue
         fields[attribute.name] = (
             int,
             Field(
-                attribute.default,
+                default,
                 strict=True,
                 ge=INT64_MIN,
                 le=INT64_MAX,
@@ -96,7 +119,7 @@ def request_model(op: Op) -> type[BaseModel]:
         )
     fields["dtype"] = (DTypeName | None, Field(None, description="The element type of `data`."))
     model: type[BaseModel] = create_model(
-        f"{op.name.capitalize()}Request",
+        f"{''.join(part.capitalize() for part in op.name.split('_'))}Request",
         __config__=ConfigDict(extra="forbid"),
         __doc__=op.request_doc,
         **fields,

@@ -20,6 +20,7 @@ CUDA shared memory is refused: the service has no GPU.
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -382,6 +383,8 @@ class SharedTensors:
         self.regions = regions
         self.inputs: list[tuple[str, Place]] = []
         self.output: Place | None = None
+        #: An op of several outputs (Split-1): each output's name and place, in order.
+        self.several: list[tuple[str, Place]] = []
         #: Bytes the service made of inputs in shared memory (BOOL bytes other than 0 and 1
         #: are copied as 1s): reserved with the output.
         self.copied_bytes = 0
@@ -452,6 +455,8 @@ class SharedTensors:
         """Whether the output goes to a region (the first entry of it that says where); if so,
         refuse now, before any work, an output that does not fit there or that would write
         over an input."""
+        if job.split is not None:
+            return self._place_several(outputs, job)
         loc = ("body", OUTPUT_NAME, "parameters")
         for name, parameters in outputs:
             if name == OUTPUT_NAME:
@@ -478,14 +483,78 @@ class SharedTensors:
         self.output = place
         return True
 
+    def _place_several(self, outputs: Iterable[tuple[str, Mapping[str, Any]]], job: Job) -> bool:
+        """``place_output`` for an op of several outputs: every output in a region of its own,
+        or none (the answer carries them all)."""
+        places: dict[str, Place] = {}
+        for name, parameters in outputs:
+            if name not in places:
+                place = self.place(parameters, ("body", name, "parameters"))
+                if place is not None:
+                    places[name] = place
+        if not places:
+            return False
+        itemsize = job.output_dtype.itemsize
+        taken: list[tuple[str, Place, int]] = []
+        for name, shape in zip(job.output_names, job.output_shapes, strict=True):
+            loc = ("body", name, "parameters")
+            place = places.get(name)
+            if place is None:
+                raise _refused(
+                    loc,
+                    f"output {name!r} has no region, where another output has one; give every "
+                    "output of the request a region of its own, or none",
+                )
+            needed = math.prod(shape) * itemsize
+            if needed > place.byte_size:
+                raise _refused(
+                    (*loc, BYTE_SIZE),
+                    f"{BYTE_SIZE} {place.byte_size} is too small: output {name!r} takes {needed} "
+                    f"bytes (shape {list(shape)}, {v2_datatype(job.output_dtype)})",
+                )
+            _require_aligned(place, job.output_dtype, (*loc, OFFSET))
+            for other_name, other_place in self.inputs:
+                if place.overlaps(other_place, needed):
+                    raise _refused(
+                        (*loc, REGION),
+                        f"output {name!r}'s {needed} bytes overlap input {other_name!r} in shared "
+                        "memory; give the output a place of its own",
+                    )
+            for other_name, other_place, other_needed in taken:
+                if place.overlaps(other_place, needed) or other_place.overlaps(place, other_needed):
+                    raise _refused(
+                        (*loc, REGION),
+                        f"output {name!r}'s {needed} bytes overlap output {other_name!r}; give "
+                        "each output a place of its own",
+                    )
+            taken.append((name, place, needed))
+        self.several = [(name, place) for name, place, _ in taken]
+        return True
+
+    def run_several(self, job: Job) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]:
+        """Run an op of several outputs into their regions; each output's name, shape and
+        parameters for the answer."""
+        dtype = wire_dtype(job.output_dtype)
+        answered = []
+        for (name, place), output in zip(self.several, job.outputs(), strict=True):
+            if output.nbytes:
+                target = np.frombuffer(place.view(output.nbytes), dtype).reshape(output.shape)
+                np.copyto(target, output, casting="equiv")
+            parameters: dict[str, Any] = {REGION: place.region.name, BYTE_SIZE: output.nbytes}
+            if place.offset:
+                parameters[OFFSET] = place.offset
+            answered.append((name, output.shape, parameters))
+        return answered
+
     def verify(self) -> None:
         """Refuse the request, once run, if an object it read or wrote was cut short meanwhile
         (its bytes were zeros of the worker's then: the answer would mean nothing)."""
-        if not self.inputs and self.output is None:
+        if not self.inputs and self.output is None and not self.several:
             return  # nothing of the request was in shared memory
         places = [(("body", name, "parameters", REGION), place) for name, place in self.inputs]
         if self.output is not None:
             places.append((("body", OUTPUT_NAME, "parameters", REGION), self.output))
+        places += [(("body", name, "parameters", REGION), place) for name, place in self.several]
         for loc, place in places:
             place.region.require_unfaulted(loc)
 
@@ -532,10 +601,17 @@ def _require_aligned(place: Place, dtype: np.dtype[Any], loc: tuple[str, ...]) -
 
 def http_answer(job: Job, request_id: str | None, shared: SharedTensors) -> Answer:
     """The ``/v2`` answer of a job whose output goes to shared memory: JSON, no data."""
-    parameters = shared.run(job)
     response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
     if request_id is not None:
         response["id"] = request_id
+    if job.split is not None:
+        datatype = v2_datatype(job.output_dtype)
+        response["outputs"] = [
+            {"name": name, "datatype": datatype, "shape": list(shape), "parameters": parameters}
+            for name, shape, parameters in shared.run_several(job)
+        ]
+        return Answer([orjson.dumps(response)], "application/json")
+    parameters = shared.run(job)
     response["outputs"] = [
         {
             "name": OUTPUT_NAME,
@@ -549,18 +625,21 @@ def http_answer(job: Job, request_id: str | None, shared: SharedTensors) -> Answ
 
 def grpc_answer(job: Job, request_id: str, shared: SharedTensors) -> Answer:
     """The gRPC answer of a job whose output goes to shared memory: no raw contents."""
-    parameters = shared.run(job)
     response = pb.ModelInferResponse(
         model_name=job.op.name, model_version=MODEL_VERSION, id=request_id
     )
-    tensor = response.outputs.add(
-        name=OUTPUT_NAME, datatype=v2_datatype(job.output_dtype), shape=job.output_shape
-    )
-    for name, value in parameters.items():
-        if isinstance(value, str):
-            tensor.parameters[name].string_param = value
-        else:
-            tensor.parameters[name].int64_param = value
+    datatype = v2_datatype(job.output_dtype)
+    if job.split is not None:
+        answered = shared.run_several(job)
+    else:
+        answered = [(OUTPUT_NAME, job.output_shape, shared.run(job))]
+    for output_name, shape, parameters in answered:
+        tensor = response.outputs.add(name=output_name, datatype=datatype, shape=shape)
+        for name, value in parameters.items():
+            if isinstance(value, str):
+                tensor.parameters[name].string_param = value
+            else:
+                tensor.parameters[name].int64_param = value
     return Answer([response.SerializeToString()], "application/grpc")
 
 

@@ -21,6 +21,7 @@ from app.codecs.v2_tensors import (
     v2_datatype,
     v2_json_data,
     v2_output_buffer,
+    wire_dtype,
 )
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.pipeline.jobs import Job, Limits, make_job
@@ -94,7 +95,10 @@ _READABLE = (JSON_TYPE, BINARY_TYPE, "")
 
 # Documented as enums; checked by model(), so that an unknown name is the protocol's 404.
 ModelName = Annotated[
-    str, Path(description="The model: roll or gather", json_schema_extra={"enum": list(REGISTRY)})
+    str,
+    Path(
+        description="The model: " + ", ".join(REGISTRY), json_schema_extra={"enum": list(REGISTRY)}
+    ),
 ]
 ModelVersion = Annotated[
     str,
@@ -176,6 +180,7 @@ class V2Exchange:
             outputs,
             default=False,
             extensions=OUTPUT_EXTENSIONS if self.shared is None else OUTPUT_EXTENSIONS_ON,
+            op=self.op,
         )
         job = make_job(self.op, arrays, op_attributes(self.op, request.parameters or {}), limits)
         if self.shared is not None and self.shared.place_output(outputs, job):
@@ -329,6 +334,8 @@ def encode_infer(
     job: Job, request: InferenceRequest, binary: bool
 ) -> tuple[list[Any], dict[str, str]]:
     """The response body (buffers to send in turn) and its headers."""
+    if job.split is not None:
+        return _encode_several(job, request, binary)
     output = job.output(v2_output_buffer(job.output_shape, job.output_dtype) if binary else None)
     tensor: dict[str, Any] = {
         "name": "output",
@@ -353,6 +360,43 @@ def encode_infer(
     head = orjson.dumps(response)
     headers = {"content-type": BINARY_TYPE, HEADER_LENGTH: str(len(head))}
     return [head, output], headers
+
+
+def _encode_several(
+    job: Job, request: InferenceRequest, binary: bool
+) -> tuple[list[Any], dict[str, str]]:
+    """The answer of an op of several outputs (Split-1): every output in the outputs list, in
+    order, as JSON data or binary data alike."""
+    response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
+    if request.id is not None:
+        response["id"] = request.id
+    tensors: list[dict[str, Any]] = []
+    pieces: list[Any] = []
+    for name, output in zip(job.output_names, job.outputs(), strict=True):
+        tensor: dict[str, Any] = {
+            "name": name,
+            "datatype": v2_datatype(output.dtype),
+            "shape": list(output.shape),
+        }
+        if binary:
+            wire = output.astype(wire_dtype(output.dtype), copy=False)
+            tensor["parameters"] = {"binary_data_size": wire.nbytes}
+            pieces.append(wire)
+        else:
+            require_json_can_carry(
+                output,
+                ("outputs", name),
+                'ask for the outputs as binary data ("parameters": {"binary_data_output": true})',
+            )
+            tensor["data"] = v2_json_data(output)
+        tensors.append(tensor)
+    response["outputs"] = tensors
+    if not binary:
+        body = orjson.dumps(response, option=orjson.OPT_SERIALIZE_NUMPY)
+        return [body], {"content-type": JSON_TYPE}
+    head = orjson.dumps(response)
+    headers = {"content-type": BINARY_TYPE, HEADER_LENGTH: str(len(head))}
+    return [head, *pieces], headers
 
 
 #: The infer routes' templates: their labels in metrics and logs.

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.errors import Fault, ServiceError, quote
+from app.ops.declaration import Attribute, variadic_index
 from app.pipeline.jobs import Limits, check_shape
 from app.registry import REGISTRY, Op, attribute_names
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
@@ -28,7 +29,7 @@ Item = TypeVar("Item", bound=NamedInput)
 
 SERVER_NAME = "tensor-ops"
 MODEL_VERSION = "1"
-#: The only output of either model.
+#: The output of an op of one output; an op of several has ``output_0``, ``output_1``...
 OUTPUT_NAME = "output"
 
 #: The kind of a protocol parameter of a wrong type (400).
@@ -65,30 +66,61 @@ def model(name: str, version: str | None = None) -> Op:
 
 
 def model_metadata(op: Op) -> dict[str, Any]:
-    """Inputs and output of ``op``: -1 marks a dimension of any size; ``parameters`` lists every
-    datatype a tensor may have, its ``datatype`` being the one JSON clients get by default."""
+    """Inputs and outputs of ``op``: -1 marks a dimension of any size; ``parameters`` lists every
+    datatype a tensor may have, its ``datatype`` being the one JSON clients get by default. A
+    variadic input is listed by its first two names (``data_0``, ``data_1``) and a pattern, the
+    outputs of an op of several outputs likewise (``output_0``, ``output_1``)."""
 
-    def tensor(name: str, types: tuple[str, ...], rank: str) -> dict[str, Any]:
+    def tensor(name: str, types: tuple[str, ...], rank: str, **more: Any) -> dict[str, Any]:
         datatypes = [e.kserve for e in ELEMENT_TYPES if e.numpy in types]
         return {
             "name": name,
             "datatype": "FP32" if "float32" in types else "INT64",
             "shape": [-1],
-            "parameters": {"datatypes": datatypes, "rank": rank},
+            "parameters": {"datatypes": datatypes, "rank": rank, **more},
         }
 
+    inputs = []
+    for item in op.inputs:
+        if item.variadic:
+            more = {"variadic": f"{item.name}_0, {item.name}_1, ... (at least one)"}
+            for name in (f"{item.name}_0", f"{item.name}_1"):
+                inputs.append(tensor(name, item.element_types, item.rank, **more))
+        elif item.optional:
+            inputs.append(tensor(item.name, item.element_types, item.rank, optional=True))
+        else:
+            inputs.append(tensor(item.name, item.element_types, item.rank))
+    source = op.input_for(op.output_type_from)
+    types = source.element_types if source is not None else op.inputs[0].element_types
+    outputs = [
+        tensor(
+            name,
+            types,
+            "any",
+            **({"several": "output_0, output_1, ..."} if op.several_outputs else {}),
+        )
+        for name in op.output_names
+    ]
     metadata: dict[str, Any] = {
         "name": op.name,
         "versions": [MODEL_VERSION],
         "platform": "openvino_opset",
-        "inputs": [tensor(item.name, item.element_types, item.rank) for item in op.inputs],
-        "outputs": [tensor(OUTPUT_NAME, op.inputs[0].element_types, "any")],
+        "inputs": inputs,
+        "outputs": outputs,
     }
     if op.attributes:
-        metadata["parameters"] = {
-            item.name: f"int64 request parameter, default {item.default}" for item in op.attributes
-        }
+        metadata["parameters"] = {item.name: _parameter_words(item) for item in op.attributes}
     return metadata
+
+
+def _parameter_words(item: Attribute) -> str:
+    if item.choices:
+        kind = f"string request parameter, {item.kind_words}"
+    else:
+        kind = "int64 request parameter"
+    if item.default is None:
+        return f"{kind}, required"
+    return f"{kind}, default {item.default}"
 
 
 #: Triton's protocol extensions served here beside the binary tensor data one: their names
@@ -118,7 +150,6 @@ def model_config(op: Op) -> dict[str, Any]:
         inputs.append({"name": item["name"], "data_type": f"TYPE_{item['datatype']}", "dims": [-1]})
         parameters[f"{item['name']}.datatypes"] = ",".join(item["parameters"]["datatypes"])
         parameters[f"{item['name']}.rank"] = item["parameters"]["rank"]
-    output = metadata["outputs"][0]
     parameters.update(metadata.get("parameters", {}))
     return {
         "name": op.name,
@@ -128,6 +159,7 @@ def model_config(op: Op) -> dict[str, Any]:
         "input": inputs,
         "output": [
             {"name": output["name"], "data_type": f"TYPE_{output['datatype']}", "dims": [-1]}
+            for output in metadata["outputs"]
         ],
         "parameters": {name: {"string_value": value} for name, value in parameters.items()},
     }
@@ -202,25 +234,33 @@ def boolean_parameter(parameters: Parameters, name: str, loc: tuple[str, ...]) -
     return value
 
 
-def op_attributes(op: Op, parameters: Parameters) -> dict[str, int]:
-    """The op's attributes (``batch_dims``) from the request's parameters, defaults filled in;
-    an attribute of another op is refused, as an unknown input is."""
+def op_attributes(op: Op, parameters: Parameters) -> dict[str, Any]:
+    """The op's attributes (``batch_dims``, ``mode``) from the request's parameters, defaults
+    filled in; an attribute of another op is refused, as an unknown input is, and a required
+    one that is missing as a missing input is."""
     attributes = op.attribute_defaults()
-    if not parameters:
+    if not parameters and not op.required_attributes:
         return attributes  # the commonest request: no parameters at all
     for name in attribute_names().intersection(parameters):
         value = parameters[name]
-        if name not in attributes:
+        declared = op.attribute(name)
+        if declared is None:
             raise ServiceError(
                 Fault.UNKNOWN_INPUT,
                 ("body", name),
                 f"model {op.name!r} takes no {name} parameter",
             )
-        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
-            raise ServiceError(
-                Fault.INVALID_FIELD, ("body", "parameters", name), "must be an int64 integer"
-            )
+        refusal = declared.refusal(value)
+        if refusal is not None:
+            raise ServiceError(Fault.INVALID_FIELD, ("body", "parameters", name), refusal)
         attributes[name] = value
+    for item in op.required_attributes:
+        if item.name not in parameters:
+            raise ServiceError(
+                Fault.MISSING_INPUT,
+                ("body", "parameters", item.name),
+                f"missing parameter {item.name!r}: {op.name} requires it ({item.kind_words})",
+            )
     return attributes
 
 
@@ -229,20 +269,22 @@ def wants_binary(
     outputs: Iterable[tuple[str, Parameters]],
     default: bool,
     extensions: Mapping[str, str] = OUTPUT_EXTENSIONS,
+    op: Op | None = None,
 ) -> bool:
-    """Whether the output goes as binary (raw) data: its own ``binary_data`` parameter, else the
-    request's ``binary_data_output``, else ``default``. The output's parameters of
-    ``extensions`` (not served) are refused."""
+    """Whether the outputs go as binary (raw) data: the first requested output's own
+    ``binary_data`` parameter, else the request's ``binary_data_output``, else ``default``.
+    An output ``op`` does not have is refused, and so are the output's parameters of
+    ``extensions`` (not served)."""
     wanted = boolean_parameter(parameters, "binary_data_output", ("body", "parameters"))
     own: bool | None = None
     for name, output_parameters in outputs:
-        if name != OUTPUT_NAME:
+        if not is_output_name(op, name):
             raise ServiceError(
                 Fault.UNKNOWN_INPUT,
                 ("body",),
-                f"unknown output {quote(name)}; the output is {OUTPUT_NAME!r}",
+                f"unknown output {quote(name)}; {output_words(op)}",
             )
-        loc = ("body", OUTPUT_NAME, "parameters")
+        loc = ("body", name, "parameters")
         refuse_extensions(
             output_parameters,
             extensions,
@@ -257,27 +299,43 @@ def wants_binary(
     return default if wanted is None else wanted
 
 
+def is_output_name(op: Op | None, name: str) -> bool:
+    """Whether ``name`` can be an output of ``op`` (``output``; ``output_<n>`` for an op of
+    several outputs, whose number the request decides)."""
+    if op is None or not op.several_outputs:
+        return name == OUTPUT_NAME
+    stem, _, number = name.rpartition("_")
+    return stem == OUTPUT_NAME and variadic_index(number) is not None
+
+
+def output_words(op: Op | None) -> str:
+    """The outputs of ``op``, in words."""
+    if op is not None and op.several_outputs:
+        return "the outputs are 'output_0', 'output_1', ..."
+    return f"the output is {OUTPUT_NAME!r}"
+
+
 def admit_input(op: Op, name: str, seen: Mapping[str, Any]) -> None:
     """Refuse an input ``op`` does not take, or one given twice."""
-    if name not in op.input_names:
+    if op.input_for(name) is None:
         raise ServiceError(
             Fault.UNKNOWN_INPUT,
             ("body", name),
-            f"unknown input {quote(name)}; {op.name} takes {', '.join(op.input_names)}",
+            f"unknown input {quote(name)}; {op.name} takes {op.input_words}",
         )
     if name in seen:
         raise ServiceError(Fault.TENSOR_DECODE, ("body", name), f"input {name!r} is given twice")
 
 
 def require_inputs(op: Op, arrays: Mapping[str, Any]) -> None:
-    """Refuse a request that lacks one of the op's inputs."""
-    for name in op.input_names:
-        if name not in arrays:
-            raise ServiceError(
-                Fault.MISSING_INPUT,
-                ("body", name),
-                f"missing input {name!r}; {op.name} takes {', '.join(op.input_names)}",
-            )
+    """Refuse a request that lacks one of the op's inputs (optional ones may be left out)."""
+    missing = op.missing_input(arrays)
+    if missing is not None:
+        raise ServiceError(
+            Fault.MISSING_INPUT,
+            ("body", missing),
+            f"missing input {missing!r}; {op.name} takes {op.input_words}",
+        )
 
 
 def read_inputs(

@@ -18,6 +18,7 @@ from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.files import file_kind
 from tensor_ops_wire.npy import decode_npy, encode_npy
+from tensor_ops_wire.npz import encode_npz
 
 #: JSON and CSV are for small tensors: larger files belong in .npy (exact, and fast).
 TEXT_LIMIT = 16 << 20
@@ -260,6 +261,14 @@ def write_output(array: npt.NDArray[Any], path: str) -> None:
             np.savetxt(target, np.atleast_1d(values), delimiter=",", fmt="%s")
         else:
             target.write_bytes(encode_npy(array).data)
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror or error}") from None
+
+
+def write_npz(arrays: dict[str, npt.NDArray[Any]], path: str) -> None:
+    """``arrays`` to ``path`` as an ``.npz`` archive, one ``<name>.npy`` member each."""
+    try:
+        Path(path).write_bytes(encode_npz(arrays))
     except OSError as error:
         raise InputError(f"{path}: {error.strerror or error}") from None
 

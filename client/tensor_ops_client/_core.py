@@ -193,11 +193,12 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         self,
         op: str,
         inputs: Mapping[str, npt.ArrayLike],
-        attributes: Mapping[str, int] | None = None,
+        attributes: Mapping[str, int | str] | None = None,
     ) -> ArrayT:
         """Any op of the service by its name (``GET /info`` lists them): ``inputs`` by their
-        names, ``attributes`` (integers) by theirs; the attributes left out take the op's
-        defaults.
+        names, ``attributes`` (integers, or strings for enumerations such as Pad's
+        ``pad_mode``) by theirs; the attributes left out take the op's defaults. An op of
+        several outputs (Split, VariadicSplit) gives the list of them, in order.
 
         Every transport carries any op the same way: each input a tensor of its name, each
         attribute an integer (the query of ``npz``, a field of ``json``'s body, a request
@@ -269,8 +270,8 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
     # --- The plans --------------------------------------------------------------------------
 
     def _call_plan(
-        self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int]
-    ) -> Plan[npt.NDArray[Any]]:
+        self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int | str]
+    ) -> Plan[Any]:
         check_call(op, arrays, attributes)
         # What NumPy cannot hold (ragged, not numbers, integers beyond int64) is refused here,
         # in the service's words, before anything is sent.
@@ -292,7 +293,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         request = op_request(op, arrays, attributes, self.transport)
         request.headers.update(self._auth)
 
-        def read(answer: HttpAnswer) -> npt.NDArray[Any]:
+        def read(answer: HttpAnswer) -> Any:
             return read_output(request, answer.body, answer.headers)
 
         return (yield from self._http_plan(request, attempts, read))

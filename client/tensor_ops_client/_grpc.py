@@ -190,7 +190,7 @@ def _detail(
 
 
 def infer_request(
-    op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int]
+    op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int | str]
 ) -> bytes:
     """The bytes of the ``ModelInferRequest`` of one op call, each tensor as raw contents and
     each attribute an ``int64_param`` of the request's parameters.
@@ -202,6 +202,9 @@ def infer_request(
 
     request = pb.ModelInferRequest(model_name=op)
     for name, number in attributes.items():
+        if isinstance(number, str):
+            request.parameters[name].string_param = number
+            continue
         try:
             request.parameters[name].int64_param = number
         except (TypeError, ValueError):
@@ -225,8 +228,9 @@ def _unreadable(reason: str) -> TensorOpsError:
     return TensorOpsError(0, f"the service's answer cannot be read: {reason}", _detail("OK", None))
 
 
-def infer_output(answer: bytes) -> npt.NDArray[Any]:
-    """The output of a ``ModelInferResponse``: a read-only view of its raw contents."""
+def infer_output(answer: bytes) -> Any:
+    """The output of a ``ModelInferResponse`` (a read-only view of its raw contents), or for an
+    op of several outputs (``output_0``, ``output_1``...) the list of them, in order."""
     from google.protobuf.message import DecodeError  # noqa: PLC0415
 
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
@@ -236,23 +240,27 @@ def infer_output(answer: bytes) -> npt.NDArray[Any]:
         response = pb.ModelInferResponse.FromString(head)
     except (FramingError, DecodeError) as error:
         raise _unreadable(f"not a ModelInferResponse ({error})") from None
-    if len(response.outputs) != 1 or len(raw) != 1:
+    if not response.outputs or len(raw) != len(response.outputs):
         raise _unreadable(
             f"{len(response.outputs)} outputs and {len(raw)} raw_output_contents entries, "
-            "where one output in raw contents was expected"
+            "where each output in raw contents was expected"
         )
-    output = response.outputs[0]
-    try:
-        dtype = dtype_from_name(output.datatype)
-    except UnknownDTypeError as error:
-        raise _unreadable(str(error)) from None
-    shape = tuple(output.shape)
-    if not fits(len(raw[0]), dtype, shape):
-        raise _unreadable(
-            f"{len(raw[0])} bytes of raw contents for an output of shape {list(shape)[:64]} and "
-            f"datatype {output.datatype}"
-        )
-    return raw_output(raw[0], dtype, shape)
+    arrays = []
+    for output, contents in zip(response.outputs, raw, strict=True):
+        try:
+            dtype = dtype_from_name(output.datatype)
+        except UnknownDTypeError as error:
+            raise _unreadable(str(error)) from None
+        shape = tuple(output.shape)
+        if not fits(len(contents), dtype, shape):
+            raise _unreadable(
+                f"{len(contents)} bytes of raw contents for an output of shape "
+                f"{list(shape)[:64]} and datatype {output.datatype}"
+            )
+        arrays.append(raw_output(contents, dtype, shape))
+    if len(arrays) == 1 and response.outputs[0].name == "output":
+        return arrays[0]
+    return arrays
 
 
 def _text(value: str | bytes) -> str:

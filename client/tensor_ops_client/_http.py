@@ -25,7 +25,7 @@ from tensor_ops_wire.b64 import b64encode
 from tensor_ops_wire.dtypes import BFLOAT16, dtype_from_name
 from tensor_ops_wire.errors import FAULT_STATUS, TensorError
 from tensor_ops_wire.npy import decode_npy, encode_npy
-from tensor_ops_wire.npz import encode_npz
+from tensor_ops_wire.npz import decode_npz, encode_npz
 
 HEADER_LENGTH = "inference-header-content-length"
 FAULT_HEADER = "tensor-ops-fault"
@@ -56,7 +56,7 @@ class HttpRequest:
 def op_request(
     op: str,
     arrays: Mapping[str, npt.ArrayLike],
-    attributes: Mapping[str, int],
+    attributes: Mapping[str, int | str],
     transport: str,
 ) -> HttpRequest:
     """The request of one op call over ``transport`` (``"npz"``, ``"json"`` or ``"v2"``): each
@@ -67,8 +67,7 @@ def op_request(
     bfloat16: the service's ops give the element type of ``data``.
     """
     tensors = {name: np.asarray(value) for name, value in arrays.items()}
-    data = tensors.get("data")
-    data_dtype = None if data is None else data.dtype
+    data_dtype = data_type(tensors)
     bfloat16 = data_dtype == BFLOAT16
     if transport == "v2":
         content, head_length = _v2_body(op, tensors, attributes)
@@ -95,8 +94,18 @@ def op_request(
     )
 
 
+def data_type(tensors: Mapping[str, npt.NDArray[Any]]) -> np.dtype[Any] | None:
+    """The element type the outputs of a call will have: bfloat16 when an input is (the ops
+    give the type of their value inputs), else that of ``data`` (None when there is none)."""
+    for tensor in tensors.values():
+        if tensor.dtype == BFLOAT16:
+            return tensor.dtype
+    data = tensors.get("data")
+    return None if data is None else data.dtype
+
+
 def _json_body(
-    tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int], bfloat16: bool
+    tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str], bfloat16: bool
 ) -> bytes:
     """The JSON request with every tensor as a base64 ``.npy`` string, then the attributes.
 
@@ -119,7 +128,7 @@ def _json_body(
 
 
 def _v2_body(
-    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int]
+    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str]
 ) -> tuple[bytes, int]:
     """A V2 binary request: the JSON head, then each tensor's little-endian C-order bytes."""
     inputs = []
@@ -137,29 +146,40 @@ def _v2_body(
         )
     head: dict[str, Any] = {
         "inputs": inputs,
-        "outputs": [{"name": "output", "parameters": {"binary_data": True}}],
+        "parameters": {"binary_data_output": True},
     }
-    if attributes:
-        head["parameters"] = dict(attributes)
+    head["parameters"].update(attributes)
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
     return b"".join([head_bytes, *(part.data for part in raw)]), len(head_bytes)
 
 
-def read_output(
-    request: HttpRequest, body: bytearray, headers: Mapping[str, str]
-) -> npt.NDArray[Any]:
-    """The output of a 200 answer; an answer that cannot be read is ``TensorOpsError`` 0."""
+def read_output(request: HttpRequest, body: bytearray, headers: Mapping[str, str]) -> Any:
+    """The output of a 200 answer (the list of them, in order, for an op of several outputs);
+    an answer that cannot be read is ``TensorOpsError`` 0."""
+    several = True
     try:
-        array = _v2_output(body, headers) if request.answer == "v2" else decode_npy(body)
+        if request.answer == "v2":
+            outputs, several = _v2_outputs(body, headers)
+        elif headers.get("content-type", "").startswith("application/x-npz"):
+            outputs = list(decode_npz_outputs(body).values())
+        else:
+            outputs, several = [decode_npy(body)], False
     except (TensorError, ValueError) as error:
         raise TensorOpsError(0, f"the service's answer cannot be read: {error}") from None
     # The ops keep the element type of data; bfloat16 comes back as 2-byte elements (.npy).
-    if request.data_dtype == BFLOAT16 and array.dtype != BFLOAT16:
-        return array.view(BFLOAT16)
-    return array
+    if request.data_dtype == BFLOAT16:
+        outputs = [item if item.dtype == BFLOAT16 else item.view(BFLOAT16) for item in outputs]
+    return outputs if several else outputs[0]
 
 
-def _v2_output(body: bytearray, headers: Mapping[str, str]) -> npt.NDArray[Any]:
+def decode_npz_outputs(body: bytearray | bytes) -> dict[str, npt.NDArray[Any]]:
+    """The outputs of an ``.npz`` answer (``output_0.npy``, ``output_1.npy``...), in order."""
+    members = decode_npz(body, (), max_bytes=len(body) * 2 + (1 << 20), variadic="output")
+    return dict(sorted(members.items(), key=lambda item: int(item[0].rpartition("_")[2])))
+
+
+def _v2_outputs(body: bytearray, headers: Mapping[str, str]) -> tuple[list[npt.NDArray[Any]], bool]:
+    """The outputs of a V2 binary answer, and whether the op has several (``output_0``...)."""
     length_text = headers.get(HEADER_LENGTH)
     if length_text is None or not length_text.isascii() or not length_text.isdigit():
         raise ValueError(f"no valid {HEADER_LENGTH} header ({length_text!r:.40})")
@@ -168,14 +188,24 @@ def _v2_output(body: bytearray, headers: Mapping[str, str]) -> npt.NDArray[Any]:
         raise ValueError(f"a head of {length} bytes in a body of {len(body)}")
     head = json.loads(bytes(body[:length]))
     outputs = head.get("outputs") if isinstance(head, dict) else None
-    if not isinstance(outputs, list) or len(outputs) != 1 or not isinstance(outputs[0], dict):
-        raise ValueError("not one output")
-    output = outputs[0]
-    dtype = dtype_from_name(str(output.get("datatype")))
-    shape = tuple(int(size) for size in output.get("shape", ()))
-    if not fits(len(body) - length, dtype, shape):
-        raise ValueError(f"{len(body) - length} bytes for shape {list(shape)[:64]} of {dtype}")
-    return raw_output(memoryview(body)[length:], dtype, shape)
+    if not isinstance(outputs, list) or not outputs:
+        raise ValueError("no outputs")
+    arrays = []
+    offset = length
+    for output in outputs:
+        if not isinstance(output, dict):
+            raise ValueError("an output that is not an object")
+        dtype = dtype_from_name(str(output.get("datatype")))
+        shape = tuple(int(size) for size in output.get("shape", ()))
+        parameters = output.get("parameters") or {}
+        size = parameters.get("binary_data_size", len(body) - offset)
+        if not isinstance(size, int) or not fits(size, dtype, shape) or offset + size > len(body):
+            raise ValueError(f"{size} bytes for shape {list(shape)[:64]} of {dtype}")
+        arrays.append(raw_output(memoryview(body)[offset : offset + size], dtype, shape))
+        offset += size
+    if offset != len(body):
+        raise ValueError(f"{len(body) - offset} bytes after the outputs")
+    return arrays, not (len(outputs) == 1 and outputs[0].get("name") == "output")
 
 
 def failure(status: int, body: bytes, headers: Mapping[str, str]) -> TensorOpsError:

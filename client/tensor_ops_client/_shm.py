@@ -45,7 +45,7 @@ class _Client(Protocol):
 
 
 def output_shape(
-    op: str, arrays: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int]
+    op: str, arrays: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str]
 ) -> tuple[int, ...] | None:
     """The output's shape, as the service will make it (None: an op this client cannot size,
     or inputs the service will refuse anyway)."""
@@ -76,7 +76,7 @@ def shared_memory_plan(
     client: _Client,
     op: str,
     arrays: Mapping[str, npt.NDArray[Any]],
-    attributes: Mapping[str, int],
+    attributes: Mapping[str, int | str],
     attempts: Attempts,
 ) -> Generator[Any, Any, npt.NDArray[Any]]:
     """One op call through a region made for it (see the module's documentation)."""
@@ -156,14 +156,13 @@ def _grpc_call(
     op: str,
     inputs: list[dict[str, Any]],
     output: dict[str, Any],
-    attributes: Mapping[str, int],
+    attributes: Mapping[str, int | str],
     attempts: Attempts,
 ) -> Generator[Any, Any, None]:
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
     request = pb.ModelInferRequest(model_name=op)
-    for name, number in attributes.items():
-        request.parameters[name].int64_param = number
+    _set_parameters(request.parameters, attributes)
     for item in inputs:
         tensor = request.inputs.add(
             name=item["name"], datatype=item["datatype"], shape=item["shape"]

@@ -18,6 +18,7 @@ from tensor_ops_client._cli_io import (
     npz_members,
     print_table,
     read_tensor,
+    write_npz,
     write_output,
 )
 from tensor_ops_client._core import TRANSPORTS
@@ -32,6 +33,7 @@ from tensor_ops_client.client import (
     TensorOpsError,
 )
 from tensor_ops_wire.npy import encode_npy
+from tensor_ops_wire.npz import encode_npz
 from tensor_ops_wire.ops import OPS, OpListError, OpSpec, from_info
 
 #: The variable the service's URL is read from when ``--url`` is not given.
@@ -221,7 +223,15 @@ def _op_command(
     )
     service(sub)
     first, *others = op.inputs
-    sub.add_argument(_INPUT + first.name, metavar=first.name.upper(), help=first.help)
+    if op.variadic == first.name:
+        sub.add_argument(
+            _INPUT + first.name,
+            metavar=first.name.upper(),
+            nargs="+",
+            help=f"the tensors {first.name}_0, {first.name}_1, ... (see inputs below)",
+        )
+    else:
+        sub.add_argument(_INPUT + first.name, metavar=first.name.upper(), help=first.help)
     for item in others:
         sub.add_argument(
             _option(item.name),
@@ -232,13 +242,23 @@ def _op_command(
         )
     for attribute in op.attributes:
         words = f"{attribute.help} " if attribute.help else ""
+        said = "required" if attribute.default is None else f"default: {attribute.default}"
+        if attribute.choices:
+            sub.add_argument(
+                _option(attribute.name),
+                dest=_ATTRIBUTE + attribute.name,
+                choices=attribute.choices,
+                default=None,
+                help=f"{words}({said})",
+            )
+            continue
         sub.add_argument(
             _option(attribute.name),
             dest=_ATTRIBUTE + attribute.name,
             type=int,
             default=None,
             metavar="N",
-            help=f"{words}(default: {attribute.default})",
+            help=f"{words}({said})",
         )
     _output_options(sub)
     sub.set_defaults(op=op)
@@ -387,9 +407,23 @@ def _op_inputs(args: argparse.Namespace) -> dict[str, npt.NDArray[Any]]:
     """The inputs of the op's command: DATA and the options, else DATA's archive's members."""
     op: OpSpec = args.op
     first, *others = op.inputs
+    if op.variadic == first.name:
+        sources: list[str] = getattr(args, _INPUT + first.name)
+        dtype = element_type(args.dtype)
+        return {
+            f"{first.name}_{index}": read_tensor(given, f"{first.name}_{index}", dtype)
+            for index, given in enumerate(sources)
+        } | _other_inputs(args, others, "")
     source: str = getattr(args, _INPUT + first.name)
     data = read_tensor(source, first.name, element_type(args.dtype))
-    inputs = {first.name: data}
+    return {first.name: data} | _other_inputs(args, others, source)
+
+
+def _other_inputs(
+    args: argparse.Namespace, others: Sequence[Any], source: str
+) -> dict[str, npt.NDArray[Any]]:
+    """The inputs given as options, else as members of DATA's archive (``source``)."""
+    inputs: dict[str, npt.NDArray[Any]] = {}
     archive = npz_members(source) if source.endswith(".npz") else set()
     for item in others:
         name = item.name
@@ -405,14 +439,18 @@ def _op_inputs(args: argparse.Namespace) -> dict[str, npt.NDArray[Any]]:
     return inputs
 
 
-def _op_attributes(args: argparse.Namespace) -> dict[str, int]:
-    """The op's attributes: as given, else their defaults."""
+def _op_attributes(args: argparse.Namespace) -> dict[str, int | str]:
+    """The op's attributes: as given, else their defaults; a required one not given is the
+    command line's usage error."""
     op: OpSpec = args.op
-    given = {item.name: getattr(args, _ATTRIBUTE + item.name) for item in op.attributes}
-    return {
-        item.name: item.default if given[item.name] is None else given[item.name]
-        for item in op.attributes
-    }
+    attributes: dict[str, int | str] = {}
+    for item in op.attributes:
+        given = getattr(args, _ATTRIBUTE + item.name)
+        value = item.default if given is None else given
+        if value is None:
+            raise InputError(f"{_option(item.name)} is required")
+        attributes[item.name] = value
+    return attributes
 
 
 def _refused(error: TensorOpsError) -> int:
@@ -437,6 +475,8 @@ def _run_op(args: argparse.Namespace) -> int:
             output = client.call(args.op.name, inputs, _op_attributes(args))
         except ValueError as error:  # a name from /info that no transport carries
             raise InputError(str(error)) from None
+    if isinstance(output, list):
+        return _several_outputs(args, output)
     if args.output is not None:
         write_output(output, args.output)
         return OK
@@ -447,6 +487,31 @@ def _run_op(args: argparse.Namespace) -> int:
         print(json_form(output))
     else:
         sys.stdout.buffer.write(encode_npy(output).data)
+        sys.stdout.buffer.flush()
+    return OK
+
+
+def _several_outputs(args: argparse.Namespace, outputs: list[npt.NDArray[Any]]) -> int:
+    """An op of several outputs (Split-1): ``-o out.npz`` (one member an output), or to
+    stdout as tables, JSON (``{"outputs": [...]}``) or an ``.npz`` archive."""
+    named = {f"output_{index}": output for index, output in enumerate(outputs)}
+    if args.output is not None:
+        if not args.output.endswith(".npz"):
+            raise InputError(
+                f"{args.op.name} gives {len(outputs)} outputs: write them with -o OUT.npz"
+            )
+        write_npz(named, args.output)
+        return OK
+    form = args.format or ("table" if sys.stdout.isatty() else "npy")
+    if form == "table":
+        for name, output in named.items():
+            print(name)
+            print_table(output, sys.stdout)
+    elif form == "json":
+        forms = [{"name": name, **json.loads(json_form(output))} for name, output in named.items()]
+        print(json.dumps({"outputs": forms}))
+    else:
+        sys.stdout.buffer.write(encode_npz(named))
         sys.stdout.buffer.flush()
     return OK
 

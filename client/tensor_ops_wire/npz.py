@@ -92,9 +92,15 @@ def refuse_many_members(body: bytes | bytearray | memoryview, names: tuple[str, 
 
 
 def decode_npz(
-    body: bytes | bytearray | memoryview, names: tuple[str, ...], *, max_bytes: int
+    body: bytes | bytearray | memoryview,
+    names: tuple[str, ...],
+    *,
+    max_bytes: int,
+    optional: tuple[str, ...] = (),
+    variadic: str | None = None,
 ) -> dict[str, npt.NDArray[Any]]:
-    """The arrays of an ``.npz`` archive whose members are exactly ``names`` (``name.npy``).
+    """The arrays of an ``.npz`` archive whose members are exactly ``names`` (``name.npy``),
+    with any of ``optional`` and, when ``variadic`` names a stem, any ``<stem>_<n>``.
 
     Every member's size is read from the archive's directory and checked against ``max_bytes``
     (all members together) before anything is decompressed; a member whose data does not match
@@ -112,7 +118,11 @@ def decode_npz(
         if name in by_name:
             raise undecodable(f".npz archive holds member {shown(name)} twice")
         by_name[name] = info
-    unexpected = sorted(set(by_name) - set(names))
+    unexpected = sorted(
+        name
+        for name in set(by_name) - set(names) - set(optional)
+        if not (variadic is not None and _is_numbered(name, variadic))
+    )
     if unexpected:
         raise TensorError(
             f".npz member {shown(unexpected[0])} is not an input; expected {', '.join(names)}",
@@ -131,13 +141,20 @@ def decode_npz(
             "(raise it with TENSOR_OPS_MAX_BODY_BYTES)"
         )
     arrays = {}
-    for name in names:
+    given = [name for name in by_name if name not in names]
+    for name in (*names, *given):
         try:
             arrays[name] = decode_npy(_member_bytes(archive, body, by_name[name]))
         except TensorError as error:
             error.field = name
             raise
     return arrays
+
+
+def _is_numbered(name: str, stem: str) -> bool:
+    """Whether ``name`` is ``<stem>_<n>`` (a variadic input's member: ``data_0``)."""
+    head, _, number = name.rpartition("_")
+    return head == stem and number.isascii() and number.isdigit()
 
 
 def inflated_size(body: bytes | bytearray | memoryview, names: tuple[str, ...]) -> int:

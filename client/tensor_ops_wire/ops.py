@@ -31,11 +31,13 @@ class InputSpec:
 
 @dataclass(frozen=True)
 class AttributeSpec:
-    """An integer attribute of an op (Gather-8's ``batch_dims``) and its default."""
+    """An attribute of an op (Gather-8's ``batch_dims``, Pad-12's ``pad_mode``) and its
+    default (None: required); an enumeration's strings in ``choices``."""
 
     name: str
-    default: int
+    default: int | str | None
     help: str = ""
+    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,16 @@ class OpSpec:
     attributes: tuple[AttributeSpec, ...] = ()
     #: Command lines shown under ``tensor-ops NAME --help``.
     examples: tuple[str, ...] = ()
+    #: The input sent as ``<name>_0``, ``<name>_1``, ... (Concat-1's ``data``), if any.
+    variadic: str | None = None
+    #: Whether the op gives several outputs (``output_0``, ...): a list of arrays.
+    several_outputs: bool = False
 
     @property
     def input_names(self) -> tuple[str, ...]:
         return tuple(item.name for item in self.inputs)
 
-    def attribute_defaults(self) -> dict[str, int]:
+    def attribute_defaults(self) -> dict[str, int | str | None]:
         return {item.name: item.default for item in self.attributes}
 
 
@@ -111,7 +117,8 @@ class OpListError(ValueError):
 
 def from_info(ops: Any) -> tuple[OpSpec, ...]:
     """The ops of ``GET /info``'s ``"ops"`` list (``name``, ``spec``, ``inputs`` as a list of
-    names, ``attributes`` as ``{name: default}``), each input required."""
+    names, ``attributes`` as ``{name: default}`` (null: required), and where they apply
+    ``optional``, ``variadic``, ``choices`` and ``outputs``)."""
     if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
         raise OpListError("the op list is not a list")
     specs = []
@@ -125,22 +132,46 @@ def from_info(ops: Any) -> tuple[OpSpec, ...]:
         if not isinstance(inputs, list) or not all(isinstance(i, str) and i for i in inputs):
             raise OpListError(f"{name}: inputs is not a list of names")
         if not isinstance(attributes, Mapping) or not all(
-            isinstance(key, str) and isinstance(value, int) and not isinstance(value, bool)
+            isinstance(key, str)
+            and (value is None or isinstance(value, int | str))
+            and not isinstance(value, bool)
             for key, value in attributes.items()
         ):
-            raise OpListError(f"{name}: attributes is not an object of integer defaults")
+            raise OpListError(f"{name}: attributes is not an object of defaults")
+        optional = _names(entry.get("optional", []), name, "optional")
+        choices = entry.get("choices", {})
+        if not isinstance(choices, Mapping) or not all(
+            isinstance(values, list) and all(isinstance(value, str) for value in values)
+            for values in choices.values()
+        ):
+            raise OpListError(f"{name}: choices is not an object of string lists")
+        variadic = entry.get("variadic")
+        if variadic is not None and variadic not in inputs:
+            raise OpListError(f"{name}: variadic names no input")
+        outputs = entry.get("outputs", ["output"])
         specs.append(
             OpSpec(
                 name=name,
                 spec=spec,
                 summary=f"{spec or name} (as the service's /info describes it)",
                 inputs=tuple(
-                    InputSpec(item, "the data tensor (see inputs below)")
+                    InputSpec(item, "the data tensor (see inputs below)", item not in optional)
                     if i == 0
-                    else InputSpec(item)
+                    else InputSpec(item, required=item not in optional)
                     for i, item in enumerate(inputs)
                 ),
-                attributes=tuple(AttributeSpec(k, v) for k, v in attributes.items()),
+                attributes=tuple(
+                    AttributeSpec(key, value, choices=tuple(choices.get(key, ())))
+                    for key, value in attributes.items()
+                ),
+                variadic=variadic,
+                several_outputs=isinstance(outputs, list) and outputs[:1] == ["output_0"],
             )
         )
     return tuple(specs)
+
+
+def _names(value: Any, op: str, what: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise OpListError(f"{op}: {what} is not a list of names")
+    return value
