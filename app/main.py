@@ -351,6 +351,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _routes() -> str:
+    """Every op's route, in words: "POST /roll, POST /gather, ..."."""
+    return ", ".join(f"POST /{name}" for name in REGISTRY)
+
+
 def landing_page(settings: Settings) -> dict[str, Any]:
     """``GET /`` for a client: the name, version and ops, each way in, and where the docs are."""
     return {
@@ -358,9 +363,10 @@ def landing_page(settings: Settings) -> dict[str, Any]:
         "version": VERSION,
         "ops": list(REGISTRY),
         "ways_in": {
-            "json": "POST /roll, POST /gather (Content-Type: application/json)",
-            "npz": "POST /roll, POST /gather (Content-Type: application/x-npz)",
-            "v2": "POST /v2/models/{roll,gather}/infer (KServe V2 / Open Inference Protocol)",
+            "json": f"{_routes()} (Content-Type: application/json)",
+            "npz": f"{_routes()} (Content-Type: application/x-npz)",
+            "v2": f"POST /v2/models/{{{','.join(REGISTRY)}}}/infer (KServe V2 / Open Inference "
+            "Protocol)",
             "grpc": (
                 f"port {settings.grpc_port}, inference.GRPCInferenceService"
                 if settings.grpc_port
@@ -382,15 +388,19 @@ def _prefers_html(accept: str) -> bool:
 
 def op_info(op: Op) -> dict[str, Any]:
     """One op as ``GET /info`` lists it: name, spec, inputs (a variadic one by its stem, with
-    ``variadic`` naming it; optional ones in ``optional``), attributes with their defaults (null:
-    required) and an enumeration's ``choices``, and outputs (``output_0``... for several)."""
+    ``variadic`` naming it; optional ones in ``optional``), attributes with their defaults (the
+    required ones, which have none, in ``required``) and an enumeration's ``choices``, and for
+    an op of several outputs ``outputs`` (``output_0``, ``output_1``, ...)."""
     described: dict[str, Any] = {
         "name": op.name,
         "spec": op.spec,
         "inputs": list(op.input_names),
-        "attributes": {item.name: item.default for item in op.attributes},
-        "outputs": ["output_0", "output_1", "..."] if op.several_outputs else ["output"],
+        "attributes": op.attribute_defaults(),
     }
+    if op.required_attributes:
+        described["required"] = [item.name for item in op.required_attributes]
+    if op.several_outputs:
+        described["outputs"] = ["output_0", "output_1", "..."]
     optional = [item.name for item in op.inputs if item.optional]
     if optional:
         described["optional"] = optional

@@ -1,18 +1,25 @@
-"""README's op table, made from the registry (``app/registry.py``): one row an op, its routes,
-inputs and attributes. ``--check`` exits 1 when README's table is not what the registry makes
-(``tests/test_op_table.py`` runs it); without it, README's table is rewritten."""
+"""The docs' generated sections, made from the registry (``app/registry.py``): README's op table
+(one row an op: routes, inputs, attributes, outputs) and docs/contract.md's per-op readings and
+disagreements (each op module's ``decisions`` and ``disagreements``). ``--check`` exits 1 when a
+section is not what the registry makes (``tests/test_op_table.py`` runs it); without it, the
+sections are rewritten."""
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "client"))
 
 from app.registry import REGISTRY  # noqa: E402
 
 README = ROOT / "README.md"
+CONTRACT = ROOT / "docs" / "contract.md"
 BEGIN = "<!-- ops: made by scripts/op_table.py from app/registry.py; do not edit by hand -->"
 END = "<!-- end of ops -->"
+OPS_BEGIN = "<!-- op decisions: made by scripts/op_table.py from app/ops/; do not edit by hand -->"
+OPS_END = "<!-- end of op decisions -->"
 
 
 def table() -> str:
@@ -22,35 +29,84 @@ def table() -> str:
         "|---|---|---|---|---|",
     ]
     for op in REGISTRY.values():
-        attributes = ", ".join(f"`{item.name}` = {item.default}" for item in op.attributes)
+        attributes = ", ".join(_attribute(item) for item in op.attributes)
+        inputs = ", ".join(
+            f"`{item.name}_0`, `{item.name}_1`, ..."
+            if item.variadic
+            else f"`{item.name}`" + (" (optional)" if item.optional else "")
+            for item in op.inputs
+        )
+        outputs = "; outputs `output_0`, `output_1`, ..." if op.several_outputs else ""
         rows.append(
             f"| {op.name} | {op.summary} | `POST /{op.name}`, `/v2/models/{op.name}/infer`, "
-            f"gRPC model `{op.name}` | {', '.join(f'`{name}`' for name in op.input_names)} | "
-            f"{attributes or 'none'} |"
+            f"gRPC model `{op.name}` | {inputs}{outputs} | {attributes or 'none'} |"
         )
     return "\n".join(rows)
 
 
+def _attribute(item: object) -> str:
+    name, default, choices = (getattr(item, key) for key in ("name", "default", "choices"))
+    kind = " \\| ".join(f"`{choice}`" for choice in choices) if choices else "int"
+    if default is None:
+        return f"`{name}` ({kind}, required)"
+    return f"`{name}` = {default}" + (f" ({kind})" if choices else "")
+
+
+def decisions() -> str:
+    """Each op's readings of its spec, and where OpenVINO's CPU plugin answers otherwise."""
+    parts: list[str] = []
+    for op in REGISTRY.values():
+        if not (op.decisions or op.disagreements):
+            continue
+        parts.append(f"### {op.spec} (`{op.name}`)\n")
+        if op.decisions:
+            parts.append("Readings taken where the spec is silent or ambiguous:\n")
+            parts += [f"- {text}" for text in op.decisions]
+            parts.append("")
+        if op.disagreements:
+            parts.append("Where OpenVINO's CPU plugin answers otherwise (the spec wins):\n")
+            parts += [f"- {text}" for text in op.disagreements]
+            parts.append("")
+    return "\n".join(parts).rstrip("\n") or "(none yet)"
+
+
+def with_section(text: str, begin: str, end: str, made: str, where: str) -> str:
+    """``text`` with the section between ``begin`` and ``end`` made anew."""
+    head, found, rest = text.partition(begin)
+    if not found:
+        raise SystemExit(f"{where} has no line {begin!r}")
+    _, found, tail = rest.partition(end)
+    if not found:
+        raise SystemExit(f"{where} has no line {end!r} after the section")
+    return f"{head}{begin}\n{made}\n{end}{tail}"
+
+
 def with_table(text: str) -> str:
     """README's text with its op table made anew."""
-    head, found, rest = text.partition(BEGIN)
-    if not found:
-        raise SystemExit(f"README.md has no line {BEGIN!r}")
-    _, found, tail = rest.partition(END)
-    if not found:
-        raise SystemExit(f"README.md has no line {END!r} after the table")
-    return f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    return with_section(text, BEGIN, END, table(), "README.md")
+
+
+SECTIONS: list[tuple[Path, Callable[[str], str]]] = [
+    (README, with_table),
+    (CONTRACT, lambda text: with_section(text, OPS_BEGIN, OPS_END, decisions(), "contract.md")),
+]
 
 
 def main(argv: list[str]) -> int:
-    text = README.read_text()
-    made = with_table(text)
-    if "--check" in argv:
-        if made != text:
-            print("README.md's op table is not the registry's: run scripts/op_table.py")
-            return 1
-        return 0
-    README.write_text(made)
+    stale = []
+    for path, make in SECTIONS:
+        text = path.read_text()
+        made = make(text)
+        if made == text:
+            continue
+        if "--check" in argv:
+            stale.append(path.relative_to(ROOT))
+        else:
+            path.write_text(made)
+    if stale:
+        names = ", ".join(str(path) for path in stale)
+        print(f"{names}: a generated section is not the registry's: run scripts/op_table.py")
+        return 1
     return 0
 
 

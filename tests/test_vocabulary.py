@@ -251,7 +251,9 @@ async def test_metadata_and_config_list_several_outputs_and_variadic_inputs(
     assert described["toy_join"]["variadic"] == "part"
     assert described["toy_join"]["optional"] == ["fill"]
     assert described["toy_join"]["choices"] == {"order": ["forward", "backward"]}
-    assert described["toy_parts"]["attributes"] == {"parts": None}
+    assert described["toy_parts"]["attributes"] == {}
+    assert described["toy_parts"]["required"] == ["parts"]
+    assert described["toy_parts"]["outputs"] == ["output_0", "output_1", "..."]
 
 
 async def test_variadic_optional_and_enumerated(client: httpx.AsyncClient) -> None:

@@ -46,13 +46,16 @@ def description(settings: Settings) -> str:
         if settings.grpc_port
         else "(off on this server: `TENSOR_OPS_GRPC_PORT` is 0)"
     )
+    specs = [f"**{op.spec}**" for op in REGISTRY.values()]
+    listed = ", ".join(specs[:-1]) + f" and {specs[-1]}" if len(specs) > 1 else specs[0]
+    routes = ", ".join(f"`POST /{name}`" for name in REGISTRY)
     return f"""
-Executes OpenVINO's **Roll-7** and **Gather-8** exactly as their specifications say, in every
+Executes OpenVINO's {listed} exactly as their specifications say, in every
 element type (bool, int8-64, uint8-64, float16, bfloat16, float32, float64).
 
 **Ways in**
 
-- `POST /roll`, `POST /gather` with a **JSON** body: tensors as nested arrays, or as base64
+- {routes} with a **JSON** body: tensors as nested arrays, or as base64
   `.npy` files (a JSON string is always read as base64 `.npy`).
 - The same routes with an **`.npz`** body (`Content-Type: application/x-npz`): one `.npy`
   member per input, attributes in the query; the answer is the output's raw `.npy`.

@@ -62,8 +62,9 @@ class OpSpec:
     def input_names(self) -> tuple[str, ...]:
         return tuple(item.name for item in self.inputs)
 
-    def attribute_defaults(self) -> dict[str, int | str | None]:
-        return {item.name: item.default for item in self.attributes}
+    def attribute_defaults(self) -> dict[str, int | str]:
+        """The attributes that have defaults, by name (a required one is not among them)."""
+        return {item.name: item.default for item in self.attributes if item.default is not None}
 
 
 ROLL = OpSpec(
@@ -117,8 +118,8 @@ class OpListError(ValueError):
 
 def from_info(ops: Any) -> tuple[OpSpec, ...]:
     """The ops of ``GET /info``'s ``"ops"`` list (``name``, ``spec``, ``inputs`` as a list of
-    names, ``attributes`` as ``{name: default}`` (null: required), and where they apply
-    ``optional``, ``variadic``, ``choices`` and ``outputs``)."""
+    names, ``attributes`` as ``{name: default}``, and where they apply ``required`` (the
+    attributes without a default), ``optional``, ``variadic``, ``choices`` and ``outputs``)."""
     if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
         raise OpListError("the op list is not a list")
     specs = []
@@ -139,6 +140,8 @@ def from_info(ops: Any) -> tuple[OpSpec, ...]:
         ):
             raise OpListError(f"{name}: attributes is not an object of defaults")
         optional = _names(entry.get("optional", []), name, "optional")
+        required = _names(entry.get("required", []), name, "required")
+        attributes = {**attributes, **dict.fromkeys(required)}
         choices = entry.get("choices", {})
         if not isinstance(choices, Mapping) or not all(
             isinstance(values, list) and all(isinstance(value, str) for value in values)

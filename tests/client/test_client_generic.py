@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from app.registry import REGISTRY
 from tensor_ops_client import TRANSPORTS, AsyncTensorOpsClient, TensorOpsClient, TensorOpsError
 from tensor_ops_client import Transport as TransportName
 from tests.support import assert_same_bits, free_port, launch_server, stop_server
@@ -147,7 +148,8 @@ def test_an_unknown_op_gets_the_services_404(
     error = raised.value
     assert (error.status, error.kind) == (404, "not_found"), error
     if transport in ("v2", "grpc"):  # the V2 protocols name the models served
-        assert "'frobnicate' is not served here; models: roll, gather" in error.message
+        models = ", ".join(REGISTRY)
+        assert f"'frobnicate' is not served here; models: {models}" in error.message
     else:
         assert error.message == "Not Found"
 

@@ -27,6 +27,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.main import create_app
 from app.pipeline.admission import MemoryBudget
+from app.registry import REGISTRY
 from app.settings import Settings
 from app.transports.grpc import RECEIVE_COPIES
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
@@ -182,7 +183,7 @@ def test_an_empty_message_is_refused_on_the_stream_which_goes_on(
     assert (outcome.status, outcome.message) == (0, "")
     answers = _stream_answers(outcome.data)
     assert [answer.error_message for answer in answers] == [
-        "model: model '' is not served here; models: roll, gather",
+        f"model: model '' is not served here; models: {', '.join(REGISTRY)}",
         "",
     ]
     answer = answers[1].infer_response

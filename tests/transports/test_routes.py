@@ -8,6 +8,7 @@ from fastapi.routing import APIRoute
 from starlette.routing import Match
 
 from app.main import create_app
+from app.registry import REGISTRY
 from app.settings import Settings
 from app.transports.routes import OpRoute
 
@@ -43,8 +44,7 @@ def routes() -> list[OpRoute]:
     app = create_app(Settings())
     found = [route for route in app.router.routes if isinstance(route, OpRoute)]
     assert {route.path for route in found} == {
-        "/roll",
-        "/gather",
+        *(f"/{name}" for name in REGISTRY),
         "/v2/models/{name}/infer",
         "/v2/models/{name}/versions/{version}/infer",
     }

@@ -19,6 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.ops import gather, roll
+from app.registry import REGISTRY
 from tests.support import (
     DTYPES,
     GATHER_BATCH_CASES,
@@ -156,7 +157,8 @@ def test_unknown_model_or_version_is_not_found(triton: Any) -> None:
     with pytest.raises(InferenceServerException) as caught:
         run(triton, "conv", {"data": data, "shift": data, "axes": data})
     assert caught.value.status() == "StatusCode.NOT_FOUND"
-    assert caught.value.message() == "model: model 'conv' is not served here; models: roll, gather"
+    models = ", ".join(REGISTRY)
+    assert caught.value.message() == f"model: model 'conv' is not served here; models: {models}"
 
 
 @pytest.mark.parametrize(("dtype", "form"), type_and_form_cases())
