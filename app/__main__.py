@@ -43,7 +43,6 @@ if __name__ == "__main__":
     _with_allocator_settings()
     _metrics_dir_or_exit()
 
-import hashlib  # noqa: E402
 import logging  # noqa: E402
 import shutil  # noqa: E402
 import ssl  # noqa: E402
@@ -57,6 +56,7 @@ from pydantic import ValidationError  # noqa: E402
 
 from app import tracing  # noqa: E402
 from app.keyfile import KeyFileError, read_keys  # noqa: E402
+from app.numba_cache import kernels_cached  # noqa: E402
 from app.observability import configure_logging, log_format  # noqa: E402
 from app.settings import Settings, tracing_problems, workers_problem  # noqa: E402
 from app.transports.ports import (  # noqa: E402
@@ -231,31 +231,6 @@ def _http_port_problem(host: str, port: int) -> str | None:
         "free port with TENSOR_OPS_PORT (and, for a second instance, TENSOR_OPS_GRPC_PORT: "
         "gRPC listens beside HTTP, on 8001 unless set)"
     )
-
-
-#: The module whose loops numba compiles at import (app/ops/compiled.py), and its cache.
-_KERNELS = Path(__file__).resolve().parent / "ops" / "compiled.py"
-
-
-def _kernel_cache() -> Path:
-    """Where numba keeps the kernels' machine code (as its cache locators find it)."""
-    folder = os.environ.get("NUMBA_CACHE_DIR")
-    if not folder:
-        return _KERNELS.parent / "__pycache__"
-    source_dir = os.path.dirname(os.path.abspath(_KERNELS))
-    digest = hashlib.sha1(source_dir.encode()).hexdigest()
-    return Path(folder) / f"{os.path.basename(source_dir)}_{digest}"
-
-
-def kernels_cached() -> bool:
-    """Whether the kernels' compiled loops are on disk, no older than their source: a start
-    then loads them in a second or so instead of compiling them (several seconds)."""
-    try:
-        source = _KERNELS.stat().st_mtime
-        indexes = list(_kernel_cache().glob(f"{_KERNELS.stem}.*.nbi"))
-        return bool(indexes) and all(index.stat().st_mtime >= source for index in indexes)
-    except OSError:
-        return False
 
 
 def _warm_kernels(workers: int) -> None:

@@ -23,7 +23,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from app.ops.numba_cache import use_readable_cache
+from app.numba_cache import use_readable_cache
 
 # ---------------------------------------------------------------------------------------------
 # Compilation and its cache

@@ -1,0 +1,67 @@
+"""The numba internals ``app/numba_cache.py`` relies on are still there: an upgrade that
+moves them fails here, naming what moved, rather than as a cold cache in production."""
+
+from pathlib import Path
+
+import numba
+import pytest
+from numba.core import caching
+
+from app.numba_cache import DISPATCHER_CACHE, NUMBA_MEMBERS, _Cache
+from app.ops import compiled
+
+
+def test_the_numba_members_the_cache_relies_on_are_still_there() -> None:
+    missing = [
+        f"numba.core.caching.{name}.{member}"
+        for name, members in NUMBA_MEMBERS.items()
+        for member in (*members, "")[:-1] or ("",)
+        if not hasattr(getattr(caching, name, None), member)
+    ]
+    missing += [
+        f"numba.core.caching.{name}" for name in NUMBA_MEMBERS if not hasattr(caching, name)
+    ]
+    assert not missing, (
+        f"numba {numba.__version__} no longer has {', '.join(sorted(set(missing)))}: "
+        "app/numba_cache.py reads the kernels' cache through them; adapt it to this numba "
+        "or keep numba below this version in pyproject.toml"
+    )
+
+
+def test_the_kernels_dispatchers_carry_the_readable_cache() -> None:
+    # The loops were compiled at import with the cache this module gives them (a machine with
+    # no readable directory at all would compile in memory: not the test machines).
+    dispatchers = [
+        value
+        for value in vars(compiled).values()
+        if isinstance(value, numba.core.registry.CPUDispatcher)
+    ]
+    assert dispatchers
+    for dispatcher in dispatchers:
+        assert isinstance(getattr(dispatcher, DISPATCHER_CACHE), _Cache), dispatcher
+
+
+def test_the_cache_directory_is_where_numba_writes(tmp_path: Path) -> None:
+    """``cache_directory`` (what ``python -m app`` checks before it starts) is the folder
+    numba's own locator picks for a function of the kernels' module, with NUMBA_CACHE_DIR set
+    and without: a numba that moves its cache fails here, by name."""
+    import numba  # noqa: PLC0415
+    from numba.core import caching  # noqa: PLC0415
+
+    from app.numba_cache import KERNELS, cache_directory  # noqa: PLC0415
+
+    def sample() -> None:
+        pass
+
+    sample.__code__ = sample.__code__.replace(co_filename=str(KERNELS))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+        patch.setattr(numba.config, "CACHE_DIR", str(tmp_path))
+        locator = caching.UserProvidedCacheLocator.from_function(sample, str(KERNELS))
+        assert locator is not None
+        assert Path(locator.get_cache_path()) == cache_directory()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("NUMBA_CACHE_DIR", raising=False)
+        in_tree = caching.InTreeCacheLocator.from_function(sample, str(KERNELS))
+        assert in_tree is not None
+        assert Path(in_tree.get_cache_path()) == cache_directory()
