@@ -386,29 +386,25 @@ def _prefers_html(accept: str) -> bool:
     return "text/html" in accept.lower()
 
 
-def op_info(op: Op) -> dict[str, Any]:
-    """One op as ``GET /info`` lists it: name, spec, inputs (a variadic one by its stem, with
-    ``variadic`` naming it; optional ones in ``optional``), attributes with their defaults (the
-    required ones, which have none, in ``required``) and an enumeration's ``choices``, and for
-    an op of several outputs ``outputs`` (``output_0``, ``output_1``, ...)."""
-    described: dict[str, Any] = {
-        "name": op.name,
-        "spec": op.spec,
-        "inputs": list(op.input_names),
-        "attributes": op.attribute_defaults(),
-    }
-    if op.required_attributes:
-        described["required"] = [item.name for item in op.required_attributes]
-    if op.several_outputs:
-        described["outputs"] = ["output_0", "output_1", "..."]
+def op_details(op: Op) -> dict[str, Any]:
+    """What ``GET /info``'s ``op_details`` says of an op beyond its entry in ``ops`` (name,
+    spec, inputs, attribute defaults), where it has any: its ``optional`` inputs, its
+    ``variadic`` one (sent as ``<name>_0``, ``<name>_1``, ...), its ``required`` attributes
+    (which have no default), an enumeration's ``choices``, and the ``outputs`` of an op of
+    several."""
+    described: dict[str, Any] = {}
     optional = [item.name for item in op.inputs if item.optional]
     if optional:
         described["optional"] = optional
     if op.variadic is not None:
         described["variadic"] = op.variadic.name
+    if op.required_attributes:
+        described["required"] = [item.name for item in op.required_attributes]
     choices = {item.name: list(item.choices) for item in op.attributes if item.choices}
     if choices:
         described["choices"] = choices
+    if op.several_outputs:
+        described["outputs"] = ["output_0", "output_1", "..."]
     return described
 
 
@@ -418,7 +414,16 @@ def service_info(settings: Settings, budget_bytes: int) -> dict[str, Any]:
     return {
         "name": SERVER_NAME,
         "version": VERSION,
-        "ops": [op_info(op) for op in REGISTRY.values()],
+        "ops": [
+            {
+                "name": op.name,
+                "spec": op.spec,
+                "inputs": list(op.input_names),
+                "attributes": op.attribute_defaults(),
+            }
+            for op in REGISTRY.values()
+        ],
+        "op_details": {op.name: op_details(op) for op in REGISTRY.values() if op_details(op)},
         "limits": {
             "max_body_bytes": settings.max_body_bytes,
             "max_output_bytes": settings.max_output_bytes,

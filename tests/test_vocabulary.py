@@ -247,11 +247,11 @@ async def test_metadata_and_config_list_several_outputs_and_variadic_inputs(
     config = (await client.get("/v2/models/toy_parts/config")).json()
     assert [item["name"] for item in config["output"]] == ["output_0", "output_1"]
     info = (await client.get("/info")).json()
-    described = {op["name"]: op for op in info["ops"]}
+    described = info["op_details"]
     assert described["toy_join"]["variadic"] == "part"
     assert described["toy_join"]["optional"] == ["fill"]
     assert described["toy_join"]["choices"] == {"order": ["forward", "backward"]}
-    assert described["toy_parts"]["attributes"] == {}
+    assert {op["name"]: op for op in info["ops"]}["toy_parts"]["attributes"] == {}
     assert described["toy_parts"]["required"] == ["parts"]
     assert described["toy_parts"]["outputs"] == ["output_0", "output_1", "..."]
 

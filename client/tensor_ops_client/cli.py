@@ -578,7 +578,8 @@ def _ops_for(argv: Sequence[str]) -> tuple[OpSpec, ...]:
     args.transport, args.grpc_target, args.retries = "npz", None, 0  # /info is HTTP
     try:
         with _client(args) as client:
-            served = from_info(client.info().get("ops", []))
+            info = client.info()
+            served = from_info(info.get("ops", []), info.get("op_details"))
     except (InputError, TensorOpsError, OpListError) as error:
         reason = error.message if isinstance(error, TensorOpsError) else str(error)
         print(f"tensor-ops: the service's op list could not be read: {reason}", file=sys.stderr)

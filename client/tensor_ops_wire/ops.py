@@ -116,16 +116,25 @@ class OpListError(ValueError):
     """An op list (``GET /info``'s ``ops``) that is not as the service writes it."""
 
 
-def from_info(ops: Any) -> tuple[OpSpec, ...]:
+def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
     """The ops of ``GET /info``'s ``"ops"`` list (``name``, ``spec``, ``inputs`` as a list of
-    names, ``attributes`` as ``{name: default}``, and where they apply ``required`` (the
-    attributes without a default), ``optional``, ``variadic``, ``choices`` and ``outputs``)."""
+    names, ``attributes`` as ``{name: default}``), with what its ``"op_details"`` (``details``)
+    says of each where it applies: ``required`` (the attributes without a default),
+    ``optional``, ``variadic``, ``choices`` and ``outputs``."""
     if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
         raise OpListError("the op list is not a list")
+    if details is None:
+        details = {}
+    if not isinstance(details, Mapping):
+        raise OpListError("the op details are not an object")
     specs = []
-    for entry in ops:
-        if not isinstance(entry, Mapping):
-            raise OpListError(f"an op is not an object: {entry!r:.80}")
+    for listed in ops:
+        if not isinstance(listed, Mapping):
+            raise OpListError(f"an op is not an object: {listed!r:.80}")
+        more = details.get(listed.get("name"), {})
+        if not isinstance(more, Mapping):
+            raise OpListError(f"the details of {listed.get('name')!r:.80} are not an object")
+        entry = {**more, **listed}
         name, spec = entry.get("name"), entry.get("spec", "")
         inputs, attributes = entry.get("inputs", []), entry.get("attributes", {})
         if not isinstance(name, str) or not name or not isinstance(spec, str):

@@ -1,0 +1,207 @@
+"""Every op of the registry, every example of its spec, on every way in: the JSON route, ``.npz``
+bodies, ``/v2`` (JSON and binary tensors), and through the client on each of its transports
+(gRPC included) against a real server. A new op is tested here by its declaration alone."""
+
+import io
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from app.main import create_app
+from app.ops.declaration import JSON_INFERRED, Op
+from app.registry import REGISTRY
+from app.settings import Settings
+from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
+from tensor_ops_wire.dtypes import dtype_from_name, element_type_of
+from tensor_ops_wire.npy import decode_npy_base64
+from tests.support import free_port, launch_server, npz_bytes, stop_server
+
+pytestmark = pytest.mark.anyio
+
+#: (op, example name) of every example of every op.
+EXAMPLES = [(op.name, name) for op in REGISTRY.values() for name in op.examples]
+
+
+def _split(op: Op, value: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """An example's request as its inputs, its attributes and its dtype."""
+    attributes = {key: item for key, item in value.items() if op.attribute(key) is not None}
+    inputs = {
+        key: item
+        for key, item in value.items()
+        if key != "dtype" and key not in attributes and op.input_for(key) is not None
+    }
+    return inputs, attributes, value.get("dtype")
+
+
+def example_arrays(op: Op, value: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An example's inputs as the arrays the service makes of their JSON form, and its
+    attributes."""
+    inputs, attributes, dtype_name = _split(op, value)
+    dtype = dtype_from_name(dtype_name) if dtype_name is not None else None
+    primary = _array(inputs[op.output_type_from], dtype)
+    arrays: dict[str, Any] = {}
+    for name, given in inputs.items():
+        item = op.input_for(name)
+        assert item is not None
+        if name == op.output_type_from:
+            arrays[name] = primary
+        elif isinstance(given, str):
+            arrays[name] = decode_npy_base64(given)
+        elif item.like_data:
+            arrays[name] = np.array(given, dtype=primary.dtype)
+        elif item.json_typing == JSON_INFERRED:
+            array = np.array(given)
+            arrays[name] = array.astype(np.int64) if array.size == 0 else array
+        else:
+            arrays[name] = np.array(given, dtype=np.int64)
+    return arrays, attributes
+
+
+def _array(given: Any, dtype: np.dtype[Any] | None) -> npt.NDArray[Any]:
+    """A tensor of an example: base64 .npy as its file says, JSON form of ``dtype``."""
+    if isinstance(given, str):
+        return decode_npy_base64(given)
+    return np.array(given, dtype=dtype)
+
+
+def _data(value: Any) -> Any:
+    """An answer's ``data``: JSON form as it is, npy form decoded."""
+    return plain(decode_npy_base64(value)) if isinstance(value, str) else value
+
+
+def plain(array: npt.NDArray[Any]) -> Any:
+    """An output as the nested lists of its JSON form (floats as Python floats)."""
+    array = np.asarray(array)
+    if array.dtype.kind == "f" or element_type_of(array.dtype).numpy == "bfloat16":
+        return array.astype(np.float64).tolist()
+    return array.tolist()
+
+
+def expected_outputs(op: Op, example_name: str) -> list[Any]:
+    """The example's expected outputs, a list of one for an op of one output."""
+    expected = op.examples[example_name]["x-expected-output"]
+    return list(expected) if op.several_outputs else [expected]
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    app = create_app(Settings())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        yield client
+
+
+@pytest.mark.parametrize(("op_name", "example_name"), EXAMPLES)
+async def test_the_json_route(client: httpx.AsyncClient, op_name: str, example_name: str) -> None:
+    op = REGISTRY[op_name]
+    response = await client.post(f"/{op_name}", json=op.examples[example_name]["value"])
+    assert response.status_code == 200, response.text
+    body = response.json()
+    if op.several_outputs:
+        assert [item["name"] for item in body["outputs"]] == [
+            f"output_{index}" for index in range(len(body["outputs"]))
+        ]
+        got = [_data(item["data"]) for item in body["outputs"]]
+    else:
+        got = [_data(body["data"])]
+    assert got == expected_outputs(op, example_name)
+
+
+@pytest.mark.parametrize(("op_name", "example_name"), EXAMPLES)
+async def test_the_npz_route(client: httpx.AsyncClient, op_name: str, example_name: str) -> None:
+    op = REGISTRY[op_name]
+    arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
+    dtype = op.examples[example_name]["value"].get("dtype")
+    query = {key: str(value) for key, value in attributes.items()}
+    if dtype is not None and element_type_of(dtype_from_name(dtype)).numpy == "bfloat16":
+        query["dtype"] = "bfloat16"
+    response = await client.post(
+        f"/{op_name}",
+        params=query,
+        content=npz_bytes(**arrays),
+        headers={"content-type": "application/x-npz"},
+    )
+    assert response.status_code == 200, response.text
+    if op.several_outputs:
+        archive = np.load(io.BytesIO(response.content))
+        got = [plain(archive[name]) for name in archive.files]
+    else:
+        got = [plain(np.load(io.BytesIO(response.content)))]
+    assert got == expected_outputs(op, example_name)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+@pytest.mark.parametrize(("op_name", "example_name"), EXAMPLES)
+async def test_v2(client: httpx.AsyncClient, op_name: str, example_name: str, binary: bool) -> None:
+    op = REGISTRY[op_name]
+    arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
+    inputs = []
+    for name, array in arrays.items():
+        element = element_type_of(array.dtype)
+        data = array.astype(np.float32) if element.numpy == "bfloat16" else array
+        inputs.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": element.kserve,
+                "data": data.reshape(-1).tolist(),
+            }
+        )
+    parameters: dict[str, Any] = {**attributes, "binary_data_output": binary}
+    response = await client.post(
+        f"/v2/models/{op_name}/infer", json={"inputs": inputs, "parameters": parameters}
+    )
+    assert response.status_code == 200, response.text
+    if binary:
+        length = int(response.headers["inference-header-content-length"])
+        head = httpx.Response(200, content=response.content[:length]).json()
+        offset, got = length, []
+        for output in head["outputs"]:
+            size = output["parameters"]["binary_data_size"]
+            dtype = dtype_from_name(output["datatype"])
+            raw = np.frombuffer(response.content[offset : offset + size], dtype.newbyteorder("<"))
+            got.append(plain(raw.reshape(output["shape"])))
+            offset += size
+    else:
+        outputs = response.json()["outputs"]
+        got = [
+            plain(np.array(output["data"]).reshape(output["shape"])) if output["data"] else []
+            for output in outputs
+        ]
+        got = [
+            value if np.array(value).size else plain(np.zeros(output["shape"]))
+            for value, output in zip(got, outputs, strict=True)
+        ]
+    names = [output["name"] for output in (head if binary else response.json())["outputs"]]
+    assert names == _names(op, len(got))
+    assert got == expected_outputs(op, example_name)
+
+
+def _names(op: Op, count: int) -> list[str]:
+    return [f"output_{index}" for index in range(count)] if op.several_outputs else ["output"]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, str]]:
+    port = free_port()
+    url, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
+    yield url, f"127.0.0.1:{port}"
+    stop_server(process)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_the_client_on_every_transport(server: tuple[str, str], transport: Transport) -> None:
+    url, target = server
+    with TensorOpsClient(url, transport=transport, grpc_target=target, retry=False) as tops:
+        for op_name, example_name in EXAMPLES:
+            op = REGISTRY[op_name]
+            arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
+            result = tops.call(op_name, arrays, attributes)
+            got = [plain(item) for item in result] if op.several_outputs else [plain(result)]
+            assert got == expected_outputs(op, example_name), (op_name, example_name)
