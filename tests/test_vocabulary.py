@@ -405,3 +405,20 @@ def test_the_command_line(toy_server: tuple[str, str], tmp_path: Any) -> None:
     archive = np.load(out)
     assert_same_bits(archive["output_1"], DATA[1:].copy())
     assert command_line([*service, "toy_parts", str(first), "--axis", "0"]) == 2
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("transport", ["v2", "grpc"])
+def test_the_client_through_shared_memory(
+    toy_server: tuple[str, str], transport: Transport
+) -> None:
+    """An op the client cannot size ahead: its inputs through the region, its outputs in the
+    answer."""
+    url, target = toy_server
+    with TensorOpsClient(
+        url, transport=transport, grpc_target=target, retry=False, shared_memory=True
+    ) as tops:
+        parts = tops.call("toy_parts", {"data": DATA, "axis": np.array(0)}, {"parts": 2})
+        assert len(parts) == 2
+        assert_same_bits(np.asarray(parts[0]), DATA[:1].copy())
+        assert_same_bits(np.asarray(parts[1]), DATA[1:].copy())

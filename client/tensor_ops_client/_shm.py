@@ -4,7 +4,9 @@ host: the tensors go through a POSIX shared memory object instead of the socket.
 Each call creates an object sized for its inputs and output, registers it with the service
 (Triton's shared memory extension, over HTTP: ``/v2/systemsharedmemory``), sends a request that
 names the region in each tensor's parameters (``/v2`` JSON, or gRPC ``ModelInfer``), copies the
-output out of the region, then unregisters and removes the object, whatever happened.
+output out of the region, then unregisters and removes the object, whatever happened. An op
+whose outputs the client cannot size ahead (any but Roll and Gather) sends its inputs so and
+gets its outputs in the answer, as binary data.
 """
 
 import contextlib
@@ -20,7 +22,8 @@ import numpy.typing as npt
 
 from tensor_ops_client._actions import SendGrpc, Wait
 from tensor_ops_client._errors import TensorOpsError
-from tensor_ops_client._http import HttpRequest
+from tensor_ops_client._grpc import infer_output
+from tensor_ops_client._http import HttpRequest, data_type, read_output
 from tensor_ops_client._raw import raw_input, raw_output
 from tensor_ops_client._retry import Attempts, Retry
 
@@ -78,15 +81,14 @@ def shared_memory_plan(
     arrays: Mapping[str, npt.NDArray[Any]],
     attributes: Mapping[str, int | str],
     attempts: Attempts,
-) -> Generator[Any, Any, npt.NDArray[Any]]:
+) -> Generator[Any, Any, Any]:
     """One op call through a region made for it (see the module's documentation)."""
     shape = output_shape(op, arrays, attributes)
-    if shape is None:
-        raise TensorOpsError(
-            0, f"shared_memory=True cannot size the output of {op!r}; call without it"
-        )
-    data = arrays["data"]
-    output_bytes = int(np.prod(shape, dtype=np.int64)) * data.dtype.itemsize
+    data = arrays.get("data")
+    # An op whose outputs this client cannot size: its inputs go through the region, its
+    # outputs come back in the answer.
+    sized = shape is not None and data is not None
+    output_bytes = int(np.prod(shape, dtype=np.int64)) * data.itemsize if sized else 0  # type: ignore[arg-type, union-attr]
     places: list[tuple[str, Any, npt.NDArray[Any], int]] = []
     offset = 0
     for name, value in arrays.items():
@@ -117,6 +119,8 @@ def shared_memory_plan(
         register = {"key": "/" + memory.name, "offset": 0, "byte_size": total}
         yield from _json_call(client, f"{path}/register", register, attempts)
         try:
+            if not sized:
+                return (yield from _answered_call(client, op, inputs, arrays, attributes, attempts))
             output = {REGION: region, BYTE_SIZE: output_bytes, OFFSET: output_offset}
             if client.transport == "grpc":
                 yield from _grpc_call(client, op, inputs, output, attributes, attempts)
@@ -128,6 +132,7 @@ def shared_memory_plan(
                 if attributes:
                     head["parameters"] = dict(attributes)
                 yield from _json_call(client, f"/v2/models/{quote(op)}/infer", head, attempts)
+            assert shape is not None and data is not None
             view = shared[output_offset : output_offset + output_bytes]
             result = np.array(raw_output(view, data.dtype, shape), copy=True)
             view.release()
@@ -140,6 +145,34 @@ def shared_memory_plan(
         with contextlib.suppress(BufferError):  # a view still held by a failure's frame
             memory.close()
         memory.unlink()
+
+
+def _answered_call(
+    client: _Client,
+    op: str,
+    inputs: list[dict[str, Any]],
+    arrays: Mapping[str, npt.NDArray[Any]],
+    attributes: Mapping[str, int | str],
+    attempts: Attempts,
+) -> Generator[Any, Any, Any]:
+    """A call whose inputs are in the region and whose outputs come in the answer."""
+    if client.transport == "grpc":
+        answer = yield from _grpc_call(client, op, inputs, None, attributes, attempts)
+        return infer_output(answer)
+    head = {"inputs": inputs, "parameters": {**attributes, "binary_data_output": True}}
+    request = HttpRequest(
+        "POST",
+        f"/v2/models/{quote(op)}/infer",
+        json.dumps(head, separators=(",", ":")).encode(),
+        {"content-type": "application/json", **client._auth},
+        answer="v2",
+        data_dtype=data_type(arrays),
+    )
+    return (
+        yield from client._http_plan(
+            request, attempts, lambda got: read_output(request, got.body, got.headers)
+        )
+    )
 
 
 def _json_call(
@@ -155,10 +188,12 @@ def _grpc_call(
     client: _Client,
     op: str,
     inputs: list[dict[str, Any]],
-    output: dict[str, Any],
+    output: dict[str, Any] | None,
     attributes: Mapping[str, int | str],
     attempts: Attempts,
-) -> Generator[Any, Any, None]:
+) -> Generator[Any, Any, Any]:
+    """One ModelInfer, its inputs in the region; its output there too when ``output`` says
+    where (else in the answer, which is returned)."""
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
     request = pb.ModelInferRequest(model_name=op)
@@ -168,12 +203,12 @@ def _grpc_call(
             name=item["name"], datatype=item["datatype"], shape=item["shape"]
         )
         _set_parameters(tensor.parameters, item["parameters"])
-    _set_parameters(request.outputs.add(name="output").parameters, output)
+    if output is not None:
+        _set_parameters(request.outputs.add(name="output").parameters, output)
     message = request.SerializeToString()
     while True:
         try:
-            yield SendGrpc(message, attempts.timeout(client.timeout))
-            return
+            return (yield SendGrpc(message, attempts.timeout(client.timeout)))
         except TensorOpsError as error:
             wait = attempts.wait_after(error)
             if wait is None:
