@@ -1,154 +1,40 @@
-"""The application: ``create_app(settings)`` builds it; ``app`` is what uvicorn serves."""
+"""The application: ``create_app(settings)`` builds it; ``app`` is what uvicorn serves.
 
-import asyncio
-import gc
+``BEARER_SCHEME`` (the OpenAPI scheme of API keys) is re-exported for the tests that check it.
+"""
+
 import logging
-import os
-import signal
-import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from types import FrameType
+from collections.abc import Callable
 from typing import Any
 
-from fastapi import FastAPI, Request, Response
-from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, RedirectResponse
+from fastapi import FastAPI
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
 from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Match
 from starlette.types import Scope
 
 from app import tracing
-from app.access import AccessControl, access_control
+from app.access import access_control
 from app.docs import add_offline_docs
-from app.metrics import render as render_metrics
+from app.lifespan import lifespan
 from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
-from app.registry import REGISTRY, Op
 from app.settings import Settings
 from app.transports.errors import install_error_handlers
-from app.transports.grpc_server import GrpcServer
 from app.transports.http import add_op_routes, op_endpoints
 from app.transports.http_observer import HttpObserver, ObservedApp
+from app.transports.openapi import BEARER_SCHEME, build_openapi
 from app.transports.openapi import description as openapi_description
-from app.transports.openapi import teach
 from app.transports.routes import OpRoute
-from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
+from app.transports.service_routes import add_service_routes
 from app.transports.shared_memory import Regions
 from app.transports.v2_http import add_infer_routes, build_v2_router
-from app.transports.v2_messages import InferenceRequest
-from app.transports.v2_rules import SERVER_NAME
 from app.version import VERSION
 
+__all__ = ["BEARER_SCHEME", "create_app", "lifespan"]
+
 LOG = logging.getLogger("tensor_ops.service")
-
-
-def on_exit_signals(
-    loop: asyncio.AbstractEventLoop, begin: Callable[[], None]
-) -> Callable[[], None]:
-    """Call ``begin`` on ``loop`` as soon as SIGTERM or SIGINT arrives, then let the handler
-    that was in place (uvicorn's) take the signal as before; returns what puts it back.
-
-    Signals are handled in the main thread only: elsewhere (an app run by a test client in a
-    thread) nothing is installed.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous: dict[int, Any] = {}
-
-    def handle(number: int, frame: FrameType | None) -> None:
-        loop.call_soon_threadsafe(begin)
-        handler = previous[number]
-        if callable(handler):
-            handler(number, frame)
-        elif handler == signal.SIG_DFL:
-            signal.signal(number, signal.SIG_DFL)
-            os.kill(os.getpid(), number)
-
-    for number in (signal.SIGTERM, signal.SIGINT):
-        previous[number] = signal.getsignal(number)
-        signal.signal(number, handle)
-
-    def undo() -> None:
-        for number, handler in previous.items():
-            if signal.getsignal(number) is handle:
-                signal.signal(number, handler)
-
-    return undo
-
-
-def on_reload_signal(
-    loop: asyncio.AbstractEventLoop, access: AccessControl | None
-) -> Callable[[], None]:
-    """Re-read the API keys on SIGHUP (in the main thread only, with keys on); returns what
-    takes the handler away. Without it, SIGHUP would end the process: uvicorn leaves it to
-    its default. (Under several workers uvicorn's supervisor takes SIGHUP itself and replaces
-    the workers one by one; each new one reads the file. Each worker also re-reads the file
-    within a second of a change, signal or not.)"""
-    if access is None or threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    try:
-        loop.add_signal_handler(signal.SIGHUP, access.keys.reload)
-    except (NotImplementedError, RuntimeError):  # an event loop without signal handling
-        return lambda: None
-
-    def undo() -> None:
-        loop.remove_signal_handler(signal.SIGHUP)
-
-    return undo
-
-
-@asynccontextmanager
-async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """gRPC started beside HTTP, and both drained on the way out."""
-    settings: Settings = app.state.settings
-    pipeline: Pipeline = app.state.pipeline
-    grpc_server = None
-    access: AccessControl | None = app.state.access
-    if settings.grpc_port:
-        grpc_server = GrpcServer(
-            settings, pipeline, lambda: bool(app.state.ready), access, app.state.regions
-        )
-        try:
-            await grpc_server.start()
-        except Exception as error:
-            LOG.error("gRPC cannot start: %s", error)
-            raise
-    app.state.ready = True
-    # Everything made at start-up (some 150,000 objects: modules, schemas, the compiled
-    # kernels' wrappers) lives as long as the process: moved out of the collector's reach, a
-    # full collection no longer walks it (55 ms on this machine, a pause for every request in
-    # flight), and the young collections of request garbage stay short.
-    # Once per process: what a later app of the same process (a test's) leaves stays collectable.
-    if not gc.get_freeze_count():
-        gc.collect()
-        gc.freeze()
-    stopping: asyncio.Future[None] | None = None
-
-    def begin_stopping() -> None:
-        # Readiness turns away new work; gRPC refuses new calls and lets those in flight
-        # finish, within the same graceful timeout as HTTP's drain, beside it.
-        nonlocal stopping
-        app.state.ready = False
-        if grpc_server is not None and stopping is None:
-            stopping = asyncio.ensure_future(grpc_server.stop())
-
-    # uvicorn ends the lifespan only once its HTTP drain is over: the stop begins with the
-    # signal instead, so that the two drains take one graceful timeout, not two.
-    undo = on_exit_signals(asyncio.get_running_loop(), begin_stopping)
-    undo_reload = on_reload_signal(asyncio.get_running_loop(), access)
-    try:
-        yield
-    finally:
-        undo_reload()
-        undo()
-        begin_stopping()
-        if stopping is not None:
-            await stopping
-        await tracing.flush()  # the worker's last spans, before it exits
 
 
 class Service(FastAPI):
@@ -210,48 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.cors_origins:
         app.add_middleware(CORSMiddleware, **cors_options(settings.cors_origins))
 
-    @app.get(
-        "/",
-        summary="The service: a browser is sent to /docs, a client gets what is offered",
-        tags=["service"],
-        response_model=None,
-    )
-    async def landing(request: Request) -> Response:
-        if _prefers_html(request.headers.get("accept", "")):
-            root = request.scope.get("root_path", "")
-            return RedirectResponse(f"{root}/docs", status_code=307)
-        return JSONResponse(landing_page(settings))
-
-    @app.get("/health", summary="Liveness: the process answers", tags=["service"])
-    async def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/health/ready", summary="Readiness: the service takes work", tags=["service"])
-    async def ready() -> Response:
-        if app.state.ready:
-            return Response(b'{"status":"ready"}', 200, media_type="application/json")
-        return Response(b'{"status":"shutting down"}', 503, media_type="application/json")
-
-    @app.get(
-        "/info",
-        summary="The service: name, version, ops, limits and ports",
-        tags=["service"],
-    )
-    async def info() -> dict[str, Any]:
-        # What a client needs to size its requests; behind the API key when keys are on.
-        return service_info(settings, capacity)
-
-    @app.get(
-        "/metrics",
-        summary="Prometheus metrics",
-        tags=["service"],
-        response_class=Response,
-        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
-    )
-    async def metrics() -> Response:
-        pipeline.statistics.flush()  # what the requests added, in the metrics before they are read
-        body, media = render_metrics()
-        return Response(body, media_type=media)
+    add_service_routes(app, settings, capacity, pipeline)
 
     # After the routes above: every path outside /v2 is matched before the /v2 router's many.
     app.include_router(build_v2_router(regions, pipeline.statistics, infer_routes))
@@ -259,24 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema = get_openapi(
-                title=app.title,
-                version=app.version,
-                description=app.description,
-                routes=app.routes,
-            )
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
-            components.update(SHARED_SCHEMAS)
-            models: list[type[BaseModel]] = [request_model(op) for op in REGISTRY.values()]
-            models.append(InferenceRequest)
-            for model in models:
-                model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
-                components.update(model_schema.pop("$defs", {}))
-                components[model.__name__] = model_schema
-            teach(schema, settings, pipeline.limits, capacity)
-            if access is not None:
-                require_keys(schema, access)
-            app.openapi_schema = link_shared_schemas(schema)
+            app.openapi_schema = build_openapi(app, settings, pipeline.limits, capacity, access)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
@@ -316,30 +144,6 @@ def cors_options(origins: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
-#: The OpenAPI security scheme of API keys: /docs shows an Authorize button for it.
-BEARER_SCHEME = {
-    "type": "http",
-    "scheme": "bearer",
-    "description": "An API key from the service's key file (TENSOR_OPS_API_KEYS_FILE), sent as "
-    "'Authorization: Bearer <key>'.",
-}
-
-
-def require_keys(schema: dict[str, Any], access: AccessControl) -> None:
-    """Declare the bearer scheme, and on each operation that needs a key, that it does, and
-    its 401."""
-    schema.setdefault("components", {})["securitySchemes"] = {"apiKey": BEARER_SCHEME}
-    for path, operations in schema.get("paths", {}).items():
-        probe_path = path.replace("{name}", "roll").replace("{version}", "1")
-        if not access.needs_key(probe_path):
-            continue
-        for operation in operations.values():
-            operation["security"] = [{"apiKey": []}]
-            operation.setdefault("responses", {})["401"] = {
-                "description": "No key, or one that is not valid (with WWW-Authenticate: Bearer)"
-            }
-
-
 def __getattr__(name: str) -> Any:
     """``app.main:app``, what ``python -m uvicorn app.main:app`` serves: built from the
     environment's settings when it is first asked for, so that importing the module builds
@@ -349,94 +153,3 @@ def __getattr__(name: str) -> Any:
         globals()["app"] = built  # the next lookups find it without coming here
         return built
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _routes() -> str:
-    """Every op's route, in words: "POST /roll, POST /gather, ..."."""
-    return ", ".join(f"POST /{name}" for name in REGISTRY)
-
-
-def landing_page(settings: Settings) -> dict[str, Any]:
-    """``GET /`` for a client: the name, version and ops, each way in, and where the docs are."""
-    return {
-        "name": SERVER_NAME,
-        "version": VERSION,
-        "ops": list(REGISTRY),
-        "ways_in": {
-            "json": f"{_routes()} (Content-Type: application/json)",
-            "npz": f"{_routes()} (Content-Type: application/x-npz)",
-            "v2": f"POST /v2/models/{{{','.join(REGISTRY)}}}/infer (KServe V2 / Open Inference "
-            "Protocol)",
-            "grpc": (
-                f"port {settings.grpc_port}, inference.GRPCInferenceService"
-                if settings.grpc_port
-                else "off (TENSOR_OPS_GRPC_PORT is 0)"
-            ),
-            "client": "pip install ./client: TensorOpsClient, and the tensor-ops command",
-        },
-        "ports": {"http": settings.port, "grpc": settings.grpc_port},
-        "docs": "/docs",
-        "openapi": "/openapi.json",
-        "info": "/info",
-    }
-
-
-def _prefers_html(accept: str) -> bool:
-    """A browser's Accept names text/html; an API client's (curl's */*, httpx's) does not."""
-    return "text/html" in accept.lower()
-
-
-def op_details(op: Op) -> dict[str, Any]:
-    """What ``GET /info``'s ``op_details`` says of an op beyond its entry in ``ops`` (name,
-    spec, inputs, attribute defaults), where it has any: its ``optional`` inputs, its
-    ``variadic`` one (sent as ``<name>_0``, ``<name>_1``, ...), its ``required`` attributes
-    (which have no default), an enumeration's ``choices``, and the ``outputs`` of an op of
-    several."""
-    described: dict[str, Any] = {}
-    optional = [item.name for item in op.inputs if item.optional]
-    if optional:
-        described["optional"] = optional
-    if op.variadic is not None:
-        described["variadic"] = op.variadic.name
-    if op.required_attributes:
-        described["required"] = [item.name for item in op.required_attributes]
-    choices = {item.name: list(item.choices) for item in op.attributes if item.choices}
-    if choices:
-        described["choices"] = choices
-    if op.several_outputs:
-        described["outputs"] = ["output_0", "output_1", "..."]
-    return described
-
-
-def service_info(settings: Settings, budget_bytes: int) -> dict[str, Any]:
-    """``GET /info``: the service's name and version, its ops (with their spec, inputs and
-    attributes), its limits and the ports of its transports."""
-    return {
-        "name": SERVER_NAME,
-        "version": VERSION,
-        "ops": [
-            {
-                "name": op.name,
-                "spec": op.spec,
-                "inputs": list(op.input_names),
-                "attributes": op.attribute_defaults(),
-            }
-            for op in REGISTRY.values()
-        ],
-        "op_details": {op.name: op_details(op) for op in REGISTRY.values() if op_details(op)},
-        "limits": {
-            "max_body_bytes": settings.max_body_bytes,
-            "max_output_bytes": settings.max_output_bytes,
-            "max_rank": settings.max_rank,
-            "max_dimension": settings.max_dimension,
-            "memory_budget_bytes": budget_bytes,
-            "admission_timeout": settings.admission_timeout,
-            "body_timeout": settings.body_timeout,
-            "min_transfer_rate": settings.min_transfer_rate,
-        },
-        "transports": {
-            "http": ["json", "npz", "v2"],
-            "grpc_port": settings.grpc_port,
-        },
-        "access": {"api_keys": settings.api_keys_file is not None, "tls": settings.tls},
-    }

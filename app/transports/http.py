@@ -13,6 +13,18 @@ from fastapi.responses import Response
 from pydantic import ValidationError
 
 from app.codecs.json_body import JsonBody, split_json_body
+from app.codecs.json_tensors import (
+    Form,
+    check_json_text_size,
+    decode_data,
+    decode_index,
+    decode_inferred,
+    decode_like,
+    encode_output,
+    encode_outputs,
+    json_encoding_bytes,
+    settle_npy_type,
+)
 from app.errors import (
     Fault,
     ServiceError,
@@ -27,19 +39,7 @@ from app.pipeline.run import Answer, Body, Exchange, Pipeline
 from app.registry import REGISTRY, Attribute, Op, attribute_names
 from app.transports.errors import ErrorBody, render_detail
 from app.transports.http_responses import serve_http
-from app.transports.json_tensors import (
-    Form,
-    check_json_text_size,
-    decode_data,
-    decode_index,
-    decode_inferred,
-    decode_like,
-    encode_output,
-    encode_outputs,
-    explain_refusal,
-    json_encoding_bytes,
-    settle_npy_type,
-)
+from app.transports.json_hints import explain_refusal
 from app.transports.routes import Endpoint, OpRoute
 from app.transports.schemas import TensorResponse, request_fields, request_model
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
@@ -193,9 +193,7 @@ class JsonExchange:
         job = make_job(op, arrays, attributes, limits)
         if self.form is Form.JSON and not self.raw_npy:
             self.text_bytes = check_json_text_size(
-                (job.output_count,) if job.split is not None else job.output_shape,
-                job.output_dtype,
-                limits.max_output_bytes,
+                _answer_shape(job), job.output_dtype, limits.max_output_bytes
             )
         return job
 
@@ -235,14 +233,22 @@ class JsonExchange:
             return 2 * job.output_bytes
         if self.form is Form.NPY:
             return 4 * job.output_bytes  # the output, its .npy, the base64, the JSON text
-        return json_encoding_bytes(job, self.text_bytes)
+        return json_encoding_bytes(_answer_shape(job), job.output_dtype, self.text_bytes)
 
     def encode(self, job: Job) -> Answer:
         if job.split is not None:
-            buffers, media = encode_outputs(job, self.form, self.raw_npy)
+            buffers, media = encode_outputs(job.output_names, job.outputs, self.form, self.raw_npy)
         else:
-            buffers, media = encode_output(job, self.form, self.raw_npy)
+            buffers, media = encode_output(
+                job.output_shape, job.output_dtype, job.output, self.form, self.raw_npy
+            )
         return Answer(buffers, media)
+
+
+def _answer_shape(job: Job) -> tuple[int, ...]:
+    """The shape a JSON answer's text is sized by: the output's, or every output's elements in
+    a row for an op of several."""
+    return (job.output_count,) if job.split is not None else job.output_shape
 
 
 def _ordered(op: Op, sent: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -316,7 +322,7 @@ class NpzExchange:
 
     def encode(self, job: Job) -> Answer:
         if job.split is not None:
-            buffers, media = encode_outputs(job, Form.JSON, raw_npy=True)
+            buffers, media = encode_outputs(job.output_names, job.outputs, Form.JSON, raw_npy=True)
             return Answer(buffers, media)
         buffer, target = npy_buffer(job.output_shape, job.output_dtype)
         job.output(target)

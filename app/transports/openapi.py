@@ -11,7 +11,11 @@ from typing import Any
 
 import numpy as np
 import orjson
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
+from app.access import AccessControl
 from app.errors import ServiceError
 from app.pipeline.admission import busy_error
 from app.pipeline.jobs import Limits
@@ -20,6 +24,8 @@ from app.settings import Settings
 from app.transports.errors import render_detail
 from app.transports.http import JSON_TYPE, JsonExchange, exchange_for_media
 from app.transports.http_body import too_large
+from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
+from app.transports.v2_messages import InferenceRequest
 
 #: The tag of the routes that run the ops, and the order of the tags in /docs.
 OPS_TAG = "ops"
@@ -165,3 +171,50 @@ def _pieces(buffers: Iterable[Any]) -> Iterable[bytes]:
             yield bytes(buffer)
         else:  # a stream of pieces made as they are sent
             yield from buffer
+
+
+def build_openapi(
+    app: FastAPI, settings: Settings, limits: Limits, budget: int, access: AccessControl | None
+) -> dict[str, Any]:
+    """The OpenAPI document of ``app``: its routes, the request models made from the registry,
+    what /docs teaches (``teach``), and with keys on, which operations need one."""
+    schema = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components.update(SHARED_SCHEMAS)
+    models: list[type[BaseModel]] = [request_model(op) for op in REGISTRY.values()]
+    models.append(InferenceRequest)
+    for model in models:
+        model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model_schema.pop("$defs", {}))
+        components[model.__name__] = model_schema
+    teach(schema, settings, limits, budget)
+    if access is not None:
+        require_keys(schema, access)
+    linked: dict[str, Any] = link_shared_schemas(schema)
+    return linked
+
+
+#: The OpenAPI security scheme of API keys: /docs shows an Authorize button for it.
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "An API key from the service's key file (TENSOR_OPS_API_KEYS_FILE), sent as "
+    "'Authorization: Bearer <key>'.",
+}
+
+
+def require_keys(schema: dict[str, Any], access: AccessControl) -> None:
+    """Declare the bearer scheme, and on each operation that needs a key, that it does, and
+    its 401."""
+    schema.setdefault("components", {})["securitySchemes"] = {"apiKey": BEARER_SCHEME}
+    for path, operations in schema.get("paths", {}).items():
+        probe_path = path.replace("{name}", "roll").replace("{version}", "1")
+        if not access.needs_key(probe_path):
+            continue
+        for operation in operations.values():
+            operation["security"] = [{"apiKey": []}]
+            operation.setdefault("responses", {})["401"] = {
+                "description": "No key, or one that is not valid (with WWW-Authenticate: Bearer)"
+            }

@@ -15,6 +15,11 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from app.codecs.json_body import JsonBody, split_json_body
+from app.codecs.json_tensors import (
+    check_json_text_size,
+    json_encoding_bytes,
+    require_json_can_carry,
+)
 from app.codecs.v2_tensors import (
     decode_v2_binary,
     decode_v2_json,
@@ -32,11 +37,6 @@ from app.transports.errors import framework_error, render_v2
 from app.transports.http import JSON_TYPE, media_type, single_header
 from app.transports.http_body import read_small_body
 from app.transports.http_responses import serve_http
-from app.transports.json_tensors import (
-    check_json_text_size,
-    json_encoding_bytes,
-    require_json_can_carry,
-)
 from app.transports.routes import OpRoute
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
@@ -253,7 +253,8 @@ class V2Exchange:
             return copied
         if self.binary_output:
             return 2 * job.output_bytes + copied
-        return json_encoding_bytes(job, self.text_bytes) + copied
+        shape = (job.output_count,) if job.split is not None else job.output_shape
+        return json_encoding_bytes(shape, job.output_dtype, self.text_bytes) + copied
 
     def encode(self, job: Job) -> Answer:
         answer = self._encode(job)

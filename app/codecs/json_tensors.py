@@ -1,9 +1,13 @@
-"""Tensors in a JSON body (nested arrays or base64 ``.npy``), to arrays and back, errors located."""
+"""Tensors in a JSON body (nested arrays or base64 ``.npy``), to arrays and back, errors located.
 
-import difflib
+A codec: it knows shapes, element types and how to compute an output (a callable), not the
+request or the op that asks.
+"""
+
 import functools
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -19,8 +23,6 @@ from app.codecs.json_form import (
 )
 from app.codecs.json_text import nested_json, text_bytes, writes_whole, writing_bytes
 from app.errors import QUOTE_LIMIT, Fault, ServiceError, from_wire
-from app.pipeline.jobs import Job
-from app.registry import Op
 from tensor_ops_wire.dtypes import (
     BFLOAT16,
     UnknownDTypeError,
@@ -156,13 +158,14 @@ def check_json_text_size(
     return size
 
 
-def json_encoding_bytes(job: Job, text: int) -> int:
-    """What a JSON-form answer holds at its peak: the output, its copy ready for JSON (bfloat16
-    widened), the text, and the writer's temporaries (orjson's lists, or one piece's)."""
-    ready = job.output_count * (4 if job.output_dtype == BFLOAT16 else job.output_dtype.itemsize)
-    shape = (job.output_count,) if job.split is not None else job.output_shape
-    writing = writing_bytes(shape, job.output_dtype)
-    return job.output_bytes + ready + text + writing
+def json_encoding_bytes(shape: tuple[int, ...], dtype: np.dtype[Any], text: int) -> int:
+    """What a JSON-form answer of ``shape`` (every output's elements, for several) holds at its
+    peak: the output, its copy ready for JSON (bfloat16 widened), the text, and the writer's
+    temporaries (orjson's lists, or one piece's)."""
+    count = math.prod(shape)
+    ready = count * (4 if dtype == BFLOAT16 else dtype.itemsize)
+    writing = writing_bytes(shape, dtype)
+    return count * dtype.itemsize + ready + text + writing
 
 
 def require_json_can_carry(output: npt.NDArray[Any], loc: tuple[str, ...], advice: str) -> None:
@@ -181,21 +184,28 @@ def _numpy_name(dtype: np.dtype[Any]) -> str:
     return element_type_of(dtype).numpy
 
 
-def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
-    """Run ``job`` and give the response body (as buffers to send in turn) and its media type.
+#: Computes an output: into the array given (a response buffer), or into one of its own.
+Compute = Callable[[npt.NDArray[Any] | None], npt.NDArray[Any]]
+
+
+def encode_output(
+    shape: tuple[int, ...], dtype: np.dtype[Any], compute: Compute, form: Form, raw_npy: bool
+) -> tuple[list[Any], str]:
+    """The answer of an output of ``shape`` and ``dtype`` that ``compute`` makes: the response
+    body (as buffers to send in turn) and its media type.
 
     The raw and base64 ``.npy`` answers are written in place: the kernel fills the data part of
     a ready ``.npy`` buffer, and the JSON around the base64 is sent as separate small buffers.
     """
     if raw_npy or form is Form.NPY:
-        buffer, target = npy_buffer(job.output_shape, job.output_dtype)
-        job.output(target)
+        buffer, target = npy_buffer(shape, dtype)
+        compute(target)
         if raw_npy:
             return [buffer], "application/x-npy"
-        name = element_type_of(job.output_dtype).numpy
-        suffix = orjson.dumps({"dtype": name, "shape": list(job.output_shape)})
+        name = element_type_of(dtype).numpy
+        suffix = orjson.dumps({"dtype": name, "shape": list(shape)})
         return [b'{"data":"', Base64Stream(buffer), b'",' + suffix[1:]], "application/json"
-    output = job.output()
+    output = compute(None)
     require_json_can_carry(output, ("body", "data"), "send data in npy form")
     ready = json_ready(output)
     name = _numpy_name(output.dtype)
@@ -208,12 +218,13 @@ def encode_output(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
     return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
 
 
-def encode_outputs(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]:
-    """Run ``job`` (an op of several outputs) and give its answer: ``{"outputs": [{"name",
-    "data", "dtype", "shape"}, ...]}`` in the request's form, or with ``raw_npy`` an ``.npz``
-    archive of one ``<name>.npy`` member an output."""
-    outputs = job.outputs()
-    names = job.output_names
+def encode_outputs(
+    names: Sequence[str], compute: Callable[[], list[npt.NDArray[Any]]], form: Form, raw_npy: bool
+) -> tuple[list[Any], str]:
+    """The answer of several outputs (Split-1's), named ``names``, that ``compute`` makes:
+    ``{"outputs": [{"name", "data", "dtype", "shape"}, ...]}`` in the request's form, or with
+    ``raw_npy`` an ``.npz`` archive of one ``<name>.npy`` member an output."""
+    outputs = compute()
     if raw_npy:
         return [encode_npz(dict(zip(names, outputs, strict=True)))], "application/x-npz"
     pieces: list[bytes] = []
@@ -235,17 +246,15 @@ def encode_outputs(job: Job, form: Form, raw_npy: bool) -> tuple[list[Any], str]
 
 
 # ------------------------------------------------------------------------------------------------
-# Hints for the plain JSON routes' commonest mistakes: a number sent as a string (read as base64
-# .npy), and a field of another name than the op's.
+# A number sent as a string (read as base64 .npy): the refusal says what to send instead.
 
 #: The start of the base64 of every .npy file (its magic string, ``\x93NUMPY``).
 _NPY_BASE64_START = "k05VTVBZ"
-_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+#: An integer as a client may spell it in a string.
+INTEGER_TEXT = re.compile(r"[+-]?[0-9]{1,19}")
 _NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _LIST = re.compile(r"\[[0-9eE.,+\-\s\[\]]*\]")
 _NOT_BASE64 = "not valid base64"
-#: Longer keys are not compared with the op's fields (difflib's cost grows with the length).
-_MATCHED_KEY_CHARS = 64
 
 
 def shown_string(text: str) -> str:
@@ -259,7 +268,7 @@ def string_advice(text: str, integers: bool) -> str:
     """What to send instead of the string ``text``: the number or list it spells, unquoted."""
     spelled = text.strip()
     if len(spelled) <= QUOTE_LIMIT:
-        if _INTEGER.fullmatch(spelled) or (not integers and _NUMBER.fullmatch(spelled)):
+        if INTEGER_TEXT.fullmatch(spelled) or (not integers and _NUMBER.fullmatch(spelled)):
             return f"send the number {spelled} or a list of numbers, or base64 of a .npy"
         if _LIST.fullmatch(spelled):
             return f"send the list {spelled} without the quotes, or base64 of a .npy"
@@ -290,85 +299,3 @@ def _with_string_hint(
         f"{what}: {string_advice(value, index)}"
     )
     return error
-
-
-def op_fields(op: Op) -> tuple[str, ...]:
-    """The fields of ``op``'s JSON body that are its inputs and attributes, in order (a
-    variadic input's first two: ``data_0``, ``data_1``)."""
-    names: list[str] = []
-    for item in op.inputs:
-        names.extend((f"{item.name}_0", f"{item.name}_1") if item.variadic else (item.name,))
-    return (*names, *(item.name for item in op.attributes))
-
-
-def unknown_field_message(op: Op, key: str) -> str:
-    """Why ``key`` is refused in ``op``'s JSON body: the fields the op takes, and the nearest."""
-    fields = op_fields(op)
-    taken = f"{op.name} takes {', '.join(fields)}"
-    near = (
-        difflib.get_close_matches(key, (*fields, "dtype"), n=1, cutoff=0.6)
-        if len(key) <= _MATCHED_KEY_CHARS
-        else []
-    )
-    if near:
-        return f'{taken}; did you mean "{near[0]}"?'
-    return f"{taken}, and no other field"
-
-
-def explain_refusal(error: ServiceError, op: Op, payload: Mapping[str, Any]) -> ServiceError:
-    """``error`` (the envelope of ``op``'s JSON body refused) in the op's own words:
-
-    - an unknown field names the fields the op takes and the nearest (``axis: roll takes data,
-      shift, axes; did you mean "axes"?``); a required field it is the near miss of is not told
-      as missing as well;
-    - an attribute sent as a string says to send the number.
-    """
-    problems = error.problems
-    attributes = {(item.name,) for item in op.attributes}
-    suggested: set[str] = set()
-    for problem in problems:
-        if problem.kind is Fault.UNKNOWN_INPUT and len(problem.loc) == 2:
-            key = payload_key(payload, problem.loc[1])
-            if key is None:
-                continue
-            problem.msg = unknown_field_message(op, key)
-            match = re.search(r'did you mean "([a-z_]+)"\?$', problem.msg)
-            if match:
-                suggested.add(match[1])
-        elif problem.kind is Fault.INVALID_FIELD and problem.loc[1:] in attributes:
-            value = payload.get(str(problem.loc[1]))
-            if isinstance(value, str):
-                problem.msg = (
-                    f"{shown_string(value)} is a string; {problem.loc[1]} is an integer: "
-                    f"{_integer_advice(value)}"
-                )
-    kept = [
-        problem
-        for problem in problems
-        if not (
-            problem.kind is Fault.MISSING_INPUT
-            and len(problem.loc) == 2
-            and problem.loc[1] in suggested
-        )
-    ]
-    if len(kept) == len(problems):
-        return error
-    # The first problem's kind fixes the status: a missing field and an unknown one both 422.
-    return ServiceError.of(kept)
-
-
-def payload_key(payload: Mapping[str, Any], located: str | int) -> str | None:
-    """The key of ``payload`` a problem's location names (a long key is cut in locations)."""
-    if isinstance(located, str) and located in payload:
-        return located
-    if isinstance(located, str) and located.endswith(" characters)"):
-        prefix = located.split("... (", 1)[0]
-        return next((key for key in payload if key.startswith(prefix)), None)
-    return None
-
-
-def _integer_advice(text: str) -> str:
-    spelled = text.strip()
-    if _INTEGER.fullmatch(spelled):
-        return f"send the number {spelled}"
-    return "send an integer"
