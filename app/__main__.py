@@ -55,15 +55,15 @@ import uvicorn  # noqa: E402
 from pydantic import ValidationError  # noqa: E402
 
 from app import tracing  # noqa: E402
-from app.keyfile import KeyFileError, read_keys  # noqa: E402
-from app.numba_cache import kernels_cached  # noqa: E402
-from app.observability import configure_logging, log_format  # noqa: E402
-from app.settings import Settings, tracing_problems, workers_problem  # noqa: E402
-from app.transports.ports import (  # noqa: E402
+from app.grpc.ports import (  # noqa: E402
     GrpcPortError,
     held_message,
     port_is_free,
 )
+from app.keyfile import KeyFileError, read_keys  # noqa: E402
+from app.numba_cache import kernels_cached  # noqa: E402
+from app.observability import configure_logging, log_format  # noqa: E402
+from app.settings import Settings, tracing_problems, workers_problem  # noqa: E402
 
 LOG = logging.getLogger("tensor_ops.service")
 
@@ -106,9 +106,9 @@ def main() -> None:
             server_header=False,
             # Each answer's head and body in one write: a replica that dies between the two
             # would leave a load balancer an answer it can neither finish nor move on.
-            http="app.transports.http_protocol:ServiceHttpProtocol",
+            http="app.http.protocol:ServiceHttpProtocol",
             # uvloop, with TLS handshakes inside the head's time limit.
-            loop="app.transports.server_loop:new_loop",
+            loop="app.http.loop:new_loop",
             log_config=_log_config(log_format(settings.log_format)),
             **_tls_arguments(settings),
         )

@@ -156,6 +156,22 @@ class ServiceError(Exception):
         return "; ".join(problem.in_words() for problem in self.problems)
 
 
+#: The fault's kind and field of a /v2 refusal (the ``type`` and ``loc`` of the plain routes'
+#: items), as gRPC's trailing metadata carries them.
+FAULT_HEADER = "Tensor-Ops-Fault"
+FIELD_HEADER = "Tensor-Ops-Field"
+
+
+def fault_headers(error: "ServiceError") -> dict[str, str]:
+    """The kind and, when the fault is in one field, the field of a refusal (HTTP headers
+    and gRPC trailing metadata alike)."""
+    first = error.problems[0]
+    headers = {FAULT_HEADER: first.kind.value}
+    if first.field and first.field.isascii() and first.field.isprintable():
+        headers[FIELD_HEADER] = first.field
+    return headers
+
+
 def quote(text: str) -> str:
     """``text`` as a message may show it: cut to a short prefix, its full length said."""
     if len(text) <= QUOTE_LIMIT:

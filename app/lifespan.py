@@ -16,9 +16,9 @@ from fastapi import FastAPI
 
 from app import tracing
 from app.access import AccessControl
+from app.grpc.server import GrpcServer
 from app.pipeline.run import Pipeline
 from app.settings import Settings
-from app.transports.grpc_server import GrpcServer
 
 LOG = logging.getLogger("tensor_ops.service")
 

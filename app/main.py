@@ -16,20 +16,20 @@ from starlette.types import Scope
 from app import tracing
 from app.access import access_control
 from app.docs import add_offline_docs
+from app.http.errors import install_error_handlers
+from app.http.observer import HttpObserver, ObservedApp
+from app.http.op_routes import add_op_routes, op_endpoints
+from app.http.openapi import BEARER_SCHEME, build_openapi
+from app.http.openapi import description as openapi_description
+from app.http.routes import OpRoute
+from app.http.service import add_service_routes
+from app.http.v2 import add_infer_routes, build_v2_router
 from app.lifespan import lifespan
 from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
 from app.pipeline.run import Pipeline
 from app.settings import Settings
-from app.transports.errors import install_error_handlers
-from app.transports.http import add_op_routes, op_endpoints
-from app.transports.http_observer import HttpObserver, ObservedApp
-from app.transports.openapi import BEARER_SCHEME, build_openapi
-from app.transports.openapi import description as openapi_description
-from app.transports.routes import OpRoute
-from app.transports.service_routes import add_service_routes
-from app.transports.shared_memory import Regions
-from app.transports.v2_http import add_infer_routes, build_v2_router
+from app.v2.shared_memory import Regions
 from app.version import VERSION
 
 __all__ = ["BEARER_SCHEME", "create_app", "lifespan"]

@@ -177,7 +177,7 @@ def _take_over_uvicorn(handler: logging.Handler) -> None:
 
 
 #: Errors the service reports itself, in one line, before they reach uvicorn's lifespan.
-_REPORTED_ERRORS = ("app.transports.ports.GrpcPortError: ",)
+_REPORTED_ERRORS = ("app.grpc.ports.GrpcPortError: ",)
 
 
 class _ReportedStartupFailure(logging.Filter):

@@ -32,7 +32,7 @@ import orjson
 import pybase64
 import pytest
 
-from app.transports.grpc_server import GrpcServer
+from app.grpc.server import GrpcServer
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2_grpc
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -214,7 +214,7 @@ def launch_server(
     port = free_port()
     arguments = command or [
         "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
-        "--http", "app.transports.http_protocol:ServiceHttpProtocol",
+        "--http", "app.http.protocol:ServiceHttpProtocol",
     ]  # fmt: skip
     # gRPC off unless a test asks for it: servers started side by side must not share 8001.
     settings = {

@@ -207,7 +207,7 @@ SERVE_WITH_FLIP = textwrap.dedent(
         factory=True,
         host=os.environ["TENSOR_OPS_HOST"],
         port=int(os.environ["TENSOR_OPS_PORT"]),
-        http="app.transports.http_protocol:ServiceHttpProtocol",
+        http="app.http.protocol:ServiceHttpProtocol",
         log_level="warning",
     )
     """

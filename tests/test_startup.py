@@ -23,7 +23,7 @@ from tests.support import free_port
 ROOT = Path(__file__).resolve().parents[1]
 UVICORN = [
     "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1",
-    "--http", "app.transports.http_protocol:ServiceHttpProtocol",
+    "--http", "app.http.protocol:ServiceHttpProtocol",
 ]  # fmt: skip
 
 

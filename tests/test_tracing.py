@@ -345,7 +345,7 @@ async def test_a_service_fault_is_an_error(
     def broken(*arguments: Any) -> Any:
         raise RuntimeError("a bug in the encoder")
 
-    monkeypatch.setattr("app.transports.http.encode_output", broken)
+    monkeypatch.setattr("app.http.op_routes.encode_output", broken)
     response = await client.post("/roll", json=ROLL)
     assert response.status_code == 500
     spans = exporter.get_finished_spans()
@@ -468,7 +468,7 @@ async def test_grpc_refusals_carry_their_fault_and_only_the_service_own_are_erro
         def broken(*arguments: Any) -> Any:
             raise RuntimeError("a bug in the framing")
 
-        monkeypatch.setattr("app.transports.grpc.join_raw", broken)
+        monkeypatch.setattr("app.grpc.service.join_raw", broken)
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await raw_infer(channel)(roll_message())
         assert failed.value.code() is grpc.StatusCode.INTERNAL

@@ -338,7 +338,7 @@ SERVE_WITH_TOYS = textwrap.dedent(
         factory=True,
         host=os.environ["TENSOR_OPS_HOST"],
         port=int(os.environ["TENSOR_OPS_PORT"]),
-        http="app.transports.http_protocol:ServiceHttpProtocol",
+        http="app.http.protocol:ServiceHttpProtocol",
         log_level="warning",
     )
     """

@@ -64,13 +64,13 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from app.http.op_routes import JsonExchange, NpzExchange  # noqa: E402
+from app.http.v2 import V2Exchange  # noqa: E402
 from app.ops import gather, roll  # noqa: E402
 from app.pipeline.jobs import Limits  # noqa: E402
 from app.pipeline.run import Exchange  # noqa: E402
 from app.registry import REGISTRY, Plan  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.transports.http import JsonExchange, NpzExchange  # noqa: E402
-from app.transports.v2_http import V2Exchange  # noqa: E402
 from tensor_ops_wire.npy import (  # noqa: E402
     Base64Stream,
     decode_npy,
@@ -1015,7 +1015,7 @@ def chunked(body: bytes, size: int = 256 * KiB) -> list[bytes]:
 
 
 def grow(chunks: list[bytes]) -> bytearray:
-    """What read_body (app/transports/http_body.py) does with the chunks: one growing bytearray."""
+    """What read_body (app/http/body.py) does with the chunks: one growing bytearray."""
     body = bytearray()
     for chunk in chunks:
         body += chunk

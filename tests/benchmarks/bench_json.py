@@ -50,10 +50,10 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from app.http.op_routes import JsonExchange  # noqa: E402
 from app.pipeline.jobs import Job, Limits  # noqa: E402
 from app.registry import REGISTRY  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.transports.http import JsonExchange  # noqa: E402
 from tests.benchmarks.bench import (  # noqa: E402
     SERVICE_ENV,
     RawHttp,

@@ -17,7 +17,7 @@ parsed by protobuf for the first input's name, datatype and shape, and the answe
 serialised head with the tensor appended by ``join_raw``: one copy of the tensor, which any
 answer made of a head and the tensor needs (gRPC's Python layer sends one ``bytes`` object).
 The service makes that same copy, so what it costs beyond this echo is its own work.
-The server's options are the service's (``app/transports/grpc_server.py``): the largest
+The server's options are the service's (``app/grpc/server.py``): the largest
 message sizes gRPC allows, nothing else.
 """
 

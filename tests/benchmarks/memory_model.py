@@ -59,15 +59,15 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import orjson  # noqa: E402
 
+from app.http.op_routes import JsonExchange, NpzExchange  # noqa: E402
+from app.http.responses import BuffersResponse  # noqa: E402
+from app.http.v2 import V2Exchange  # noqa: E402
 from app.ops.gather import _signed_indices  # noqa: E402
 from app.pipeline.admission import MemoryBudget, Reservation  # noqa: E402
 from app.pipeline.jobs import Job, Limits  # noqa: E402
 from app.pipeline.run import Answer, Exchange, Pipeline  # noqa: E402
 from app.registry import REGISTRY  # noqa: E402
 from app.settings import Settings  # noqa: E402
-from app.transports.http import JsonExchange, NpzExchange  # noqa: E402
-from app.transports.http_responses import BuffersResponse  # noqa: E402
-from app.transports.v2_http import V2Exchange  # noqa: E402
 from tests.hostile.test_memory_matrix import (  # noqa: E402
     DTYPES,
     JSON_FORM,

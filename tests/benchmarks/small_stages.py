@@ -47,14 +47,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TENSOR_OPS_GRPC_PORT", "0")
 
+import app.grpc.service  # noqa: E402
+import app.http.body  # noqa: E402
+import app.http.observer  # noqa: E402
+import app.http.op_routes  # noqa: E402
+import app.http.responses  # noqa: E402
+import app.http.v2  # noqa: E402
 import app.observability  # noqa: E402
 import app.pipeline.jobs  # noqa: E402
-import app.transports.grpc  # noqa: E402
-import app.transports.http  # noqa: E402
-import app.transports.http_body  # noqa: E402
-import app.transports.http_observer  # noqa: E402
-import app.transports.http_responses  # noqa: E402
-import app.transports.v2_http  # noqa: E402
 from app import tracing  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.settings import Settings  # noqa: E402
@@ -106,17 +106,17 @@ def wrap(owner: Any, name: str, stage: str) -> None:
 
 def instrument() -> None:
     """Wrap each stage; nested stages (the kernel inside encode) are subtracted in report."""
-    responses = app.transports.http_responses
+    responses = app.http.responses
     wrap(responses, "read_body", "read body")
     wrap(responses, "BuffersResponse", "response object")
     wrap(app.observability, "record", "request id, metrics, log line")
-    for module in (app.transports.http, app.transports.v2_http, app.transports.grpc):
+    for module in (app.http.op_routes, app.http.v2, app.grpc.service):
         wrap(module, "make_job", "spec checks, output sized (make_job)")
     wrap(app.pipeline.jobs.Job, "output", "kernel")
     for exchange in (
-        app.transports.http.JsonExchange,
-        app.transports.v2_http.V2Exchange,
-        app.transports.grpc.GrpcExchange,
+        app.http.op_routes.JsonExchange,
+        app.http.v2.V2Exchange,
+        app.grpc.service.GrpcExchange,
     ):
         wrap(exchange, "prepare", "envelope (prepare)")
         wrap(exchange, "decode", "decode and check inputs")
@@ -181,7 +181,7 @@ def grpc_call(service: Any) -> Callable[[], Awaitable[None]]:
         del tensor
         request.raw_input_contents.append(array.tobytes())
     message = request.SerializeToString()
-    handle = app.transports.grpc.observed("ModelInfer", service.model_infer)
+    handle = app.grpc.service.observed("ModelInfer", service.model_infer)
 
     class Context:
         """What grpc.aio's servicer context gives the handler. ModelInfer is served as a
@@ -470,7 +470,7 @@ def main() -> None:
         if isinstance(handler, logging.StreamHandler):
             handler.setStream(open(os.devnull, "w"))  # noqa: SIM115  # for the whole run
     pipeline = service.state.pipeline
-    grpc_service = app.transports.grpc.InferenceService(pipeline, lambda: True)
+    grpc_service = app.grpc.service.InferenceService(pipeline, lambda: True)
     calls = {
         "echo app, POST /constant (the anchor)": asgi_call(
             echo_app, "/constant", SMALL_CASES["roll"][1]

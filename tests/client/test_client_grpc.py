@@ -19,8 +19,8 @@ import numpy.typing as npt
 import pytest
 
 from app.errors import Fault
+from app.grpc.service import CODES
 from app.ops import gather, roll
-from app.transports.grpc import CODES
 from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, main
 from tensor_ops_client._grpc import rpc_failure
 from tensor_ops_wire.errors import FAULT_STATUS

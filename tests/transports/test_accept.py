@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from starlette.requests import Request
 
-from app.transports.http import wants_npy
+from app.http.op_routes import wants_npy
 
 NPY = "application/x-npy"
 JSON = "application/json"

@@ -22,12 +22,12 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from app.codecs.grpc_tensors import packed_varints
 from app.errors import Fault
+from app.grpc.server import GrpcServer
+from app.grpc.service import CODES, SERVICE_NAME, GrpcExchange
 from app.main import create_app
 from app.metrics import REQUESTS
 from app.ops import gather, roll
 from app.settings import Settings
-from app.transports.grpc import CODES, SERVICE_NAME, GrpcExchange
-from app.transports.grpc_server import GrpcServer
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import fields, join_raw, nested
 from tests.support import (

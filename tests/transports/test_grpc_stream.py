@@ -25,11 +25,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
+from app.grpc.service import RECEIVE_COPIES
 from app.main import create_app
 from app.pipeline.admission import MemoryBudget
 from app.registry import REGISTRY
 from app.settings import Settings
-from app.transports.grpc import RECEIVE_COPIES
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.grpc_raw import RawConnection, framed
 from tests.support import (

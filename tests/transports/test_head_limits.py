@@ -1,5 +1,5 @@
 """A request's head is bounded in size and time, a chunked body's trailers hold nothing, and a
-request the parser cannot read gets the error model (app/transports/http_protocol.py), against
+request the parser cannot read gets the error model (app/http/protocol.py), against
 real servers: ``python -m uvicorn app.main:app`` with the service's protocol (``--http``) and
 ``python -m app``.
 
@@ -17,7 +17,7 @@ import httpx
 import orjson
 import pytest
 
-from app.transports.http_protocol import MAX_HEAD_BYTES
+from app.http.protocol import MAX_HEAD_BYTES
 from tests.support import address, launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.e2e

@@ -1,4 +1,4 @@
-"""Each HTTP answer's head and body leave in one write (app/transports/http_protocol.py)."""
+"""Each HTTP answer's head and body leave in one write (app/http/protocol.py)."""
 
 import asyncio
 from typing import Any
@@ -9,7 +9,7 @@ import uvicorn
 import uvicorn.server
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from app.transports.http_protocol import HELD_BYTES, UVICORN_MEMBERS, JoinedWrites
+from app.http.protocol import HELD_BYTES, UVICORN_MEMBERS, JoinedWrites
 from tests.support import launch_server, server_output, stop_server
 
 pytestmark = pytest.mark.anyio
@@ -125,6 +125,6 @@ def test_uvicorns_members_the_protocol_relies_on_are_still_there() -> None:
     missing = [name for name in UVICORN_MEMBERS if not hasattr(protocol, name)]
     assert not missing, (
         f"uvicorn {uvicorn.__version__} no longer has {missing}, which "
-        "app/transports/http_protocol.py:ServiceHttpProtocol uses: adapt it before raising "
+        "app/http/protocol.py:ServiceHttpProtocol uses: adapt it before raising "
         "uvicorn's bound in pyproject.toml"
     )

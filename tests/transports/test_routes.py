@@ -1,4 +1,4 @@
-"""The op routes' own matching (app/transports/routes.py) answers as the framework's would, on
+"""The op routes' own matching (app/http/routes.py) answers as the framework's would, on
 every path: the same match and the same path parameters, or none."""
 
 from typing import Any
@@ -7,10 +7,10 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Match
 
+from app.http.routes import OpRoute
 from app.main import create_app
 from app.registry import REGISTRY
 from app.settings import Settings
-from app.transports.routes import OpRoute
 
 PATHS = [
     "/roll",

@@ -25,13 +25,13 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from app.errors import ServiceError
+from app.http.v2 import V2Exchange
 from app.main import create_app
 from app.ops import gather, roll
 from app.pipeline.jobs import Limits
 from app.registry import REGISTRY
 from app.settings import Settings
-from app.transports.shared_memory import MAX_REGIONS, Regions, SharedTensors
-from app.transports.v2_http import V2Exchange
+from app.v2.shared_memory import MAX_REGIONS, Regions, SharedTensors
 from tensor_ops_client import TensorOpsClient
 from tests.support import DTYPES, assert_same_bits, free_port, launch_server, sample, stop_server
 
@@ -486,7 +486,7 @@ import os, signal, sys
 import numpy as np
 from app.errors import ServiceError
 from app.settings import Settings
-from app.transports.shared_memory import Regions, SharedTensors
+from app.v2.shared_memory import Regions, SharedTensors
 
 key, other = sys.argv[1], sys.argv[2]
 regions = Regions(Settings())
@@ -614,7 +614,7 @@ def test_a_refusal_after_a_fault_names_the_region_not_what_its_zeros_broke(
 _HANDLER_REPLACED = """
 import faulthandler, os, sys
 from app.settings import Settings
-from app.transports.shared_memory import Regions, SharedTensors
+from app.v2.shared_memory import Regions, SharedTensors
 
 first, second = sys.argv[1], sys.argv[2]
 regions = Regions(Settings())

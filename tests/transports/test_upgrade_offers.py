@@ -1,7 +1,7 @@
 """A request that offers to switch protocols (``Connection: Upgrade``, ``Upgrade: h2c``, as
 Java's HttpClient sends on every cleartext request) is served over HTTP/1.1 with its body read
 as its body, under ``python -m app`` and ``python -m uvicorn app.main:app`` alike
-(app/transports/http_protocol.py); Java's own client is run too when ``java`` is installed."""
+(app/http/protocol.py); Java's own client is run too when ``java`` is installed."""
 
 import json
 import shutil

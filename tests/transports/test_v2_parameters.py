@@ -12,7 +12,7 @@ import pytest
 from app.errors import Fault
 from app.main import create_app
 from app.settings import Settings
-from app.transports.v2_rules import PARAMETER_FAULT
+from app.v2.rules import PARAMETER_FAULT
 
 pytestmark = pytest.mark.anyio
 

@@ -10,7 +10,7 @@ from app.metrics import render as render_metrics
 from app.pipeline.run import Pipeline
 from app.registry import REGISTRY, Op
 from app.settings import Settings
-from app.transports.v2_rules import SERVER_NAME
+from app.v2.rules import SERVER_NAME
 from app.version import VERSION
 
 

@@ -8,8 +8,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import tracing
 from app.access import AccessControl
 from app.errors import ServiceError
+from app.http.errors import render_detail, render_v2
 from app.observability import Observation
-from app.transports.errors import render_detail, render_v2
 
 _REQUEST_ID = b"x-request-id"
 

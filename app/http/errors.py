@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from app.errors import Fault, ServiceError, internal_error
+from app.errors import Fault, ServiceError, fault_headers, internal_error
 
 _FRAMEWORK_FAULTS = {404: Fault.NOT_FOUND, 405: Fault.METHOD_NOT_ALLOWED}
 
@@ -36,21 +36,6 @@ def render_detail(error: ServiceError) -> Response:
         headers=error.headers,
         media_type="application/json",
     )
-
-
-#: The fault's kind and field of a /v2 refusal (the ``type`` and ``loc`` of the plain routes'
-#: items), as gRPC's trailing metadata carries them.
-FAULT_HEADER = "Tensor-Ops-Fault"
-FIELD_HEADER = "Tensor-Ops-Field"
-
-
-def fault_headers(error: ServiceError) -> dict[str, str]:
-    """The kind and, when the fault is in one field, the field of a refusal."""
-    first = error.problems[0]
-    headers = {FAULT_HEADER: first.kind.value}
-    if first.field and first.field.isascii() and first.field.isprintable():
-        headers[FIELD_HEADER] = first.field
-    return headers
 
 
 def render_v2(error: ServiceError) -> Response:

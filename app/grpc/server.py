@@ -18,11 +18,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from app.access import AccessControl
-from app.errors import Fault, ServiceError
-from app.pipeline.run import Pipeline
-from app.settings import Settings
-from app.transports.errors import fault_headers
-from app.transports.grpc import (
+from app.errors import Fault, ServiceError, fault_headers
+from app.grpc.ports import (
+    GrpcPortError,
+    claimed,
+    grpc_address,
+    held_message,
+    port_is_free,
+    unbindable_message,
+)
+from app.grpc.service import (
     AUTHORIZATION_KEY,
     CODES,
     SERVICE_NAME,
@@ -34,15 +39,9 @@ from app.transports.grpc import (
     inference_handler,
     metadata_value,
 )
-from app.transports.ports import (
-    GrpcPortError,
-    claimed,
-    grpc_address,
-    held_message,
-    port_is_free,
-    unbindable_message,
-)
-from app.transports.shared_memory import Regions
+from app.pipeline.run import Pipeline
+from app.settings import Settings
+from app.v2.shared_memory import Regions
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 
 __all__ = [

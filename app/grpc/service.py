@@ -36,7 +36,7 @@ from app.codecs.grpc_tensors import (
     typed_wire_bytes,
 )
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer, wire_dtype
-from app.errors import Fault, ServiceError, from_wire, internal_error, release_frames
+from app.errors import Fault, ServiceError, fault_headers, from_wire, internal_error, release_frames
 from app.observability import Observation
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.deadlines import Deadline
@@ -46,20 +46,7 @@ from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.settings import Settings
-from app.transports.errors import fault_headers
-from app.transports.shared_memory import (
-    INPUT_EXTENSIONS_ON,
-    OUTPUT_EXTENSIONS_ON,
-    Regions,
-    SharedTensors,
-    decoded_checked,
-    grpc_answer,
-    grpc_calls,
-    new_request,
-    raw_positions,
-    server_extensions,
-)
-from app.transports.v2_rules import (
+from app.v2.rules import (
     EXTENSIONS,
     INPUT_EXTENSIONS,
     MODEL_VERSION,
@@ -75,6 +62,18 @@ from app.transports.v2_rules import (
     refuse_model_control,
     repository_index,
     wants_binary,
+)
+from app.v2.shared_memory import (
+    INPUT_EXTENSIONS_ON,
+    OUTPUT_EXTENSIONS_ON,
+    Regions,
+    SharedTensors,
+    decoded_checked,
+    grpc_answer,
+    grpc_calls,
+    new_request,
+    raw_positions,
+    server_extensions,
 )
 from app.version import VERSION
 from tensor_ops_wire.errors import TensorError
@@ -1260,7 +1259,7 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             "RepositoryModelUnload": method(
                 service.repository_model_unload, "RepositoryModelUnload"
             ),
-            # Triton's shared memory extension (app/transports/shared_memory.py)
+            # Triton's shared memory extension (app/v2/shared_memory.py)
             **{name: method(call, name) for name, call in grpc_calls(service).items()},
         },
     )

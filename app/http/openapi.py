@@ -17,15 +17,15 @@ from pydantic import BaseModel
 
 from app.access import AccessControl
 from app.errors import ServiceError
+from app.http.body import too_large
+from app.http.errors import render_detail
+from app.http.op_routes import JSON_TYPE, JsonExchange, exchange_for_media
+from app.http.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.pipeline.admission import busy_error
 from app.pipeline.jobs import Limits
 from app.registry import REGISTRY, Op
 from app.settings import Settings
-from app.transports.errors import render_detail
-from app.transports.http import JSON_TYPE, JsonExchange, exchange_for_media
-from app.transports.http_body import too_large
-from app.transports.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
-from app.transports.v2_messages import InferenceRequest
+from app.v2.messages import InferenceRequest
 
 #: The tag of the routes that run the ops, and the order of the tags in /docs.
 OPS_TAG = "ops"

@@ -12,7 +12,7 @@ from starlette.routing import Match
 from starlette.types import Receive, Scope, Send
 
 from app.errors import ServiceError
-from app.transports.errors import render_detail
+from app.http.errors import render_detail
 
 #: An endpoint that needs nothing but the request.
 Endpoint = Callable[[Request], Awaitable[Response]]

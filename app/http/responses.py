@@ -12,9 +12,9 @@ from starlette.types import Receive, Scope, Send
 
 from app import tracing
 from app.errors import ServiceError, internal_error, release_frames
+from app.http.body import read_body
 from app.pipeline.admission import Reservation
 from app.pipeline.run import Body, Buffer, Exchange, Pipeline
-from app.transports.http_body import read_body
 from tensor_ops_wire.npy import Base64Stream
 
 LOG = logging.getLogger("tensor_ops.responses")

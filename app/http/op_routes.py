@@ -33,15 +33,15 @@ from app.errors import (
     quote,
     refuse_unknown_fields,
 )
+from app.http.errors import ErrorBody, render_detail
+from app.http.json_hints import explain_refusal
+from app.http.responses import serve_http
+from app.http.routes import Endpoint, OpRoute
+from app.http.schemas import TensorResponse, request_fields, request_model
 from app.ops.declaration import JSON_INFERRED
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
 from app.registry import REGISTRY, Attribute, Op, attribute_names
-from app.transports.errors import ErrorBody, render_detail
-from app.transports.http_responses import serve_http
-from app.transports.json_hints import explain_refusal
-from app.transports.routes import Endpoint, OpRoute
-from app.transports.schemas import TensorResponse, request_fields, request_model
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import npy_buffer

@@ -6,7 +6,7 @@ so the loop's own applies: 60 s for a client that connects and sends nothing, or
 ClientHello, before any limit of the service starts (the request head's begins only once the
 handshake is done). This loop gives ``create_server`` the head's limit as its
 ``ssl_handshake_timeout`` (an asyncio parameter uvloop takes too), and uvicorn takes the loop
-through its ``loop`` setting (``app.transports.server_loop:new_loop``).
+through its ``loop`` setting (``app.http.loop:new_loop``).
 """
 
 import asyncio
@@ -14,7 +14,7 @@ from typing import Any
 
 import uvloop
 
-from app.transports.http_protocol import head_timeout
+from app.http.protocol import head_timeout
 
 
 class HandshakeLimitedLoop(uvloop.Loop):

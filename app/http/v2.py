@@ -29,27 +29,16 @@ from app.codecs.v2_tensors import (
     wire_dtype,
 )
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
+from app.http.body import read_small_body
+from app.http.errors import framework_error, render_v2
+from app.http.op_routes import JSON_TYPE, media_type, single_header
+from app.http.responses import serve_http
+from app.http.routes import OpRoute
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.pipeline.statistics import Statistics
 from app.registry import REGISTRY, Op
-from app.transports.errors import framework_error, render_v2
-from app.transports.http import JSON_TYPE, media_type, single_header
-from app.transports.http_body import read_small_body
-from app.transports.http_responses import serve_http
-from app.transports.routes import OpRoute
-from app.transports.shared_memory import (
-    INPUT_EXTENSIONS_ON,
-    OUTPUT_EXTENSIONS_ON,
-    Regions,
-    SharedTensors,
-    add_shared_memory_routes,
-    decoded_checked,
-    http_answer,
-    new_request,
-    server_extensions,
-)
-from app.transports.v2_messages import (
+from app.v2.messages import (
     InferenceRequest,
     InferenceResponse,
     ModelConfig,
@@ -61,10 +50,10 @@ from app.transports.v2_messages import (
     ServerMetadata,
     V2Error,
 )
-from app.transports.v2_rules import (
+from app.v2.rules import (
     EXTENSIONS as SERVED_EXTENSIONS,
 )
-from app.transports.v2_rules import (
+from app.v2.rules import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,
     OUTPUT_EXTENSIONS,
@@ -80,6 +69,17 @@ from app.transports.v2_rules import (
     refuse_model_control,
     repository_index,
     wants_binary,
+)
+from app.v2.shared_memory import (
+    INPUT_EXTENSIONS_ON,
+    OUTPUT_EXTENSIONS_ON,
+    Regions,
+    SharedTensors,
+    add_shared_memory_routes,
+    decoded_checked,
+    http_answer,
+    new_request,
+    server_extensions,
 )
 from app.version import VERSION
 from tensor_ops_wire.errors import TensorError

@@ -41,13 +41,13 @@ from pydantic import BaseModel, Field
 
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, wire_dtype
 from app.errors import Fault, ServiceError, from_wire, quote
+from app.http.body import read_small_body
 from app.pipeline.jobs import Job
 from app.pipeline.run import Answer
 from app.settings import Settings
-from app.transports import shm_guard
-from app.transports.http_body import read_small_body
-from app.transports.v2_messages import V2Error
-from app.transports.v2_rules import (
+from app.v2 import shm_guard
+from app.v2.messages import V2Error
+from app.v2.rules import (
     INPUT_EXTENSIONS,
     MODEL_VERSION,
     OUTPUT_EXTENSIONS,
@@ -104,7 +104,7 @@ class Region:
     #: looked at by each request, as a mapping read past the end of its object is a SIGBUS.
     descriptor: int
     #: The mapping's slot in the SIGBUS handler's table: its faults say that the object was
-    #: cut short while a request used it (app/transports/shm_guard.py).
+    #: cut short while a request used it (app/v2/shm_guard.py).
     guard: shm_guard.Mapping
 
     def __post_init__(self) -> None:
