@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.__main__ import kernels_cached
+from app.numba_cache import kernels_cached
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
