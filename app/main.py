@@ -59,7 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format, capture_stderr=launched_as_service())
     # In each worker process, from the standard OTEL_* variables (off when they are unset).
-    tracing.configure()
+    tracing.configure(settings.otel_environment)
 
     app = Service(
         title="tensor-ops",

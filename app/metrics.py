@@ -1,7 +1,5 @@
 """The service's Prometheus metrics, correct with one worker or several (multiprocess mode)."""
 
-import os
-
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -70,13 +68,14 @@ SPANS_DROPPED = Counter(
 )
 
 
-def render() -> tuple[bytes, str]:
+def render(metrics_dir: str | None) -> tuple[bytes, str]:
     """The metrics in Prometheus text format, gathered from every worker when there are several.
 
-    With several workers ``PROMETHEUS_MULTIPROC_DIR`` names a directory every worker writes its
-    samples to (``python -m app`` sets it up); the sum over the directory is the service's.
+    With several workers ``metrics_dir`` (the settings' ``PROMETHEUS_MULTIPROC_DIR``) names a
+    directory every worker writes its samples to (``python -m app`` sets it up); the sum over
+    the directory is the service's.
     """
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if metrics_dir:
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -8,7 +8,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.keyfile import regular_file_problem
@@ -38,6 +38,13 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="TENSOR_OPS_", extra="ignore", env_ignore_empty=True
     )
+
+    #: The variables of other tools the service follows, as the environment had them when the
+    #: settings were read: OpenTelemetry's standard ``OTEL_*`` (tracing) and prometheus_client's
+    #: ``PROMETHEUS_MULTIPROC_DIR`` (one set of metrics for several workers; ``python -m app``
+    #: sets it). Read here, with the rest, so that what ``create_app(settings)`` is given is
+    #: what every part of the service follows.
+    _foreign: dict[str, str] = PrivateAttr(default_factory=lambda: _foreign_variables(os.environ))
 
     host: str = Field("127.0.0.1", description="address the server binds to")
     port: int = Field(8000, ge=0, le=65535, description="port the server listens on")
@@ -139,6 +146,16 @@ class Settings(BaseSettings):
         description="comma-separated origins browsers may call from "
         "(https://app.example.com,http://localhost:3000; '*' for any); empty, CORS is off",
     )
+
+    @property
+    def otel_environment(self) -> dict[str, str]:
+        """OpenTelemetry's ``OTEL_*`` variables, for the tracing they ask for."""
+        return {key: value for key, value in self._foreign.items() if key.startswith("OTEL_")}
+
+    @property
+    def metrics_dir(self) -> str | None:
+        """prometheus_client's multiprocess directory (several workers' metrics summed), if any."""
+        return self._foreign.get("PROMETHEUS_MULTIPROC_DIR") or None
 
     @field_validator("cors_origins", mode="before")
     @classmethod
@@ -366,3 +383,12 @@ def tracing_problems(environ: Mapping[str, str], otlp: bool) -> list[str]:
                 f"{MAX_SECONDS:g}"
             )
     return problems
+
+
+def _foreign_variables(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables of other tools the service follows (see ``Settings._foreign``)."""
+    return {
+        key: value
+        for key, value in environ.items()
+        if key.startswith("OTEL_") or key == "PROMETHEUS_MULTIPROC_DIR"
+    }

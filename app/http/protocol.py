@@ -261,9 +261,21 @@ class _HeadRefusedError(Exception):
 
 @functools.cache
 def head_timeout() -> float:
-    """Seconds a request's head (and a TLS handshake) may take: the settings' rate window,
-    read once per process from the environment, as every worker reads its settings."""
+    """Seconds a TLS handshake may take, for the event loop uvicorn makes before it loads the
+    app (``app.http.loop``): the rate window of the settings the environment gives."""
     return Settings().rate_window
+
+
+def app_settings(config: Any) -> Settings:
+    """The settings of the app uvicorn serves (``create_app(settings)``'s), found through the
+    middleware uvicorn wraps it in; the environment's when it is not the service's app."""
+    app = getattr(config, "loaded_app", None)
+    for _ in range(8):  # uvicorn's wrappers (proxy headers, message logger) are few
+        settings = getattr(getattr(app, "state", None), "settings", None)
+        if isinstance(settings, Settings):
+            return settings
+        app = getattr(app, "app", None)
+    return Settings()
 
 
 class ServiceHttpProtocol(HttpToolsProtocol):
@@ -279,10 +291,16 @@ class ServiceHttpProtocol(HttpToolsProtocol):
     _head_guard: HeadGuard | None = None
     _declined_upgrade: DeclinedUpgradeBody | None = None
 
+    @property
+    def _head_timeout(self) -> float:
+        """Seconds a head may take: the rate window of the settings the app was made with."""
+        # A few attribute lookups a connection (the app's wrappers are few).
+        return app_settings(self.config).rate_window
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.transport = cast(asyncio.Transport, JoinedWrites(transport))
-        self._head_guard = HeadGuard(self, head_timeout())
+        self._head_guard = HeadGuard(self, self._head_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
         guard = self._head_guard

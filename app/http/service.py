@@ -57,7 +57,7 @@ def add_service_routes(app: FastAPI, settings: Settings, capacity: int, pipeline
     )
     async def metrics() -> Response:
         pipeline.statistics.flush()  # what the requests added, in the metrics before they are read
-        body, media = render_metrics()
+        body, media = render_metrics(settings.metrics_dir)
         return Response(body, media_type=media)
 
 

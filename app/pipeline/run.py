@@ -63,7 +63,7 @@ class Pipeline:
         self.budget = budget
         self.limits = Limits.of(settings)
         #: Triton's statistics of the requests this pipeline runs (app/pipeline/statistics.py).
-        self.statistics = Statistics()
+        self.statistics = Statistics(settings.metrics_dir)
 
     async def run(self, read: BodyReader, exchange: Exchange) -> tuple[Answer, Reservation]:
         """The answer to one request, and the reservation the caller releases once it is sent.

@@ -17,7 +17,6 @@ several workers the statistics are read back summed over all of them, as ``/metr
 
 import asyncio
 import functools
-import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -71,7 +70,9 @@ class Statistics:
     later, and before the statistics or /metrics are read, so a reader of any worker sees every
     request that far back. One per pipeline: the metrics it flushes into are the process's."""
 
-    def __init__(self) -> None:
+    def __init__(self, metrics_dir: str | None = None) -> None:
+        #: Where every worker's samples are, with several workers (the settings' metrics_dir).
+        self.metrics_dir = metrics_dir
         self._tallies: dict[str, _Tally] = {}
         #: The flush due within ``FLUSH_AFTER``; None without an event loop to run it (then
         #: each request is flushed at once).
@@ -137,11 +138,11 @@ class Statistics:
     def read(self, models: Iterable[str], version: str) -> list[dict[str, Any]]:
         """This worker's figures flushed, then ``model_statistics`` of every worker's."""
         self.flush()
-        return model_statistics(models, version)
+        return model_statistics(models, version, self.metrics_dir)
 
 
-def _samples() -> Iterable[Any]:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+def _samples(metrics_dir: str | None) -> Iterable[Any]:
+    if metrics_dir:
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         families: Iterable[Any] = registry.collect()
@@ -151,7 +152,9 @@ def _samples() -> Iterable[Any]:
         yield from family.samples
 
 
-def model_statistics(models: Iterable[str], version: str) -> list[dict[str, Any]]:
+def model_statistics(
+    models: Iterable[str], version: str, metrics_dir: str | None = None
+) -> list[dict[str, Any]]:
     """Triton's ``ModelStatistics`` of each model, as JSON (the gRPC answer is made from it):
     counts and nanoseconds summed over the workers, ``last_inference`` in ms since the epoch
     (0: none yet). Without batching, ``inference_count`` and ``execution_count`` are both the
@@ -163,7 +166,7 @@ def model_statistics(models: Iterable[str], version: str) -> list[dict[str, Any]
     counts: dict[tuple[str, str], float] = {}
     seconds: dict[tuple[str, str], float] = {}
     last: dict[str, float] = {}
-    for sample in _samples():
+    for sample in _samples(metrics_dir):
         labels = sample.labels
         if sample.name == _COUNT_SAMPLE:
             key = (labels["model"], labels["stage"])
