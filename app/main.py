@@ -41,6 +41,7 @@ from app.transports.shared_memory import Regions
 from app.transports.v2_http import add_infer_routes, build_v2_router
 from app.transports.v2_messages import InferenceRequest
 from app.transports.v2_rules import SERVER_NAME
+from app.transports.verify import add_verify_routes
 from app.version import VERSION
 
 LOG = logging.getLogger("tensor_ops.service")
@@ -164,6 +165,7 @@ def add_work_routes(app: FastAPI, pipeline: Pipeline, regions: Regions) -> list[
     paths keep their order. Returns the infer routes."""
     add_op_routes(app.router, op_endpoints(pipeline))
     infer_routes = add_infer_routes(app.router, pipeline, regions)
+    add_verify_routes(app.router, pipeline)
     app.router.routes.sort(key=lambda route: not isinstance(route, OpRoute))
     return infer_routes
 
