@@ -126,8 +126,7 @@ class JsonVerifyExchange:
             raise ServiceError(
                 Fault.MISSING_INPUT,
                 ("body", "outputs"),
-                "the candidate's outputs are missing: send "
-                f'"outputs": {{{shape}}}',
+                f'the candidate\'s outputs are missing: send "outputs": {{{shape}}}',
             )
         self.candidates = _json_candidates(present["outputs"])
         self.tolerance = _tolerance(present.get("tolerance"), ("body",))

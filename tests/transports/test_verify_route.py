@@ -97,7 +97,11 @@ async def test_a_case_file_is_an_npz_body(client: httpx.AsyncClient) -> None:
 async def test_a_wrong_shape_or_type_is_a_verdict(
     client: httpx.AsyncClient, candidate: np.ndarray, shape_equal: bool, dtype_equal: bool
 ) -> None:
-    inputs: dict[str, Any] = {"data": np.array([1, 2, 3]), "shift": np.int64(1), "axes": np.int64(0)}
+    inputs: dict[str, Any] = {
+        "data": np.array([1, 2, 3]),
+        "shift": np.int64(1),
+        "axes": np.int64(0),
+    }
     answer = await client.post(
         "/verify/roll", content=encode_case("roll", inputs, {"output": candidate}), headers=NPZ
     )
@@ -242,7 +246,11 @@ async def test_an_unknown_op_is_404_and_an_unknown_type_415(client: httpx.AsyncC
 async def test_the_candidates_bytes_count_against_the_memory_budget() -> None:
     budget = 16 << 20
     app = create_app(Settings(memory_budget_bytes=budget))
-    inputs: dict[str, Any] = {"data": np.zeros(4, dtype=np.uint8), "shift": np.int64(1), "axes": np.int64(0)}
+    inputs: dict[str, Any] = {
+        "data": np.zeros(4, dtype=np.uint8),
+        "shift": np.int64(1),
+        "axes": np.int64(0),
+    }
     big = np.zeros(24 << 20, dtype=np.uint8)  # a candidate larger than the budget: never fits
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
