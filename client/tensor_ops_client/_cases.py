@@ -44,8 +44,12 @@ def write_case(
     ``inputs`` and the candidate ``outputs`` by their names, ``attributes`` and ``tolerance``
     in its JSON ``meta`` member. Every element type is kept, bfloat16 included. Returns the path.
 
-    >>> write_case("cases/roll-1.npz", "roll", {"data": x, "shift": 1, "axes": 0},
-    ...            {"output": device_output})
+    >>> x = np.arange(6.0)
+    >>> inputs = {"data": x, "shift": 1, "axes": 0}
+    >>> write_case("roll-1.npz", "roll", inputs, {"output": np.roll(x, 1)})
+    PosixPath('roll-1.npz')
+    >>> read_case("roll-1.npz").outputs["output"]
+    array([5., 0., 1., 2., 3., 4.])
     """
     target = Path(path)
     target.write_bytes(encode_case(op, inputs, outputs, attributes, tolerance))
