@@ -42,7 +42,8 @@ def write_case(
 ) -> Path:
     """Write one case file (a single ``.npz``, no pickle; docs/verify.md gives its layout):
     ``inputs`` and the candidate ``outputs`` by their names, ``attributes`` and ``tolerance``
-    in its JSON ``meta`` member. Every element type is kept, bfloat16 included. Returns the path.
+    in its JSON ``meta`` member. Every element type is kept, bfloat16 included. The folder is
+    made if need be. Returns the path.
 
     >>> x = np.arange(6.0)
     >>> inputs = {"data": x, "shift": 1, "axes": 0}
@@ -52,6 +53,7 @@ def write_case(
     array([5., 0., 1., 2., 3., 4.])
     """
     target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(encode_case(op, inputs, outputs, attributes, tolerance))
     return target
 

@@ -23,7 +23,8 @@ How elements are compared:
   expected| <= atol + rtol * |expected|``, in float64, which holds every float16, bfloat16 and
   float32 value exactly), ``{"nan_payload": "ignore"}``, ``{"signed_zero": "ignore"}``, in any
   combination: an element is equal when its bits are, or when any rule given forgives it. NaN is
-  never within ``ulp`` or ``atol`` of anything (but a NaN payload may be ignored). Tolerances
+  never within ``ulp`` or ``atol`` of anything, nor is a zero of the other sign (0 ULPs apart,
+  but only ``nan_payload`` and ``signed_zero`` forgive those: a sign bug stays seen). Tolerances
   apply to floating outputs; integer and bool outputs are compared bit for bit always (the ops
   only move their data: a different integer is a wrong one).
 - A shape or element type other than the reference's, a missing output or one the op does not
@@ -265,6 +266,9 @@ class _Output:
             forgiven |= both_nan
         if tolerance.ignore_signed_zero:
             forgiven |= both_zero
+        # Zeros of opposite signs are 0 ULPs apart and within any atol: only "signed_zero":
+        # "ignore" forgives them, as only "nan_payload" forgives NaNs.
+        numbers &= ~both_zero
         if tolerance.ulp is not None:
             forgiven |= numbers & (apart <= np.uint64(tolerance.ulp))
         if tolerance.close:
@@ -274,7 +278,7 @@ class _Output:
             have = g.astype(unsigned).view(self.dtype).astype(np.float64)
             with np.errstate(invalid="ignore", over="ignore"):
                 bound = (tolerance.atol or 0.0) + (tolerance.rtol or 0.0) * np.abs(want)
-                forgiven |= np.abs(have - want) <= bound
+                forgiven |= numbers & (np.abs(have - want) <= bound)
         return forgiven
 
 
@@ -363,7 +367,16 @@ def compare_output(
     verdict["bit_mismatches"] = tally.bit_mismatches
     verdict["equal"] = tally.mismatches == 0
     if tally.mismatches:
-        verdict["why"] = f"{tally.mismatches} of {want.size} elements differ"
+        kinds = [
+            f"{count} {words}"
+            for count, words, forgiven in (
+                (tally.nan_payload_only, "only in a NaN's payload", tolerance.ignore_nan_payload),
+                (tally.signed_zero_only, "only in a zero's sign", tolerance.ignore_signed_zero),
+            )
+            if count and not forgiven
+        ]
+        detail = f" ({', '.join(kinds)})" if kinds else ""
+        verdict["why"] = f"{tally.mismatches} of {want.size} elements differ{detail}"
     dtype = expected.dtype
     verdict["first"] = [
         {

@@ -420,3 +420,21 @@ def test_an_empty_tolerance_is_bit_equality() -> None:
     assert parse_tolerance({}) == parse_tolerance(None) == Tolerance()
     assert Tolerance().rule() == {"bit_equal": True}
     assert parse_tolerance({"rtol": 1e-5}).rule()["atol"] == 0.0
+
+
+@pytest.mark.parametrize("tolerance", [{"ulp": 5}, {"atol": 1.0, "rtol": 0.5}])
+def test_no_numeric_tolerance_hides_a_zeros_sign_or_a_nan(tolerance: dict[str, Any]) -> None:
+    expected = np.array([0.0, np.nan, 1.0], dtype=np.float32)
+    got = np.array([-0.0, np.nan, 1.0], dtype=np.float32)
+    _bits(got)[1] ^= np.uint32(1)
+    output = only_output(compare({"output": expected}, {"output": got}, tolerance))
+    assert output["mismatches"] == 2
+    assert output["why"] == (
+        "2 of 3 elements differ (1 only in a NaN's payload, 1 only in a zero's sign)"
+    )
+    forgiven = compare(
+        {"output": expected},
+        {"output": got},
+        {**tolerance, "signed_zero": "ignore", "nan_payload": "ignore"},
+    )
+    assert forgiven["equal"] is True
