@@ -39,12 +39,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, element_type_of
+from tensor_ops_wire.dtypes import BFLOAT16, QUOTE_LIMIT, UnknownDTypeError, element_type_of
 
 #: Elements compared at a time: the mismatch mask of one chunk is all the workspace there is.
 CHUNK_ELEMENTS = 1 << 20
 #: Mismatches listed in a verdict's ``first``, by default.
 FIRST_LIMIT = 10
+#: Outputs the op does not have that a verdict lists (the rest are counted: ``unlisted_outputs``).
+EXTRA_LIMIT = 10
 #: What ``nan_payload`` and ``signed_zero`` may be.
 _IGNORE_OR_COMPARE = ("ignore", "compare")
 _TOLERANCE_KEYS = ("ulp", "atol", "rtol", "nan_payload", "signed_zero")
@@ -415,20 +417,24 @@ def compare(
         compare_output(name, array, got.get(name), rule, first_limit)
         for name, array in expected.items()
     ]
+    extra = [name for name in got if name not in expected]
+    # A candidate's names are the client's: each shown cut short, and only the first few.
     outputs += [
-        compare_output(name, None, array, rule, first_limit)
-        for name, array in got.items()
-        if name not in expected
+        compare_output(_cut(name), None, got[name], rule, first_limit)
+        for name in extra[:EXTRA_LIMIT]
     ]
-    return {
-        "equal": bool(outputs) and all(output["equal"] for output in outputs),
+    verdict: dict[str, Any] = {
+        "equal": not extra and bool(outputs) and all(output["equal"] for output in outputs),
         "rule": rule.rule(),
         "outputs": outputs,
     }
+    if len(extra) > EXTRA_LIMIT:
+        verdict["unlisted_outputs"] = len(extra) - EXTRA_LIMIT
+    return verdict
 
 
-def workspace_bytes(expected: Mapping[str, npt.NDArray[Any]]) -> int:
-    """The most a comparison holds beyond the two sets of outputs: one chunk's mask and the
-    mismatches' widened copies (a few arrays of eight bytes per element of a chunk)."""
-    largest = max((array.size for array in expected.values()), default=0)
-    return min(largest, CHUNK_ELEMENTS) * 64
+def _cut(name: str) -> str:
+    if len(name) <= QUOTE_LIMIT:
+        return name
+    return f"{name[:QUOTE_LIMIT]}... ({len(name)} characters)"
+

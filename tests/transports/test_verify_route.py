@@ -259,3 +259,68 @@ async def test_the_candidates_bytes_count_against_the_memory_budget() -> None:
         large = encode_case("roll", inputs, {"output": big})
         answer = await client.post("/verify/roll", content=large, headers=NPZ)
         assert answer.status_code == 413, answer.text
+
+
+async def test_a_large_candidate_in_json_travels_as_base64(client: httpx.AsyncClient) -> None:
+    data = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: its base64 is read as a view
+    candidate = np.roll(data, 3)
+    candidate[7] = np.nextafter(candidate[7], np.float32(np.inf))
+    body = {
+        "data": encode_npy_base64(data),
+        "shift": 3,
+        "axes": 0,
+        "outputs": {"output": {"data": encode_npy_base64(candidate), "dtype": "float32"}},
+    }
+    output = _output(await client.post("/verify/roll", json=body))
+    assert (output["mismatches"], output["max_ulp"], output["first"][0]["index"]) == (1, 1, [7])
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [
+        None,
+        {"output": None},
+        {"output": True},
+        {"output": {"data": None}},
+        {"output": {"dtype": "float32"}},
+        {"output": {"data": [1], "dtype": None}},
+        {"output": {"data": [1], "dtype": 5}},
+        {"output": [[1], [2, 3]]},
+        {"output": "k05VTVBZ"},
+        {"x" * 10_000: [1]},
+        {"output": [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]},
+    ],
+)
+async def test_odd_candidates_are_a_verdict_or_a_4xx_never_a_5xx(
+    client: httpx.AsyncClient, outputs: Any
+) -> None:
+    body = {"data": [1.5, 2.5], "shift": 1, "axes": 0, "outputs": outputs}
+    answer = await client.post("/verify/roll", json=body)
+    assert answer.status_code in (200, 400, 413, 422), answer.text
+    assert len(answer.content) < 2000  # nothing sent is echoed back at length
+
+
+async def test_many_extra_outputs_are_counted_not_all_listed(client: httpx.AsyncClient) -> None:
+    outputs = {f"extra_{number}": [1] for number in range(1000)}
+    body = {"data": [1], "shift": 1, "axes": 0, "outputs": {"output": [1], **outputs}}
+    verdict = (await client.post("/verify/roll", json=body)).json()
+    assert verdict["equal"] is False
+    assert len(verdict["outputs"]) == 11 and verdict["unlisted_outputs"] == 990
+
+
+@pytest.mark.parametrize(
+    "tolerance",
+    [{"ulp": 2**64}, {"atol": 1e308, "rtol": 1e308}, {"ulp": 0, "atol": 0}, "ulp", 1, []],
+)
+async def test_odd_tolerances_are_applied_or_refused_never_a_5xx(
+    client: httpx.AsyncClient, tolerance: Any
+) -> None:
+    body = {
+        "data": [1.5, 2.5],
+        "shift": 1,
+        "axes": 0,
+        "outputs": {"output": [2.5, 1.5]},
+        "tolerance": tolerance,
+    }
+    answer = await client.post("/verify/roll", json=body)
+    assert answer.status_code in (200, 422), answer.text
