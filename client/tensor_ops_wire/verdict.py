@@ -437,4 +437,3 @@ def _cut(name: str) -> str:
     if len(name) <= QUOTE_LIMIT:
         return name
     return f"{name[:QUOTE_LIMIT]}... ({len(name)} characters)"
-
