@@ -57,6 +57,7 @@ examples:
   tensor-ops gather data.npy --indices 3 0 -1 --axis 0 --format table
   tensor-ops gather inputs.npz -o out.npy          # data, indices and axis from the archive
   tensor-ops --transport grpc roll big.npy --shift 5 --axes 0 -o out.npy
+  tensor-ops verify cases/ --junit report.xml       # a device's outputs against the ops
   tensor-ops health && tensor-ops info
   source <(tensor-ops completion bash)
 
