@@ -67,7 +67,7 @@ def in_process(data: np.ndarray) -> dict[str, float]:
 def over_http(data: np.ndarray) -> dict[str, float]:
     from tests.support import launch_server, stop_server  # noqa: PLC0415
 
-    inputs = {"data": data, "shift": np.int64(1), "axes": np.int64(0)}
+    inputs = {"data": data, "shift": np.array(1), "axes": np.array(0)}
     op_body = encode_npz(inputs)
     case_body = encode_case("roll", inputs, {"output": np.roll(data, 1, axis=0)})
     url, process = launch_server(
