@@ -1,6 +1,8 @@
 """``POST /verify/{op}``: the op's request plus a candidate in, a verdict out (JSON and ``.npz``
 bodies); the op's own refusals unchanged; the candidate's bytes within the memory budget."""
 
+import hashlib
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -324,3 +326,20 @@ async def test_odd_tolerances_are_applied_or_refused_never_a_5xx(
     }
     answer = await client.post("/verify/roll", json=body)
     assert answer.status_code in (200, 422), answer.text
+
+
+async def test_verify_needs_a_key_when_keys_are_on(tmp_path: Path) -> None:
+    key = "k-verify-0123456789abcdef"
+    keys = tmp_path / "keys"
+    keys.write_text(f"{hashlib.sha256(key.encode()).hexdigest()} harness\n")
+    app = create_app(Settings(api_keys_file=keys))
+    body = {"data": [1, 2], "shift": 1, "axes": 0, "outputs": {"output": [2, 1]}}
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+        refused = await client.post("/verify/roll", json=body)
+        assert refused.status_code == 401
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+        admitted = await client.post(
+            "/verify/roll", json=body, headers={"authorization": f"Bearer {key}"}
+        )
+        assert admitted.status_code == 200 and admitted.json()["equal"] is True
