@@ -24,6 +24,7 @@ from app.http.openapi import description as openapi_description
 from app.http.routes import OpRoute
 from app.http.service import add_service_routes
 from app.http.v2 import add_infer_routes, build_v2_router
+from app.http.verify import add_verify_routes
 from app.lifespan import lifespan
 from app.observability import configure_logging, launched_as_service
 from app.pipeline.admission import MemoryBudget, container_limit, derive_budget, resident_bytes
@@ -50,6 +51,7 @@ def add_work_routes(app: FastAPI, pipeline: Pipeline, regions: Regions) -> list[
     paths keep their order. Returns the infer routes."""
     add_op_routes(app.router, op_endpoints(pipeline))
     infer_routes = add_infer_routes(app.router, pipeline, regions)
+    add_verify_routes(app.router, pipeline)
     app.router.routes.sort(key=lambda route: not isinstance(route, OpRoute))
     return infer_routes
 

@@ -20,11 +20,16 @@ PAGE = ROOT / "docs" / "api-reference.md"
 
 #: What the page documents, in its order: (name in tensor_ops_client, members to list).
 ENTRIES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("TensorOpsClient", ("call", "roll", "gather", "health", "info", "close")),
+    ("TensorOpsClient", ("call", "verify", "roll", "gather", "health", "info", "close")),
     ("AsyncTensorOpsClient", ("aclose",)),
     ("Retry", ("off", "of")),
     ("TensorOpsError", ("unreachable",)),
     ("Health", ()),
+    ("Verdict", ("as_dict",)),
+    ("OutputVerdict", ()),
+    ("write_case", ()),
+    ("read_case", ()),
+    ("Case", ()),
 )
 CONSTANTS = ("DEFAULT_URL", "DEFAULT_TIMEOUT", "API_KEY_VARIABLE", "TRANSPORTS")
 
@@ -81,7 +86,12 @@ def _signature(name: str, target: Any) -> str:
 
 
 #: What the shared methods give, as TensorOpsClient gives it (AsyncTensorOpsClient: awaitable).
-RESULTS = {"ArrayT": "npt.NDArray[Any]", "HealthT": "Health", "InfoT": "dict[str, Any]"}
+RESULTS = {
+    "ArrayT": "npt.NDArray[Any]",
+    "HealthT": "Health",
+    "InfoT": "dict[str, Any]",
+    "VerdictT": "Verdict",
+}
 
 
 def render() -> str:
@@ -135,6 +145,7 @@ def render() -> str:
         '`progress("upload" | "download", bytes_done, bytes_total_or_None)`',
         "- `Verify`: `bool | str | os.PathLike[str] | ssl.SSLContext`",
         "- `ClientCert`: `tuple[path, path]` (certificate chain, private key)",
+        "- `CaseError`: a `ValueError`, raised by `read_case` for a file that is not a case",
         "",
     ]
     return "\n".join(parts).rstrip("\n") + "\n"

@@ -40,6 +40,7 @@ SYSTEM_TIER = (
     "test_schemathesis.py",
     "test_edges.py::test_shutdown_is_on_time_whatever_the_collector_does",
     "client/test_client_retry.py::test_a_replica_killed_mid_call_is_retried_on_the_other",
+    "client/test_verify_command.py::test_a_few_thousand_cases",
 )
 _TESTS = Path(__file__).resolve().parent
 

@@ -422,3 +422,21 @@ def test_the_client_through_shared_memory(
         assert len(parts) == 2
         assert_same_bits(np.asarray(parts[0]), DATA[:1].copy())
         assert_same_bits(np.asarray(parts[1]), DATA[1:].copy())
+
+
+async def test_a_verdict_on_several_outputs(client: httpx.AsyncClient) -> None:
+    """POST /verify/<op> of an op of several outputs judges each by its name."""
+    request = {"data": [[1, 2, 3, 4], [5, 6, 7, 8]], "axis": 1, "parts": 2}
+    right = {"output_0": [[1, 2], [5, 6]], "output_1": [[3, 4], [7, 8]]}
+    response = await client.post("/verify/toy_parts", json={**request, "outputs": right})
+    assert response.status_code == 200, response.text
+    verdict = response.json()
+    assert verdict["equal"] is True
+    assert [item["name"] for item in verdict["outputs"]] == ["output_0", "output_1"]
+    wrong = {**right, "output_1": [[3, 4], [7, 9]]}
+    response = await client.post("/verify/toy_parts", json={**request, "outputs": wrong})
+    verdict = response.json()
+    assert verdict["equal"] is False
+    first, second = verdict["outputs"]
+    assert first["equal"] is True
+    assert (second["mismatches"], second["first"][0]["index"]) == (1, [1, 1])

@@ -3,7 +3,8 @@
 ``TensorOpsClient(url).roll(data, shift, axes)`` and ``.gather(data, indices, axis,
 batch_dims)`` take and return NumPy arrays, typed conveniences over ``.call(op, inputs,
 attributes)``, which calls any op the service lists by its name; ``.health()`` and ``.info()``
-describe the service.
+describe the service. ``.verify(op, inputs, outputs)`` judges a device's outputs against the
+service's (a ``Verdict``); ``write_case``/``read_case`` keep such a case in one ``.npz`` file.
 Every refusal raises ``TensorOpsError`` (``status``, ``kind``, ``field``, ``message``). Calls
 that fail for a reason a repeat can cure (no connection, a 503 from a busy service) are
 repeated as ``retry=Retry(...)`` says. ``transport=`` is ``"npz"`` (the default), ``"json"``,
@@ -19,6 +20,7 @@ bundle) and ``cert=`` (mutual TLS).
 array([[3, 4]])
 """
 
+from tensor_ops_client._cases import Case, CaseError, read_case, write_case
 from tensor_ops_client._version import __version__
 from tensor_ops_client.cli import main
 from tensor_ops_client.client import (
@@ -29,11 +31,13 @@ from tensor_ops_client.client import (
     AsyncTensorOpsClient,
     ClientCert,
     Health,
+    OutputVerdict,
     ProgressHook,
     Retry,
     TensorOpsClient,
     TensorOpsError,
     Transport,
+    Verdict,
     Verify,
 )
 
@@ -43,14 +47,20 @@ __all__ = [
     "DEFAULT_URL",
     "TRANSPORTS",
     "AsyncTensorOpsClient",
+    "Case",
+    "CaseError",
     "ClientCert",
     "Health",
+    "OutputVerdict",
     "ProgressHook",
     "Retry",
     "TensorOpsClient",
     "TensorOpsError",
     "Transport",
+    "Verdict",
     "Verify",
     "__version__",
     "main",
+    "read_case",
+    "write_case",
 ]

@@ -31,6 +31,8 @@ from tensor_ops_client._http import HttpRequest, failure, op_request, read_outpu
 from tensor_ops_client._inputs import tensors_of
 from tensor_ops_client._retry import Attempts, Retry
 from tensor_ops_client._shm import shared_memory_plan
+from tensor_ops_client._verdict import Verdict, read_verdict, verify_request
+from tensor_ops_wire.verdict import parse_tolerance
 
 Transport = Literal["npz", "json", "v2", "grpc"]
 TRANSPORTS: tuple[Transport, ...] = ("npz", "json", "v2", "grpc")
@@ -52,6 +54,7 @@ R = TypeVar("R")
 ArrayT = TypeVar("ArrayT")
 HealthT = TypeVar("HealthT")
 InfoT = TypeVar("InfoT")
+VerdictT = TypeVar("VerdictT")
 
 
 @dataclass(frozen=True)
@@ -129,11 +132,11 @@ def http_verify(verify: Verify, cert: ClientCert | None) -> ssl.SSLContext | boo
     return context
 
 
-class ClientBase(Generic[ArrayT, HealthT, InfoT]):
+class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
     """The methods of both clients, each a plan run by the subclass's ``_run``.
 
-    ``ArrayT``, ``HealthT`` and ``InfoT`` are what the methods give: the values themselves
-    (``TensorOpsClient``) or awaitables of them (``AsyncTensorOpsClient``).
+    ``ArrayT``, ``HealthT``, ``InfoT`` and ``VerdictT`` are what the methods give: the values
+    themselves (``TensorOpsClient``) or awaitables of them (``AsyncTensorOpsClient``).
     """
 
     def __init__(
@@ -217,6 +220,40 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
         """
         return cast(ArrayT, self._run(self._call_plan(op, inputs, attributes or {})))
 
+    def verify(
+        self,
+        op: str,
+        inputs: Mapping[str, npt.ArrayLike],
+        outputs: Mapping[str, npt.ArrayLike],
+        attributes: Mapping[str, Any] | None = None,
+        tolerance: Mapping[str, Any] | None = None,
+    ) -> VerdictT:
+        """Whether ``outputs`` (what a device computed, by output name) are what the op gives
+        for ``inputs`` and ``attributes``: a ``Verdict`` (``POST /verify/{op}``).
+
+        Bit for bit by default; ``tolerance`` may be ``{"ulp": N}``, ``{"atol": x, "rtol":
+        y}``, ``{"nan_payload": "ignore"}``, ``{"signed_zero": "ignore"}``, combined in one
+        mapping (a bad one raises ValueError before anything is sent). A wrong shape, type or
+        element is the verdict's (``equal`` False), a request the op refuses the op's own
+        ``TensorOpsError``. ``transport="json"`` sends base64 ``.npy`` in JSON; every other
+        transport sends a case file (``.npz``) over HTTP, as V2 and gRPC have no message for a
+        verdict (docs/verify.md).
+
+        >>> x = np.arange(6.0)
+        >>> y = np.roll(x, 1)
+        >>> y[0] = np.nextafter(y[0], np.inf)  # one ULP off
+        >>> verdict = client.verify("roll", {"data": x, "shift": 1, "axes": 0}, {"output": y})
+        >>> verdict.equal, verdict["output"].mismatches, verdict["output"].max_ulp
+        (False, 1, 1)
+        >>> client.verify("roll", {"data": x, "shift": 1, "axes": 0}, {"output": y},
+        ...               tolerance={"ulp": 1}).equal
+        True
+        """
+        return cast(
+            VerdictT,
+            self._run(self._verify_plan(op, inputs, outputs, attributes or {}, tolerance)),
+        )
+
     def roll(self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike) -> ArrayT:
         """Roll-7: ``data`` with its elements shifted by ``shift`` along ``axes``.
 
@@ -297,6 +334,26 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT]):
             return read_output(request, answer.body, answer.headers)
 
         return (yield from self._http_plan(request, attempts, read))
+
+    def _verify_plan(
+        self,
+        op: str,
+        inputs: Mapping[str, npt.ArrayLike],
+        outputs: Mapping[str, npt.ArrayLike],
+        attributes: Mapping[str, Any],
+        tolerance: Mapping[str, Any] | None,
+    ) -> Plan[Verdict]:
+        check_call(op, inputs, attributes)
+        check_call(op, outputs, {})
+        parse_tolerance(tolerance)  # a ToleranceError (ValueError) before anything is sent
+        arrays, candidates = tensors_of(inputs), tensors_of(outputs)
+        request = verify_request(op, arrays, candidates, attributes, tolerance, self.transport)
+        request.headers.update(self._auth)
+
+        def read(answer: HttpAnswer) -> Verdict:
+            return read_verdict(answer.body)
+
+        return (yield from self._http_plan(request, Attempts(self.retry), read))
 
     def _http_plan(
         self, request: HttpRequest, attempts: Attempts, read: Callable[[HttpAnswer], R]

@@ -23,6 +23,7 @@ from tensor_ops_client._cli_io import (
 )
 from tensor_ops_client._core import TRANSPORTS
 from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
+from tensor_ops_client._verify_command import add_verify_command, run_verify
 from tensor_ops_client._version import __version__
 from tensor_ops_client.client import (
     API_KEY_VARIABLE,
@@ -58,6 +59,7 @@ examples:
   tensor-ops gather data.npy --indices 3 0 -1 --axis 0 --format table
   tensor-ops gather inputs.npz -o out.npy          # data, indices and axis from the archive
   tensor-ops --transport grpc roll big.npy --shift 5 --axes 0 -o out.npy
+  tensor-ops verify cases/ --junit report.xml       # a device's outputs against the ops
   tensor-ops health && tensor-ops info
   source <(tensor-ops completion bash)
 
@@ -299,6 +301,7 @@ def build_parser(ops: Sequence[OpSpec] = OPS) -> argparse.ArgumentParser:
     for op in ops:
         _op_command(commands, op, service)
 
+    add_verify_command(commands, service)
     command(
         "health",
         "Whether the service is live and ready (exit 0 ready, 3 live but not ready, 4 no answer)",
@@ -570,7 +573,7 @@ def _ops_for(argv: Sequence[str]) -> tuple[OpSpec, ...]:
         args, _ = first.parse_known_args(argv)
     except InputError:
         return OPS
-    known = {op.name for op in OPS} | {"health", "info", "completion"}
+    known = {op.name for op in OPS} | {"health", "info", "completion", "verify"}
     if args.command is None or args.command in known:
         return OPS
     if args.url is None and not os.environ.get(URL_VARIABLE):
@@ -619,6 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_health(args)
         if args.command == "info":
             return _run_info(args)
+        if args.command == "verify":
+            return run_verify(args, _client)
         return _run_op(args)
     except InputError as error:
         print(f"tensor-ops: {error}", file=sys.stderr)

@@ -83,6 +83,7 @@ from tensor_ops_client._core import (
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_client._grpc import AsyncGrpcModelInfer, SyncSlot
 from tensor_ops_client._retry import Retry
+from tensor_ops_client._verdict import OutputVerdict, Verdict
 
 __all__ = [
     "API_KEY_VARIABLE",
@@ -92,11 +93,13 @@ __all__ = [
     "AsyncTensorOpsClient",
     "ClientCert",
     "Health",
+    "OutputVerdict",
     "ProgressHook",
     "Retry",
     "TensorOpsClient",
     "TensorOpsError",
     "Transport",
+    "Verdict",
     "Verify",
 ]
 
@@ -162,7 +165,7 @@ def _stream_arguments(action: SendHttp, progress: ProgressHook | None) -> dict[s
     return arguments
 
 
-class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any]]):
+class TensorOpsClient(ClientBase[npt.NDArray[Any], Health, dict[str, Any], Verdict]):
     """Calls a tensor-ops service: ``TensorOpsClient(url).roll(data, shift, axes)``.
 
     Tensors go as an ``.npz`` body and come back as raw ``.npy`` by default (no JSON, no
@@ -296,6 +299,7 @@ class AsyncTensorOpsClient(
         Awaitable[npt.NDArray[Any]],
         Awaitable[Health],
         Awaitable[dict[str, Any]],
+        Awaitable[Verdict],
     ]
 ):
     """The asynchronous twin of ``TensorOpsClient``: ``await client.roll(...)``.

@@ -157,6 +157,20 @@ def _is_numbered(name: str, stem: str) -> bool:
     return head == stem and number.isascii() and number.isdigit()
 
 
+def member_names(
+    body: bytes | bytearray | memoryview, expected: tuple[str, ...]
+) -> tuple[str, ...]:
+    """The names of an ``.npz`` archive's members (``.npy`` cut off), in the archive's order,
+    read from its directory (at most ``MAX_MEMBERS``, ``expected`` saying what they may be):
+    for archives whose members are not known in advance (a case file's ``input.<name>``)."""
+    refuse_many_members(body, expected)
+    try:
+        members = zipfile.ZipFile(_ViewFile(body)).infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        raise undecodable("not an .npz archive: the body is not a readable zip file") from None
+    return tuple(info.filename.removesuffix(".npy") for info in members)
+
+
 def inflated_size(body: bytes | bytearray | memoryview, names: tuple[str, ...]) -> int:
     """What the compressed members of an ``.npz`` declare they inflate to (0 if not a zip).
 

@@ -1,0 +1,71 @@
+"""Case files for test harnesses: ``write_case`` one from NumPy arrays, ``read_case`` it back."""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy.typing as npt
+
+from tensor_ops_wire.cases import decode_case, encode_case
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.npy import MAX_NBYTES
+
+
+@dataclass
+class Case:
+    """One case: the op, its inputs and attributes, the candidate's outputs (what a device
+    computed), and the tolerance to judge them by (None: bit-equal)."""
+
+    op: str
+    inputs: dict[str, npt.NDArray[Any]]
+    outputs: dict[str, npt.NDArray[Any]]
+    attributes: dict[str, Any] = field(default_factory=dict)
+    tolerance: Any = None
+    #: The file it was read from, when it was.
+    path: Path | None = None
+
+
+class CaseError(ValueError):
+    """A file that is not a readable case file."""
+
+
+def write_case(
+    path: str | os.PathLike[str],
+    op: str,
+    inputs: Mapping[str, npt.ArrayLike],
+    outputs: Mapping[str, npt.ArrayLike],
+    attributes: Mapping[str, Any] | None = None,
+    *,
+    tolerance: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write one case file (a single ``.npz``, no pickle; docs/verify.md gives its layout):
+    ``inputs`` and the candidate ``outputs`` by their names, ``attributes`` and ``tolerance``
+    in its JSON ``meta`` member. Every element type is kept, bfloat16 included. The folder is
+    made if need be. Returns the path.
+
+    >>> x = np.arange(6.0)
+    >>> inputs = {"data": x, "shift": 1, "axes": 0}
+    >>> write_case("roll-1.npz", "roll", inputs, {"output": np.roll(x, 1)})
+    PosixPath('roll-1.npz')
+    >>> read_case("roll-1.npz").outputs["output"]
+    array([5., 0., 1., 2., 3., 4.])
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(encode_case(op, inputs, outputs, attributes, tolerance))
+    return target
+
+
+def read_case(path: str | os.PathLike[str]) -> Case:
+    """The case a file holds (``CaseError`` when it is not one)."""
+    source = Path(path)
+    try:
+        wire = decode_case(source.read_bytes(), max_bytes=MAX_NBYTES)
+    except TensorError as error:
+        where = f" ({error.field})" if error.field else ""
+        raise CaseError(f"{source}: not a case file{where}: {error.message}") from None
+    if wire.op is None:
+        raise CaseError(f"{source}: not a case file: its meta member names no op")
+    return Case(wire.op, wire.inputs, wire.outputs, wire.attributes, wire.tolerance, source)
