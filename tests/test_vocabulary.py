@@ -228,7 +228,14 @@ async def test_several_outputs_v2_json_and_binary(client: httpx.AsyncClient) -> 
     head = binary.json() if length == len(binary.content) else None
     assert head is None
     raw = binary.content[length:]
-    assert np.frombuffer(raw, np.int32).tolist() == list(range(8))
+    assert np.frombuffer(raw, np.int32).tolist() == [4, 5, 6, 7]
+    length = int(binary.headers["inference-header-content-length"])
+    head = httpx.Response(200, content=binary.content[:length]).json()
+    assert [output["name"] for output in head["outputs"]] == ["output_1"]  # the one asked for
+    request["outputs"] = [{"name": "output_2"}]
+    past = await client.post("/v2/models/toy_parts/infer", json=request)
+    assert past.status_code == 422
+    assert "this request makes output_0, output_1" in past.json()["error"]
     request["outputs"] = [{"name": "output"}]
     wrong = await client.post("/v2/models/toy_parts/infer", json=request)
     assert wrong.status_code == 422

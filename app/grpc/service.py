@@ -61,6 +61,7 @@ from app.v2.rules import (
     refuse_extensions,
     refuse_model_control,
     repository_index,
+    requested_outputs,
     wants_binary,
 )
 from app.v2.shared_memory import (
@@ -170,6 +171,8 @@ class GrpcExchange:
         #: Tensors in shared memory (None: the extension is off).
         self.shared = shared
         self.shared_output = False
+        #: The outputs the message names, of an op of several (None: all of them).
+        self.requested: frozenset[str] | None = None
 
     @property
     def op(self) -> Op | None:
@@ -224,6 +227,7 @@ class GrpcExchange:
         )
         arrays = self._inputs(request, op, limits)
         job = make_job(op, arrays, op_attributes(op, parameters), limits)
+        self.requested = requested_outputs(job, (item.name for item in request.outputs))
         if shared is not None and shared.place_output(
             ((item.name, parameter_values(item.parameters)) for item in request.outputs), job
         ):
@@ -379,9 +383,14 @@ class GrpcExchange:
         response = pb.ModelInferResponse(
             model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
         )
-        outputs = job.outputs()
+        named = [
+            (name, output)
+            for name, output in zip(job.output_names, job.outputs(), strict=True)
+            if self.requested is None or name in self.requested
+        ]
+        outputs = [output for _, output in named]
         if self._raw_output(job):
-            for name, output in zip(job.output_names, outputs, strict=True):
+            for name, output in named:
                 response.outputs.add(name=name, datatype=datatype, shape=output.shape)
             raws = [
                 np.ascontiguousarray(output.astype(wire_dtype(output.dtype), copy=False))
@@ -400,7 +409,7 @@ class GrpcExchange:
                 ),
                 output,
             )
-            for name, output in zip(job.output_names, outputs, strict=True)
+            for name, output in named
         ]
         return Answer([encode_typed_several(response, tensors)], "application/grpc")
 

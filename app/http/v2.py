@@ -68,6 +68,7 @@ from app.v2.rules import (
     refuse_extensions,
     refuse_model_control,
     repository_index,
+    requested_outputs,
     wants_binary,
 )
 from app.v2.shared_memory import (
@@ -136,6 +137,8 @@ class V2Exchange:
         #: Tensors in shared memory (None: the extension is off).
         self.shared = shared
         self.shared_output = False
+        #: The outputs the request names, of an op of several (None: all of them).
+        self.requested: frozenset[str] | None = None
 
     def prepare(self, body: Body) -> int:
         if self.header_length is None:
@@ -183,6 +186,7 @@ class V2Exchange:
             op=self.op,
         )
         job = make_job(self.op, arrays, op_attributes(self.op, request.parameters or {}), limits)
+        self.requested = requested_outputs(job, (name for name, _ in outputs))
         if self.shared is not None and self.shared.place_output(outputs, job):
             # Written into the client's region: nothing of it in the answer.
             self.shared_output = True
@@ -267,7 +271,7 @@ class V2Exchange:
         if self.shared_output:
             assert self.shared is not None
             return http_answer(job, self.request.id, self.shared)
-        buffers, headers = encode_infer(job, self.request, self.binary_output)
+        buffers, headers = encode_infer(job, self.request, self.binary_output, self.requested)
         media = headers.pop("content-type")
         return Answer(buffers, media, headers)
 
@@ -332,11 +336,15 @@ def _binary_data_size(
 
 
 def encode_infer(
-    job: Job, request: InferenceRequest, binary: bool
+    job: Job,
+    request: InferenceRequest,
+    binary: bool,
+    requested: frozenset[str] | None = None,
 ) -> tuple[list[Any], dict[str, str]]:
-    """The response body (buffers to send in turn) and its headers."""
+    """The response body (buffers to send in turn) and its headers: of an op of several
+    outputs, those ``requested`` (all when None)."""
     if job.split is not None:
-        return _encode_several(job, request, binary)
+        return _encode_several(job, request, binary, requested)
     output = job.output(v2_output_buffer(job.output_shape, job.output_dtype) if binary else None)
     tensor: dict[str, Any] = {
         "name": "output",
@@ -364,7 +372,7 @@ def encode_infer(
 
 
 def _encode_several(
-    job: Job, request: InferenceRequest, binary: bool
+    job: Job, request: InferenceRequest, binary: bool, requested: frozenset[str] | None
 ) -> tuple[list[Any], dict[str, str]]:
     """The answer of an op of several outputs (Split-1): every output in the outputs list, in
     order, as JSON data or binary data alike."""
@@ -374,6 +382,8 @@ def _encode_several(
     tensors: list[dict[str, Any]] = []
     pieces: list[Any] = []
     for name, output in zip(job.output_names, job.outputs(), strict=True):
+        if requested is not None and name not in requested:
+            continue
         tensor: dict[str, Any] = {
             "name": name,
             "datatype": v2_datatype(output.dtype),

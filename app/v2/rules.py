@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from app.errors import Fault, ServiceError, quote
 from app.ops.declaration import Attribute, variadic_index
-from app.pipeline.jobs import Limits, check_shape
+from app.pipeline.jobs import Job, Limits, check_shape
 from app.registry import REGISTRY, Op, attribute_names
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
@@ -297,6 +297,26 @@ def wants_binary(
     if own is not None:
         return own
     return default if wanted is None else wanted
+
+
+def requested_outputs(job: Job, names: Iterable[str]) -> frozenset[str] | None:
+    """The outputs of an op of several outputs that the request names (None: it names none, and
+    gets them all, as the protocol says); a name past the outputs the request makes (``output_5``
+    of a split in three) is refused."""
+    if job.split is None:
+        return None
+    asked = frozenset(names)
+    if not asked:
+        return None
+    made = job.output_names
+    unknown = sorted(asked.difference(made))
+    if unknown:
+        raise ServiceError(
+            Fault.UNKNOWN_INPUT,
+            ("body",),
+            f"unknown output {quote(unknown[0])}; this request makes {', '.join(made)}",
+        )
+    return asked
 
 
 def is_output_name(op: Op | None, name: str) -> bool:
