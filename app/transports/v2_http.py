@@ -27,7 +27,7 @@ from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.pipeline.statistics import Statistics
 from app.registry import REGISTRY, Op
-from app.transports.errors import framework_error, render_v2
+from app.transports.errors import framework_error, render_v2, route_hint
 from app.transports.http import JSON_TYPE, media_type, single_header
 from app.transports.http_body import read_small_body
 from app.transports.http_responses import serve_http
@@ -618,9 +618,13 @@ def build_v2_router(
             and route.path_regex.match(path)
             for method in route.methods or ()
         )
+        # The message teaches as the plain routes' does (route_hint): what the path takes, or
+        # the routes near it, and where /docs is.
         if allowed:
-            raise framework_error(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
-        raise framework_error(404, "Not Found", None)
+            allow = ", ".join(allowed)
+            hint = route_hint(request, 405, allow) or "Method Not Allowed"
+            raise framework_error(405, hint, {"Allow": allow})
+        raise framework_error(404, route_hint(request, 404, None) or "Not Found", None)
 
     router.add_api_route(
         "/{rest:path}",
