@@ -33,7 +33,7 @@ RUN pip install --no-compile --require-hashes -r requirements.lock \
 # here (27 MB): on a read-only root filesystem a process cannot write it, and each worker would
 # compile its imports at every start (5.8 s instead of 1.6 s, measured in the image). Checked by
 # hash, not time stamp, never: the image does not change under them.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY client ./client
 COPY app ./app
 RUN pip install --no-compile --no-deps ./client . \
@@ -49,6 +49,13 @@ RUN NUMBA_CPU_NAME=generic python -P -c "import app.ops"
 
 # ---- final stage: the runtime and the virtual environment, nothing else ----
 FROM python:3.11.7-slim-bookworm
+
+# The version is pyproject.toml's (tests/test_release.py keeps them the same); the licence is
+# LICENSE's, as in both distributions' metadata.
+LABEL org.opencontainers.image.title="tensor-ops" \
+      org.opencontainers.image.description="OpenVINO's movement ops over HTTP, KServe V2 and gRPC" \
+      org.opencontainers.image.version="0.3.0" \
+      org.opencontainers.image.licenses="Apache-2.0"
 
 # MALLOC_ARENA_MAX: the worker threads share two malloc arenas instead of one each, so memory
 # freed after a large request is not kept in a dozen per-thread heaps.

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import Fault, ServiceError, fault_headers, internal_error
+from app.http.route_hints import method_hint, not_found_hint
 
 _FRAMEWORK_FAULTS = {404: Fault.NOT_FOUND, 405: Fault.METHOD_NOT_ALLOWED}
 
@@ -56,9 +57,23 @@ def framework_error(status: int, detail: str, headers: Mapping[str, str] | None)
     return ServiceError(fault, (), detail, headers=dict(headers or {}))
 
 
+def route_hint(request: Request, status: int, allow: str | None) -> str | None:
+    """What a 404 or a 405 teaches (the routes, what they take, /docs); None for another status."""
+    docs = f"{request.scope.get('root_path', '')}/docs"
+    routes = request.app.routes
+    if status == 404:
+        return not_found_hint(routes, request.method, request.url.path, docs)
+    if status == 405 and allow:
+        allowed = [method.strip() for method in allow.split(",")]
+        return method_hint(routes, request.method, request.url.path, allowed, docs)
+    return None
+
+
 async def _on_http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
-    return render_detail(framework_error(exc.status_code, str(exc.detail), exc.headers))
+    allow = (exc.headers or {}).get("Allow")
+    message = route_hint(request, exc.status_code, allow) or str(exc.detail)
+    return render_detail(framework_error(exc.status_code, message, exc.headers))
 
 
 async def _on_unexpected(request: Request, exc: Exception) -> Response:

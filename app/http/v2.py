@@ -30,7 +30,7 @@ from app.codecs.v2_tensors import (
 )
 from app.errors import Fault, ServiceError, from_validation, from_wire, quote
 from app.http.body import read_small_body
-from app.http.errors import framework_error, render_v2
+from app.http.errors import framework_error, render_v2, route_hint
 from app.http.op_routes import JSON_TYPE, media_type, single_header
 from app.http.responses import serve_http
 from app.http.routes import OpRoute
@@ -673,9 +673,13 @@ def build_v2_router(
             and route.path_regex.match(path)
             for method in route.methods or ()
         )
+        # The message teaches as the plain routes' does (route_hint): what the path takes, or
+        # the routes near it, and where /docs is.
         if allowed:
-            raise framework_error(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
-        raise framework_error(404, "Not Found", None)
+            allow = ", ".join(allowed)
+            hint = route_hint(request, 405, allow) or "Method Not Allowed"
+            raise framework_error(405, hint, {"Allow": allow})
+        raise framework_error(404, route_hint(request, 404, None) or "Not Found", None)
 
     router.add_api_route(
         "/{rest:path}",
