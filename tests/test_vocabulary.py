@@ -447,3 +447,29 @@ async def test_a_verdict_on_several_outputs(client: httpx.AsyncClient) -> None:
     first, second = verdict["outputs"]
     assert first["equal"] is True
     assert (second["mismatches"], second["first"][0]["index"]) == (1, [1, 1])
+
+
+@pytest.mark.e2e
+async def test_several_outputs_over_grpc_typed_and_asked_for(toy_server: tuple[str, str]) -> None:
+    """gRPC: typed contents when raw ones are not asked for, and only the outputs named."""
+    from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
+    from tests.support import grpc_channel, inference_stub  # noqa: PLC0415
+
+    _, target = toy_server
+    request = pb.ModelInferRequest(model_name="toy_parts", id="t")
+    request.parameters["parts"].int64_param = 2
+    request.parameters["binary_data_output"].bool_param = False
+    data = request.inputs.add(name="data", datatype="INT32", shape=[2, 2])
+    data.contents.int_contents.extend([1, 2, 3, 4])
+    axis = request.inputs.add(name="axis", datatype="INT64", shape=[])
+    axis.contents.int64_contents.append(1)
+    async with grpc_channel(target) as channel:
+        answer = await inference_stub(channel).ModelInfer(request)
+        assert [output.name for output in answer.outputs] == ["output_0", "output_1"]
+        assert list(answer.outputs[0].contents.int_contents) == [1, 3]
+        assert list(answer.outputs[1].contents.int_contents) == [2, 4]
+        assert not answer.raw_output_contents
+        request.outputs.add(name="output_1")
+        answer = await inference_stub(channel).ModelInfer(request)
+        assert [output.name for output in answer.outputs] == ["output_1"]
+        assert list(answer.outputs[0].contents.int_contents) == [2, 4]
