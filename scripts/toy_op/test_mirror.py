@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from app.ops.mirror import OP
 
+from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.registry import REGISTRY
 
@@ -16,7 +17,8 @@ def test_it_is_collected() -> None:
 def test_it_reverses(dtype: str) -> None:
     data = np.arange(6).reshape(2, 3).astype(dtype)
     plan = OP.plan({"data": data, "axes": np.array([-1])}, {"mode": "flip"})
-    assert plan.run(None).tolist() == data[:, ::-1].tolist()  # type: ignore[union-attr]
+    assert isinstance(plan, Plan)
+    assert plan.run(None).tolist() == data[:, ::-1].tolist()
 
 
 def test_a_bad_axis_is_refused() -> None:

@@ -1,0 +1,132 @@
+"""Transpose-1: the dimensions of a tensor reordered by a permutation (reversed when empty)."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.ops.declaration import (
+    INTEGER_TYPES,
+    Arrays,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+)
+from app.ops.errors import SpecError
+from app.ops.raw import as_raw, is_integer_type
+
+
+def transpose_order(rank: int, input_order: npt.NDArray[Any]) -> tuple[int, ...]:
+    """Check ``input_order`` against the spec and give the permutation: its values, or the axes
+    reversed when it is empty."""
+    if not is_integer_type(input_order.dtype):
+        raise SpecError(
+            "input_order",
+            f"input_order must be of an integer type (T_AXIS), got {input_order.dtype.name}",
+        )
+    if input_order.ndim != 1:
+        raise SpecError(
+            "input_order",
+            f"input_order must be a 1D tensor, got a tensor of shape {list(input_order.shape)}",
+        )
+    count = input_order.shape[0]
+    if count == 0:
+        return tuple(reversed(range(rank)))
+    if count != rank:
+        raise SpecError(
+            "input_order",
+            f"input_order must have n elements, n being the rank of arg ({rank}), or none; "
+            f"got {count}",
+        )
+    values = input_order.tolist()
+    if sorted(values) != list(range(rank)):
+        raise SpecError(
+            "input_order",
+            f"input_order must contain every integer in the range [0, {rank - 1}], "
+            f"got {_shown(values)}",
+        )
+    return tuple(int(value) for value in values)
+
+
+def _shown(values: list[int]) -> str:
+    return str(values) if len(values) <= 16 else f"{str(values[:16])[:-1]}, ...]"
+
+
+def transpose(
+    arg: npt.ArrayLike, input_order: npt.ArrayLike, out: npt.NDArray[Any] | None = None
+) -> npt.NDArray[Any]:
+    """Transpose-1: ``arg`` with its axes permuted by ``input_order`` (reversed when it is
+    empty): ``output[i(order[0]), ..., i(order[n-1])] = arg[i(0), ..., i(n-1)]``."""
+    arg = np.asarray(arg)
+    order = transpose_order(arg.ndim, np.asarray(input_order))
+    return _transposed(arg, order, out)
+
+
+def _transposed(
+    arg: npt.NDArray[Any], order: tuple[int, ...], out: npt.NDArray[Any] | None
+) -> npt.NDArray[Any]:
+    source = np.transpose(as_raw(arg), order)
+    if out is None:
+        out = np.empty(source.shape, arg.dtype)
+    np.copyto(as_raw(out), source, casting="equiv")
+    return out
+
+
+def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
+    arg = arrays["arg"]
+    order = transpose_order(arg.ndim, arrays["input_order"])
+    shape = tuple(arg.shape[axis] for axis in order)
+    return Plan(shape, lambda out: _transposed(arg, order, out))
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return transpose(arrays["arg"], arrays["input_order"], out)
+
+
+_SMALL = [[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
+          [[13, 14, 15, 16], [17, 18, 19, 20], [21, 22, 23, 24]]]  # fmt: skip
+
+OP = Op(
+    name="transpose",
+    spec="Transpose-1",
+    summary="Transpose-1: reorder the dimensions of a tensor",
+    description="Transpose-1 over `arg`: the output's dimension k is arg's dimension "
+    "`input_order[k]`; an empty `input_order` reverses the dimensions. The output has the type "
+    "of `arg`.",
+    request_doc="Transpose-1: `arg` with its dimensions reordered by `input_order`.",
+    inputs=(
+        data_input("transpose", "arg"),
+        Input(
+            "input_order",
+            "The permutation of arg's axes (input 2, type T_AXIS); empty: the axes inverted.",
+            "T_AXIS: any integer type, a 1D tensor of n elements, n the rank of arg, holding "
+            "every integer in [0, n - 1]; or of 0 elements. JSON form is int64.",
+            INTEGER_TYPES,
+            rank="1",
+        ),
+    ),
+    plan=_plan,
+    kernel=_kernel,
+    output_type_from="arg",
+    examples={
+        "example_1": example(
+            "Transpose-1 Example 1: a (2, 3, 4) tensor, input_order [2, 0, 1] gives (4, 2, 3)",
+            {"arg": _SMALL, "input_order": [2, 0, 1]},
+            np.transpose(np.array(_SMALL), (2, 0, 1)).tolist(),
+        ),
+        "example_2": example(
+            "Transpose-1 Example 2: an empty input_order inverts the axes: (4, 3, 2)",
+            {"arg": _SMALL, "input_order": []},
+            np.transpose(np.array(_SMALL)).tolist(),
+        ),
+    },
+    decisions=(
+        "Transpose-1, negative values in input_order: refused; the spec asks for every integer "
+        "in [0, n - 1].",
+        "Transpose-1, rank-0 arg: input_order must be empty (n = 0), and the output is arg.",
+        "Transpose-1, input_order as a scalar: refused; the spec asks for a 1D tensor.",
+    ),
+)

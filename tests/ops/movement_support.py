@@ -1,0 +1,90 @@
+"""What the movement ops' tests share: every element type with its awkward values, raw views for
+comparing bits, and OpenVINO's CPU plugin run on tensors of positions."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import openvino as ov
+import openvino.opset1 as ov_opset1
+
+from tensor_ops_wire.dtypes import BFLOAT16
+
+#: Every element type the ops take.
+ELEMENT_TYPES: tuple[np.dtype[Any], ...] = (
+    np.dtype(np.bool_),
+    *(np.dtype(name) for name in ("int8", "int16", "int32", "int64")),
+    *(np.dtype(name) for name in ("uint8", "uint16", "uint32", "uint64")),
+    np.dtype(np.float16),
+    BFLOAT16,
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+)
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def sample(dtype: np.dtype[Any], shape: Sequence[int], seed: int = 0) -> npt.NDArray[Any]:
+    """A tensor of ``dtype`` whose bits are random: floats include NaNs of every payload (quiet
+    and signalling, both signs), -0.0, infinities and subnormals."""
+    rng = np.random.default_rng(seed)
+    count = int(np.prod(shape, dtype=np.int64))
+    if dtype.kind == "b":
+        return rng.integers(0, 2, count).astype(np.bool_).reshape(shape)
+    bits = rng.integers(0, 256, count * dtype.itemsize, dtype=np.uint8)
+    array = bits.view(_UNSIGNED[dtype.itemsize]).view(dtype).reshape(shape)
+    if dtype.kind == "f" or dtype == BFLOAT16:
+        flat = array.reshape(-1)
+        flat[: min(count, 1)] = -0.0
+    return array
+
+
+def raw(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``array``'s bits, as unsigned integers of its width (bool as uint8)."""
+    array = np.ascontiguousarray(array)
+    return array.view(_UNSIGNED[array.dtype.itemsize])
+
+
+def assert_same_bits(actual: npt.NDArray[Any], expected: npt.NDArray[Any]) -> None:
+    """Same shape, same type, same bits."""
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert np.array_equal(raw(actual), raw(expected))
+
+
+def positions(shape: Sequence[int]) -> npt.NDArray[np.int32]:
+    """int32 ``1 .. n`` in ``shape``: what OpenVINO is given instead of the data."""
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.arange(1, count + 1, dtype=np.int32).reshape(shape)
+
+
+def from_positions(data: npt.NDArray[Any], moved: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The output OpenVINO's answer on positions means for ``data``: each position's element
+    (0 marks an element no input gave: zero bits)."""
+    flat = np.ascontiguousarray(data).reshape(-1)
+    taken = np.where(moved > 0, moved - 1, 0).astype(np.int64)
+    out = flat[taken] if flat.size else np.zeros(moved.shape, data.dtype)
+    out = np.array(out, dtype=data.dtype).reshape(moved.shape)
+    zero = np.zeros((), data.dtype)
+    np.copyto(out, zero, where=moved == 0)
+    return out
+
+
+def cpu_plugin(
+    build: Callable[[Any], Any], data_shape: Sequence[int]
+) -> Callable[[], npt.NDArray[Any]]:
+    """OpenVINO's CPU plugin running ``build(parameter)`` on int32 positions of ``data_shape``."""
+    parameter = ov_opset1.parameter(list(data_shape), ov.Type.i32)
+    node = build(parameter)
+    compiled = ov.Core().compile_model(ov.Model([node], [parameter]), "CPU")
+
+    def run() -> npt.NDArray[Any]:
+        return np.asarray(compiled(positions(data_shape))[0])
+
+    return run
+
+
+def constant(values: npt.NDArray[Any]) -> Any:
+    """An OpenVINO constant of ``values`` (an empty one too, which opset1.constant refuses)."""
+    types = {"int64": ov.Type.i64, "int32": ov.Type.i32, "bool": ov.Type.boolean}
+    return ov.op.Constant(types[values.dtype.name], ov.Shape(list(values.shape)), values.tolist())

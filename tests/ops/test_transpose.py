@@ -1,0 +1,103 @@
+"""Transpose-1 (app/ops/transpose.py): the spec's rules, every element type to the bit, and
+OpenVINO's CPU plugin on generated cases."""
+
+from typing import Any
+
+import numpy as np
+import openvino.opset1 as ov_opset1
+import pytest
+
+from app.ops.declaration import Plan
+from app.ops.errors import SpecError
+from app.ops.transpose import OP, transpose
+from app.registry import REGISTRY
+from tests.ops.movement_support import (
+    ELEMENT_TYPES,
+    assert_same_bits,
+    constant,
+    cpu_plugin,
+    from_positions,
+    sample,
+)
+
+
+def run(arg: Any, order: Any) -> Any:
+    plan = OP.plan({"arg": np.asarray(arg), "input_order": np.asarray(order)}, {})
+    assert isinstance(plan, Plan)
+    return plan.run(None)
+
+
+def test_it_is_collected() -> None:
+    assert REGISTRY["transpose"] is OP
+    assert OP.output_type_from == "arg"
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_every_type_to_the_bit(dtype: np.dtype[Any]) -> None:
+    arg = sample(dtype, (2, 3, 4), seed=3)
+    assert_same_bits(run(arg, np.array([2, 0, 1], np.uint8)), np.transpose(arg, (2, 0, 1)).copy())
+    assert_same_bits(run(arg, np.zeros(0, np.int32)), np.transpose(arg).copy())
+    assert_same_bits(transpose(arg, [0, 1, 2]), arg.copy())
+
+
+def test_the_spec_formula_and_examples() -> None:
+    arg = np.arange(24).reshape(2, 3, 4)
+    out = run(arg, [2, 0, 1])
+    assert out.shape == (4, 2, 3)
+    # output[i(order[0]), i(order[1]), i(order[2])] = input[i(0), i(1), i(2)]
+    for i0, i1, i2 in np.ndindex(2, 3, 4):
+        assert out[i2, i0, i1] == arg[i0, i1, i2]
+    assert run(arg, np.zeros(0, np.int64)).shape == (4, 3, 2)
+
+
+def test_rank_0_and_empty_dimensions() -> None:
+    assert run(np.int8(5), np.zeros(0, np.int64)).tolist() == 5
+    assert run(np.zeros((0, 3, 1)), [1, 2, 0]).shape == (3, 1, 0)
+
+
+def test_into_a_given_output_and_from_strided_data() -> None:
+    arg = np.arange(48, dtype=np.float64).reshape(4, 12)[:, ::2]
+    out = np.empty((6, 4))
+    assert transpose(arg, [1, 0], out) is out
+    assert out.tolist() == arg.T.tolist()
+
+
+@pytest.mark.parametrize(
+    ("order", "words"),
+    [
+        ([0, 1], "n elements"),
+        ([0, 0, 1], "every integer"),
+        ([0, 1, 3], "every integer"),
+        ([-1, 0, 1], "every integer"),
+        (1, "1D tensor"),
+        ([[0, 1, 2]], "1D tensor"),
+        ([0.0, 1.0, 2.0], "integer type"),
+    ],
+)
+def test_refusals_name_the_field(order: Any, words: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        run(np.zeros((2, 2, 2)), np.asarray(order))
+    assert refused.value.field == "input_order"
+    assert words in refused.value.message
+
+
+def _cases() -> list[tuple[tuple[int, ...], list[int]]]:
+    rng = np.random.default_rng(11)
+    cases = []
+    for index in range(60):
+        rank = int(rng.integers(1, 7))
+        shape = tuple(int(size) for size in rng.integers(0 if index % 9 == 0 else 1, 5, rank))
+        order = [] if index % 7 == 0 else [int(axis) for axis in rng.permutation(rank)]
+        cases.append((shape, order))
+    return cases
+
+
+@pytest.mark.parametrize(("shape", "order"), _cases())
+def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], order: list[int]) -> None:
+    if 0 in shape:
+        pytest.skip("empty tensors are not given to the CPU plugin (reported to crash it)")
+    dtype = ELEMENT_TYPES[sum(shape) % len(ELEMENT_TYPES)]
+    arg = sample(dtype, shape, seed=len(order) + sum(shape))
+    order_array = np.array(order, np.int64)
+    moved = cpu_plugin(lambda p: ov_opset1.transpose(p, constant(order_array)), shape)()
+    assert_same_bits(run(arg, order_array), from_positions(arg, moved))
