@@ -1,0 +1,104 @@
+"""Tile-1 (app/ops/tile.py): the spec's rules and promotions, every element type to the bit, the
+output sized before it exists, and OpenVINO's CPU plugin on generated cases."""
+
+from typing import Any
+
+import numpy as np
+import openvino.opset1 as ov_opset1
+import pytest
+
+from app.ops.declaration import Plan
+from app.ops.errors import SpecError
+from app.ops.tile import OP, tile, tile_shape
+from app.registry import REGISTRY
+from tests.ops.movement_support import (
+    ELEMENT_TYPES,
+    assert_same_bits,
+    constant,
+    cpu_plugin,
+    from_positions,
+    sample,
+)
+
+
+def run(data: Any, repeats: Any) -> Any:
+    plan = OP.plan({"data": np.asarray(data), "repeats": np.asarray(repeats)}, {})
+    assert isinstance(plan, Plan)
+    return plan.run(None)
+
+
+def test_it_is_collected() -> None:
+    assert REGISTRY["tile"] is OP
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_every_type_to_the_bit(dtype: np.dtype[Any]) -> None:
+    data = sample(dtype, (2, 3), seed=5)
+    assert_same_bits(run(data, np.array([2, 1, 3], np.uint16)), np.tile(data, (2, 1, 3)))
+    assert_same_bits(tile(data, [3]), np.tile(data, 3))
+
+
+def test_the_specs_examples_shapes() -> None:
+    data = np.zeros((2, 3, 4))
+    assert run(data, [1, 2, 3]).shape == (2, 6, 12)
+    assert run(data, [5, 1, 2, 3]).shape == (5, 2, 6, 12)
+    assert run(np.zeros((5, 2, 3, 4)), [1, 2, 3]).shape == (5, 2, 6, 12)
+
+
+def test_empty_repeats_zero_factors_rank_0_and_empty_data() -> None:
+    data = sample(np.dtype(np.int16), (2, 2))
+    assert_same_bits(run(data, np.zeros(0, np.int64)), data.copy())
+    assert run(data, [0, 2]).shape == (0, 4)
+    assert run(np.float32(2.5), [3]).tolist() == [2.5, 2.5, 2.5]
+    assert run(np.float32(2.5), np.zeros(0, np.int64)).tolist() == 2.5
+    assert run(np.zeros((0, 2)), [3, 1]).shape == (0, 2)
+
+
+def test_the_shape_is_known_without_allocating() -> None:
+    """A terabyte's shape, from Python integers: the service refuses it before any array."""
+    assert tile_shape((2,), np.array([1 << 40], np.int64)) == (2 << 40,)
+    assert tile_shape((1,), np.array([2**63 - 1, 2**63 - 1], np.int64))[0] == 2**63 - 1
+
+
+def test_into_a_given_output() -> None:
+    out = np.empty((2, 4), np.int8)
+    assert tile(np.array([1, 2], np.int8), [2, 2], out) is out
+    assert out.tolist() == [[1, 2, 1, 2], [1, 2, 1, 2]]
+
+
+@pytest.mark.parametrize(
+    ("repeats", "words"),
+    [
+        ([-1], "0 or more"),
+        ([2, -3], "repeats[1] = -3"),
+        (2, "1D tensor"),
+        ([[2]], "1D tensor"),
+        ([2.0], "integer type"),
+    ],
+)
+def test_refusals_name_the_field(repeats: Any, words: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        run(np.zeros(3), np.asarray(repeats))
+    assert refused.value.field == "repeats"
+    assert words in refused.value.message
+
+
+def _cases() -> list[tuple[tuple[int, ...], list[int]]]:
+    rng = np.random.default_rng(13)
+    cases = []
+    for _ in range(60):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(size) for size in rng.integers(1, 4, rank))
+        count = int(rng.integers(1, 6))
+        repeats = [int(value) for value in rng.integers(1, 4, count)]
+        cases.append((shape, repeats))
+    return cases
+
+
+@pytest.mark.parametrize(("shape", "repeats"), _cases())
+def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], repeats: list[int]) -> None:
+    dtype = ELEMENT_TYPES[(sum(shape) + len(repeats)) % len(ELEMENT_TYPES)]
+    data = sample(dtype, shape, seed=sum(repeats))
+    factors = np.array(repeats, np.int64)
+    moved = cpu_plugin(lambda p: ov_opset1.tile(p, constant(factors)), shape)()
+    assert_same_bits(run(data, factors), from_positions(data, moved))
