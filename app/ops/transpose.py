@@ -65,14 +65,57 @@ def transpose(
     return _transposed(arg, order, out)
 
 
+#: Tiles (rows, columns of the source) a 2-D transpose copies one at a time, by item size: a
+#: tile of source and target stays in the caches while NumPy's strided copy walks it (a copy of
+#: the whole transposed view misses the cache on every element: 15-45x a plain copy).
+_TILES = {1: (128, 128), 2: (1024, 64), 4: (64, 256), 8: (256, 64)}
+#: Below this many bytes the whole view is copied at once.
+_TILED_FROM = 1 << 20
+
+
 def _transposed(
     arg: npt.NDArray[Any], order: tuple[int, ...], out: npt.NDArray[Any] | None
 ) -> npt.NDArray[Any]:
     source = np.transpose(as_raw(arg), order)
     if out is None:
         out = np.empty(source.shape, arg.dtype)
-    np.copyto(as_raw(out), source, casting="equiv")
+    target = as_raw(out)
+    swapped = _as_swap(arg.shape, order)
+    tiled = arg.flags.c_contiguous and arg.nbytes >= _TILED_FROM and arg.itemsize in _TILES
+    if swapped is None or not tiled:
+        np.copyto(target, source, casting="equiv")
+        return out
+    batch, rows, columns = swapped
+    grid = as_raw(arg).reshape(batch, rows, columns)
+    into = target.reshape(batch, columns, rows)
+    tile_rows, tile_columns = _TILES[arg.dtype.itemsize]
+    for start in range(0, columns, tile_columns):
+        stop = start + tile_columns
+        for first in range(0, rows, tile_rows):
+            last = first + tile_rows
+            piece = grid[:, first:last, start:stop].transpose(0, 2, 1)
+            np.copyto(into[:, start:stop, first:last], piece, casting="equiv")
     return out
+
+
+def _as_swap(shape: tuple[int, ...], order: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """``(batch, rows, columns)`` when the permutation, its unmoved leading axes and its
+    adjacent runs merged, swaps two blocks of axes (a batch of 2-D transposes); else None."""
+    lead = 0
+    while lead < len(order) and order[lead] == lead:
+        lead += 1
+    rest = order[lead:]
+    if not rest:
+        return None
+    # The moved part must be [k, ..., n-1, lead, ..., k-1]: two runs exchanged.
+    split = rest[0]
+    expected = (*range(split, len(order)), *range(lead, split))
+    if rest != expected:
+        return None
+    batch = int(np.prod(shape[:lead], dtype=np.int64))
+    rows = int(np.prod(shape[lead:split], dtype=np.int64))
+    columns = int(np.prod(shape[split:], dtype=np.int64))
+    return batch, rows, columns
 
 
 def _plan(arrays: Arrays, attributes: Attributes) -> Plan:

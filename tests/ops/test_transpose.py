@@ -50,6 +50,20 @@ def test_the_spec_formula_and_examples() -> None:
     assert run(arg, np.zeros(0, np.int64)).shape == (4, 3, 2)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "float16", "float32", "float64"])
+@pytest.mark.parametrize(
+    ("shape", "order"),
+    [((700, 900), (1, 0)), ((3, 300, 500), (0, 2, 1)), ((30, 40, 500), (2, 0, 1)),
+     ((20, 30, 40, 50), (2, 3, 0, 1)), ((20, 30, 40, 50), (0, 3, 1, 2))],
+)  # fmt: skip
+def test_large_tensors_tile_by_tile(
+    dtype: str, shape: tuple[int, ...], order: tuple[int, ...]
+) -> None:
+    """Past a MiB, a batch of 2-D transposes is copied tile by tile; the other orders whole."""
+    arg = sample(np.dtype(dtype), shape, seed=9)
+    assert_same_bits(run(arg, np.array(order)), np.transpose(arg, order).copy())
+
+
 def test_rank_0_and_empty_dimensions() -> None:
     assert run(np.int8(5), np.zeros(0, np.int64)).tolist() == 5
     assert run(np.zeros((0, 3, 1)), [1, 2, 0]).shape == (3, 1, 0)
