@@ -32,6 +32,7 @@ SYSTEM_TIER = (
     "deploy/test_docs_authorize.py",
     "deploy/test_docs_browser.py",
     "hostile/test_memory_matrix.py",
+    "hostile/test_memory_ops.py",
     # Long runs (see above).
     "transports/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
     "transports/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",
