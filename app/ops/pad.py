@@ -1,0 +1,299 @@
+"""Pad-12: a tensor extended (or cropped) on its edges, the new elements a constant, the edge's,
+a reflection or a mirror of the data."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.ops.declaration import (
+    ALL_TYPES,
+    INTEGER_TYPES,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+)
+from app.ops.errors import SpecError
+from app.ops.raw import as_raw, is_integer_type
+
+MODES = ("constant", "edge", "reflect", "symmetric")
+
+
+def _pads(name: str, array: npt.NDArray[Any], rank: int) -> list[int]:
+    if not is_integer_type(array.dtype):
+        raise SpecError(name, f"{name} must be of an integer type (T_INT), got {array.dtype.name}")
+    if array.ndim != 1 or array.shape[0] != rank:
+        raise SpecError(
+            name,
+            f"{name} must be a 1D tensor of as many elements as data has dimensions ({rank}), "
+            f"got a tensor of shape {list(array.shape)}",
+        )
+    return [int(value) for value in array.tolist()]
+
+
+def pad_shape(
+    shape: tuple[int, ...],
+    pads_begin: npt.NDArray[Any],
+    pads_end: npt.NDArray[Any],
+    mode: str,
+) -> tuple[list[int], list[int], tuple[int, ...]]:
+    """Check the pads against the spec for ``mode`` and give them, and the output's shape:
+    ``max(pads_begin[D] + data.shape[D] + pads_end[D], 0)`` (Python integers)."""
+    if mode not in MODES:
+        raise SpecError("pad_mode", f"pad_mode must be one of {', '.join(MODES)}, got {mode!r:.40}")
+    rank = len(shape)
+    begin = _pads("pads_begin", pads_begin, rank)
+    end = _pads("pads_end", pads_end, rank)
+    for axis, size in enumerate(shape):
+        for name, amount in (("pads_begin", begin[axis]), ("pads_end", end[axis])):
+            if mode == "reflect" and amount > size - 1:
+                raise SpecError(
+                    name,
+                    f'in "reflect" mode {name}[{axis}] = {amount} must be not greater than '
+                    f"data.shape[{axis}] - 1 = {size - 1}",
+                )
+            if mode == "symmetric" and amount > size:
+                raise SpecError(
+                    name,
+                    f'in "symmetric" mode {name}[{axis}] = {amount} must be not greater than '
+                    f"data.shape[{axis}] = {size}",
+                )
+            if mode == "edge" and amount > 0 and size == 0:
+                raise SpecError(
+                    name,
+                    f'in "edge" mode {name}[{axis}] = {amount} pads an empty dimension, which has '
+                    "no edge to copy",
+                )
+    out = tuple(max(b + size + e, 0) for b, size, e in zip(begin, shape, end, strict=True))
+    return begin, end, out
+
+
+def _source_index(length: int, begin: int, size: int, mode: str) -> npt.NDArray[np.int64]:
+    """For each output position along an axis, the data position it takes (edge, reflect and
+    symmetric modes), computed on the uncropped data."""
+    positions = np.arange(length, dtype=np.int64) - begin
+    if mode == "edge":
+        return np.clip(positions, 0, size - 1)
+    if mode == "reflect":
+        positions = np.abs(positions)
+        return np.where(positions > size - 1, 2 * (size - 1) - positions, positions)
+    # symmetric: -1 -> 0, -2 -> 1, size -> size - 1, ...
+    positions = np.where(positions < 0, -positions - 1, positions)
+    return np.where(positions > size - 1, 2 * size - 1 - positions, positions)
+
+
+def _padded(
+    data: npt.NDArray[Any],
+    begin: list[int],
+    shape: tuple[int, ...],
+    mode: str,
+    value: npt.NDArray[Any] | None,
+    out: npt.NDArray[Any] | None,
+) -> npt.NDArray[Any]:
+    if out is None:
+        out = np.empty(shape, data.dtype)
+    target = as_raw(out)
+    if not out.size:
+        return out
+    source = as_raw(data)
+    if mode == "constant":
+        fill = np.zeros((), source.dtype) if value is None else as_raw(value.astype(data.dtype))
+        # The data's part that stays (cropped where a pad is negative), then the new elements.
+        inner_out, inner_in = [], []
+        for axis, (size, length) in enumerate(zip(data.shape, shape, strict=True)):
+            first = max(begin[axis], 0)
+            last = min(begin[axis] + size, length)
+            inner_out.append(slice(first, max(first, last)))
+            inner_in.append(slice(first - begin[axis], max(first, last) - begin[axis]))
+        for axis, kept in enumerate(inner_out):
+            before = [slice(None)] * len(shape)
+            before[axis] = slice(0, kept.start)
+            target[tuple(before)] = fill
+            after = [slice(None)] * len(shape)
+            after[axis] = slice(kept.stop, None)
+            target[tuple(after)] = fill
+        np.copyto(target[tuple(inner_out)], source[tuple(inner_in)], casting="equiv")
+        return out
+    # Edge, reflect, symmetric: each output element is data at an index per axis; the axes are
+    # taken one after another, the last into the output.
+    current = source
+    moved = [
+        axis
+        for axis, (size, length) in enumerate(zip(data.shape, shape, strict=True))
+        if not (begin[axis] == 0 and length == size)
+    ]
+    if not moved:
+        np.copyto(target, source, casting="equiv")
+        return out
+    for count, axis in enumerate(moved):
+        index = _source_index(shape[axis], begin[axis], data.shape[axis], mode)
+        if count == len(moved) - 1:
+            np.take(current, index, axis=axis, out=target, mode="clip")
+        else:
+            current = np.take(current, index, axis=axis, mode="clip")
+    return out
+
+
+def _workspace(arrays: Arrays, attributes: Attributes) -> int:
+    """The intermediate arrays of the edge, reflect and symmetric modes: at most the larger of
+    data and output for each axis but the last moved, and the index arrays."""
+    data = arrays["data"]
+    try:
+        _, _, shape = pad_shape(data.shape, arrays["pads_begin"], arrays["pads_end"],
+                                attributes["pad_mode"])  # fmt: skip
+    except SpecError:
+        return 0
+    if attributes["pad_mode"] == "constant":
+        return 0
+    largest = max(int(np.prod(shape, dtype=object)), data.size) * data.dtype.itemsize
+    return max(len(shape) - 1, 0) * largest + 8 * sum(shape)
+
+
+def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
+    data = arrays["data"]
+    mode = attributes["pad_mode"]
+    begin, _, shape = pad_shape(data.shape, arrays["pads_begin"], arrays["pads_end"], mode)
+    value = arrays.get("pad_value")
+    if value is not None:
+        if mode != "constant":
+            raise SpecError(
+                "pad_value",
+                f'pad_value takes effect in "constant" mode only and must not be given in '
+                f'"{mode}" mode',
+            )
+        if value.ndim != 0:
+            raise SpecError(
+                "pad_value",
+                f"pad_value must be a scalar, got a tensor of shape {list(value.shape)}",
+            )
+        if value.dtype.newbyteorder("=") != data.dtype.newbyteorder("="):
+            raise SpecError(
+                "pad_value",
+                f"pad_value must be of the type of data (T), {data.dtype.name}, got "
+                f"{value.dtype.name}",
+            )
+    return Plan(shape, lambda out: _padded(data, begin, shape, mode, value, out))
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    plan = _plan(arrays, attributes)
+    return plan.run(out)
+
+
+def pad(
+    data: npt.ArrayLike,
+    pads_begin: npt.ArrayLike,
+    pads_end: npt.ArrayLike,
+    pad_value: npt.ArrayLike | None = None,
+    pad_mode: str = "constant",
+    out: npt.NDArray[Any] | None = None,
+) -> npt.NDArray[Any]:
+    """Pad-12: ``data`` extended by ``pads_begin`` and ``pads_end`` (cropped where negative)."""
+    arrays = {"data": np.asarray(data), "pads_begin": np.asarray(pads_begin),
+              "pads_end": np.asarray(pads_end)}  # fmt: skip
+    if pad_value is not None:
+        arrays["pad_value"] = np.asarray(pad_value)
+    return _kernel(arrays, {"pad_mode": pad_mode}, out)  # type: ignore[no-any-return]
+
+
+_DATA = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
+_POSITIVE = {"data": _DATA, "pads_begin": [0, 1], "pads_end": [2, 3]}
+_MIXED = {"data": _DATA, "pads_begin": [2, -1], "pads_end": [-1, 3]}
+# fmt: off
+_EXAMPLES: list[tuple[str, str, dict[str, Any], Any]] = [
+    ("positive_constant", "Pad-12, positive pads, constant mode",
+     {**_POSITIVE, "pad_mode": "constant"},
+     [[0, 1, 2, 3, 4, 0, 0, 0], [0, 5, 6, 7, 8, 0, 0, 0], [0, 9, 10, 11, 12, 0, 0, 0],
+      [0] * 8, [0] * 8]),
+    ("positive_edge", "Pad-12, positive pads, edge mode", {**_POSITIVE, "pad_mode": "edge"},
+     [[1, 1, 2, 3, 4, 4, 4, 4], [5, 5, 6, 7, 8, 8, 8, 8], [9, 9, 10, 11, 12, 12, 12, 12],
+      [9, 9, 10, 11, 12, 12, 12, 12], [9, 9, 10, 11, 12, 12, 12, 12]]),
+    ("positive_reflect", "Pad-12, positive pads, reflect mode",
+     {**_POSITIVE, "pad_mode": "reflect"},
+     [[2, 1, 2, 3, 4, 3, 2, 1], [6, 5, 6, 7, 8, 7, 6, 5], [10, 9, 10, 11, 12, 11, 10, 9],
+      [6, 5, 6, 7, 8, 7, 6, 5], [2, 1, 2, 3, 4, 3, 2, 1]]),
+    ("positive_symmetric", "Pad-12, positive pads, symmetric mode",
+     {**_POSITIVE, "pad_mode": "symmetric"},
+     [[1, 1, 2, 3, 4, 4, 3, 2], [5, 5, 6, 7, 8, 8, 7, 6], [9, 9, 10, 11, 12, 12, 11, 10],
+      [9, 9, 10, 11, 12, 12, 11, 10], [5, 5, 6, 7, 8, 8, 7, 6]]),
+    ("negative", "Pad-12, negative pads (every mode): cropping",
+     {"data": _DATA, "pads_begin": [-1, -1], "pads_end": [-1, -1], "pad_mode": "reflect"},
+     [[6, 7]]),
+    ("mixed_constant", "Pad-12, mixed pads, constant mode, pad_value 15",
+     {**_MIXED, "pad_value": 15, "pad_mode": "constant"},
+     [[15] * 6, [15] * 6, [2, 3, 4, 15, 15, 15], [6, 7, 8, 15, 15, 15]]),
+    ("mixed_edge", "Pad-12, mixed pads, edge mode", {**_MIXED, "pad_mode": "edge"},
+     [[2, 3, 4, 4, 4, 4], [2, 3, 4, 4, 4, 4], [2, 3, 4, 4, 4, 4], [6, 7, 8, 8, 8, 8]]),
+    ("mixed_reflect", "Pad-12, mixed pads, reflect mode", {**_MIXED, "pad_mode": "reflect"},
+     [[10, 11, 12, 11, 10, 9], [6, 7, 8, 7, 6, 5], [2, 3, 4, 3, 2, 1], [6, 7, 8, 7, 6, 5]]),
+    ("mixed_symmetric", "Pad-12, mixed pads, symmetric mode",
+     {**_MIXED, "pad_mode": "symmetric"},
+     [[6, 7, 8, 8, 7, 6], [2, 3, 4, 4, 3, 2], [2, 3, 4, 4, 3, 2], [6, 7, 8, 8, 7, 6]]),
+]
+# fmt: on
+
+OP = Op(
+    name="pad",
+    spec="Pad-12",
+    summary="Pad-12: extend or crop a tensor on its edges",
+    description="Pad-12 over `data`: `pads_begin[D]` and `pads_end[D]` elements added at each "
+    "end of dimension D (removed where negative); the output's dimension D is "
+    "`max(pads_begin[D] + data.shape[D] + pads_end[D], 0)`. The new elements are `pad_value` "
+    "(0 when left out) in `constant` mode, the edge's in `edge` mode, a reflection without or "
+    "with the edge in `reflect` and `symmetric` modes. Sized before anything is allocated.",
+    request_doc="Pad-12: `data` padded by `pads_begin` and `pads_end` as `pad_mode` says.",
+    inputs=(
+        data_input("pad"),
+        Input(
+            "pads_begin",
+            "Elements to add at the beginning of each axis; negative: to crop (input 2).",
+            "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
+            INTEGER_TYPES,
+            rank="1",
+        ),
+        Input(
+            "pads_end",
+            "Elements to add at the end of each axis; negative: to crop (input 3).",
+            "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
+            INTEGER_TYPES,
+            rank="1",
+        ),
+        Input(
+            "pad_value",
+            "The new elements' value in constant mode (input 4, optional: 0).",
+            "T: a scalar of data's type; in JSON form it takes data's type. Constant mode only.",
+            ALL_TYPES,
+            rank="0",
+            optional=True,
+        ),
+    ),
+    attributes=(
+        Attribute(
+            "pad_mode",
+            None,
+            "How the new elements are made: constant, edge, reflect or symmetric (required).",
+            choices=MODES,
+        ),
+    ),
+    plan=_plan,
+    kernel=_kernel,
+    workspace=_workspace,
+    examples={name: example(*case) for name, *case in _EXAMPLES},
+    decisions=(
+        "Pad-12 with negative pads beside positive ones: each output element is data at the "
+        "position the pads map it to on the uncropped data (the spec's mixed examples: reflect "
+        "reads rows the other end crops), then the crop applies.",
+        "Pad-12, pad_value given in a mode other than constant: refused; the spec says it "
+        "should not be set with other values of pad_mode.",
+        "Pad-12, pad_value of another type than data's (npy form): refused; in JSON form it "
+        "takes data's type (a fraction for integer data is refused).",
+        "Pad-12, edge mode padding an empty dimension: refused, there is no edge to copy.",
+        "Pad-12, the reflect and symmetric bounds (pads not greater than data.shape[D] - 1 and "
+        "data.shape[D]) apply to positive pads; a negative pad crops.",
+    ),
+)
