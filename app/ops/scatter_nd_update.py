@@ -173,7 +173,7 @@ def _put(
     slice_size: int,
 ) -> None:
     """``target[positions[i]] = source[i]`` (raw bits), the last of repeated positions kept."""
-    targets, keep = last_occurrences(positions)
+    targets, keep = last_occurrences(positions, target.shape[0])
     rows = np.ascontiguousarray(source).reshape(tuples, slice_size)
     unit_bytes = slice_size * target.dtype.itemsize
     if unit_bytes < _LARGE_SLICE:
@@ -219,10 +219,16 @@ def _reduce(
         if rounds > _ROUNDS:
             function.at(target, positions, values)
             return
+        if rounds == 1:
+            # Distinct positions: one step, the updates in their own order (no reordering copy).
+            there = target[positions]
+            target[positions] = function(there, values, out=there)
+            return
         for round_number in range(rounds):
-            chosen = rank == round_number if rounds > 1 else slice(None)
+            chosen = rank == round_number
             places, which = ordered[chosen], order[chosen]
-            target[places] = function(target[places], values[which])
+            there = target[places]
+            target[places] = function(there, values[which], out=there)
 
 
 def _function(reduction: str, boolean: bool) -> np.ufunc:
@@ -274,7 +280,7 @@ def scatter_nd_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
     extremes, the elements there, the result); for none, the updates byte-swapped when they
     come in the other order."""
     indices, updates = arrays["indices"], arrays["updates"]
-    base = indices.size * 40
+    base = indices.size * 40 + 16 * math.prod(indices.shape[:-1])
     if attributes.get("reduction", "none") == "none":
         return base + (0 if updates.dtype.isnative else updates.nbytes)
     return base + updates.nbytes * 4 + updates.size * 2

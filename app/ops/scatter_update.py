@@ -28,6 +28,8 @@ _CHUNK = 1 << 20
 # element each of a type of their width, by flat positions.
 _LARGE_SLICE = 256
 _UNITS = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
+# Repeated indices are looked for by marks (one byte a slot) up to this many slots an index.
+_MARKS_PER_VALUE = 16
 
 
 class ScatterUpdatePlan(NamedTuple):
@@ -159,7 +161,7 @@ def scatter_update_planned(
     outer = math.prod(shape[:axis])
     inner = math.prod(shape[axis + 1 :])
     flat = indices.reshape(-1).astype(np.int64)
-    targets, keep = last_occurrences(flat)
+    targets, keep = last_occurrences(flat, shape[axis])
     unit_bytes = inner * data.dtype.itemsize
     if unit_bytes >= _LARGE_SLICE:
         # Long slices: a fancy assignment of whole slices moves them at memcpy's speed.
@@ -215,16 +217,23 @@ def sort_by_position(
 
 
 def last_occurrences(
-    flat: npt.NDArray[np.int64],
+    flat: npt.NDArray[np.int64], slots: int = 0
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
     """The distinct values of ``flat`` (non-negative) and, for each, the position of its last
     occurrence; the positions None when no value repeats (``flat`` itself is then the distinct
     values).
 
     A stable sort puts equal values together in their order: the last of each run is kept.
+    When the values lie in ``[0, slots)`` and ``slots`` is at most ``_MARKS_PER_VALUE`` times
+    their number, one mark per slot first tells, without a sort, whether any value repeats.
     """
     if flat.size < 2:
         return flat, None
+    if 0 < slots <= _MARKS_PER_VALUE * flat.size:
+        marks = np.zeros(slots, dtype=bool)
+        marks[flat] = True
+        if np.count_nonzero(marks) == flat.size:
+            return flat, None
     ordered, order = sort_by_position(flat)
     last = np.empty(ordered.size, dtype=bool)
     np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
@@ -241,7 +250,7 @@ def scatter_update_workspace(arrays: Arrays) -> int:
     indices, updates = arrays["indices"], arrays["updates"]
     swapped = updates.nbytes if not updates.dtype.isnative else 0
     chunk = min(updates.nbytes, max(_CHUNK, updates.size // max(1, indices.size)) * 8)
-    return indices.size * 33 + swapped + chunk
+    return indices.size * (33 + _MARKS_PER_VALUE) + swapped + chunk
 
 
 # ------------------------------------------------------------------------------------------------
