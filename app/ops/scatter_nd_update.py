@@ -198,37 +198,69 @@ def _reduce(
     ``i``.
 
     The updates are taken in rounds: the first update of every position, then the second, and
-    so on (a stable sort by position finds them), each round one vectorised ``func(x, y)`` over
-    distinct positions. Positions repeated more than ``_ROUNDS`` times go through ``ufunc.at``
-    instead, which applies the updates one after the other, in order, whatever their number.
+    so on (a stable sort by position finds them; marks tell first, without a sort, when no
+    position repeats), each round one vectorised ``func(x, y)`` over distinct positions. With
+    positions repeated more than ``_ROUNDS`` times, sum, sub and prod (and integer min and max)
+    go through ``ufunc.at``, which applies the updates one after the other, in order; float min
+    and max through ``_reduce_float_extreme``.
     """
-    if (target.dtype.kind == "f" or target.dtype == _BFLOAT16) and reduction in ("max", "min"):
-        with np.errstate(all="ignore"):  # comparisons with NaN (bfloat16's isnan warns)
-            _reduce_float_extreme(target, positions, values, reduction == "max")
-        return
-    function = _function(reduction, target.dtype.kind == "b")
-    ordered, order = sort_by_position(positions)
-    first = np.empty(ordered.size, dtype=bool)
-    first[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
-    starts = np.flatnonzero(first)
-    rank = np.arange(ordered.size, dtype=np.int64)
-    rank -= np.repeat(starts, np.diff(np.append(starts, ordered.size)))
-    rounds = int(rank.max()) + 1
-    with np.errstate(all="ignore"):
-        if rounds > _ROUNDS:
-            function.at(target, positions, values)
-            return
-        if rounds == 1:
-            # Distinct positions: one step, the updates in their own order (no reordering copy).
+    extreme = (target.dtype.kind == "f" or target.dtype == _BFLOAT16) and reduction in (
+        "max",
+        "min",
+    )
+    step = (
+        _float_step(reduction == "max")
+        if extreme
+        else _function(reduction, target.dtype.kind == "b")
+    )
+    with np.errstate(all="ignore"):  # overflow wraps, NaN compares false (bfloat16's warn)
+        if _distinct(positions, target.shape[0]):
+            # One step, the updates in their own order (no sort, no reordering copy).
             there = target[positions]
-            target[positions] = function(there, values, out=there)
+            target[positions] = step(there, values, out=there)
+            return
+        ordered, order = sort_by_position(positions)
+        first = np.empty(ordered.size, dtype=bool)
+        first[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+        starts = np.flatnonzero(first)
+        rank = np.arange(ordered.size, dtype=np.int64)
+        rank -= np.repeat(starts, np.diff(np.append(starts, ordered.size)))
+        rounds = int(rank.max()) + 1
+        if rounds > _ROUNDS:
+            if extreme:
+                _reduce_float_extreme(target, positions, values, reduction == "max")
+            else:
+                _function(reduction, target.dtype.kind == "b").at(target, positions, values)
             return
         for round_number in range(rounds):
             chosen = rank == round_number
             places, which = ordered[chosen], order[chosen]
             there = target[places]
-            target[places] = function(there, values[which], out=there)
+            target[places] = step(there, values[which], out=there)
+
+
+def _distinct(positions: npt.NDArray[np.int64], slots: int) -> bool:
+    """Whether no position repeats, told by one mark a slot (when there are at most 16 slots a
+    position; else False, and the sort tells)."""
+    if positions.size < 2:
+        return True
+    if slots > 16 * positions.size:
+        return False
+    marks = np.zeros(slots, dtype=bool)
+    marks[positions] = True
+    return int(np.count_nonzero(marks)) == positions.size
+
+
+def _float_step(greatest: bool) -> Any:
+    """The spec's ``max(x, y)`` / ``min(x, y)`` (Python's): ``y`` only when strictly greater /
+    less than ``x``: a NaN there stays, a NaN update is ignored, of two zeros the one there
+    stays."""
+
+    def step(x: npt.NDArray[Any], y: npt.NDArray[Any], out: npt.NDArray[Any]) -> Any:
+        return np.where(y > x if greatest else y < x, y, x)
+
+    return step
 
 
 def _function(reduction: str, boolean: bool) -> np.ufunc:
