@@ -453,8 +453,8 @@ SCATTER_ND_UPDATE = Op(
             },
             [500.0, 2400.0, 60.0, 4.0],
         ),
-        "bool_sum_is_or": example(
-            "ScatterNDUpdate-15 on bool data: sum is logical OR, sub XOR, prod AND",
+        "bool_sub_is_xor": example(
+            "ScatterNDUpdate-15 on bool data, reduction sub: logical XOR (sum is OR, prod AND)",
             {
                 "data": [False, True, False, True],
                 "indices": [[0], [1], [2], [2]],
