@@ -15,21 +15,25 @@ The pages follow these rules (docs/README.md repeats them for writers):
   (which test covers it, or why it cannot run here); the summary test lists them.
 - Examples name the service ``http://127.0.0.1:8000`` (gRPC ``127.0.0.1:8001``); the test
   points them at its own server. The blocks of one page run in order in one temporary
-  directory (a block may write ``in.npy`` for the next), with this virtual environment's
+  directory (a block may write ``in.npy`` for the next), against one server, whichever worker
+  runs their tests (the first of a page's tests runs the whole page, under the page's lock), with this virtual environment's
   ``bin`` first on PATH (``python``, ``tensor-ops``) and ``TENSOR_OPS_URL`` naming the test's
   server (the command line's default is the pages' ``http://127.0.0.1:8000``).
 - When ``node``, ``java`` or ``curl`` is missing, its examples are skipped, saying so.
 """
 
+import fcntl
 import itertools
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -135,14 +139,67 @@ def service() -> Iterator[tuple[str, str]]:
         stop_server(process)
 
 
-_DIRECTORIES: dict[Path, Path] = {}
+#: One run of the tests: all its workers share it (pytest-xdist's run id), or this process.
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"{os.getpid()}-{time.monotonic_ns()}"
 
 
 def _directory(page: Path) -> Path:
-    """The page's working directory: one for all its blocks, in order."""
-    if page not in _DIRECTORIES:
-        _DIRECTORIES[page] = Path(tempfile.mkdtemp(prefix=f"doc-{page.stem}-"))
-    return _DIRECTORIES[page]
+    """The page's working directory: one for all its blocks, in order, whichever worker runs
+    them (the run's workers share it)."""
+    directory = Path(tempfile.gettempdir()) / f"doc-{_RUN}-{page.stem}"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+@dataclass
+class Ran:
+    """What a block printed, as it ran in its page's directory (or why it could not run)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    skipped: str | None = None
+
+
+def _in_page_order(block: Block, service: tuple[str, str]) -> Ran:
+    """What ``block`` printed when its page ran: the first test of a page to come (on any
+    worker) runs all of the page's blocks, in order, against its own server, under the page's
+    lock, and keeps each result for the test of its block."""
+    directory = _directory(block.page)
+    with (directory / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for item in (item for item in EXAMPLES if item.page == block.page):
+            kept = directory / f".ran-{item.line}.json"
+            if not kept.exists():
+                kept.write_text(json.dumps(asdict(_run(item, service, directory))))
+        return Ran(**json.loads((directory / f".ran-{block.line}.json").read_text()))
+
+
+def _run(block: Block, service: tuple[str, str], directory: Path) -> Ran:
+    http, grpc_target = service
+    code = block.code.replace(DOC_GRPC, grpc_target).replace(DOC_HTTP, http)
+    environment = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        "COLUMNS": "100",
+    }
+    # The command line's own default address, 127.0.0.1:8000, is the test server's too.
+    environment["TENSOR_OPS_URL"] = f"http://{http}"
+    environment.pop("TENSOR_OPS_API_KEY", None)
+    try:
+        command = _command(block, code, directory)
+    except pytest.skip.Exception as skipped:
+        return Ran(0, "", "", skipped=str(skipped.msg))
+    done = subprocess.run(
+        command,
+        cwd=directory,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return Ran(done.returncode, done.stdout, done.stderr)
 
 
 def _command(block: Block, code: str, directory: Path) -> list[str]:
@@ -181,26 +238,9 @@ def matches(expected: str, printed: str) -> bool:
 
 @pytest.mark.parametrize("block", EXAMPLES, ids=[block.id for block in EXAMPLES])
 def test_example_prints_what_the_page_says(block: Block, service: tuple[str, str]) -> None:
-    http, grpc_target = service
-    code = block.code.replace(DOC_GRPC, grpc_target).replace(DOC_HTTP, http)
-    directory = _directory(block.page)
-    environment = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "COLUMNS": "100",
-    }
-    # The command line's own default address, 127.0.0.1:8000, is the test server's too.
-    environment["TENSOR_OPS_URL"] = f"http://{http}"
-    environment.pop("TENSOR_OPS_API_KEY", None)
-    done = subprocess.run(
-        _command(block, code, directory),
-        cwd=directory,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = _in_page_order(block, service)
+    if done.skipped is not None:
+        pytest.skip(done.skipped)
     assert done.returncode == 0, f"{block.id} failed:\n{done.stderr[-3000:]}\n{done.stdout[-2000:]}"
     assert block.expected is not None
     assert matches(block.expected, done.stdout), (

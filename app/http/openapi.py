@@ -132,7 +132,7 @@ def refusals(op: Op, settings: Settings, limits: Limits, budget: int) -> dict[in
 def _spec_refusal(op: Op, example: Mapping[str, Any], limits: Limits) -> tuple[str, Any]:
     """The 422 the docs show: the first example with its last input 5 (out of range for Roll's
     axes, Gather's axis), or when the op takes that, a field the op does not have."""
-    last = op.inputs[-1].name if not op.inputs[-1].variadic else f"{op.inputs[-1].name}_0"
+    last = op.inputs[-1].name
     broken = {**example, last: 5}
     try:
         return f"{last} out of range", _refused(op, JSON_TYPE, orjson.dumps(broken), limits)

@@ -28,6 +28,8 @@ _CHUNK = 1 << 20
 # element each of a type of their width, by flat positions.
 _LARGE_SLICE = 256
 _UNITS = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
+# Repeated indices are looked for by marks (one byte a slot) up to this many slots an index.
+_MARKS_PER_VALUE = 16
 
 
 class ScatterUpdatePlan(NamedTuple):
@@ -159,7 +161,7 @@ def scatter_update_planned(
     outer = math.prod(shape[:axis])
     inner = math.prod(shape[axis + 1 :])
     flat = indices.reshape(-1).astype(np.int64)
-    targets, keep = last_occurrences(flat)
+    targets, keep = last_occurrences(flat, shape[axis])
     unit_bytes = inner * data.dtype.itemsize
     if unit_bytes >= _LARGE_SLICE:
         # Long slices: a fancy assignment of whole slices moves them at memcpy's speed.
@@ -192,18 +194,47 @@ def scatter_update_planned(
     return out
 
 
-def last_occurrences(
+def sort_by_position(
     flat: npt.NDArray[np.int64],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.intp] | None]:
-    """The distinct values of ``flat`` and, for each, the position of its last occurrence; the
-    positions None when no value repeats (``flat`` itself is then the distinct values).
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``flat`` sorted, and the position in ``flat`` of each sorted value, equal values in the
+    order they come in (a stable sort).
+
+    Values (non-negative) and positions are packed into one int64 key, ``value * n + i``, when
+    that cannot overflow: NumPy's unstable sort of keys (vectorised) is several times faster
+    than its stable argsort, and the keys being distinct, it is stable just the same.
+    """
+    count = flat.size
+    largest = int(flat.max()) if count else 0
+    if count and (largest + 1) * count < 1 << 62:
+        keys = flat * np.int64(count)
+        keys += np.arange(count, dtype=np.int64)
+        keys.sort()
+        ordered, order = np.divmod(keys, np.int64(count))
+        return ordered, order
+    order = np.argsort(flat, kind="stable").astype(np.int64)
+    return flat[order], order
+
+
+def last_occurrences(
+    flat: npt.NDArray[np.int64], slots: int = 0
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
+    """The distinct values of ``flat`` (non-negative) and, for each, the position of its last
+    occurrence; the positions None when no value repeats (``flat`` itself is then the distinct
+    values).
 
     A stable sort puts equal values together in their order: the last of each run is kept.
+    When the values lie in ``[0, slots)`` and ``slots`` is at most ``_MARKS_PER_VALUE`` times
+    their number, one mark per slot first tells, without a sort, whether any value repeats.
     """
     if flat.size < 2:
         return flat, None
-    order = np.argsort(flat, kind="stable")
-    ordered = flat[order]
+    if 0 < slots <= _MARKS_PER_VALUE * flat.size:
+        marks = np.zeros(slots, dtype=bool)
+        marks[flat] = True
+        if np.count_nonzero(marks) == flat.size:
+            return flat, None
+    ordered, order = sort_by_position(flat)
     last = np.empty(ordered.size, dtype=bool)
     np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
     last[-1] = True
@@ -219,7 +250,7 @@ def scatter_update_workspace(arrays: Arrays) -> int:
     indices, updates = arrays["indices"], arrays["updates"]
     swapped = updates.nbytes if not updates.dtype.isnative else 0
     chunk = min(updates.nbytes, max(_CHUNK, updates.size // max(1, indices.size)) * 8)
-    return indices.size * 33 + swapped + chunk
+    return indices.size * (33 + _MARKS_PER_VALUE) + swapped + chunk
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,6 +356,11 @@ SCATTER_UPDATE = Op(
         "1): it is a test, not a runnable /docs example (its updates would be 200 MB of JSON).",
         "ScatterUpdate-3 negative or out-of-bounds indices: the spec raises an exception; they "
         "are refused with a 400 naming `indices`, before anything is copied.",
+    ),
+    disagreements=(
+        "ScatterUpdate-3 negative indices: the spec raises an exception; OpenVINO's CPU plugin "
+        "crashes its process instead (`free(): invalid next size (fast)`): data int32 [1, 2, 3, "
+        "4], indices int64 [-1], updates [-9], axis 0. The service refuses them with a 400.",
     ),
 )
 

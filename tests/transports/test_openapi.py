@@ -84,6 +84,8 @@ async def test_each_refusals_example_is_the_answer_to_such_a_request(
         first = next(iter(REGISTRY[op].examples.values()))["value"]
         last = REGISTRY[op].inputs[-1].name
         response = await client.post(f"/{op}", json={**first, last: 5})
+        if response.status_code == 200:  # the op takes that: the docs show a field it has not
+            response = await client.post(f"/{op}", json={**first, "axes_": 0})
     else:
         media, body = REFUSED[status]
         response = await client.post(f"/{op}", content=body, headers={"content-type": media})
