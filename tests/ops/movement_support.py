@@ -87,4 +87,5 @@ def cpu_plugin(
 def constant(values: npt.NDArray[Any]) -> Any:
     """An OpenVINO constant of ``values`` (an empty one too, which opset1.constant refuses)."""
     types = {"int64": ov.Type.i64, "int32": ov.Type.i32, "bool": ov.Type.boolean}
-    return ov.op.Constant(types[values.dtype.name], ov.Shape(list(values.shape)), values.tolist())
+    shape = ov.Shape(list(values.shape))
+    return ov.op.Constant(types[values.dtype.name], shape, values.reshape(-1).tolist())

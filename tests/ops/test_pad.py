@@ -1,0 +1,162 @@
+"""Pad-12 (app/ops/pad.py): the four modes and negative pads as the spec's examples show them,
+every element type to the bit, the output sized before it exists, the refusals, and OpenVINO's CPU
+plugin on generated cases."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import openvino.opset12 as ov_opset12
+import pytest
+
+from app.ops.declaration import Plan
+from app.ops.errors import SpecError
+from app.ops.pad import OP, pad, pad_shape
+from app.registry import REGISTRY
+from tests.ops.movement_support import (
+    ELEMENT_TYPES,
+    assert_same_bits,
+    constant,
+    cpu_plugin,
+    from_positions,
+    sample,
+)
+
+MODES = ["constant", "edge", "reflect", "symmetric"]
+
+
+def run(data: Any, begin: Any, end: Any, mode: str, value: Any = None) -> Any:
+    arrays = {"data": np.asarray(data), "pads_begin": np.asarray(begin),
+              "pads_end": np.asarray(end)}  # fmt: skip
+    if value is not None:
+        arrays["pad_value"] = np.asarray(value)
+    plan = OP.plan(arrays, {"pad_mode": mode})
+    assert isinstance(plan, Plan)
+    return plan.run(None)
+
+
+def reference(
+    data: npt.NDArray[Any], begin: list[int], end: list[int], mode: str, value: Any = 0
+) -> npt.NDArray[Any]:
+    """NumPy's pad of the positive pads on the whole data, then the negative ones cropped: the
+    spec's mixed examples (reflect reads rows the other end crops)."""
+    widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end, strict=True)]
+    pad_any: Any = np.pad  # NumPy's stubs take the mode as a literal
+    if mode == "constant":
+        padded = pad_any(data, widths, mode="constant", constant_values=value)
+    else:
+        padded = pad_any(data, widths, mode=mode)
+    crop = []
+    for axis, (b, e) in enumerate(zip(begin, end, strict=True)):
+        first = max(-b, 0)
+        crop.append(slice(first, max(first, padded.shape[axis] - max(-e, 0))))
+    result: npt.NDArray[Any] = padded[tuple(crop)]
+    return result
+
+
+def test_it_is_collected() -> None:
+    assert REGISTRY["pad"] is OP
+
+
+@pytest.mark.parametrize("name", list(OP.examples))
+def test_the_specs_examples(name: str) -> None:
+    request = dict(OP.examples[name]["value"])
+    value = request.pop("pad_value", None)
+    got = run(request["data"], request["pads_begin"], request["pads_end"], request["pad_mode"],
+              None if value is None else np.int64(value))  # fmt: skip
+    assert got.tolist() == OP.examples[name]["x-expected-output"]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_every_type_to_the_bit(dtype: np.dtype[Any], mode: str) -> None:
+    data = sample(dtype, (3, 4), seed=4)
+    begin, end = [2, -1], [-1, 3]
+    value = sample(dtype, (), seed=5) if mode == "constant" else None
+    got = run(data, begin, end, mode, value)
+    expected = reference(data.view(_raw(dtype)), begin, end, mode,
+                         0 if value is None else value.view(_raw(dtype)))  # fmt: skip
+    assert_same_bits(got, expected.view(dtype) if dtype.kind != "b" else expected.astype(bool))
+
+
+def _raw(dtype: np.dtype[Any]) -> Any:
+    return {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[dtype.itemsize]
+
+
+def test_pad_value_defaults_to_zero_and_takes_data_type() -> None:
+    assert run([1.5], [1], [1], "constant").tolist() == [0.0, 1.5, 0.0]
+    assert pad(np.array([1, 2], np.int8), [0], [2], np.int8(-3)).tolist() == [1, 2, -3, -3]
+
+
+def test_the_shape_is_known_without_allocating() -> None:
+    begin, end = np.array([1 << 40], np.int64), np.array([0], np.int64)
+    assert pad_shape((2,), begin, end, "constant")[2] == ((1 << 40) + 2,)
+    assert pad_shape((5,), np.array([-10]), np.array([-10]), "edge")[2] == (0,)
+
+
+def test_rank_0_and_empty() -> None:
+    assert run(np.float32(2), np.zeros(0, np.int64), np.zeros(0, np.int64), "edge").tolist() == 2.0
+    assert run(np.zeros((0, 2)), [1, 0], [0, 0], "constant").shape == (1, 2)
+    assert run(np.zeros((0, 2)), [0, 1], [0, 0], "symmetric").shape == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("begin", "end", "mode", "value", "field", "words"),
+    [
+        ([3, 0], [0, 0], "reflect", None, "pads_begin", "not greater than data.shape[0] - 1"),
+        ([0, 0], [0, 5], "symmetric", None, "pads_end", "not greater than data.shape[1]"),
+        ([0], [0, 0], "edge", None, "pads_begin", "1D tensor"),
+        ([0, 0], [[0, 0]], "edge", None, "pads_end", "1D tensor"),
+        ([0, 0], [0, 0], "edge", 1.0, "pad_value", '"constant" mode only'),
+        ([0, 0], [0, 0], "constant", [1.0], "pad_value", "scalar"),
+        ([0, 0], [0, 0], "constant", np.float32(1), "pad_value", "type of data"),
+        ([0.0, 0.0], [0, 0], "constant", None, "pads_begin", "integer type"),
+    ],
+)
+def test_refusals_name_the_field(
+    begin: Any, end: Any, mode: str, value: Any, field: str, words: str
+) -> None:
+    with pytest.raises(SpecError) as refused:
+        run(np.zeros((3, 4)), begin, end, mode, value)
+    assert refused.value.field == field
+    assert words in refused.value.message
+
+
+def test_edge_mode_refuses_to_pad_an_empty_dimension() -> None:
+    with pytest.raises(SpecError) as refused:
+        run(np.zeros((0, 2)), [1, 0], [0, 0], "edge")
+    assert refused.value.field == "pads_begin"
+
+
+def _cases() -> list[tuple[tuple[int, ...], list[int], list[int], str]]:
+    rng = np.random.default_rng(23)
+    cases = []
+    for index in range(80):
+        rank = int(rng.integers(1, 4))
+        shape = tuple(int(size) for size in rng.integers(2, 5, rank))
+        mode = MODES[index % 4]
+        top = {"constant": 3, "edge": 3, "reflect": 1, "symmetric": 2}[mode]
+        begin = [int(value) for value in rng.integers(-1, top + 1, rank)]
+        end = [int(value) for value in rng.integers(-1, top + 1, rank)]
+        cases.append((shape, begin, end, mode))
+    return cases
+
+
+@pytest.mark.parametrize(("shape", "begin", "end", "mode"), _cases())
+def test_openvino_cpu_plugin_agrees(
+    shape: tuple[int, ...], begin: list[int], end: list[int], mode: str
+) -> None:
+    dtype = ELEMENT_TYPES[(sum(shape) + sum(begin)) % len(ELEMENT_TYPES)]
+    data = sample(dtype, shape, seed=sum(end) % 31)
+    ours = run(data, begin, end, mode)
+    if 0 in ours.shape:
+        pytest.skip("an empty output is not asked of the CPU plugin")
+
+    def build(parameter: Any) -> Any:
+        pads = (constant(np.array(begin, np.int64)), constant(np.array(end, np.int64)))
+        if mode == "constant":
+            return ov_opset12.pad(parameter, *pads, "constant", constant(np.array(0, np.int32)))
+        return ov_opset12.pad(parameter, *pads, mode)
+
+    moved = cpu_plugin(build, shape)()
+    assert_same_bits(ours, from_positions(data, moved))
