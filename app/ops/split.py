@@ -1,0 +1,149 @@
+"""Split-1: a tensor cut along one axis into ``num_splits`` pieces of one length."""
+
+import itertools
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.ops.declaration import (
+    INTEGER_TYPES,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    SplitPlan,
+    data_input,
+    example,
+)
+from app.ops.errors import SpecError
+from app.ops.raw import is_integer_type
+
+
+def split_axis(rank: int, axis: npt.NDArray[Any], scalar_only: bool = True) -> int:
+    """The axis an ``axis`` input names, checked and normalised: a scalar of an integer type
+    in ``[-rank, rank - 1]`` (VariadicSplit-1 also takes a tensor of shape [1])."""
+    if not is_integer_type(axis.dtype):
+        raise SpecError("axis", f"axis must be of an integer type, got {axis.dtype.name}")
+    if scalar_only and axis.ndim != 0:
+        raise SpecError("axis", f"axis must be a scalar, got a tensor of shape {list(axis.shape)}")
+    if not scalar_only and axis.shape not in ((), (1,)):
+        raise SpecError(
+            "axis",
+            f"axis must be a scalar or a tensor of shape [1], got shape {list(axis.shape)}",
+        )
+    value = int(axis.reshape(-1)[0])
+    if not -rank <= value < rank:
+        raise SpecError(
+            "axis", f"axis {value} is out of range [{-rank}, {rank - 1}] for data of rank {rank}"
+        )
+    return value % rank
+
+
+def split_shapes(
+    shape: tuple[int, ...], axis: int, lengths: list[int]
+) -> tuple[tuple[int, ...], ...]:
+    """The pieces' shapes: data's, with ``lengths[i]`` along ``axis``."""
+    return tuple((*shape[:axis], length, *shape[axis + 1 :]) for length in lengths)
+
+
+def pieces(data: npt.NDArray[Any], axis: int, lengths: list[int]) -> list[npt.NDArray[Any]]:
+    """Views of ``data``, one a piece, in order."""
+    bounds = np.cumsum([0, *lengths])
+    index: list[slice] = [slice(None)] * data.ndim
+    views = []
+    for first, last in itertools.pairwise(bounds.tolist()):
+        index[axis] = slice(first, last)
+        views.append(data[tuple(index)])
+    return views
+
+
+def split_lengths(
+    shape: tuple[int, ...], axis_input: npt.NDArray[Any], num_splits: int
+) -> tuple[int, list[int]]:
+    """Check Split-1's inputs and give the axis and each piece's length."""
+    if not shape:
+        raise SpecError("data", "data must have rank 1 or more to be split along an axis")
+    axis = split_axis(len(shape), axis_input)
+    size = shape[axis]
+    if not 1 <= num_splits <= size:
+        raise SpecError(
+            "num_splits",
+            f"num_splits must be within [1, data.shape[axis]] = [1, {size}], got {num_splits}",
+        )
+    if size % num_splits:
+        raise SpecError(
+            "num_splits",
+            f"data.shape[axis] = {size} must be evenly divisible by num_splits = {num_splits}",
+        )
+    return axis, [size // num_splits] * num_splits
+
+
+def split(data: npt.ArrayLike, axis: npt.ArrayLike, num_splits: int) -> list[npt.NDArray[Any]]:
+    """Split-1: ``data`` cut into ``num_splits`` pieces along ``axis`` (copies, in order)."""
+    data = np.asarray(data)
+    normal, lengths = split_lengths(data.shape, np.asarray(axis), num_splits)
+    return [piece.copy() for piece in pieces(data, normal, lengths)]
+
+
+def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
+    data = arrays["data"]
+    axis, lengths = split_lengths(data.shape, arrays["axis"], attributes["num_splits"])
+    return SplitPlan(split_shapes(data.shape, axis, lengths), lambda: pieces(data, axis, lengths))
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    # An op of several outputs: the list of them (``out`` does not apply).
+    return split(arrays["data"], arrays["axis"], attributes["num_splits"])
+
+
+OP = Op(
+    name="split",
+    spec="Split-1",
+    summary="Split-1: cut a tensor into pieces of one length along an axis",
+    description="Split-1 over `data`: `num_splits` outputs, `output_0`, `output_1`, ..., each "
+    "data's shape but for `data.shape[axis] / num_splits` along `axis`, which must divide "
+    "evenly. Every output has the type of `data`.",
+    request_doc="Split-1: `data` cut into `num_splits` equal pieces along `axis`.",
+    inputs=(
+        data_input("split"),
+        Input(
+            "axis",
+            "The axis to split along (input 2, type T_AXIS).",
+            "T_AXIS: any integer type, a scalar in [-rank(data), rank(data) - 1]. JSON form is "
+            "int64.",
+            INTEGER_TYPES,
+            rank="0",
+        ),
+    ),
+    attributes=(
+        Attribute(
+            "num_splits",
+            None,
+            "How many outputs: within [1, data.shape[axis]], dividing it evenly (required).",
+        ),
+    ),
+    plan=_plan,
+    kernel=_kernel,
+    several_outputs=True,
+    examples={
+        "example_1": example(
+            "Split-1: a (2, 6) tensor in 3 along axis 1",
+            {"data": [[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]], "axis": 1, "num_splits": 3},
+            [[[1, 2], [7, 8]], [[3, 4], [9, 10]], [[5, 6], [11, 12]]],
+        ),
+        "example_negative_axis": example(
+            "Split-1 along axis -2 (counted from the end)",
+            {"data": [[1, 2], [3, 4]], "axis": -2, "num_splits": 2},
+            [[[1, 2]], [[3, 4]]],
+        ),
+    },
+    decisions=(
+        "Split-1, axis as a tensor of shape [1]: refused; the spec asks for a scalar (Variadic"
+        "Split-1 allows both).",
+        "Split-1 along an empty dimension: refused, as num_splits must lie in [1, 0], which "
+        "holds no value.",
+        "Split-1 on rank-0 data: refused; there is no axis to split along.",
+    ),
+)
