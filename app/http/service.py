@@ -100,8 +100,8 @@ def op_details(op: Op) -> dict[str, Any]:
     """What ``GET /info``'s ``op_details`` says of an op beyond its entry in ``ops`` (name,
     spec, inputs, attribute defaults), where it has any: its ``optional`` inputs, its
     ``variadic`` one (sent as ``<name>_0``, ``<name>_1``, ...), its ``required`` attributes
-    (which have no default), an enumeration's ``choices``, and the ``outputs`` of an op of
-    several."""
+    (which have no default), an enumeration's ``choices``, the ``outputs`` of an op of several, and
+    the inputs that are 1D tensors (``ranks``)."""
     described: dict[str, Any] = {}
     optional = [item.name for item in op.inputs if item.optional]
     if optional:
@@ -115,6 +115,9 @@ def op_details(op: Op) -> dict[str, Any]:
         described["choices"] = choices
     if op.several_outputs:
         described["outputs"] = ["output_0", "output_1", "..."]
+    ranks = {item.name: item.rank for item in op.inputs if item.rank == "1"}
+    if ranks:
+        described["ranks"] = ranks
     return described
 
 

@@ -391,12 +391,15 @@ def _client(args: argparse.Namespace, progress: Any = None) -> TensorOpsClient:
         raise InputError(str(error)) from None
 
 
-def _index_input(values: Sequence[str] | None, option: str, name: str) -> npt.NDArray[Any]:
+def _index_input(
+    values: Sequence[str] | None, option: str, name: str, rank: str = "any"
+) -> npt.NDArray[Any]:
     assert values is not None
     if len(values) == 1:
         single = values[0]
         if single.lstrip("-").isdigit():
-            return np.array(int(single), dtype=np.int64)
+            # One integer: a scalar, or a list of one where the op takes a 1D tensor.
+            return np.array([int(single)] if rank == "1" else int(single), dtype=np.int64)
         return read_tensor(single, name)
     try:
         return np.array([int(value) for value in values], dtype=np.int64)
@@ -432,7 +435,7 @@ def _other_inputs(
         name = item.name
         given = getattr(args, _INPUT + name)
         if given is not None:
-            inputs[name] = _index_input(given, _option(name), name)
+            inputs[name] = _index_input(given, _option(name), name, item.rank)
         elif name in archive:
             inputs[name] = read_tensor(f"{source.removesuffix('.npz')}.npz:{name}", name)
         elif item.required:

@@ -25,8 +25,10 @@ class InputSpec:
     name: str
     #: What the command line's help says of it.
     help: str = "integers, or one tensor"
-    #: False: the op runs without it (none of the service's ops has such an input yet).
+    #: False: the op runs without it (Slice-8's ``axes``, Pad-12's ``pad_value``).
     required: bool = True
+    #: "1": a 1D tensor (one integer given is a list of one); "any" otherwise.
+    rank: str = "any"
 
 
 @dataclass(frozen=True)
@@ -161,15 +163,23 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
         if variadic is not None and variadic not in inputs:
             raise OpListError(f"{name}: variadic names no input")
         outputs = entry.get("outputs", ["output"])
+        ranks = entry.get("ranks", {})
+        if not isinstance(ranks, Mapping):
+            raise OpListError(f"{name}: ranks is not an object")
         specs.append(
             OpSpec(
                 name=name,
                 spec=spec,
                 summary=f"{spec or name} (as the service's /info describes it)",
                 inputs=tuple(
-                    InputSpec(item, "the data tensor (see inputs below)", item not in optional)
-                    if i == 0
-                    else InputSpec(item, required=item not in optional)
+                    InputSpec(
+                        item,
+                        "the data tensor (see inputs below)"
+                        if i == 0
+                        else "integers, or one tensor",
+                        item not in optional,
+                        str(ranks.get(item, "any")),
+                    )
                     for i, item in enumerate(inputs)
                 ),
                 attributes=tuple(
@@ -181,6 +191,9 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
             )
         )
     return tuple(specs)
+
+
+_DATA_HELP = "the data tensor (see inputs below)"
 
 
 def _names(value: Any, op: str, what: str) -> list[str]:

@@ -34,6 +34,12 @@ def first_example(op: str) -> str:
     return orjson.dumps(example["value"]).decode()
 
 
+def example_hint(op: str) -> str:
+    """What the message says of the op's first example: shown when short (120 characters)."""
+    text = first_example(op)
+    return f" (for example {text})" if len(text) <= 120 else ""
+
+
 def only_item(response: httpx.Response, kind: str) -> str:
     assert response.headers["content-type"] == "application/json"
     (item,) = response.json()["detail"]
@@ -51,7 +57,7 @@ async def test_a_get_on_an_op_route_says_what_to_post(client: httpx.AsyncClient,
     message = only_item(response, "method_not_allowed")
     assert message == (
         f"Method Not Allowed: '/{op}' takes POST, not GET. Send POST /{op} with Content-Type "
-        f"application/json or application/x-npz (for example {first_example(op)}). "
+        f"application/json or application/x-npz{example_hint(op)}. "
         "Each route is documented, with request examples, at /docs"
     )
 
