@@ -46,6 +46,7 @@ from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.settings import Settings
 from app.transports.errors import fault_headers
+from app.transports.grpc_send import SendWatch, Watch, disarm, disarm_when_done
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
     OUTPUT_EXTENSIONS_ON,
@@ -395,30 +396,34 @@ def _answer_head(op: str, datatype: str, shape: tuple[int, ...], request_id: str
 _raw_answer_head = functools.lru_cache(maxsize=512)(_answer_head)
 
 
-#: Releases of reservations scheduled when a call ends, kept until they have run.
-_RELEASES: set[asyncio.Task[None]] = set()
-
-
 def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reservation) -> None:
     # The answer's bytes stay with gRPC until the call ends (sent, cancelled or timed out):
     # the reservation is held until then, as HTTP holds it until its answer is sent.
-    def release(_: Any) -> None:
-        task = asyncio.get_running_loop().create_task(held.release())
-        _RELEASES.add(task)
-        task.add_done_callback(_RELEASES.discard)
+    context.add_done_callback(lambda _: held.release_now())
 
-    context.add_done_callback(release)  # type: ignore[arg-type]  # the stubs want a class
+
+#: Answers up to this size leave without a window update from the client (HTTP/2's initial
+#: window): only larger ones are watched on their way (``SendWatch``).
+UNWATCHED_ANSWER = 64 * 1024
 
 
 class CallNotes:
     """What a call leaves for its log line: its reservation, whose peak is its memory
-    estimate (refused or cancelled calls included), and the bytes its message took."""
+    estimate (refused or cancelled calls included), the bytes its message took, and its
+    answer's way out when it is watched (``SendWatch``)."""
 
-    __slots__ = ("received", "reservation")
+    __slots__ = ("cut_after", "received", "reservation", "sending")
 
     def __init__(self) -> None:
         self.reservation: Reservation | None = None
         self.received = 0
+        #: The timer of an answer watched on its way out (its log line waits for its end).
+        self.sending: Watch | None = None
+        #: Seconds after which the answer's connection was shut, not taken in time.
+        self.cut_after: float | None = None
+
+    def was_cut(self, seconds: float) -> None:
+        self.cut_after = seconds
 
     @property
     def reserved(self) -> int:
@@ -656,6 +661,8 @@ class InferenceService:
         self.calls_in_flight = 0
         #: When the last of them ended (``time.monotonic()``; never: minus infinity).
         self.last_ended = -math.inf
+        #: The minimum send rate of answers (its port set by the server once bound).
+        self.send_watch = SendWatch(pipeline.settings)
 
     async def parsed(self, request_type: Any, context: Any, notes: CallNotes) -> Any:
         """A small call's message (``Receiver.small``), parsed."""
@@ -715,7 +722,12 @@ class InferenceService:
         answer, reservation = await self.pipeline.run(read, exchange)
         if reservation.held:
             _release_when_done(context, reservation)
-        return bytes(answer.buffers[0])
+        message = bytes(answer.buffers[0])
+        if len(message) > UNWATCHED_ANSWER:
+            # Taken at the minimum rate, or its connection is shut (app/transports/grpc_send.py).
+            notes.sending = self.send_watch.arm(context.peer(), len(message), notes.was_cut)
+            disarm_when_done(context, notes.sending)
+        return message
 
     def _ended(self, _: Any) -> None:
         self.calls_in_flight -= 1
@@ -811,7 +823,7 @@ class InferenceService:
             else:
                 status, sent = "OK", len(message)
                 held, reservation = reservation, None  # the writer gives it back once written
-                return StreamOutcome(message, held, call.request_id)
+                return StreamOutcome(message, held, call.request_id, order=order)
             status = CODES[error.kind].name
             # Nothing came (``counted`` is set once a message is in hand: an empty one has no
             # bytes but came, and is answered as any other).
@@ -824,6 +836,8 @@ class InferenceService:
             status = "CANCELLED"
             raise
         finally:
+            if notes.reserved >= TRIM_FROM_BYTES:
+                order.large = True
             if reservation is not None:
                 await reservation.release()
             if counted:
@@ -928,12 +942,16 @@ class StreamOrder:
     """How many of a stream's messages have been answered and given back what they held (in
     order, by its writer), for a read that must wait for those before it."""
 
-    __slots__ = ("_waiter", "posted", "written")
+    __slots__ = ("_waiter", "large", "posted", "unwritten", "written")
 
     def __init__(self) -> None:
         #: Messages whose reads have been posted (the next one's index).
         self.posted = 0
         self.written = 0
+        #: The bytes held by answers made and not yet written (taken by the client).
+        self.unwritten = 0
+        #: A message of the stream held ``TRIM_FROM_BYTES`` or more (its end trims the heap).
+        self.large = False
         #: The one read waiting (a stream reads one message at a time).
         self._waiter: asyncio.Future[None] | None = None
 
@@ -957,7 +975,7 @@ class StreamOutcome:
     """A stream message's answer, in the order it must be written: its bytes and the
     reservation that holds them until then, or the refusal that ends the stream."""
 
-    __slots__ = ("end", "message", "request_id", "reservation")
+    __slots__ = ("end", "message", "order", "request_id", "reservation")
 
     def __init__(
         self,
@@ -965,21 +983,48 @@ class StreamOutcome:
         reservation: Reservation | None,
         request_id: str,
         end: ServiceError | None = None,
+        order: StreamOrder | None = None,
     ) -> None:
         self.message = message
         self.reservation = reservation
         self.request_id = request_id
         self.end = end
+        #: The stream's count of unwritten bytes, which this answer's are part of until given
+        #: back.
+        self.order = order
+        if order is not None and reservation is not None:
+            order.unwritten += reservation.held
 
     async def release(self) -> None:
+        self.release_now()
+
+    def release_now(self) -> None:
+        # The answer's bytes let go too: a task or a traceback that outlives the stream (the
+        # error that ended it holds its frames) must not keep them.
+        self.message = b""
         held, self.reservation = self.reservation, None
         if held is not None:
-            await held.release()
+            if self.order is not None:
+                self.order.unwritten -= held.held
+            held.release_now()
+
+
+def _release_outcome(task: asyncio.Task[StreamOutcome | None]) -> None:
+    """What a stream message's task made and nobody will write, given back (once it is done:
+    a done callback, so that it runs however the stream ended)."""
+    if not task.cancelled() and task.exception() is None:
+        outcome = task.result()
+        if outcome is not None:
+            outcome.release_now()
 
 
 #: The messages of one stream served at once: each is read while those before it run and
 #: their answers are written, in order.
 STREAM_WINDOW = 32
+#: The answers of one stream made and not yet taken by its client hold at most this share of
+#: the budget (with the messages already in hand): past it, no next message is read until the
+#: client takes some.
+STREAM_UNWRITTEN_SHARE = 4
 
 
 async def serve_stream(
@@ -1000,6 +1045,10 @@ async def serve_stream(
     posted: collections.deque[asyncio.Task[StreamOutcome | None]] = collections.deque()
     #: A message arrived with the window full: the next read waits for room.
     stalled = False
+    unwritten_limit = service.pipeline.budget.capacity // STREAM_UNWRITTEN_SHARE
+
+    def room() -> bool:
+        return len(posted) < STREAM_WINDOW and order.unwritten < unwritten_limit
 
     def post() -> None:
         posted.append(
@@ -1011,7 +1060,7 @@ async def serve_stream(
 
     def arrived() -> None:
         nonlocal stalled
-        if len(posted) < STREAM_WINDOW:
+        if room():
             post()
         else:
             stalled = True
@@ -1023,7 +1072,7 @@ async def serve_stream(
             # or stalled, which the previous answer below posts again) or ends the stream.
             outcome = await posted[0]
             posted.popleft()
-            if stalled:
+            if stalled and room():
                 stalled = False
                 post()
             if outcome is None:
@@ -1031,21 +1080,45 @@ async def serve_stream(
             try:
                 if outcome.end is not None:
                     await _end_stream(context, outcome.end, outcome.request_id)
-                await context.write(outcome.message)
+                await _write(service, context, outcome.message)
             finally:
                 await outcome.release()
             order.wrote()
+            if stalled and room():
+                stalled = False
+                post()
     finally:
-        unfinished = [item for item in posted if not item.done()]
-        for item in unfinished:
-            item.cancel()
-        await asyncio.gather(*unfinished, return_exceptions=True)
-        # Answers made but never written (the stream ended first) give back what they hold.
+        # Answers made but never written (the stream ended first) give back what they hold:
+        # those done now at once, the others as they finish (their own ``finally`` gives back
+        # what a message in hand holds). Nothing here waits before that: a second cancellation
+        # (gRPC's for a client gone, after a write that failed) would cut the wait short.
+        unfinished = []
         for item in posted:
-            if not item.cancelled() and item.exception() is None:
-                left = item.result()
-                if left is not None:
-                    await left.release()
+            if item.done():
+                _release_outcome(item)
+            else:
+                item.add_done_callback(_release_outcome)
+                item.cancel()
+                unfinished.append(item)
+        if order.large:
+            # Its buffers, freed as gRPC tears the stream down, go back to the system.
+            service.receiver.heap.after_call(TRIM_FROM_BYTES)
+        # A message whose work is in a thread ends when the thread does: the stream's end waits
+        # for them, so that the stop sees the memory back.
+        await asyncio.gather(*unfinished, return_exceptions=True)
+
+
+async def _write(service: InferenceService, context: Any, message: bytes) -> None:
+    """A stream's answer written, taken at the minimum rate or the connection is shut
+    (app/transports/grpc_send.py)."""
+    if len(message) <= UNWATCHED_ANSWER:
+        await context.write(message)
+        return
+    sending = service.send_watch.arm(context.peer(), len(message))
+    try:
+        await context.write(message)
+    finally:
+        disarm(sending)
 
 
 async def _end_stream(context: Any, error: ServiceError, request_id: str) -> None:
@@ -1153,6 +1226,7 @@ def observed(
         tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, seen.request_id)]
         notes = CallNotes()
         error: ServiceError | None = None
+        deferred = False
         try:
             try:
                 if keys is not None:
@@ -1176,6 +1250,11 @@ def observed(
                     # refusal (to find its log line): sending it costs a small call a tenth of
                     # its time, for an id the client never asked about.
                     context.set_trailing_metadata(tags)
+                if notes.sending is not None:
+                    # A large answer's line says how its way out ended: taken (OK), the client
+                    # gone (CANCELLED), or not taken in time (its connection shut).
+                    deferred = True
+                    context.add_done_callback(lambda _: _sent(seen, notes, context, route))
                 return response
             code = CODES[error.kind]
             seen.status = code.name
@@ -1186,11 +1265,21 @@ def observed(
             await context.abort(code, message, tuple(tags))
         finally:
             seen.bytes_in, seen.reserved = notes.received, notes.reserved
-            seen.finish("gRPC", route, route)
+            if not deferred:
+                seen.finish("gRPC", route, route)
 
     if tracing.TRACER is None:
         return handle
     return tracing.grpc_spans(route, handle, FAULT_KEY)  # each call in a server span
+
+
+def _sent(seen: Observation, notes: CallNotes, context: Any, route: str) -> None:
+    """The log line of a call whose answer was watched on its way out, once the call ended."""
+    if notes.cut_after is not None:
+        seen.status = "DEADLINE_EXCEEDED"
+    elif context.cancelled():
+        seen.status = "CANCELLED"
+    seen.finish("gRPC", route, route)
 
 
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
