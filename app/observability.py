@@ -104,6 +104,29 @@ class LibraryNoise(logging.Filter):
         return True
 
 
+#: gRPC's own record of a call its peer ended while the servicer sent (a client's cancel, a
+#: connection dropped or shut for a stopped reader, a deadline): the call's access line says
+#: how it ended (CANCELLED, ...); this is no server error, and carries a traceback.
+_CALL_ENDED_BY_PEER = (
+    "ExecuteBatchError raised in core by servicer method",
+    "Unexpected [ExecuteBatchError] raised by servicer method",
+)
+
+
+class CallEndedByPeer(logging.Filter):
+    """Drops gRPC's error record of a send that failed because the call had already ended
+    (``_CALL_ENDED_BY_PEER``): a client's cancel is logged once, as its access line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("grpc"):
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's record whose arguments do not fit its message
+            return True
+        return not message.startswith(_CALL_ENDED_BY_PEER)
+
+
 def cut(text: str, most: int) -> str:
     """``text`` as at most ``most`` characters, saying how many more there were."""
     if len(text) <= most:
@@ -145,6 +168,7 @@ def configure_logging(level: str, form: str, capture_stderr: bool = False) -> No
     SERVICE_LOG.propagate = False
     libraries = logging.StreamHandler(stream)
     libraries.setFormatter(handler.formatter)
+    libraries.addFilter(CallEndedByPeer())  # first: it spends none of the quota
     libraries.addFilter(LibraryNoise())
     root = logging.getLogger()
     root.handlers[:] = [libraries]

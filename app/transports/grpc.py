@@ -46,7 +46,7 @@ from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.settings import Settings
 from app.transports.errors import fault_headers
-from app.transports.grpc_send import SendWatch, Watch, disarm, disarm_when_done
+from app.transports.grpc_send import SendWatch, disarm
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
     OUTPUT_EXTENSIONS_ON,
@@ -399,7 +399,7 @@ _raw_answer_head = functools.lru_cache(maxsize=512)(_answer_head)
 def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reservation) -> None:
     # The answer's bytes stay with gRPC until the call ends (sent, cancelled or timed out):
     # the reservation is held until then, as HTTP holds it until its answer is sent.
-    context.add_done_callback(lambda _: held.release_now())
+    context.add_done_callback(lambda _: held.release_now())  # type: ignore[arg-type]  # the stubs want a class
 
 
 #: Answers up to this size leave without a window update from the client (HTTP/2's initial
@@ -412,13 +412,11 @@ class CallNotes:
     estimate (refused or cancelled calls included), the bytes its message took, and its
     answer's way out when it is watched (``SendWatch``)."""
 
-    __slots__ = ("cut_after", "received", "reservation", "sending")
+    __slots__ = ("cut_after", "received", "reservation")
 
     def __init__(self) -> None:
         self.reservation: Reservation | None = None
         self.received = 0
-        #: The timer of an answer watched on its way out (its log line waits for its end).
-        self.sending: Watch | None = None
         #: Seconds after which the answer's connection was shut, not taken in time.
         self.cut_after: float | None = None
 
@@ -722,12 +720,7 @@ class InferenceService:
         answer, reservation = await self.pipeline.run(read, exchange)
         if reservation.held:
             _release_when_done(context, reservation)
-        message = bytes(answer.buffers[0])
-        if len(message) > UNWATCHED_ANSWER:
-            # Taken at the minimum rate, or its connection is shut (app/transports/grpc_send.py).
-            notes.sending = self.send_watch.arm(context.peer(), len(message), notes.was_cut)
-            disarm_when_done(context, notes.sending)
-        return message
+        return bytes(answer.buffers[0])
 
     def _ended(self, _: Any) -> None:
         self.calls_in_flight -= 1
@@ -1211,11 +1204,16 @@ def metadata_value(metadata: Any, key: str) -> tuple[str | None, int]:
 
 
 def observed(
-    method: str, call: Call, access: AccessControl | None = None
+    method: str, call: Call, access: AccessControl | None = None, send: SendWatch | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
     """``call`` with its request id, metrics and log line, its key checked (with ``access``)
     before its message is read, and its refusals as gRPC statuses (the message HTTP's
-    ``{"error"}`` would hold, the fault's kind in trailing metadata)."""
+    ``{"error"}`` would hold, the fault's kind in trailing metadata).
+
+    With ``send``, the answer is written here (the method served as a stream of one answer:
+    the same frames on the wire), held to the minimum send rate, and the log line says how its
+    way out ended: taken (OK), the client gone first (CANCELLED), or not taken at the rate
+    (DEADLINE_EXCEEDED, its connection shut)."""
     route = f"/{SERVICE_NAME}/{method}"
     keys = access.keys if access is not None and access.grpc_needs_key(route) else None
 
@@ -1226,7 +1224,6 @@ def observed(
         tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, seen.request_id)]
         notes = CallNotes()
         error: ServiceError | None = None
-        deferred = False
         try:
             try:
                 if keys is not None:
@@ -1250,11 +1247,9 @@ def observed(
                     # refusal (to find its log line): sending it costs a small call a tenth of
                     # its time, for an id the client never asked about.
                     context.set_trailing_metadata(tags)
-                if notes.sending is not None:
-                    # A large answer's line says how its way out ended: taken (OK), the client
-                    # gone (CANCELLED), or not taken in time (its connection shut).
-                    deferred = True
-                    context.add_done_callback(lambda _: _sent(seen, notes, context, route))
+                if send is not None:
+                    await _send_answer(send, context, response, notes, seen)
+                    return None
                 return response
             code = CODES[error.kind]
             seen.status = code.name
@@ -1265,21 +1260,35 @@ def observed(
             await context.abort(code, message, tuple(tags))
         finally:
             seen.bytes_in, seen.reserved = notes.received, notes.reserved
-            if not deferred:
-                seen.finish("gRPC", route, route)
+            seen.finish("gRPC", route, route)
 
     if tracing.TRACER is None:
         return handle
     return tracing.grpc_spans(route, handle, FAULT_KEY)  # each call in a server span
 
 
-def _sent(seen: Observation, notes: CallNotes, context: Any, route: str) -> None:
-    """The log line of a call whose answer was watched on its way out, once the call ended."""
-    if notes.cut_after is not None:
-        seen.status = "DEADLINE_EXCEEDED"
-    elif context.cancelled():
-        seen.status = "CANCELLED"
-    seen.finish("gRPC", route, route)
+async def _send_answer(
+    send: SendWatch, context: Any, message: bytes, notes: CallNotes, seen: Observation
+) -> None:
+    """A call's one answer written, watched on its way out when it is larger than HTTP/2's
+    initial window. A write that fails (gRPC's ``ExecuteBatchError``: the call was ended under
+    it) ends the call as a cancellation: it is the client's doing or its connection's, not a
+    server error."""
+    watch = (
+        send.arm(context.peer(), len(message), notes.was_cut)
+        if len(message) > UNWATCHED_ANSWER
+        else None
+    )
+    try:
+        await context.write(message)
+    except asyncio.CancelledError:
+        seen.status = "CANCELLED" if notes.cut_after is None else "DEADLINE_EXCEEDED"
+        raise
+    except Exception:
+        seen.status = "CANCELLED" if notes.cut_after is None else "DEADLINE_EXCEEDED"
+        raise asyncio.CancelledError from None
+    finally:
+        disarm(watch)
 
 
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
@@ -1290,9 +1299,14 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
     ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
 
     def method(call: Call, name: str, answers_bytes: bool = False) -> Any:
+        if answers_bytes:
+            # Served as a stream of one answer, written by the handler itself: its way out
+            # is watched (``observed``'s ``send``). On the wire, a unary call's frames.
+            return grpc.stream_stream_rpc_method_handler(
+                observed(name, call, service.access, service.send_watch)
+            )
         return grpc.stream_unary_rpc_method_handler(
-            observed(name, call, service.access),
-            response_serializer=None if answers_bytes else _serialized,
+            observed(name, call, service.access), response_serializer=_serialized
         )
 
     return grpc.method_handlers_generic_handler(

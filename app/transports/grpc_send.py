@@ -124,6 +124,8 @@ class SendWatch:
         self.port = 0
         #: Connections shut for answers not taken at the minimum rate.
         self.cut = 0
+        #: The answers on their way, by peer: a connection shut ends them all.
+        self.watches: dict[str, set[Watch]] = {}
 
     def arm(
         self, peer: str, nbytes: int, cut: Callable[[float], None] | None = None
@@ -151,6 +153,7 @@ class Watch:
         self.cut = cut
         self.sock: socket.socket | None = None
         self.acked: int | None = None
+        watch.watches.setdefault(peer, set()).add(self)
         loop = asyncio.get_running_loop()
         self.started = loop.time()
         self.handle = loop.call_later(watch.settings.rate_window, self._check)
@@ -175,9 +178,13 @@ class Watch:
 
     def _shut(self, taken: int) -> None:
         assert self.sock is not None
-        seconds = asyncio.get_running_loop().time() - self.started
-        if self.cut is not None:
-            self.cut(seconds)
+        now = asyncio.get_running_loop().time()
+        seconds = now - self.started
+        # Every answer on the connection ends with it, none of them taken: each call's log
+        # line says so.
+        for other in list(self.watch.watches.get(self.peer, ())):
+            if other.cut is not None:
+                other.cut(now - other.started)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
         self.close()
@@ -204,6 +211,11 @@ class Watch:
         """The answer has been taken (or its call ended otherwise): the watch stops."""
         self.handle.cancel()
         self.close()
+        watches = self.watch.watches.get(self.peer)
+        if watches is not None:
+            watches.discard(self)
+            if not watches:
+                del self.watch.watches[self.peer]
 
 
 def disarm(watch: Watch | None) -> None:
