@@ -117,6 +117,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         except Exception as error:
             LOG.error("gRPC cannot start: %s", error)
             raise
+    # Whether this process is one of several workers: shared memory is refused then.
+    app.state.regions.siblings.claim()
     app.state.ready = True
     # Everything made at start-up (some 150,000 objects: modules, schemas, the compiled
     # kernels' wrappers) lives as long as the process: moved out of the collector's reach, a

@@ -412,11 +412,13 @@ class CallNotes:
     estimate (refused or cancelled calls included), the bytes its message took, and its
     answer's way out when it is watched (``SendWatch``)."""
 
-    __slots__ = ("cut_after", "received", "reservation")
+    __slots__ = ("cut_after", "key", "received", "reservation")
 
     def __init__(self) -> None:
         self.reservation: Reservation | None = None
         self.received = 0
+        #: The label of the API key the call was admitted with (whose regions it sees).
+        self.key: str | None = None
         #: Seconds after which the answer's connection was shut, not taken in time.
         self.cut_after: float | None = None
 
@@ -716,7 +718,7 @@ class InferenceService:
             notes.reservation = reservation
             return await receiver.message(context, reservation, notes)
 
-        exchange = GrpcExchange(new_request(self.regions))
+        exchange = GrpcExchange(new_request(self.regions, notes.key))
         answer, reservation = await self.pipeline.run(read, exchange)
         if reservation.held:
             _release_when_done(context, reservation)
@@ -784,7 +786,7 @@ class InferenceService:
         call = Observation(given, "UNKNOWN")
         notes = CallNotes()
         # Tensors in shared memory as ``ModelInfer`` takes them.
-        exchange = GrpcExchange(new_request(self.regions), stream=True)
+        exchange = GrpcExchange(new_request(self.regions, key), stream=True)
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False
@@ -1228,7 +1230,7 @@ def observed(
             try:
                 if keys is not None:
                     value, count = metadata_value(metadata, AUTHORIZATION_KEY)
-                    seen.key = keys.admit_value(value, count)
+                    seen.key = notes.key = keys.admit_value(value, count)
                 response = await call(context, notes)
             except ServiceError as caught:
                 release_frames(caught)
