@@ -402,11 +402,6 @@ def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reserv
     context.add_done_callback(lambda _: held.release_now())  # type: ignore[arg-type]  # the stubs want a class
 
 
-#: Answers up to this size leave without a window update from the client (HTTP/2's initial
-#: window): only larger ones are watched on their way (``SendWatch``).
-UNWATCHED_ANSWER = 64 * 1024
-
-
 class CallNotes:
     """What a call leaves for its log line: its reservation, whose peak is its memory
     estimate (refused or cancelled calls included), the bytes its message took, and its
@@ -1106,10 +1101,7 @@ async def serve_stream(
 async def _write(service: InferenceService, context: Any, message: bytes) -> None:
     """A stream's answer written, taken at the minimum rate or the connection is shut
     (app/transports/grpc_send.py)."""
-    if len(message) <= UNWATCHED_ANSWER:
-        await context.write(message)
-        return
-    sending = service.send_watch.arm(context.peer(), len(message))
+    sending = service.send_watch.arm(context, len(message))
     try:
         await context.write(message)
     finally:
@@ -1272,15 +1264,10 @@ def observed(
 async def _send_answer(
     send: SendWatch, context: Any, message: bytes, notes: CallNotes, seen: Observation
 ) -> None:
-    """A call's one answer written, watched on its way out when it is larger than HTTP/2's
-    initial window. A write that fails (gRPC's ``ExecuteBatchError``: the call was ended under
-    it) ends the call as a cancellation: it is the client's doing or its connection's, not a
-    server error."""
-    watch = (
-        send.arm(context.peer(), len(message), notes.was_cut)
-        if len(message) > UNWATCHED_ANSWER
-        else None
-    )
+    """A call's one answer written, watched on its way out (``SendWatch``). A write that
+    fails (gRPC's ``ExecuteBatchError``: the call was ended under it) ends the call as a
+    cancellation: it is the client's doing or its connection's, not a server error."""
+    watch = send.arm(context, len(message), notes.was_cut)
     try:
         await context.write(message)
     except asyncio.CancelledError:

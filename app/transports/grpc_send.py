@@ -110,13 +110,17 @@ def bytes_acked(sock: socket.socket) -> int | None:
 
 
 class SendWatch:
-    """The minimum send rate of one gRPC server's answers: each answer larger than HTTP/2's
-    initial window is watched while gRPC sends it. After each ``TENSOR_OPS_RATE_WINDOW`` it has
-    not been taken in, the connection it travels on must have had ``TENSOR_OPS_MIN_TRANSFER_RATE``
-    x the window acknowledged by its client since the window before (the kernel's count, so
-    it holds for TLS too, and a client whose other calls on the connection take their answers
-    keeps it alive); else the connection is shut. A stopped reader is cut off within two
-    windows of its answer being handed over."""
+    """The minimum send rate of one gRPC server's answers: each answer is watched while gRPC
+    sends it. Once it has been on its way a whole ``TENSOR_OPS_RATE_WINDOW``, the connection it
+    travels on is found and must have had ``TENSOR_OPS_MIN_TRANSFER_RATE`` x the window
+    acknowledged by its client over each window since (the kernel's count, so it holds for TLS
+    too, and a client whose other calls on the connection take their answers keeps it alive);
+    else the connection is shut. A stopped reader is cut off within about two windows of its
+    answer being handed over.
+
+    Every answer is watched, small ones too (many calls' small answers left unread add up):
+    arming one is adding it to a set; one sweep a quarter window looks at those on their way
+    for a window or more, and runs only while there are any."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -124,70 +128,100 @@ class SendWatch:
         self.port = 0
         #: Connections shut for answers not taken at the minimum rate.
         self.cut = 0
-        #: The answers on their way, by peer: a connection shut ends them all.
-        self.watches: dict[str, set[Watch]] = {}
+        #: The answers on their way: a connection shut ends those on it.
+        self.watches: set[Watch] = set()
+        self._sweep_handle: asyncio.TimerHandle | None = None
 
     def arm(
-        self, peer: str, nbytes: int, cut: Callable[[float], None] | None = None
+        self, context: Any, nbytes: int, cut: Callable[[float], None] | None = None
     ) -> Watch | None:
-        """The watch of an answer of ``nbytes`` to ``peer`` handed to gRPC now; the caller
-        cancels it once the answer has been taken. ``cut`` is told the seconds since the
-        hand-over when the watch shuts the connection. None: the rule is off."""
+        """The watch of an answer of ``nbytes`` of the call ``context`` handed to gRPC now;
+        the caller cancels it once the answer has been taken. ``cut`` is told the seconds
+        since the hand-over when the watch shuts the connection. None: the rule is off."""
         settings = self.settings
         if settings.min_transfer_rate <= 0 or not self.port:
             return None
-        return Watch(self, peer, nbytes, cut)
+        loop = asyncio.get_running_loop()
+        watch = Watch(self, context, nbytes, cut, loop.time())
+        self.watches.add(watch)
+        if self._sweep_handle is None:
+            self._sweep_handle = loop.call_later(settings.rate_window / 4, self._sweep)
+        return watch
+
+    def _sweep(self) -> None:
+        self._sweep_handle = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        window = self.settings.rate_window
+        for watch in list(self.watches):
+            if watch in self.watches and now >= watch.due:
+                watch.check(now)
+        if self.watches:
+            self._sweep_handle = loop.call_later(window / 4, self._sweep)
 
 
 class Watch:
     """One answer on its way out (``SendWatch``)."""
 
-    __slots__ = ("acked", "cut", "handle", "nbytes", "peer", "sock", "started", "watch")
+    __slots__ = ("_peer", "acked", "context", "cut", "due", "nbytes", "sock", "started", "watch")
 
     def __init__(
-        self, watch: SendWatch, peer: str, nbytes: int, cut: Callable[[float], None] | None
+        self,
+        watch: SendWatch,
+        context: Any,
+        nbytes: int,
+        cut: Callable[[float], None] | None,
+        now: float,
     ) -> None:
         self.watch = watch
-        self.peer = peer
+        self.context = context
+        self._peer: str | None = None
         self.nbytes = nbytes
         self.cut = cut
         self.sock: socket.socket | None = None
         self.acked: int | None = None
-        watch.watches.setdefault(peer, set()).add(self)
-        loop = asyncio.get_running_loop()
-        self.started = loop.time()
-        self.handle = loop.call_later(watch.settings.rate_window, self._check)
+        self.started = now
+        #: When it is next looked at: a window after the hand-over, then each window.
+        self.due = now + watch.settings.rate_window
 
-    def _check(self) -> None:
+    @property
+    def peer(self) -> str:
+        """The call's peer (``ipv4:1.2.3.4:5``), asked of gRPC once it is needed."""
+        if self._peer is None:
+            try:
+                self._peer = str(self.context.peer())
+            except Exception:  # a call gRPC has already let go of
+                self._peer = ""
+        return self._peer
+
+    def check(self, now: float) -> None:
         settings = self.watch.settings
+        self.due = now + settings.rate_window
         if self.sock is None:
             # Found once the answer has been on its way a whole window (most never are).
             self.sock = find_connection(self.peer, self.watch.port)
             if self.sock is None:
-                return  # the connection is gone, and its calls with it
+                self.cancel()  # the connection is gone, and its calls with it
+                return
         acked = bytes_acked(self.sock)
         if acked is None:
-            self.close()
+            self.cancel()
             return
         quota = settings.min_transfer_rate * settings.rate_window
         if self.acked is not None and acked - self.acked < quota:
-            self._shut(acked - self.acked)
+            self._shut(now, acked - self.acked)
             return
         self.acked = acked
-        self.handle = asyncio.get_running_loop().call_later(settings.rate_window, self._check)
 
-    def _shut(self, taken: int) -> None:
+    def _shut(self, now: float, taken: int) -> None:
         assert self.sock is not None
-        now = asyncio.get_running_loop().time()
-        seconds = now - self.started
         # Every answer on the connection ends with it, none of them taken: each call's log
         # line says so.
-        for other in list(self.watch.watches.get(self.peer, ())):
-            if other.cut is not None:
+        for other in list(self.watch.watches):
+            if other.cut is not None and other.peer == self.peer:
                 other.cut(now - other.started)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        self.close()
         self.watch.cut += 1
         settings = self.watch.settings
         LOG.warning(
@@ -198,24 +232,18 @@ class Watch:
                 "taken_bytes": taken,
                 "window_seconds": settings.rate_window,
                 "min_transfer_rate": settings.min_transfer_rate,
-                "seconds": round(seconds, 3),
+                "seconds": round(now - self.started, 3),
             },
         )
-
-    def close(self) -> None:
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
+        self.cancel()
 
     def cancel(self) -> None:
         """The answer has been taken (or its call ended otherwise): the watch stops."""
-        self.handle.cancel()
-        self.close()
-        watches = self.watch.watches.get(self.peer)
-        if watches is not None:
-            watches.discard(self)
-            if not watches:
-                del self.watch.watches[self.peer]
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.watch.watches.discard(self)
+        self.context = None
 
 
 def disarm(watch: Watch | None) -> None:

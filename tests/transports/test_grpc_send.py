@@ -41,10 +41,11 @@ RESERVED = re.compile(r"^tensor_ops_memory_reserved_bytes (\S+)$", re.MULTILINE)
 WINDOW = 1.0
 
 
-def gather_message(answer_mib: int, request_id: str) -> bytes:
-    """A ``gather`` of a few hundred KiB whose answer is ``answer_mib`` MiB of FP32."""
+def gather_message(answer_mib: int, request_id: str, rows: int | None = None) -> bytes:
+    """A ``gather`` of a few hundred KiB whose answer is ``answer_mib`` MiB of FP32 (or
+    ``rows`` rows of 4 KiB)."""
     data = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)  # 256 KiB, 4 KiB rows
-    indices = np.zeros(answer_mib * 256, np.int32)
+    indices = np.zeros(answer_mib * 256 if rows is None else rows, np.int32)
     request = pb.ModelInferRequest(model_name="gather", id=request_id)
     for name, array, datatype in (
         ("data", data, "FP32"),
@@ -329,11 +330,12 @@ def test_a_stream_s_unread_answers_are_bounded_by_bytes(worker: Worker) -> None:
         client.pump(0.5)
         held = worker.reserved()
         assert held <= 512 * MiB, held / MiB
+        other.takes = True
         stream = other.start("ModelInfer", [gather_message(16, "meanwhile")])
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 20
         while stream not in other.statuses and time.monotonic() < deadline:
             other.pump(0.05, take=True)
-        assert other.statuses.get(stream) == "0"
+        assert other.statuses.get(stream) == "0", (other.statuses, other.closed)
     finally:
         client.close()
         other.close()
@@ -372,3 +374,29 @@ def test_a_cancel_while_the_answer_is_written_is_logged_once_as_cancelled(
         assert mine[0]["status"] == "CANCELLED", mine
     assert not [line for line in lines if line["level"] in ("error", "critical")]
     assert not [line for line in lines if "exception" in line]
+
+
+def test_many_small_answers_left_unread_are_cut_off_too(worker: Worker) -> None:
+    """Up to a hundred calls on one connection, each answered 16 KiB (under HTTP/2's 64 KiB
+    window each, not all together) and none read: the connection is shut within two windows as
+    for one large answer, and each call's line says so."""
+    client = Client(worker.port)
+    try:
+        for index in range(100):
+            client.start("ModelInfer", [gather_message(0, "", rows=4)], request_id=f"small-{index}")
+        started = time.monotonic()
+        while not client.closed and time.monotonic() - started < 6 * WINDOW + 5:
+            client.pump(0.1)
+        assert client.closed
+    finally:
+        client.close()
+    time.sleep(0.5)
+    statuses = [
+        line["status"]
+        for line in worker.lines()
+        if str(line.get("request_id", "")).startswith("small-")
+    ]
+    # The calls that reached the worker before the cut (their uploads take time): the first
+    # few fit the connection's window and were taken; the others were cut off.
+    assert len(statuses) >= 20, statuses
+    assert statuses.count("DEADLINE_EXCEEDED") >= len(statuses) - 5, statuses
