@@ -9,7 +9,9 @@ is what an attacker's client does and gRPC's own cannot be made to do."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import os
 import random
 import re
@@ -400,3 +402,54 @@ def test_many_small_answers_left_unread_are_cut_off_too(worker: Worker) -> None:
     # few fit the connection's window and were taken; the others were cut off.
     assert len(statuses) >= 20, statuses
     assert statuses.count("DEADLINE_EXCEEDED") >= len(statuses) - 5, statuses
+
+
+def _npz_gather(mib: int) -> bytes:
+    """An ``.npz`` gather of 320 KiB whose answer is ``mib`` MiB."""
+    buffer = io.BytesIO()
+    np.savez(
+        buffer,
+        data=np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024),
+        indices=np.zeros(mib * 256, np.int32),
+        axis=np.int64(0),
+    )
+    return buffer.getvalue()
+
+
+def _http_request(url: str, body: bytes) -> bytes:
+    host = url.removeprefix("http://")
+    return (
+        f"POST /gather HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-npz\r\n"
+        f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+@pytest.mark.parametrize("pipelined", [1, 3], ids=["one", "pipelined-3"])
+def test_an_http_reader_of_a_few_bytes_a_second_is_cut_off(worker: Worker, pipelined: int) -> None:
+    """HTTP's side of the same rule: a client that reads 64 MiB answers ten bytes a second
+    (one request, or three pipelined whose answers it never gets to) is cut off within two
+    windows and the budget comes back."""
+    host, port = worker.url.removeprefix("http://").split(":")
+    body = _npz_gather(64)
+    connection = socket.socket()
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    connection.connect((host, int(port)))
+    try:
+        connection.sendall(_http_request(worker.url, body) * pipelined)
+        connection.settimeout(0.1)
+        # Bytes read ten a second: the answer's memory is held while it is sent, until the
+        # rule cuts the connection (what the kernel had buffered is still there to read).
+        started, held, back = time.monotonic(), 0.0, False
+        while time.monotonic() - started < 6 * WINDOW + 5:
+            with contextlib.suppress(OSError):
+                connection.recv(1)
+            reserved = worker.reserved()
+            held = max(held, reserved)
+            if held and not reserved:
+                back = True
+                break
+            time.sleep(0.1)
+        assert held > 0 and back, held
+    finally:
+        connection.close()
+    assert worker.reserved_after(lambda value: value == 0) == 0
