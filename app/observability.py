@@ -217,6 +217,32 @@ def _take_over_uvicorn(handler: logging.Handler) -> None:
     errors.propagate = True
     if not any(isinstance(item, _ReportedStartupFailure) for item in errors.filters):
         errors.addFilter(_ReportedStartupFailure())
+    if not any(isinstance(item, _AnswerCutOff) for item in errors.filters):
+        errors.addFilter(_AnswerCutOff())
+
+
+#: uvicorn's words for an answer the app left incomplete.
+_INCOMPLETE = "ASGI callable returned without completing response."
+#: Answers the service has cut off (a client below the minimum rate), whose incompleteness
+#: uvicorn is about to report: one record each is dropped.
+_cut_answers = [0]
+
+
+def answer_cut_off() -> None:
+    """The service has left an answer incomplete on purpose (its client stopped reading, and
+    was told in the service's own warning): uvicorn's error record of it is no server error."""
+    _cut_answers[0] += 1
+
+
+class _AnswerCutOff(logging.Filter):
+    """Drops uvicorn's "returned without completing response" record of an answer the
+    service cut off itself (``answer_cut_off``): a client's doing, logged once as a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _cut_answers[0] and record.msg == _INCOMPLETE:
+            _cut_answers[0] -= 1
+            return False
+        return True
 
 
 #: Errors the service reports itself, in one line, before they reach uvicorn's lifespan.

@@ -428,7 +428,8 @@ def _http_request(url: str, body: bytes) -> bytes:
 def test_an_http_reader_of_a_few_bytes_a_second_is_cut_off(worker: Worker, pipelined: int) -> None:
     """HTTP's side of the same rule: a client that reads 64 MiB answers ten bytes a second
     (one request, or three pipelined whose answers it never gets to) is cut off within two
-    windows and the budget comes back."""
+    windows and the budget comes back; the cut is logged as the service's warning, without
+    uvicorn's error "ASGI callable returned without completing response"."""
     host, port = worker.url.removeprefix("http://").split(":")
     body = _npz_gather(64)
     connection = socket.socket()
@@ -453,3 +454,56 @@ def test_an_http_reader_of_a_few_bytes_a_second_is_cut_off(worker: Worker, pipel
     finally:
         connection.close()
     assert worker.reserved_after(lambda value: value == 0) == 0
+    # The cut is the service's warning, not uvicorn's error about an incomplete answer.
+    time.sleep(0.2)
+    assert not [line for line in worker.lines() if line["level"] in ("error", "critical")]
+
+
+def test_rst_stream_and_ping_floods_cost_nothing_lasting(worker: Worker) -> None:
+    """HTTP/2 tricks on the gRPC port: two thousand calls opened and reset at once (with and
+    without their message), then a flood of pings (gRPC's core ends that connection, GOAWAY):
+    the worker answers a call after both, the
+    budget is back to 0, the worker within 64 MiB of before, and no error is logged."""
+    assert worker.reserved_after(lambda value: value == 0) == 0
+    before = worker.settled()
+    message = framed(gather_message(1, ""))
+    client = Client(worker.port)
+    try:
+        for index in range(2000):
+            stream = client.start("ModelInfer", [], end=False)
+            if index % 2:
+                with contextlib.suppress(h2.exceptions.ProtocolError):
+                    client.h2.send_data(stream, message[:16384])
+            client.cancel(stream)
+            if index % 100 == 0:
+                client.pump(0.01, take=True)
+    finally:
+        client.close()
+    pinger = Client(worker.port)
+    try:
+        pings = 0
+        for index in range(2000):
+            try:
+                pinger.h2.ping(index.to_bytes(8, "big"))
+            except h2.exceptions.ProtocolError:
+                break  # gRPC's core ends a connection that pings too often (GOAWAY)
+            pinger._flush()
+            pings += 1
+            if index % 100 == 0:
+                pinger.pump(0.01, take=True)
+        pinger.pump(0.5)
+        assert pinger.closed or pinger.h2.state_machine.state.name == "CLOSED", pings
+    finally:
+        pinger.close()
+    after = Client(worker.port, takes=True)
+    try:
+        stream = after.start("ModelInfer", [gather_message(1, "")])
+        deadline = time.monotonic() + 10
+        while stream not in after.statuses and not after.closed and time.monotonic() < deadline:
+            after.pump(0.05, take=True)
+        assert after.statuses.get(stream) == "0"
+    finally:
+        after.close()
+    assert worker.reserved_after(lambda value: value == 0) == 0
+    assert worker.settled() - before < 64 * MiB, (worker.settled() - before) / MiB
+    assert not [line for line in worker.lines() if line["level"] in ("error", "critical")]
