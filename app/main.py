@@ -108,6 +108,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     pipeline: Pipeline = app.state.pipeline
     grpc_server = None
     access: AccessControl | None = app.state.access
+    # Whether this process is one of several workers (shared memory is refused then): before
+    # gRPC binds its own socket, so that only a socket a supervisor handed over is claimed.
+    app.state.regions.siblings.claim()
     if settings.grpc_port:
         grpc_server = GrpcServer(
             settings, pipeline, lambda: bool(app.state.ready), access, app.state.regions
@@ -117,8 +120,6 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         except Exception as error:
             LOG.error("gRPC cannot start: %s", error)
             raise
-    # Whether this process is one of several workers: shared memory is refused then.
-    app.state.regions.siblings.claim()
     app.state.ready = True
     # Everything made at start-up (some 150,000 objects: modules, schemas, the compiled
     # kernels' wrappers) lives as long as the process: moved out of the collector's reach, a
