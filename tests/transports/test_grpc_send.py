@@ -507,3 +507,47 @@ def test_rst_stream_and_ping_floods_cost_nothing_lasting(worker: Worker) -> None
     assert worker.reserved_after(lambda value: value == 0) == 0
     assert worker.settled() - before < 64 * MiB, (worker.settled() - before) / MiB
     assert not [line for line in worker.lines() if line["level"] in ("error", "critical")]
+
+
+def test_a_call_cancelled_while_it_waits_for_memory_gives_back_its_place(worker: Worker) -> None:
+    """The budget held by eight unread 64 MiB answers; four more calls wait for memory and
+    are cancelled (two of them twice) while they wait: once the unread ones are cut off, the
+    budget is back to 0, and a call after that is served."""
+    assert worker.reserved_after(lambda value: value == 0) == 0
+    hoarder, waiter = Client(worker.port), Client(worker.port, takes=True)
+    try:
+        for index in range(8):
+            hoarder.start("ModelInfer", [gather_message(64, "")], request_id=f"hoard-{index}")
+        hoarder.pump(0.2)
+        waiting = [
+            waiter.start("ModelInfer", [gather_message(64, "")], request_id=f"waits-{index}")
+            for index in range(4)
+        ]
+        waiter.pump(0.3, take=True)
+        for index, stream in enumerate(waiting):
+            waiter.cancel(stream)
+            if index % 2:
+                waiter.cancel(stream)
+        started = time.monotonic()
+        while not hoarder.closed and time.monotonic() - started < 6 * WINDOW + 5:
+            hoarder.pump(0.1)
+        assert hoarder.closed
+    finally:
+        hoarder.close()
+        waiter.close()
+    assert worker.reserved_after(lambda value: value == 0) == 0
+    after = Client(worker.port, takes=True)
+    try:
+        stream = after.start("ModelInfer", [gather_message(1, "")])
+        deadline = time.monotonic() + 10
+        while stream not in after.statuses and not after.closed and time.monotonic() < deadline:
+            after.pump(0.05, take=True)
+        assert after.statuses.get(stream) == "0"
+    finally:
+        after.close()
+    statuses = [
+        line["status"]
+        for line in worker.lines()
+        if str(line.get("request_id", "")).startswith("waits-")
+    ]
+    assert statuses and set(statuses) <= {"CANCELLED", "OK"}, statuses
