@@ -247,11 +247,6 @@ class Watch:
 
 
 def disarm(watch: Watch | None) -> None:
+    """Stop ``watch`` (None: nothing was watched)."""
     if watch is not None:
         watch.cancel()
-
-
-def disarm_when_done(context: Any, watch: Watch | None) -> None:
-    """``watch`` stopped when the call ends (its answer sent, or the call ended otherwise)."""
-    if watch is not None:
-        context.add_done_callback(lambda _: watch.cancel())
