@@ -113,9 +113,9 @@ class SendWatch:
     """The minimum send rate of one gRPC server's answers: each answer is watched while gRPC
     sends it. Once it has been on its way a whole ``TENSOR_OPS_RATE_WINDOW``, the connection it
     travels on is found and must have had ``TENSOR_OPS_MIN_TRANSFER_RATE`` x the window
-    acknowledged by its client over each window since (the kernel's count, so it holds for TLS
-    too, and a client whose other calls on the connection take their answers keeps it alive);
-    else the connection is shut. A stopped reader is cut off within about two windows of its
+    acknowledged by its client over each window since, for each of its answers on their way
+    that long (the kernel's count, so it holds for TLS too); else the connection is shut. A
+    stopped reader is cut off within about two windows of its
     answer being handed over.
 
     Every answer is watched, small ones too (many calls' small answers left unread add up):
@@ -207,7 +207,14 @@ class Watch:
         if acked is None:
             self.cancel()
             return
-        quota = settings.min_transfer_rate * settings.rate_window
+        # Each answer on the connection that has been on its way a window or more must move
+        # at the rate: a client that takes one answer slowly cannot hold the others with it
+        # (HTTP/2 lets it keep their windows shut while it reads one).
+        since = now - settings.rate_window
+        pending = sum(
+            1 for other in self.watch.watches if other.started <= since and other.peer == self.peer
+        )
+        quota = settings.min_transfer_rate * settings.rate_window * max(1, pending)
         if self.acked is not None and acked - self.acked < quota:
             self._shut(now, acked - self.acked)
             return

@@ -115,7 +115,7 @@ class Client:
                     self.h2.local_flow_control_window(stream), self.h2.max_outbound_frame_size
                 )
                 if window <= 0:
-                    self.pump(0.05, take=self.takes)
+                    self.pump(0.005, take=self.takes)
                     continue
                 try:
                     self.h2.send_data(stream, data[sent : sent + window])
