@@ -85,6 +85,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     pipeline: Pipeline = app.state.pipeline
     grpc_server = None
     access: AccessControl | None = app.state.access
+    # Whether this process is one of several workers (shared memory is refused then): before
+    # gRPC binds its own socket, so that only a socket a supervisor handed over is claimed.
+    app.state.regions.siblings.claim()
     if settings.grpc_port:
         grpc_server = GrpcServer(
             settings, pipeline, lambda: bool(app.state.ready), access, app.state.regions

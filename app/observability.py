@@ -3,14 +3,16 @@ on, the line and its span tied together (the span's ids in the line, the request
 """
 
 import contextlib
+import faulthandler
 import functools
 import logging
 import os
 import random
 import re
+import subprocess
 import sys
-import threading
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import orjson
@@ -71,14 +73,17 @@ SERVICE_LOG = logging.getLogger("tensor_ops")
 #: A record of another library (OpenTelemetry, gRPC, asyncio) is cut to this many characters:
 #: its message may quote what a client sent (a ``baggage`` header, a metadata value).
 LIBRARY_MESSAGE_CHARS = 512
-#: At most this many lines a minute from each other library's logger (and from raw standard
-#: error); past it, one line says how many were left out: their noise does not grow with what
-#: strangers send.
+#: At most this many lines a minute from each other library's logger (raw standard error's
+#: lines are limited the same way by their own process, app/stderr_relay.py); past it, lines
+#: are counted and left out: their noise does not grow with what strangers send.
 LIBRARY_LINES_PER_MINUTE = 20
 
 
 class LibraryNoise(logging.Filter):
-    """Other libraries' records: cut, and limited per logger per minute."""
+    """Other libraries' records: cut, and limited per logger per minute. A record that may be a
+    process's last words (critical, or an error with its traceback) is never left out; the
+    count of those left out is told as they are (with the 1st, 2nd, 4th, 8th... of a minute:
+    a line in its place) and again with the next minute's first line."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,9 +96,23 @@ class LibraryNoise(logging.Filter):
             if dropped:
                 record.dropped_before = dropped  # told with the first line of the next minute
             seen, lines, dropped = minute, 0, 0
-        if lines >= LIBRARY_LINES_PER_MINUTE:
-            self._budget[record.name] = (seen, lines, dropped + 1)
-            return False
+        last_words = record.levelno >= logging.CRITICAL or (
+            record.levelno >= logging.ERROR and record.exc_info is not None
+        )
+        if lines >= LIBRARY_LINES_PER_MINUTE and not last_words:
+            dropped += 1
+            self._budget[record.name] = (seen, lines, dropped)
+            if dropped & (dropped - 1):
+                return False
+            # Told as it happens: this record's place holds the count.
+            record.msg = (
+                f"{dropped} lines of this logger left out this minute so far (more than "
+                f"{LIBRARY_LINES_PER_MINUTE} a minute)"
+            )
+            record.args = None
+            record.exc_info = None
+            record.left_out = dropped
+            return True
         if len(self._budget) > 1024:  # a bounded table, whatever names loggers are given
             self._budget.clear()
         self._budget[record.name] = (seen, lines + 1, dropped)
@@ -102,6 +121,29 @@ class LibraryNoise(logging.Filter):
         if record.exc_info and record.levelno < logging.ERROR:
             record.exc_info = None  # a library's warning with a traceback: the line alone
         return True
+
+
+#: gRPC's own record of a call its peer ended while the servicer sent (a client's cancel, a
+#: connection dropped or shut for a stopped reader, a deadline): the call's access line says
+#: how it ended (CANCELLED, ...); this is no server error, and carries a traceback.
+_CALL_ENDED_BY_PEER = (
+    "ExecuteBatchError raised in core by servicer method",
+    "Unexpected [ExecuteBatchError] raised by servicer method",
+)
+
+
+class CallEndedByPeer(logging.Filter):
+    """Drops gRPC's error record of a send that failed because the call had already ended
+    (``_CALL_ENDED_BY_PEER``): a client's cancel is logged once, as its access line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("grpc"):
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a library's record whose arguments do not fit its message
+            return True
+        return not message.startswith(_CALL_ENDED_BY_PEER)
 
 
 def cut(text: str, most: int) -> str:
@@ -137,7 +179,7 @@ def configure_logging(level: str, form: str, capture_stderr: bool = False) -> No
     read back and logged as lines of the ``stderr`` logger: every line the process writes is
     one line of the chosen format."""
     form = log_format(form)  # before standard error is captured: the real one decides
-    stream = _captured_stderr() if capture_stderr else sys.stderr
+    stream = _captured_stderr(form) if capture_stderr else sys.stderr
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if form == "json" else TextFormatter())
     SERVICE_LOG.handlers[:] = [handler]
@@ -145,6 +187,7 @@ def configure_logging(level: str, form: str, capture_stderr: bool = False) -> No
     SERVICE_LOG.propagate = False
     libraries = logging.StreamHandler(stream)
     libraries.setFormatter(handler.formatter)
+    libraries.addFilter(CallEndedByPeer())  # first: it spends none of the quota
     libraries.addFilter(LibraryNoise())
     root = logging.getLogger()
     root.handlers[:] = [libraries]
@@ -174,6 +217,32 @@ def _take_over_uvicorn(handler: logging.Handler) -> None:
     errors.propagate = True
     if not any(isinstance(item, _ReportedStartupFailure) for item in errors.filters):
         errors.addFilter(_ReportedStartupFailure())
+    if not any(isinstance(item, _AnswerCutOff) for item in errors.filters):
+        errors.addFilter(_AnswerCutOff())
+
+
+#: uvicorn's words for an answer the app left incomplete.
+_INCOMPLETE = "ASGI callable returned without completing response."
+#: Answers the service has cut off (a client below the minimum rate), whose incompleteness
+#: uvicorn is about to report: one record each is dropped.
+_cut_answers = [0]
+
+
+def answer_cut_off() -> None:
+    """The service has left an answer incomplete on purpose (its client stopped reading, and
+    was told in the service's own warning): uvicorn's error record of it is no server error."""
+    _cut_answers[0] += 1
+
+
+class _AnswerCutOff(logging.Filter):
+    """Drops uvicorn's "returned without completing response" record of an answer the
+    service cut off itself (``answer_cut_off``): a client's doing, logged once as a warning."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _cut_answers[0] and record.msg == _INCOMPLETE:
+            _cut_answers[0] -= 1
+            return False
+        return True
 
 
 #: Errors the service reports itself, in one line, before they reach uvicorn's lifespan.
@@ -276,45 +345,37 @@ def launched_as_service() -> bool:
 _REAL_STDERR: Any = None
 
 
-def _captured_stderr() -> Any:
+def _captured_stderr(form: str) -> Any:
     """A stream on the process's real standard error; fd 2 itself becomes a pipe whose lines
-    a thread logs through the ``stderr`` logger (cut, limited). Once per process."""
-    global _REAL_STDERR  # noqa: PLW0603
+    a process of its own writes as log lines of ``form`` (``app/stderr_relay.py``: it outlives
+    the worker, so that a dying worker's last words are written whole; gRPC core's lines
+    limited, the process's own never). faulthandler is on: a fatal signal's traceback is among
+    those last words. Once per process."""
+    global _REAL_STDERR, _RELAY  # noqa: PLW0603
     if _REAL_STDERR is not None:
         return _REAL_STDERR
     real = os.dup(2)
     stream = os.fdopen(real, "w", buffering=1, encoding="utf-8", errors="replace")
     read_end, write_end = os.pipe()
+    # Its standard error is the real one: it holds no write end of the pipe, and reads it to
+    # the end once every writer (this process, and what it starts) is gone.
+    _RELAY = subprocess.Popen(  # this interpreter and a file of the service
+        [sys.executable, str(Path(__file__).with_name("stderr_relay.py")), form],
+        stdin=read_end,
+        stdout=real,
+        stderr=real,
+        close_fds=True,
+    )
+    os.close(read_end)
     os.dup2(write_end, 2)
     os.close(write_end)
     _REAL_STDERR = stream
-    thread = threading.Thread(
-        target=_log_raw_lines, args=(read_end,), name="stderr-lines", daemon=True
-    )
-    thread.start()
+    faulthandler.enable(file=sys.stderr, all_threads=True)
     return stream
 
 
-_RAW_LOG = logging.getLogger("stderr")
-
-
-def _log_raw_lines(descriptor: int) -> None:
-    with os.fdopen(descriptor, "rb", buffering=0) as pipe:
-        pending = b""
-        while True:
-            chunk = pipe.read(65536)
-            if not chunk:
-                return
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            # A line that never ends is cut, not kept whole.
-            if len(pending) > 65536:
-                lines.append(pending)
-                pending = b""
-            for raw in lines:
-                text = raw.decode("utf-8", "replace").rstrip("\r")
-                if text.strip():
-                    _RAW_LOG.warning(text)
+#: The process that writes fd 2's lines (kept: it ends by itself, after this process).
+_RELAY: subprocess.Popen[bytes] | None = None
 
 
 def _point_handlers_at(stream: Any) -> None:

@@ -122,6 +122,15 @@ class Settings(BaseSettings):
         "TENSOR_OPS_WORKERS=1 (a region is registered with one worker process)",
     )
 
+    shared_memory_prefix: str = Field(
+        "",
+        max_length=255,
+        description="the shared memory objects a region may map: only those whose name (as "
+        "shm_open takes it, without the leading '/') starts with this; empty, any object the "
+        "service's user can open (tritonclient's examples use names such as '/input_data', "
+        "the project's client 'psm_...': set 'psm_' to allow only the latter)",
+    )
+
     api_keys_file: Path | None = Field(
         None,
         description="file of API keys, one '<sha256 hex of the key> [label]' a line ('#' starts "

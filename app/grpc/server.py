@@ -170,6 +170,7 @@ class GrpcServer:
                 raise GrpcPortError(reason) from None
         await server.start()
         self.server = server
+        self.service.send_watch.port = self.port
         for name in ("", SERVICE_NAME):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         LOG.info(

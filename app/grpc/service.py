@@ -37,6 +37,7 @@ from app.codecs.grpc_tensors import (
 )
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer, wire_dtype
 from app.errors import Fault, ServiceError, fault_headers, from_wire, internal_error, release_frames
+from app.grpc.send import SendWatch, disarm
 from app.observability import Observation
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.deadlines import Deadline
@@ -439,30 +440,29 @@ def _answer_head(op: str, datatype: str, shape: tuple[int, ...], request_id: str
 _raw_answer_head = functools.lru_cache(maxsize=512)(_answer_head)
 
 
-#: Releases of reservations scheduled when a call ends, kept until they have run.
-_RELEASES: set[asyncio.Task[None]] = set()
-
-
 def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reservation) -> None:
     # The answer's bytes stay with gRPC until the call ends (sent, cancelled or timed out):
     # the reservation is held until then, as HTTP holds it until its answer is sent.
-    def release(_: Any) -> None:
-        task = asyncio.get_running_loop().create_task(held.release())
-        _RELEASES.add(task)
-        task.add_done_callback(_RELEASES.discard)
-
-    context.add_done_callback(release)  # type: ignore[arg-type]  # the stubs want a class
+    context.add_done_callback(lambda _: held.release_now())  # type: ignore[arg-type]  # the stubs want a class
 
 
 class CallNotes:
     """What a call leaves for its log line: its reservation, whose peak is its memory
-    estimate (refused or cancelled calls included), and the bytes its message took."""
+    estimate (refused or cancelled calls included), the bytes its message took, and its
+    answer's way out when it is watched (``SendWatch``)."""
 
-    __slots__ = ("received", "reservation")
+    __slots__ = ("cut_after", "key", "received", "reservation")
 
     def __init__(self) -> None:
         self.reservation: Reservation | None = None
         self.received = 0
+        #: The label of the API key the call was admitted with (whose regions it sees).
+        self.key: str | None = None
+        #: Seconds after which the answer's connection was shut, not taken in time.
+        self.cut_after: float | None = None
+
+    def was_cut(self, seconds: float) -> None:
+        self.cut_after = seconds
 
     @property
     def reserved(self) -> int:
@@ -700,6 +700,8 @@ class InferenceService:
         self.calls_in_flight = 0
         #: When the last of them ended (``time.monotonic()``; never: minus infinity).
         self.last_ended = -math.inf
+        #: The minimum send rate of answers (its port set by the server once bound).
+        self.send_watch = SendWatch(pipeline.settings)
 
     async def parsed(self, request_type: Any, context: Any, notes: CallNotes) -> Any:
         """A small call's message (``Receiver.small``), parsed."""
@@ -755,7 +757,7 @@ class InferenceService:
             notes.reservation = reservation
             return await receiver.message(context, reservation, notes)
 
-        exchange = GrpcExchange(new_request(self.regions))
+        exchange = GrpcExchange(new_request(self.regions, notes.key))
         answer, reservation = await self.pipeline.run(read, exchange)
         if reservation.held:
             _release_when_done(context, reservation)
@@ -823,7 +825,7 @@ class InferenceService:
         call = Observation(given, "UNKNOWN")
         notes = CallNotes()
         # Tensors in shared memory as ``ModelInfer`` takes them.
-        exchange = GrpcExchange(new_request(self.regions), stream=True)
+        exchange = GrpcExchange(new_request(self.regions, key), stream=True)
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False
@@ -855,7 +857,7 @@ class InferenceService:
             else:
                 status, sent = "OK", len(message)
                 held, reservation = reservation, None  # the writer gives it back once written
-                return StreamOutcome(message, held, call.request_id)
+                return StreamOutcome(message, held, call.request_id, order=order)
             status = CODES[error.kind].name
             # Nothing came (``counted`` is set once a message is in hand: an empty one has no
             # bytes but came, and is answered as any other).
@@ -868,6 +870,8 @@ class InferenceService:
             status = "CANCELLED"
             raise
         finally:
+            if notes.reserved >= TRIM_FROM_BYTES:
+                order.large = True
             if reservation is not None:
                 await reservation.release()
             if counted:
@@ -972,12 +976,16 @@ class StreamOrder:
     """How many of a stream's messages have been answered and given back what they held (in
     order, by its writer), for a read that must wait for those before it."""
 
-    __slots__ = ("_waiter", "posted", "written")
+    __slots__ = ("_waiter", "large", "posted", "unwritten", "written")
 
     def __init__(self) -> None:
         #: Messages whose reads have been posted (the next one's index).
         self.posted = 0
         self.written = 0
+        #: The bytes held by answers made and not yet written (taken by the client).
+        self.unwritten = 0
+        #: A message of the stream held ``TRIM_FROM_BYTES`` or more (its end trims the heap).
+        self.large = False
         #: The one read waiting (a stream reads one message at a time).
         self._waiter: asyncio.Future[None] | None = None
 
@@ -1001,7 +1009,7 @@ class StreamOutcome:
     """A stream message's answer, in the order it must be written: its bytes and the
     reservation that holds them until then, or the refusal that ends the stream."""
 
-    __slots__ = ("end", "message", "request_id", "reservation")
+    __slots__ = ("end", "message", "order", "request_id", "reservation")
 
     def __init__(
         self,
@@ -1009,21 +1017,48 @@ class StreamOutcome:
         reservation: Reservation | None,
         request_id: str,
         end: ServiceError | None = None,
+        order: StreamOrder | None = None,
     ) -> None:
         self.message = message
         self.reservation = reservation
         self.request_id = request_id
         self.end = end
+        #: The stream's count of unwritten bytes, which this answer's are part of until given
+        #: back.
+        self.order = order
+        if order is not None and reservation is not None:
+            order.unwritten += reservation.held
 
     async def release(self) -> None:
+        self.release_now()
+
+    def release_now(self) -> None:
+        # The answer's bytes let go too: a task or a traceback that outlives the stream (the
+        # error that ended it holds its frames) must not keep them.
+        self.message = b""
         held, self.reservation = self.reservation, None
         if held is not None:
-            await held.release()
+            if self.order is not None:
+                self.order.unwritten -= held.held
+            held.release_now()
+
+
+def _release_outcome(task: asyncio.Task[StreamOutcome | None]) -> None:
+    """What a stream message's task made and nobody will write, given back (once it is done:
+    a done callback, so that it runs however the stream ended)."""
+    if not task.cancelled() and task.exception() is None:
+        outcome = task.result()
+        if outcome is not None:
+            outcome.release_now()
 
 
 #: The messages of one stream served at once: each is read while those before it run and
 #: their answers are written, in order.
 STREAM_WINDOW = 32
+#: The answers of one stream made and not yet taken by its client hold at most this share of
+#: the budget (with the messages already in hand): past it, no next message is read until the
+#: client takes some.
+STREAM_UNWRITTEN_SHARE = 4
 
 
 async def serve_stream(
@@ -1044,6 +1079,10 @@ async def serve_stream(
     posted: collections.deque[asyncio.Task[StreamOutcome | None]] = collections.deque()
     #: A message arrived with the window full: the next read waits for room.
     stalled = False
+    unwritten_limit = service.pipeline.budget.capacity // STREAM_UNWRITTEN_SHARE
+
+    def room() -> bool:
+        return len(posted) < STREAM_WINDOW and order.unwritten < unwritten_limit
 
     def post() -> None:
         posted.append(
@@ -1055,7 +1094,7 @@ async def serve_stream(
 
     def arrived() -> None:
         nonlocal stalled
-        if len(posted) < STREAM_WINDOW:
+        if room():
             post()
         else:
             stalled = True
@@ -1067,7 +1106,7 @@ async def serve_stream(
             # or stalled, which the previous answer below posts again) or ends the stream.
             outcome = await posted[0]
             posted.popleft()
-            if stalled:
+            if stalled and room():
                 stalled = False
                 post()
             if outcome is None:
@@ -1075,21 +1114,42 @@ async def serve_stream(
             try:
                 if outcome.end is not None:
                     await _end_stream(context, outcome.end, outcome.request_id)
-                await context.write(outcome.message)
+                await _write(service, context, outcome.message)
             finally:
                 await outcome.release()
             order.wrote()
+            if stalled and room():
+                stalled = False
+                post()
     finally:
-        unfinished = [item for item in posted if not item.done()]
-        for item in unfinished:
-            item.cancel()
-        await asyncio.gather(*unfinished, return_exceptions=True)
-        # Answers made but never written (the stream ended first) give back what they hold.
+        # Answers made but never written (the stream ended first) give back what they hold:
+        # those done now at once, the others as they finish (their own ``finally`` gives back
+        # what a message in hand holds). Nothing here waits before that: a second cancellation
+        # (gRPC's for a client gone, after a write that failed) would cut the wait short.
+        unfinished = []
         for item in posted:
-            if not item.cancelled() and item.exception() is None:
-                left = item.result()
-                if left is not None:
-                    await left.release()
+            if item.done():
+                _release_outcome(item)
+            else:
+                item.add_done_callback(_release_outcome)
+                item.cancel()
+                unfinished.append(item)
+        if order.large:
+            # Its buffers, freed as gRPC tears the stream down, go back to the system.
+            service.receiver.heap.after_call(TRIM_FROM_BYTES)
+        # A message whose work is in a thread ends when the thread does: the stream's end waits
+        # for them, so that the stop sees the memory back.
+        await asyncio.gather(*unfinished, return_exceptions=True)
+
+
+async def _write(service: InferenceService, context: Any, message: bytes) -> None:
+    """A stream's answer written, taken at the minimum rate or the connection is shut
+    (app/grpc/send.py)."""
+    sending = service.send_watch.arm(context, len(message))
+    try:
+        await context.write(message)
+    finally:
+        disarm(sending)
 
 
 async def _end_stream(context: Any, error: ServiceError, request_id: str) -> None:
@@ -1182,11 +1242,16 @@ def metadata_value(metadata: Any, key: str) -> tuple[str | None, int]:
 
 
 def observed(
-    method: str, call: Call, access: AccessControl | None = None
+    method: str, call: Call, access: AccessControl | None = None, send: SendWatch | None = None
 ) -> Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Any]:
     """``call`` with its request id, metrics and log line, its key checked (with ``access``)
     before its message is read, and its refusals as gRPC statuses (the message HTTP's
-    ``{"error"}`` would hold, the fault's kind in trailing metadata)."""
+    ``{"error"}`` would hold, the fault's kind in trailing metadata).
+
+    With ``send``, the answer is written here (the method served as a stream of one answer:
+    the same frames on the wire), held to the minimum send rate, and the log line says how its
+    way out ended: taken (OK), the client gone first (CANCELLED), or not taken at the rate
+    (DEADLINE_EXCEEDED, its connection shut)."""
     route = f"/{SERVICE_NAME}/{method}"
     keys = access.keys if access is not None and access.grpc_needs_key(route) else None
 
@@ -1201,7 +1266,7 @@ def observed(
             try:
                 if keys is not None:
                     value, count = metadata_value(metadata, AUTHORIZATION_KEY)
-                    seen.key = keys.admit_value(value, count)
+                    seen.key = notes.key = keys.admit_value(value, count)
                 response = await call(context, notes)
             except ServiceError as caught:
                 release_frames(caught)
@@ -1220,6 +1285,9 @@ def observed(
                     # refusal (to find its log line): sending it costs a small call a tenth of
                     # its time, for an id the client never asked about.
                     context.set_trailing_metadata(tags)
+                if send is not None:
+                    await _send_answer(send, context, response, notes, seen)
+                    return None
                 return response
             code = CODES[error.kind]
             seen.status = code.name
@@ -1237,6 +1305,25 @@ def observed(
     return tracing.grpc_spans(route, handle, FAULT_KEY)  # each call in a server span
 
 
+async def _send_answer(
+    send: SendWatch, context: Any, message: bytes, notes: CallNotes, seen: Observation
+) -> None:
+    """A call's one answer written, watched on its way out (``SendWatch``). A write that
+    fails (gRPC's ``ExecuteBatchError``: the call was ended under it) ends the call as a
+    cancellation: it is the client's doing or its connection's, not a server error."""
+    watch = send.arm(context, len(message), notes.was_cut)
+    try:
+        await context.write(message)
+    except asyncio.CancelledError:
+        seen.status = "CANCELLED" if notes.cut_after is None else "DEADLINE_EXCEEDED"
+        raise
+    except Exception:
+        seen.status = "CANCELLED" if notes.cut_after is None else "DEADLINE_EXCEEDED"
+        raise asyncio.CancelledError from None
+    finally:
+        disarm(watch)
+
+
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
     """The service's methods for a ``grpc.aio`` server. Each is served as a client-streaming
     method, so that nothing of its message is read (nor inflated) before its key has been
@@ -1245,9 +1332,14 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
     ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
 
     def method(call: Call, name: str, answers_bytes: bool = False) -> Any:
+        if answers_bytes:
+            # Served as a stream of one answer, written by the handler itself: its way out
+            # is watched (``observed``'s ``send``). On the wire, a unary call's frames.
+            return grpc.stream_stream_rpc_method_handler(
+                observed(name, call, service.access, service.send_watch)
+            )
         return grpc.stream_unary_rpc_method_handler(
-            observed(name, call, service.access),
-            response_serializer=None if answers_bytes else _serialized,
+            observed(name, call, service.access), response_serializer=_serialized
         )
 
     return grpc.method_handlers_generic_handler(

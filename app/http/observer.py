@@ -67,6 +67,8 @@ class HttpObserver:
             if self.access is not None and self.access.needs_key(scope["path"]):
                 try:
                     call.key = self.access.keys.admit(scope["headers"])
+                    # Whose shared memory regions it sees (app/v2/shared_memory.py).
+                    scope.setdefault("state", {})["key"] = call.key
                 except ServiceError as error:
                     label = self.op_route(scope) or "unauthenticated"
                     await _refusal(scope["path"], error)(scope, counting_receive, tagging_send)

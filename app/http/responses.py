@@ -13,6 +13,7 @@ from starlette.types import Receive, Scope, Send
 from app import tracing
 from app.errors import ServiceError, internal_error, release_frames
 from app.http.body import read_body
+from app.observability import answer_cut_off
 from app.pipeline.admission import Reservation
 from app.pipeline.run import Body, Buffer, Exchange, Pipeline
 from tensor_ops_wire.npy import Base64Stream
@@ -128,6 +129,7 @@ class BuffersResponse(Response):
                     "client stopped reading its answer",
                     extra={"min_rate": self.min_rate, "window": self.window},
                 )
+                answer_cut_off()  # uvicorn's error record of it is dropped
         finally:
             self.buffers = []
             await self.reservation.release()

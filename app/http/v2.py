@@ -80,6 +80,7 @@ from app.v2.shared_memory import (
     decoded_checked,
     http_answer,
     new_request,
+    request_owner,
     server_extensions,
 )
 from app.version import VERSION
@@ -287,7 +288,9 @@ def v2_exchange(op: Op, request: Request, regions: Regions) -> V2Exchange:
             f"content type {quote(kind)} is not accepted here; send {JSON_TYPE}, or "
             f"{BINARY_TYPE} with an Inference-Header-Content-Length header",
         )
-    return V2Exchange(op, single_header(request, HEADER_LENGTH), new_request(regions))
+    return V2Exchange(
+        op, single_header(request, HEADER_LENGTH), new_request(regions, request_owner(request))
+    )
 
 
 def _decode_input(item: RequestInput, chunk: memoryview | None) -> Any:

@@ -218,9 +218,15 @@ class Reservation:
             await self.budget._give_back(extra)
 
     async def release(self) -> None:
+        self.release_now()
+
+    def release_now(self) -> None:
+        """Give back all that is held, at once and exactly once (a second call gives nothing):
+        safe in a done callback, and in a ``finally`` that a second cancellation could cut
+        short at its next ``await``."""
         if self.held:
             held, self.held = self.held, 0
-            await self.budget._give_back(held)
+            self.budget._release(held)
 
 
 def busy_error(in_use: int, capacity: int, nbytes: int, timeout: float) -> ServiceError:

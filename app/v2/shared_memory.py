@@ -14,8 +14,14 @@ no request uses it any more: a request holds views of the mapping, and the mappi
 when the last of them goes (an unregister while a request runs leaves that request whole).
 
 Registrations are per worker process, as Triton's are per server: with more than one worker a
-registration would land on one of them only, so it is refused then (``TENSOR_OPS_WORKERS=1``).
-CUDA shared memory is refused: the service has no GPU.
+registration would land on one of them only, so it is refused in any process that is one of
+several workers, however they were started (app/v2/siblings.py).
+
+With API keys on, a region belongs to the key that registered it (its label in the keys file):
+it is listed, used and unregistered only with that key; to any other it does not exist (the
+same answer as an unknown name), and another key may register a region of the same name. The
+objects a region may map can be restricted to names with a prefix
+(``TENSOR_OPS_SHARED_MEMORY_PREFIX``). CUDA shared memory is refused: the service has no GPU.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from app.v2.rules import (
     PARAMETER_FAULT,
     json_kind,
 )
+from app.v2.siblings import Siblings
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 
@@ -156,12 +163,15 @@ def _refused(loc: tuple[str, ...], message: str, kind: Fault = PARAMETER_FAULT) 
 
 
 def check_region_name(name: str, loc: tuple[str, ...]) -> None:
-    """Refuse a region name that is not 1 to 128 letters, digits and ``_ . : -``."""
+    """Refuse a region name that is not 1 to 128 letters, digits and ``_ . : -``, or that could
+    be read as a path (``.``, ``..``)."""
     if not REGION_NAME.fullmatch(name):
         raise _refused(
             loc,
             f"region name {quote(name)} is not 1 to 128 letters, digits and '_', '.', ':', '-'",
         )
+    if name in (".", ".."):
+        raise _refused(loc, f"region name {quote(name)} could be read as a path; name it otherwise")
 
 
 def object_path(key: str, loc: tuple[str, ...]) -> str:
@@ -262,15 +272,22 @@ def _unsigned(value: Any, name: str, loc: tuple[str, ...]) -> int:
     raise _refused((*loc, name), f"{name} must be a non-negative integer, got {got}")
 
 
+#: Who registered a region: the label of the API key (None: keys are off, one owner).
+Owner = str | None
+
+
 class Regions:
-    """The regions registered with this worker, by name: one made by ``create_app``, handed to
-    the ``/v2`` routes and to the gRPC service, so that a region registered over one transport
-    is used over the other."""
+    """The regions registered with this worker, by owner and name: one made by ``create_app``,
+    handed to the ``/v2`` routes and to the gRPC service, so that a region registered over one
+    transport is used over the other (with the same key)."""
 
     def __init__(self, settings: Settings) -> None:
         self.enabled = settings.shared_memory == "on"
         self.workers = settings.workers
-        self._regions: dict[str, Region] = {}
+        self.prefix = settings.shared_memory_prefix
+        #: The other workers this process may have (claimed at start-up by ``create_app``).
+        self.siblings = Siblings(settings.workers)
+        self._regions: dict[tuple[Owner, str], Region] = {}
         # Registration runs on the event loop; lookups may run on a decoding thread.
         self._lock = threading.Lock()
 
@@ -283,35 +300,49 @@ class Regions:
                 Fault.NOT_OFFERED,
             )
 
-    def register(self, name: str, key: Any, offset: Any, byte_size: Any) -> None:
+    def register(
+        self, name: str, key: Any, offset: Any, byte_size: Any, owner: Owner = None
+    ) -> None:
         self.require_enabled()
         loc = ("body",)
         check_region_name(name, ("path", "name"))
-        if self.workers > 1:
+        several = self.siblings.reason()
+        if several is not None:
             raise _refused(
                 ("path", "name"),
-                f"shared memory regions are registered with one worker process, and "
-                f"TENSOR_OPS_WORKERS = {self.workers}: a request could reach another worker, "
-                "which does not know the region; run the service with TENSOR_OPS_WORKERS=1 to "
-                "use shared memory",
+                f"shared memory regions are registered with one worker process, and this one "
+                f"is one of several ({several}): a request could reach another worker, which "
+                "does not know the region; run the service with one worker "
+                "(TENSOR_OPS_WORKERS=1, no --workers) to use shared memory",
                 Fault.NOT_OFFERED,
             )
         if not isinstance(key, str):
             raise _refused((*loc, "key"), f"key must be a string, got {json_kind(key)}")
+        self._require_allowed(key, (*loc, "key"))
         offset = _unsigned(offset, "offset", loc)
         byte_size = _unsigned(byte_size, "byte_size", loc)
         if byte_size == 0:
             raise _refused((*loc, "byte_size"), "byte_size must be at least 1")
         with self._lock:
-            self._refuse_taken(name)
+            self._refuse_taken(owner, name)
         view, object_id, descriptor, guard = _mapped(key, offset, byte_size, loc)
         region = Region(name, key, offset, byte_size, view, object_id, descriptor, guard)
         with self._lock:
-            self._refuse_taken(name)  # registered meanwhile (the open ran unlocked)
-            self._regions[name] = region
+            self._refuse_taken(owner, name)  # registered meanwhile (the open ran unlocked)
+            self._regions[owner, name] = region
 
-    def _refuse_taken(self, name: str) -> None:
-        if name in self._regions:
+    def _require_allowed(self, key: str, loc: tuple[str, ...]) -> None:
+        """Refuse an object whose name does not start with TENSOR_OPS_SHARED_MEMORY_PREFIX."""
+        name = key[1:] if key.startswith("/") else key
+        if self.prefix and not name.startswith(self.prefix):
+            raise _refused(
+                loc,
+                f"shared memory object {quote(key)} may not be mapped here: only objects whose "
+                f"name starts with {quote(self.prefix)} may (TENSOR_OPS_SHARED_MEMORY_PREFIX)",
+            )
+
+    def _refuse_taken(self, owner: Owner, name: str) -> None:
+        if (owner, name) in self._regions:
             raise _refused(
                 ("path", "name"),
                 f"a region named {quote(name)} is already registered; unregister it first",
@@ -324,25 +355,31 @@ class Regions:
                 Fault.TOO_LARGE,
             )
 
-    def unregister(self, name: str) -> None:
-        """Forget region ``name`` (every region when empty); an unknown name is no error, as in
-        Triton. A request using the region keeps its mapping until it ends."""
+    def unregister(self, name: str, owner: Owner = None) -> None:
+        """Forget ``owner``'s region ``name`` (every one of its regions when empty); an unknown
+        name is no error, as in Triton. A request using the region keeps its mapping until it
+        ends."""
         self.require_enabled()
         with self._lock:
             if not name:
-                self._regions.clear()
+                for item in [item for item in self._regions if item[0] == owner]:
+                    del self._regions[item]
             else:
-                self._regions.pop(name, None)
+                self._regions.pop((owner, name), None)
 
-    def status(self, name: str) -> list[dict[str, Any]]:
+    def status(self, name: str, owner: Owner = None) -> list[dict[str, Any]]:
+        """``owner``'s regions (the one named, or all of them when empty)."""
         self.require_enabled()
         with self._lock:
             if not name:
-                return [region.status() for region in self._regions.values()]
-            return [self.get(name, ("path", "name")).status()]
+                return [
+                    region.status() for (held, _), region in self._regions.items() if held == owner
+                ]
+            return [self.get(name, ("path", "name"), owner).status()]
 
-    def get(self, name: str, loc: tuple[str, ...]) -> Region:
-        region = self._regions.get(name)
+    def get(self, name: str, loc: tuple[str, ...], owner: Owner = None) -> Region:
+        """``owner``'s region ``name``; another key's is unknown, as a name never registered."""
+        region = self._regions.get((owner, name))
         if region is None:
             raise _refused(
                 loc,
@@ -379,8 +416,10 @@ class SharedTensors:
     """One request's tensors in shared memory: its inputs read from regions, its output's
     place. Parameters are checked against the region before any work."""
 
-    def __init__(self, regions: Regions) -> None:
+    def __init__(self, regions: Regions, owner: Owner = None) -> None:
         self.regions = regions
+        #: The key the request came with: only its regions are seen.
+        self.owner = owner
         self.inputs: list[tuple[str, Place]] = []
         self.output: Place | None = None
         #: An op of several outputs (Split-1): each output's name and place, in order.
@@ -405,7 +444,7 @@ class SharedTensors:
             raise _refused((*loc, BYTE_SIZE), f"{BYTE_SIZE} is missing: {REGION} needs it")
         byte_size = _unsigned(parameters[BYTE_SIZE], BYTE_SIZE, loc)
         offset = _unsigned(parameters.get(OFFSET, 0), OFFSET, loc)
-        region = self.regions.get(name, (*loc, REGION))
+        region = self.regions.get(name, (*loc, REGION), self.owner)
         region.require_whole((*loc, REGION))
         if offset + byte_size > region.byte_size:
             raise _refused(
@@ -712,6 +751,13 @@ def _json(value: Any) -> Response:
     return Response(orjson.dumps(value), 200, media_type="application/json")
 
 
+def request_owner(request: Request) -> Owner:
+    """The label of the API key an HTTP request was admitted with (None: keys are off), put in
+    its scope's state by the observer (app/http/observer.py)."""
+    owner = request.scope.get("state", {}).get("key")
+    return owner if isinstance(owner, str) else None
+
+
 def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
     """Triton's shared memory routes over ``regions``, under the router's ``/v2``."""
     tags: list[str | Enum] = ["KServe V2: shared memory"]
@@ -720,22 +766,24 @@ def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
         regions.require_enabled()
         body = await _register_body(request)
         await shm_guard.ready()
-        regions.register(name, body["key"], body.get("offset", 0), body["byte_size"])
+        regions.register(
+            name, body["key"], body.get("offset", 0), body["byte_size"], request_owner(request)
+        )
         return Response(b"", 200)
 
-    async def unregister_all() -> Response:
-        regions.unregister("")
+    async def unregister_all(request: Request) -> Response:
+        regions.unregister("", request_owner(request))
         return Response(b"", 200)
 
-    async def unregister(name: str) -> Response:
-        regions.unregister(name)
+    async def unregister(request: Request, name: str) -> Response:
+        regions.unregister(name, request_owner(request))
         return Response(b"", 200)
 
-    async def status_all() -> Response:
-        return _json(regions.status(""))
+    async def status_all(request: Request) -> Response:
+        return _json(regions.status("", request_owner(request)))
 
-    async def status(name: str) -> Response:
-        return _json(regions.status(name))
+    async def status(request: Request, name: str) -> Response:
+        return _json(regions.status(name, request_owner(request)))
 
     async def cuda(request: Request) -> Response:
         raise _refused((), CUDA_REFUSAL, Fault.NOT_OFFERED)
@@ -805,18 +853,18 @@ def grpc_calls(service: Any) -> dict[str, Any]:
         regions.require_enabled()
         request = await service.parsed(pb.SystemSharedMemoryRegisterRequest, context, notes)
         await shm_guard.ready()
-        regions.register(request.name, request.key, request.offset, request.byte_size)
+        regions.register(request.name, request.key, request.offset, request.byte_size, notes.key)
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def unregister(context: Any, notes: Any) -> Any:
         request = await service.parsed(pb.SystemSharedMemoryUnregisterRequest, context, notes)
-        regions.unregister(request.name)
+        regions.unregister(request.name, notes.key)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def status(context: Any, notes: Any) -> Any:
         request = await service.parsed(pb.SystemSharedMemoryStatusRequest, context, notes)
         response = pb.SystemSharedMemoryStatusResponse()
-        for item in regions.status(request.name):
+        for item in regions.status(request.name, notes.key):
             response.regions[item["name"]].CopyFrom(
                 pb.SystemSharedMemoryStatusResponse.RegionStatus(**item)
             )
@@ -855,6 +903,6 @@ def raw_positions(inputs: Any) -> list[int | None] | None:
     return positions
 
 
-def new_request(regions: Regions) -> SharedTensors | None:
-    """A request's shared tensors, or None when shared memory is off."""
-    return SharedTensors(regions) if regions.enabled else None
+def new_request(regions: Regions, owner: Owner = None) -> SharedTensors | None:
+    """A request's shared tensors (``owner``'s regions), or None when shared memory is off."""
+    return SharedTensors(regions, owner) if regions.enabled else None

@@ -1,0 +1,259 @@
+"""The send side of gRPC held to the minimum rate: a client that does not take an answer at
+``TENSOR_OPS_MIN_TRANSFER_RATE`` over each ``TENSOR_OPS_RATE_WINDOW`` loses its connection, and
+what its calls held comes back.
+
+gRPC's core takes an answer whole and writes it as the client's HTTP/2 window lets it; a
+client that never opens its window (or stops reading its socket) keeps the answer, and the call,
+for as long as the connection lives. The Python server can neither see the progress of a write
+nor cancel a call whose status is on its way: keepalive closes a connection whose peer stops
+answering pings (60 + 20 s), but a client that answers pings and never sends a window update is
+never cut off by gRPC itself. So the progress is read where it can be, from the kernel (the
+bytes of the connection its client has acknowledged), and a connection that falls below the
+rate is shut down at the socket: gRPC's core then ends every call on it (the client sees
+UNAVAILABLE: no status can pass a window it keeps shut) and their answers' memory comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable
+from typing import Any
+
+from app.settings import Settings
+
+LOG = logging.getLogger("tensor_ops.grpc")
+
+
+def peer_address(peer: str) -> tuple[str, int] | None:
+    """The IP address and port of a gRPC peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``);
+    None for any other kind (a Unix socket)."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        return _normal(host.strip("[]")), int(port)
+    except ValueError:
+        return None
+
+
+def _normal(host: str) -> str:
+    address = ipaddress.ip_address(host.split("%", 1)[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(address)
+
+
+def find_connection(peer: str, local_port: int) -> socket.socket | None:
+    """This process's TCP connection from ``peer`` to ``local_port``, as a socket of its own
+    (a duplicate of gRPC's descriptor, closed by the caller); None when there is none.
+
+    Each descriptor is looked at through a duplicate, so that one closed and reused meanwhile
+    is seen for what it now is."""
+    wanted = peer_address(peer)
+    if wanted is None:
+        return None
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            duplicate = os.dup(int(name))
+        except (OSError, ValueError):
+            continue
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:
+            os.close(duplicate)
+            continue
+        try:
+            if (
+                sock.family in (socket.AF_INET, socket.AF_INET6)
+                and sock.type == socket.SOCK_STREAM
+                and sock.getsockname()[1] == local_port
+                and (_normal(sock.getpeername()[0]), sock.getpeername()[1]) == wanted
+            ):
+                return sock
+        except OSError:
+            pass
+        sock.close()
+    return None
+
+
+# struct tcp_info (linux/tcp.h): 8 bytes of flags, 24 u32 fields, then the u64s pacing_rate,
+# max_pacing_rate and bytes_acked.
+_BYTES_ACKED = struct.Struct("=Q")
+_BYTES_ACKED_OFFSET = 8 + 24 * 4 + 2 * 8
+_TCP_INFO_SIZE = 256
+
+
+def bytes_acked(sock: socket.socket) -> int | None:
+    """The bytes of a TCP connection its peer has acknowledged (Linux's ``tcpi_bytes_acked``):
+    what its client has taken off the wire. None where the kernel does not say."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_SIZE)
+    except (OSError, AttributeError):
+        return None
+    if len(info) < _BYTES_ACKED_OFFSET + _BYTES_ACKED.size:
+        return None
+    acked: int = _BYTES_ACKED.unpack_from(info, _BYTES_ACKED_OFFSET)[0]
+    return acked
+
+
+class SendWatch:
+    """The minimum send rate of one gRPC server's answers: each answer is watched while gRPC
+    sends it. Once it has been on its way a whole ``TENSOR_OPS_RATE_WINDOW``, the connection it
+    travels on is found and must have had ``TENSOR_OPS_MIN_TRANSFER_RATE`` x the window
+    acknowledged by its client over each window since, for each of its answers on their way
+    that long (the kernel's count, so it holds for TLS too); else the connection is shut. A
+    stopped reader is cut off within about two windows of its
+    answer being handed over.
+
+    Every answer is watched, small ones too (many calls' small answers left unread add up):
+    arming one is adding it to a set; one sweep a quarter window looks at those on their way
+    for a window or more, and runs only while there are any."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        #: The port the server listens on (set once it is bound): a connection's local end.
+        self.port = 0
+        #: Connections shut for answers not taken at the minimum rate.
+        self.cut = 0
+        #: The answers on their way: a connection shut ends those on it.
+        self.watches: set[Watch] = set()
+        self._sweep_handle: asyncio.TimerHandle | None = None
+
+    def arm(
+        self, context: Any, nbytes: int, cut: Callable[[float], None] | None = None
+    ) -> Watch | None:
+        """The watch of an answer of ``nbytes`` of the call ``context`` handed to gRPC now;
+        the caller cancels it once the answer has been taken. ``cut`` is told the seconds
+        since the hand-over when the watch shuts the connection. None: the rule is off."""
+        settings = self.settings
+        if settings.min_transfer_rate <= 0 or not self.port:
+            return None
+        loop = asyncio.get_running_loop()
+        watch = Watch(self, context, nbytes, cut, loop.time())
+        self.watches.add(watch)
+        if self._sweep_handle is None:
+            self._sweep_handle = loop.call_later(settings.rate_window / 4, self._sweep)
+        return watch
+
+    def _sweep(self) -> None:
+        self._sweep_handle = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        window = self.settings.rate_window
+        for watch in list(self.watches):
+            if watch in self.watches and now >= watch.due:
+                watch.check(now)
+        if self.watches:
+            self._sweep_handle = loop.call_later(window / 4, self._sweep)
+
+
+class Watch:
+    """One answer on its way out (``SendWatch``)."""
+
+    __slots__ = ("_peer", "acked", "context", "cut", "due", "nbytes", "sock", "started", "watch")
+
+    def __init__(
+        self,
+        watch: SendWatch,
+        context: Any,
+        nbytes: int,
+        cut: Callable[[float], None] | None,
+        now: float,
+    ) -> None:
+        self.watch = watch
+        self.context = context
+        self._peer: str | None = None
+        self.nbytes = nbytes
+        self.cut = cut
+        self.sock: socket.socket | None = None
+        self.acked: int | None = None
+        self.started = now
+        #: When it is next looked at: a window after the hand-over, then each window.
+        self.due = now + watch.settings.rate_window
+
+    @property
+    def peer(self) -> str:
+        """The call's peer (``ipv4:1.2.3.4:5``), asked of gRPC once it is needed."""
+        if self._peer is None:
+            try:
+                self._peer = str(self.context.peer())
+            except Exception:  # a call gRPC has already let go of
+                self._peer = ""
+        return self._peer
+
+    def check(self, now: float) -> None:
+        settings = self.watch.settings
+        self.due = now + settings.rate_window
+        if self.sock is None:
+            # Found once the answer has been on its way a whole window (most never are).
+            self.sock = find_connection(self.peer, self.watch.port)
+            if self.sock is None:
+                self.cancel()  # the connection is gone, and its calls with it
+                return
+        acked = bytes_acked(self.sock)
+        if acked is None:
+            self.cancel()
+            return
+        # Each answer on the connection that has been on its way a window or more must move
+        # at the rate: a client that takes one answer slowly cannot hold the others with it
+        # (HTTP/2 lets it keep their windows shut while it reads one).
+        since = now - settings.rate_window
+        pending = sum(
+            1 for other in self.watch.watches if other.started <= since and other.peer == self.peer
+        )
+        quota = settings.min_transfer_rate * settings.rate_window * max(1, pending)
+        if self.acked is not None and acked - self.acked < quota:
+            self._shut(now, acked - self.acked)
+            return
+        self.acked = acked
+
+    def _shut(self, now: float, taken: int) -> None:
+        assert self.sock is not None
+        # Every answer on the connection ends with it, none of them taken: each call's log
+        # line says so.
+        for other in list(self.watch.watches):
+            if other.cut is not None and other.peer == self.peer:
+                other.cut(now - other.started)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.watch.cut += 1
+        settings = self.watch.settings
+        LOG.warning(
+            "an answer was not taken at the minimum rate: its connection is closed",
+            extra={
+                "peer": self.peer,
+                "answer_bytes": self.nbytes,
+                "taken_bytes": taken,
+                "window_seconds": settings.rate_window,
+                "min_transfer_rate": settings.min_transfer_rate,
+                "seconds": round(now - self.started, 3),
+            },
+        )
+        self.cancel()
+
+    def cancel(self) -> None:
+        """The answer has been taken (or its call ended otherwise): the watch stops."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.watch.watches.discard(self)
+        self.context = None
+
+
+def disarm(watch: Watch | None) -> None:
+    """Stop ``watch`` (None: nothing was watched)."""
+    if watch is not None:
+        watch.cancel()
