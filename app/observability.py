@@ -1,5 +1,8 @@
 """One JSON log line and the metrics of every request, and its ``X-Request-ID``; with tracing
 on, the line and its span tied together (the span's ids in the line, the request id on the span).
+
+Long (some 550 lines) because the log's form, its quotas and the access line are one policy:
+what a line holds, what may be left out and counted, and what never is.
 """
 
 import contextlib

@@ -13,6 +13,9 @@ What turns it on (``settings_from``): ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
 it off whatever else is set: ``OTEL_SDK_DISABLED=true`` or ``OTEL_TRACES_EXPORTER=none``. Every
 other variable (service name, resource attributes, sampler, batch sizes, headers, timeouts,
 certificates, propagators) is read by the SDK and the exporter themselves.
+
+Long (some 600 lines) because it is the one module that knows OpenTelemetry: configuration
+from the standard variables, exporters, the spans of every stage, and their flush at exit.
 """
 
 from __future__ import annotations

@@ -4,6 +4,12 @@
 over HTTP is only where things are: inputs and parameters in a protobuf message, tensors as raw
 contents (split out of the received bytes without a copy) or typed contents, the answer's raw
 contents joined in once, and an error as a status code with the message HTTP would give.
+
+Long (some 1,400 lines) because it is the one place that holds what a V2 call over gRPC is:
+the exchange, receiving a message within the budget, the unary and stream handlers (which share
+their reservations, watches and observation), the status mapping and the handler table; split
+them and each would need the others' internals. The send watch (``send.py``), the server
+(``server.py``) and shared memory's calls (``shared_memory.py``) are apart.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from app.codecs.grpc_tensors import (
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer, wire_dtype
 from app.errors import Fault, ServiceError, fault_headers, from_wire, internal_error, release_frames
 from app.grpc.send import SendWatch, disarm
+from app.grpc.shared_memory import grpc_answer, grpc_calls, raw_positions
 from app.observability import Observation
 from app.pipeline.admission import MemoryBudget, Reservation
 from app.pipeline.deadlines import Deadline
@@ -71,10 +78,7 @@ from app.v2.shared_memory import (
     Regions,
     SharedTensors,
     decoded_checked,
-    grpc_answer,
-    grpc_calls,
     new_request,
-    raw_positions,
     server_extensions,
 )
 from app.version import VERSION

@@ -2,6 +2,9 @@
 
 Adapters only: where the inputs and attributes are, what decoding and encoding cost, how the
 answer is written. The request's life is the pipeline's.
+
+Long (some 520 lines) because both body forms' adapters share the Accept negotiation, the
+query's attributes and the OpenAPI description they are declared with.
 """
 
 import re

@@ -2,6 +2,9 @@
 
 An adapter of the request pipeline: where V2 puts inputs and parameters, how it frames binary
 tensors, how it writes its answer and its ``{"error"}``.
+
+Long (some 700 lines) because it holds every ``/v2`` route Triton's HTTP clients call (infer,
+metadata, config, statistics, repository, the refusals) beside the infer adapter they share.
 """
 
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -34,6 +37,7 @@ from app.http.errors import framework_error, render_v2, route_hint
 from app.http.op_routes import JSON_TYPE, media_type, single_header
 from app.http.responses import serve_http
 from app.http.routes import OpRoute
+from app.http.shared_memory import add_shared_memory_routes, http_answer, request_owner
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.pipeline.statistics import Statistics
@@ -76,11 +80,8 @@ from app.v2.shared_memory import (
     OUTPUT_EXTENSIONS_ON,
     Regions,
     SharedTensors,
-    add_shared_memory_routes,
     decoded_checked,
-    http_answer,
     new_request,
-    request_owner,
     server_extensions,
 )
 from app.version import VERSION

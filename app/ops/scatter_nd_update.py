@@ -1,5 +1,8 @@
 """ScatterNDUpdate-15: a copy of ``data`` with the elements or slices at index tuples updated
-(replaced, or reduced with the update by sum, sub, prod, min or max)."""
+(replaced, or reduced with the update by sum, sub, prod, min or max).
+
+Long (some 500 lines) because each of the six reductions is computed in the element type, in
+the order the spec gives, with its own care for float16, bfloat16, bool and wrapping integers."""
 
 import functools
 import math

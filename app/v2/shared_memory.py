@@ -35,27 +35,18 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import orjson
-from fastapi import APIRouter, Request
-from fastapi.responses import Response
-from pydantic import BaseModel, Field
 
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, wire_dtype
 from app.errors import Fault, ServiceError, from_wire, quote
-from app.http.body import read_small_body
 from app.pipeline.jobs import Job
-from app.pipeline.run import Answer
 from app.settings import Settings
 from app.v2 import shm_guard
-from app.v2.messages import V2Error
 from app.v2.rules import (
     INPUT_EXTENSIONS,
-    MODEL_VERSION,
     OUTPUT_EXTENSIONS,
     OUTPUT_NAME,
     PARAMETER_FAULT,
@@ -63,7 +54,6 @@ from app.v2.rules import (
 )
 from app.v2.siblings import Siblings
 from tensor_ops_wire.errors import TensorError
-from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 
 #: Where POSIX shared memory objects live (``shm_open``'s directory on Linux).
 SHM_DIR = "/dev/shm"
@@ -122,7 +112,7 @@ class Region:
         self.require_unfaulted(loc)
         size = os.fstat(self.descriptor).st_size
         if size < self.offset + self.byte_size:
-            raise _refused(
+            raise refused(
                 loc,
                 f"shared memory object {quote(self.key)} of region {quote(self.name)} has shrunk "
                 f"to {size} bytes since it was registered; register the region again",
@@ -135,14 +125,14 @@ class Region:
         to a page it has no room for so, when /dev/shm is full)."""
         if self.guard.faults:
             if os.fstat(self.descriptor).st_size >= self.offset + self.byte_size:
-                raise _refused(
+                raise refused(
                     loc,
                     f"shared memory object {quote(self.key)} of region {quote(self.name)} could "
                     "not be read or written while a request used it, though it is whole (the "
                     "system's shared memory, /dev/shm, may be full): its bytes are gone from the "
                     "region; make room, then unregister the region and register it again",
                 )
-            raise _refused(
+            raise refused(
                 loc,
                 f"shared memory object {quote(self.key)} of region {quote(self.name)} was cut "
                 "short while a request used it (ftruncate): its bytes are gone from the region; "
@@ -158,7 +148,7 @@ class Region:
         }
 
 
-def _refused(loc: tuple[str, ...], message: str, kind: Fault = PARAMETER_FAULT) -> ServiceError:
+def refused(loc: tuple[str, ...], message: str, kind: Fault = PARAMETER_FAULT) -> ServiceError:
     return ServiceError(kind, loc, message)
 
 
@@ -166,12 +156,12 @@ def check_region_name(name: str, loc: tuple[str, ...]) -> None:
     """Refuse a region name that is not 1 to 128 letters, digits and ``_ . : -``, or that could
     be read as a path (``.``, ``..``)."""
     if not REGION_NAME.fullmatch(name):
-        raise _refused(
+        raise refused(
             loc,
             f"region name {quote(name)} is not 1 to 128 letters, digits and '_', '.', ':', '-'",
         )
     if name in (".", ".."):
-        raise _refused(loc, f"region name {quote(name)} could be read as a path; name it otherwise")
+        raise refused(loc, f"region name {quote(name)} could be read as a path; name it otherwise")
 
 
 def object_path(key: str, loc: tuple[str, ...]) -> str:
@@ -193,7 +183,7 @@ def object_path(key: str, loc: tuple[str, ...]) -> str:
     elif name == ".":
         problem = "is '.'"
     if problem is not None:
-        raise _refused(
+        raise refused(
             loc,
             f"key {quote(key)} {problem}: it must name a POSIX shared memory object, "
             "'/name' as shm_open takes it",
@@ -211,11 +201,11 @@ def _mapped(
     try:
         descriptor = os.open(path, flags)
     except FileNotFoundError:
-        raise _refused(
+        raise refused(
             (*loc, "key"), f"there is no shared memory object {quote(key)} in {SHM_DIR}"
         ) from None
     except OSError as error:
-        raise _refused(
+        raise refused(
             (*loc, "key"),
             f"shared memory object {quote(key)} cannot be opened for reading and writing: "
             f"{error.strerror}",
@@ -223,11 +213,11 @@ def _mapped(
     try:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode):
-            raise _refused(
+            raise refused(
                 (*loc, "key"), f"{quote(key)} is not a shared memory object (a regular file)"
             )
         if offset + byte_size > info.st_size:
-            raise _refused(
+            raise refused(
                 (*loc, "byte_size"),
                 f"offset {offset} + byte_size {byte_size} passes the end of shared memory "
                 f"object {quote(key)}, of {info.st_size} bytes",
@@ -242,14 +232,14 @@ def _mapped(
                 offset=start,
             )
         except (OSError, ValueError, OverflowError) as error:
-            raise _refused(
+            raise refused(
                 (*loc, "byte_size"), f"shared memory object {quote(key)} cannot be mapped: {error}"
             ) from None
         try:
             guard = shm_guard.Mapping(mapping)
         except shm_guard.SlotsFullError:
             mapping.close()
-            raise _refused(
+            raise refused(
                 ("path", "name"),
                 f"{shm_guard.SLOTS} shared memory mappings are held (registered, or unregistered "
                 "with requests still using them); unregister regions, or wait for requests",
@@ -269,7 +259,7 @@ def _unsigned(value: Any, name: str, loc: tuple[str, ...]) -> int:
         got = "a negative one"
     else:
         return value
-    raise _refused((*loc, name), f"{name} must be a non-negative integer, got {got}")
+    raise refused((*loc, name), f"{name} must be a non-negative integer, got {got}")
 
 
 #: Who registered a region: the label of the API key (None: keys are off, one owner).
@@ -293,7 +283,7 @@ class Regions:
 
     def require_enabled(self) -> None:
         if not self.enabled:
-            raise _refused(
+            raise refused(
                 (),
                 "system shared memory is off here (TENSOR_OPS_SHARED_MEMORY=off); send tensors "
                 "in the request",
@@ -308,7 +298,7 @@ class Regions:
         check_region_name(name, ("path", "name"))
         several = self.siblings.reason()
         if several is not None:
-            raise _refused(
+            raise refused(
                 ("path", "name"),
                 f"shared memory regions are registered with one worker process, and this one "
                 f"is one of several ({several}): a request could reach another worker, which "
@@ -317,12 +307,12 @@ class Regions:
                 Fault.NOT_OFFERED,
             )
         if not isinstance(key, str):
-            raise _refused((*loc, "key"), f"key must be a string, got {json_kind(key)}")
+            raise refused((*loc, "key"), f"key must be a string, got {json_kind(key)}")
         self._require_allowed(key, (*loc, "key"))
         offset = _unsigned(offset, "offset", loc)
         byte_size = _unsigned(byte_size, "byte_size", loc)
         if byte_size == 0:
-            raise _refused((*loc, "byte_size"), "byte_size must be at least 1")
+            raise refused((*loc, "byte_size"), "byte_size must be at least 1")
         with self._lock:
             self._refuse_taken(owner, name)
         view, object_id, descriptor, guard = _mapped(key, offset, byte_size, loc)
@@ -335,7 +325,7 @@ class Regions:
         """Refuse an object whose name does not start with TENSOR_OPS_SHARED_MEMORY_PREFIX."""
         name = key[1:] if key.startswith("/") else key
         if self.prefix and not name.startswith(self.prefix):
-            raise _refused(
+            raise refused(
                 loc,
                 f"shared memory object {quote(key)} may not be mapped here: only objects whose "
                 f"name starts with {quote(self.prefix)} may (TENSOR_OPS_SHARED_MEMORY_PREFIX)",
@@ -343,12 +333,12 @@ class Regions:
 
     def _refuse_taken(self, owner: Owner, name: str) -> None:
         if (owner, name) in self._regions:
-            raise _refused(
+            raise refused(
                 ("path", "name"),
                 f"a region named {quote(name)} is already registered; unregister it first",
             )
         if len(self._regions) >= MAX_REGIONS:
-            raise _refused(
+            raise refused(
                 ("path", "name"),
                 f"{MAX_REGIONS} regions are registered, as many as a worker holds; unregister "
                 "one first",
@@ -381,7 +371,7 @@ class Regions:
         """``owner``'s region ``name``; another key's is unknown, as a name never registered."""
         region = self._regions.get((owner, name))
         if region is None:
-            raise _refused(
+            raise refused(
                 loc,
                 f"no system shared memory region {quote(name)} is registered here; register "
                 "it first",
@@ -436,18 +426,18 @@ class SharedTensors:
         if not given:
             return None
         if REGION not in parameters:
-            raise _refused((*loc, given[0]), f"{given[0]} goes with {REGION}, which is missing")
+            raise refused((*loc, given[0]), f"{given[0]} goes with {REGION}, which is missing")
         name = parameters[REGION]
         if not isinstance(name, str):
-            raise _refused((*loc, REGION), f"{REGION} must be a string, got {json_kind(name)}")
+            raise refused((*loc, REGION), f"{REGION} must be a string, got {json_kind(name)}")
         if BYTE_SIZE not in parameters:
-            raise _refused((*loc, BYTE_SIZE), f"{BYTE_SIZE} is missing: {REGION} needs it")
+            raise refused((*loc, BYTE_SIZE), f"{BYTE_SIZE} is missing: {REGION} needs it")
         byte_size = _unsigned(parameters[BYTE_SIZE], BYTE_SIZE, loc)
         offset = _unsigned(parameters.get(OFFSET, 0), OFFSET, loc)
         region = self.regions.get(name, (*loc, REGION), self.owner)
         region.require_whole((*loc, REGION))
         if offset + byte_size > region.byte_size:
-            raise _refused(
+            raise refused(
                 (*loc, BYTE_SIZE),
                 f"{OFFSET} {offset} + {BYTE_SIZE} {byte_size} passes the end of region "
                 f"{quote(name)}, of {region.byte_size} bytes",
@@ -471,7 +461,7 @@ class SharedTensors:
         if place is None:
             return None
         if carried is not None:
-            raise _refused(
+            raise refused(
                 ("body", name),
                 f"has both {REGION} and {carried}; give the tensor one way",
             )
@@ -506,7 +496,7 @@ class SharedTensors:
             return False
         needed = job.output_bytes
         if needed > place.byte_size:
-            raise _refused(
+            raise refused(
                 (*loc, BYTE_SIZE),
                 f"{BYTE_SIZE} {place.byte_size} is too small: the output takes {needed} bytes "
                 f"(shape {list(job.output_shape)}, {v2_datatype(job.output_dtype)})",
@@ -514,7 +504,7 @@ class SharedTensors:
         _require_aligned(place, job.output_dtype, (*loc, OFFSET))
         for input_name, input_place in self.inputs:
             if place.overlaps(input_place, needed):
-                raise _refused(
+                raise refused(
                     (*loc, REGION),
                     f"the output's {needed} bytes overlap input {input_name!r} in shared "
                     "memory; give the output a place of its own",
@@ -539,14 +529,14 @@ class SharedTensors:
             loc = ("body", name, "parameters")
             place = places.get(name)
             if place is None:
-                raise _refused(
+                raise refused(
                     loc,
                     f"output {name!r} has no region, where another output has one; give every "
                     "output of the request a region of its own, or none",
                 )
             needed = math.prod(shape) * itemsize
             if needed > place.byte_size:
-                raise _refused(
+                raise refused(
                     (*loc, BYTE_SIZE),
                     f"{BYTE_SIZE} {place.byte_size} is too small: output {name!r} takes {needed} "
                     f"bytes (shape {list(shape)}, {v2_datatype(job.output_dtype)})",
@@ -554,14 +544,14 @@ class SharedTensors:
             _require_aligned(place, job.output_dtype, (*loc, OFFSET))
             for other_name, other_place in self.inputs:
                 if place.overlaps(other_place, needed):
-                    raise _refused(
+                    raise refused(
                         (*loc, REGION),
                         f"output {name!r}'s {needed} bytes overlap input {other_name!r} in shared "
                         "memory; give the output a place of its own",
                     )
             for other_name, other_place, other_needed in taken:
                 if place.overlaps(other_place, needed) or other_place.overlaps(place, other_needed):
-                    raise _refused(
+                    raise refused(
                         (*loc, REGION),
                         f"output {name!r}'s {needed} bytes overlap output {other_name!r}; give "
                         "each output a place of its own",
@@ -631,276 +621,16 @@ def decoded_checked(shared: SharedTensors | None, decode: Callable[[], Job]) -> 
 def _require_aligned(place: Place, dtype: np.dtype[Any], loc: tuple[str, ...]) -> None:
     start = place.region.offset + place.offset
     if start % dtype.itemsize:
-        raise _refused(
+        raise refused(
             loc,
             f"the tensor starts at byte {start} of its shared memory object, not a multiple of "
             f"its {dtype.itemsize}-byte elements ({v2_datatype(dtype)}); align it",
         )
 
 
-def http_answer(job: Job, request_id: str | None, shared: SharedTensors) -> Answer:
-    """The ``/v2`` answer of a job whose output goes to shared memory: JSON, no data."""
-    response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
-    if request_id is not None:
-        response["id"] = request_id
-    if job.split is not None:
-        datatype = v2_datatype(job.output_dtype)
-        response["outputs"] = [
-            {"name": name, "datatype": datatype, "shape": list(shape), "parameters": parameters}
-            for name, shape, parameters in shared.run_several(job)
-        ]
-        return Answer([orjson.dumps(response)], "application/json")
-    parameters = shared.run(job)
-    response["outputs"] = [
-        {
-            "name": OUTPUT_NAME,
-            "datatype": v2_datatype(job.output_dtype),
-            "shape": list(job.output_shape),
-            "parameters": parameters,
-        }
-    ]
-    return Answer([orjson.dumps(response)], "application/json")
-
-
-def grpc_answer(job: Job, request_id: str, shared: SharedTensors) -> Answer:
-    """The gRPC answer of a job whose output goes to shared memory: no raw contents."""
-    response = pb.ModelInferResponse(
-        model_name=job.op.name, model_version=MODEL_VERSION, id=request_id
-    )
-    datatype = v2_datatype(job.output_dtype)
-    if job.split is not None:
-        answered = shared.run_several(job)
-    else:
-        answered = [(OUTPUT_NAME, job.output_shape, shared.run(job))]
-    for output_name, shape, parameters in answered:
-        tensor = response.outputs.add(name=output_name, datatype=datatype, shape=shape)
-        for name, value in parameters.items():
-            if isinstance(value, str):
-                tensor.parameters[name].string_param = value
-            else:
-                tensor.parameters[name].int64_param = value
-    return Answer([response.SerializeToString()], "application/grpc")
-
-
-# ------------------------------------------------------------------------------------------------
-# HTTP: /v2/systemsharedmemory and /v2/cudasharedmemory
-
-
-class RegisterRequest(BaseModel):
-    """A region to register: ``byte_size`` bytes of object ``key`` from ``offset``."""
-
-    key: str = Field(description="The POSIX shared memory object, '/name' as shm_open takes it")
-    offset: int = Field(0, ge=0, description="Where the region begins in the object")
-    byte_size: int = Field(ge=1, description="The region's size in bytes")
-
-
-class RegionStatus(BaseModel):
-    """A registered region."""
-
-    name: str
-    key: str
-    offset: int
-    byte_size: int
-
-
-_RESPONSES: dict[int | str, dict[str, Any]] = {
-    status: {"model": V2Error, "description": words}
-    for status, words in [
-        (400, "Refused: a bad name, key, offset or size, an unknown region, or not offered"),
-        (413, "The body is too large, or the worker holds as many regions as it may"),
-        (422, "A field of the body is missing"),
-    ]
-}
-#: Register and unregister answer 200 with an empty body, as Triton does.
-_DONE: dict[str, Any] = {"description": "Done (an empty body)", "content": {}}
-_REGISTER_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": RegisterRequest.model_json_schema()}},
-    }
-}
-
-
-async def _register_body(request: Request) -> dict[str, Any]:
-    body = await read_small_body(
-        request,
-        request.app.state.settings,
-        REGISTER_BODY_LIMIT,
-        f"a register request holds a key, an offset and a size: at most {REGISTER_BODY_LIMIT} "
-        "bytes",
-    )
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as error:
-        raise _refused(
-            ("body",), f"request is not valid JSON: {error}", Fault.JSON_INVALID
-        ) from None
-    if not isinstance(payload, dict):
-        raise _refused(
-            ("body",),
-            f'the body must be a JSON object {{"key", "offset", "byte_size"}}, got '
-            f"{json_kind(payload)}",
-        )
-    for field in ("key", "byte_size"):
-        if field not in payload:
-            raise _refused(("body", field), f"{field} is missing", Fault.MISSING_INPUT)
-    return payload
-
-
-def _json(value: Any) -> Response:
-    return Response(orjson.dumps(value), 200, media_type="application/json")
-
-
-def request_owner(request: Request) -> Owner:
-    """The label of the API key an HTTP request was admitted with (None: keys are off), put in
-    its scope's state by the observer (app/http/observer.py)."""
-    owner = request.scope.get("state", {}).get("key")
-    return owner if isinstance(owner, str) else None
-
-
-def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
-    """Triton's shared memory routes over ``regions``, under the router's ``/v2``."""
-    tags: list[str | Enum] = ["KServe V2: shared memory"]
-
-    async def register(request: Request, name: str) -> Response:
-        regions.require_enabled()
-        body = await _register_body(request)
-        await shm_guard.ready()
-        regions.register(
-            name, body["key"], body.get("offset", 0), body["byte_size"], request_owner(request)
-        )
-        return Response(b"", 200)
-
-    async def unregister_all(request: Request) -> Response:
-        regions.unregister("", request_owner(request))
-        return Response(b"", 200)
-
-    async def unregister(request: Request, name: str) -> Response:
-        regions.unregister(name, request_owner(request))
-        return Response(b"", 200)
-
-    async def status_all(request: Request) -> Response:
-        return _json(regions.status("", request_owner(request)))
-
-    async def status(request: Request, name: str) -> Response:
-        return _json(regions.status(name, request_owner(request)))
-
-    async def cuda(request: Request) -> Response:
-        raise _refused((), CUDA_REFUSAL, Fault.NOT_OFFERED)
-
-    system = "/systemsharedmemory"
-    router.add_api_route(
-        f"{system}/region/{{name}}/register",
-        register,
-        methods=["POST"],
-        summary="Register a region of a shared memory object",
-        tags=tags,
-        response_class=Response,
-        responses={200: _DONE, **_RESPONSES},
-        openapi_extra=_REGISTER_BODY,
-    )
-    for path, endpoint, summary in (
-        (f"{system}/unregister", unregister_all, "Unregister every region"),
-        (f"{system}/region/{{name}}/unregister", unregister, "Unregister a region"),
-    ):
-        router.add_api_route(
-            path,
-            endpoint,
-            methods=["POST"],
-            summary=summary,
-            tags=tags,
-            response_class=Response,
-            responses={200: _DONE, **_RESPONSES},
-        )
-    for path, endpoint, summary in (
-        (f"{system}/status", status_all, "Every region registered"),
-        (f"{system}/region/{{name}}/status", status, "A region registered"),
-    ):
-        router.add_api_route(
-            path,
-            endpoint,
-            methods=["GET"],
-            summary=summary,
-            tags=tags,
-            responses={200: {"model": list[RegionStatus]}, **_RESPONSES},
-        )
-    cuda_paths = [
-        ("/cudasharedmemory/region/{name}/register", "POST"),
-        ("/cudasharedmemory/unregister", "POST"),
-        ("/cudasharedmemory/region/{name}/unregister", "POST"),
-        ("/cudasharedmemory/status", "GET"),
-        ("/cudasharedmemory/region/{name}/status", "GET"),
-    ]
-    for path, method in cuda_paths:
-        router.add_api_route(path, cuda, methods=[method], include_in_schema=False)
-
-
 def server_extensions(regions: Regions) -> list[str]:
     """The extension the server metadata lists for shared memory (none when off)."""
     return [EXTENSION] if regions.enabled else []
-
-
-# ------------------------------------------------------------------------------------------------
-# gRPC: SystemSharedMemory* and CudaSharedMemory*
-
-
-def grpc_calls(service: Any) -> dict[str, Any]:
-    """The shared memory methods of the gRPC service (an ``InferenceService``), by name, over
-    its regions."""
-    regions: Regions = service.regions
-
-    async def register(context: Any, notes: Any) -> Any:
-        regions.require_enabled()
-        request = await service.parsed(pb.SystemSharedMemoryRegisterRequest, context, notes)
-        await shm_guard.ready()
-        regions.register(request.name, request.key, request.offset, request.byte_size, notes.key)
-        return pb.SystemSharedMemoryRegisterResponse()
-
-    async def unregister(context: Any, notes: Any) -> Any:
-        request = await service.parsed(pb.SystemSharedMemoryUnregisterRequest, context, notes)
-        regions.unregister(request.name, notes.key)
-        return pb.SystemSharedMemoryUnregisterResponse()
-
-    async def status(context: Any, notes: Any) -> Any:
-        request = await service.parsed(pb.SystemSharedMemoryStatusRequest, context, notes)
-        response = pb.SystemSharedMemoryStatusResponse()
-        for item in regions.status(request.name, notes.key):
-            response.regions[item["name"]].CopyFrom(
-                pb.SystemSharedMemoryStatusResponse.RegionStatus(**item)
-            )
-        return response
-
-    def cuda(request_type: Any) -> Any:
-        async def refuse(context: Any, notes: Any) -> Any:
-            await service.parsed(request_type, context, notes)
-            raise _refused((), CUDA_REFUSAL, Fault.NOT_OFFERED)
-
-        return refuse
-
-    return {
-        "SystemSharedMemoryRegister": register,
-        "SystemSharedMemoryUnregister": unregister,
-        "SystemSharedMemoryStatus": status,
-        "CudaSharedMemoryRegister": cuda(pb.CudaSharedMemoryRegisterRequest),
-        "CudaSharedMemoryUnregister": cuda(pb.CudaSharedMemoryUnregisterRequest),
-        "CudaSharedMemoryStatus": cuda(pb.CudaSharedMemoryStatusRequest),
-    }
-
-
-def raw_positions(inputs: Any) -> list[int | None] | None:
-    """Each gRPC input's entry in ``raw_input_contents`` (None for one in shared memory, which
-    has none), or None when no input is in shared memory (each input its own index)."""
-    if not any(REGION in item.parameters for item in inputs):
-        return None
-    positions: list[int | None] = []
-    carried = 0
-    for item in inputs:
-        if REGION in item.parameters:
-            positions.append(None)
-        else:
-            positions.append(carried)
-            carried += 1
-    return positions
 
 
 def new_request(regions: Regions, owner: Owner = None) -> SharedTensors | None:
