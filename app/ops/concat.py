@@ -15,6 +15,7 @@ from app.ops.declaration import (
     Op,
     Plan,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
@@ -153,4 +154,5 @@ OP = Op(
         "Concat-1, the spec's example comments say 8 + 16 + 32 = 48 beside an output of 56: the "
         "sum, 56, is taken.",
     ),
+    disagreements=narrowed_by_the_cpu_plugin("Concat-1"),
 )

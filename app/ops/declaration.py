@@ -310,3 +310,18 @@ def data_input(verb: str, name: str = "data", position: int = 1) -> Input:
         DATA_CONSTRAINT,
         ALL_TYPES,
     )
+
+
+def narrowed_by_the_cpu_plugin(spec: str) -> tuple[str, ...]:
+    """The disagreement classes OpenVINO's CPU plugin shows on every op that moves data of
+    these types (measured on Reverse-1, Transpose-1, Tile-1, Slice-8, Pad-12, Split-1 and
+    VariadicSplit-1 with data of every type: 69-75% of their cases bit-exact)."""
+    return (
+        f"{spec}, int64 and uint64 data on the CPU plugin: narrowed to 32 bits (Reverse-1 of "
+        "int64 [2**40 + 7, 2] along axis 0 gives [2, 7]); the service keeps every bit.",
+        f"{spec}, float64 data on the CPU plugin: computed through float32 (Reverse-1 of "
+        "[1e300, 0.1] gives [0.10000000149011612, 3.4028234663852886e+38]); the service keeps "
+        "every bit.",
+        f"{spec}, float16 signalling NaNs on the CPU plugin: quieted (0x7c01 comes back "
+        "0x7e01); the service passes NaN payloads through.",
+    )

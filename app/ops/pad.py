@@ -17,6 +17,7 @@ from app.ops.declaration import (
     Plan,
     data_input,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
@@ -296,4 +297,5 @@ OP = Op(
         "Pad-12, the reflect and symmetric bounds (pads not greater than data.shape[D] - 1 and "
         "data.shape[D]) apply to positive pads; a negative pad crops.",
     ),
+    disagreements=narrowed_by_the_cpu_plugin("Pad-12"),
 )

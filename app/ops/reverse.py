@@ -16,6 +16,7 @@ from app.ops.declaration import (
     Plan,
     data_input,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
@@ -159,4 +160,5 @@ OP = Op(
         "Reverse-1, the type of axis must fit the mode: an integer type in index mode, boolean in "
         "mask mode (T2 and T3); the other is refused naming axis.",
     ),
+    disagreements=narrowed_by_the_cpu_plugin("Reverse-1"),
 )

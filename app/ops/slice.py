@@ -15,6 +15,7 @@ from app.ops.declaration import (
     Plan,
     data_input,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
@@ -213,5 +214,13 @@ OP = Op(
         "Slice-8, start, stop and step of any integer type, uint64 values of 2**63 and more "
         "included: read as the integers they are and clamped as Python clamps them.",
         "Slice-8, Example 10 gives its output as [1, 3, 6, 8] of shape (2, 2): [[1, 3], [6, 8]].",
+    ),
+    disagreements=(
+        *narrowed_by_the_cpu_plugin("Slice-8"),
+        "Slice-8, int64 start, stop and step on the CPU plugin: narrowed to int32 (a step of "
+        'INT64_MIN becomes 0 and is refused, "Step must be non-zero"; other limits wrap); the '
+        "service reads them as the integers they are.",
+        "Slice-8 backwards from a start below -dim: data of length 7, start [-9], stop [-10], "
+        "step [-2] is empty by Python's rule (the spec's); the CPU plugin returns [data[0]].",
     ),
 )

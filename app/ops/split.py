@@ -16,6 +16,7 @@ from app.ops.declaration import (
     SplitPlan,
     data_input,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import is_integer_type
@@ -145,5 +146,10 @@ OP = Op(
         "Split-1 along an empty dimension: refused, as num_splits must lie in [1, 0], which "
         "holds no value.",
         "Split-1 on rank-0 data: refused; there is no axis to split along.",
+    ),
+    disagreements=(
+        *narrowed_by_the_cpu_plugin("Split-1"),
+        "Split-1 along an axis of length 0: OpenVINO accepts it; the spec's range for num_splits, "
+        "[1, 0], is empty, and the service refuses it.",
     ),
 )

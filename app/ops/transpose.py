@@ -14,6 +14,7 @@ from app.ops.declaration import (
     Plan,
     data_input,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
@@ -172,4 +173,5 @@ OP = Op(
         "Transpose-1, rank-0 arg: input_order must be empty (n = 0), and the output is arg.",
         "Transpose-1, input_order as a scalar: refused; the spec asks for a 1D tensor.",
     ),
+    disagreements=narrowed_by_the_cpu_plugin("Transpose-1"),
 )

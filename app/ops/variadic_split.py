@@ -15,6 +15,7 @@ from app.ops.declaration import (
     SplitPlan,
     data_input,
     example,
+    narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
 from app.ops.raw import is_integer_type
@@ -139,5 +140,10 @@ OP = Op(
         "VariadicSplit-1, axis and split_lengths of two integer types: allowed; the spec's T2 "
         'is read as "any integer type" for each.',
         "VariadicSplit-1, a length below -1: refused; lengths are dimension values.",
+    ),
+    disagreements=(
+        *narrowed_by_the_cpu_plugin("VariadicSplit-1"),
+        "VariadicSplit-1, lengths [7, -1] on an axis of length 6: OpenVINO builds the node; the "
+        "lengths cannot add up, and the service refuses them naming split_lengths.",
     ),
 )
