@@ -2,6 +2,7 @@
 comparing bits, and OpenVINO's CPU plugin run on tensors of positions."""
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -89,3 +90,35 @@ def constant(values: npt.NDArray[Any]) -> Any:
     types = {"int64": ov.Type.i64, "int32": ov.Type.i32, "bool": ov.Type.boolean}
     shape = ov.Shape(list(values.shape))
     return ov.op.Constant(types[values.dtype.name], shape, values.reshape(-1).tolist())
+
+
+@dataclass(frozen=True)
+class BenchmarkCase:
+    """One large request of an op for tests/benchmarks/bench_kernels.py: its inputs and
+    attributes, the output's element type, the bytes it must move (read and written), and how
+    to build the same node for OpenVINO's CPU plugin (a model and the arrays it is fed)."""
+
+    op: str
+    label: str
+    arrays: dict[str, npt.NDArray[Any]]
+    attributes: dict[str, Any]
+    dtype: np.dtype[Any]
+    moved_bytes: int
+    openvino: Callable[[], tuple[Any, list[npt.NDArray[Any]]]] | None = None
+
+
+def plugin_model(
+    build: Callable[[Any], Any], data: npt.NDArray[Any]
+) -> tuple[Any, list[npt.NDArray[Any]]]:
+    """A model of ``build(parameter)`` over ``data`` (float32 or int8), and its feed."""
+    types = {"float32": ov.Type.f32, "int8": ov.Type.i8, "int32": ov.Type.i32}
+    parameter = ov_opset1.parameter(list(data.shape), types[data.dtype.name])
+    node = build(parameter)
+    outputs = node.outputs() if len(node.outputs()) > 1 else [node]
+    return ov.Model(outputs, [parameter]), [data]
+
+
+def square(nbytes: int, dtype: Any = np.float32) -> npt.NDArray[Any]:
+    """About ``nbytes`` of ``dtype`` as a square matrix of ones and zeros."""
+    side = int((nbytes // np.dtype(dtype).itemsize) ** 0.5)
+    return (np.arange(side * side) % 3).astype(dtype).reshape(side, side)

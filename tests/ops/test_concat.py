@@ -14,10 +14,13 @@ from app.ops.errors import SpecError
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     from_positions,
+    plugin_model,
     positions,
     sample,
+    square,
 )
 
 
@@ -110,3 +113,18 @@ def test_openvino_cpu_plugin_agrees(shapes: list[tuple[int, ...]], axis: int) ->
     moved = np.asarray(compiled(given)[0])
     flat = np.concatenate([part.reshape(-1) for part in parts])
     assert_same_bits(run(parts, axis), from_positions(flat, moved))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Concat of two float32 halves of ``nbytes`` along axis 0."""
+    half = square(nbytes)[: int((nbytes // 4) ** 0.5) // 2]
+
+    def model() -> Any:
+        return plugin_model(lambda p: ov_opset1.concat([p, p], 0), half)
+
+    arrays = {"data_0": half, "data_1": half}
+    return BenchmarkCase("concat", "2 halves, f32", arrays, {"axis": 0}, half.dtype,
+                         4 * half.nbytes, model)  # fmt: skip

@@ -22,6 +22,7 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.gather_elements import OP, gather_elements, gather_elements_plan
 from tests.cases import DATA_TYPES, make_data, raw, special_bits
+from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
 from tests.support import assert_same_bits
 
 SEED = 20261129
@@ -227,3 +228,22 @@ def test_gather_elements_matches_openvino() -> None:
             failures.append(number)
     assert sent >= DIFFERENTIAL_CASES * 3 // 4
     assert not failures, f"OpenVINO disagreed on {failures} ({sent} sent, {agreed} agreed)"
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """GatherElements of a float32 matrix of ``nbytes / 2`` along its inner axis."""
+    data = square(nbytes // 2)
+    indices = np.broadcast_to(
+        np.arange(data.shape[1] - 1, -1, -1, dtype=np.int32), data.shape
+    ).copy()
+
+    def model() -> Any:
+        import openvino.opset6 as ov_opset6  # noqa: PLC0415
+
+        return plugin_model(lambda p: ov_opset6.gather_elements(p, constant(indices), 1), data)
+
+    return BenchmarkCase("gather_elements", "inner axis, f32", {"data": data, "indices": indices},
+                         {"axis": 1}, data.dtype, 3 * data.nbytes, model)  # fmt: skip

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from app.ops import SpecError, gather, gather_plan
+from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
 from tests.support import assert_same_bits
 
 BATCHES = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
@@ -216,3 +217,23 @@ def test_plan_gives_the_output_shape_without_data() -> None:
     plan = gather_plan((10**6, 10**6), (10**6,), np.dtype(np.int64), np.int64(1), 0)
     assert plan.output_shape == (10**6, 10**6)
     assert (plan.axis, plan.batch_dims) == (1, 0)
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Gather along the inner axis of an int8 matrix of ``nbytes`` (every column, shuffled)."""
+    data = square(nbytes, np.int8)
+    indices = np.random.default_rng(0).permutation(data.shape[1]).astype(np.int32)
+    axis = np.array(1)
+
+    def model() -> Any:
+        import openvino.opset8 as ov_opset8  # noqa: PLC0415
+
+        build = lambda p: ov_opset8.gather(p, constant(indices), constant(axis.reshape(1)), 0)  # noqa: E731
+        return plugin_model(build, data)
+
+    arrays = {"data": data, "indices": indices, "axis": axis}
+    return BenchmarkCase("gather", "inner axis, i8", arrays, {"batch_dims": 0}, data.dtype,
+                         2 * data.nbytes, model)  # fmt: skip

@@ -25,6 +25,7 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.gather_nd import OP, gather_nd, gather_nd_plan
 from tests.cases import DATA_TYPES, INDEX_TYPES, make_data, raw, special_bits
+from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
 from tests.support import assert_same_bits
 
 SEED = 20261128
@@ -320,3 +321,20 @@ def test_gather_nd_matches_openvino() -> None:
     unexplained = [number for number in failures if CASES[number][1].shape[-1] != 0]
     assert not unexplained, f"OpenVINO disagreed on {unexplained} ({sent} sent, {agreed} agreed)"
     assert agreed + len(failures) == sent
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """GatherND of every row of a float32 matrix of ``nbytes``, reversed."""
+    data = square(nbytes)
+    indices = np.arange(data.shape[0] - 1, -1, -1).reshape(-1, 1)
+
+    def model() -> Any:
+        import openvino.opset8 as ov_opset8  # noqa: PLC0415
+
+        return plugin_model(lambda p: ov_opset8.gather_nd(p, constant(indices), 0), data)
+
+    return BenchmarkCase("gather_nd", "rows reversed, f32", {"data": data, "indices": indices},
+                         {"batch_dims": 0}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import openvino.opset1 as ov_opset1
 import openvino.opset12 as ov_opset12
 import pytest
 
@@ -15,11 +16,14 @@ from app.ops.pad import OP, pad, pad_shape
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     constant,
     cpu_plugin,
     from_positions,
+    plugin_model,
     sample,
+    square,
 )
 
 MODES = ["constant", "edge", "reflect", "symmetric"]
@@ -160,3 +164,24 @@ def test_openvino_cpu_plugin_agrees(
 
     moved = cpu_plugin(build, shape)()
     assert_same_bits(ours, from_positions(data, moved))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Pad (constant) of a float32 matrix of ``nbytes / 4`` to twice each side."""
+    data = square(nbytes // 4)
+    begin = np.array([data.shape[0] // 2, data.shape[1] // 2])
+    end = np.array([data.shape[0] - begin[0], data.shape[1] - begin[1]])
+
+    def model() -> Any:
+        zero = constant(np.array(0, np.int32))
+        build = lambda p: ov_opset12.pad(  # noqa: E731
+            p, constant(begin), constant(end), "constant", ov_opset1.convert(zero, "f32")
+        )
+        return plugin_model(build, data)
+
+    arrays = {"data": data, "pads_begin": begin, "pads_end": end}
+    return BenchmarkCase("pad", "x2 each side, f32", arrays, {"pad_mode": "constant"},
+                         data.dtype, 5 * data.nbytes, model)  # fmt: skip

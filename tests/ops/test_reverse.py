@@ -13,11 +13,14 @@ from app.ops.reverse import OP, reverse
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     constant,
     cpu_plugin,
     from_positions,
+    plugin_model,
     sample,
+    square,
 )
 
 
@@ -116,3 +119,21 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: Any, mode: str
 
     moved = cpu_plugin(build, shape)()
     assert_same_bits(run(data, axis_array, mode), from_positions(data, moved))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Reverse along the inner axis of a float32 matrix of ``nbytes``."""
+    data = square(nbytes)
+    axis = np.array([1])
+
+    def model() -> Any:
+        factory = NodeFactory("opset1")
+        build = lambda p: factory.create("Reverse", [p.output(0), constant(axis).output(0)],  # noqa: E731
+                                         {"mode": "index"})  # fmt: skip
+        return plugin_model(build, data)
+
+    return BenchmarkCase("reverse", "inner axis, f32", {"data": data, "axis": axis},
+                         {"mode": "index"}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from app.ops import SpecError, roll
+from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
 from tests.support import assert_same_bits
 
 MATRIX = np.arange(1, 13, dtype=np.int64).reshape(4, 3)
@@ -168,3 +169,21 @@ def test_rank_0_data_refuses_other_axes(axes: int) -> None:
         SpecError, match=r"out of range for data of rank 0 \(allowed values: \[-1, 0\]\)"
     ):
         roll(np.float32(1), 1, axes)
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Roll along both axes of a float32 matrix of ``nbytes``."""
+    data = square(nbytes)
+    shift, axes = np.array([1, -1]), np.array([0, 1])
+
+    def model() -> Any:
+        import openvino.opset7 as ov_opset7  # noqa: PLC0415
+
+        build = lambda p: ov_opset7.roll(p, constant(shift), constant(axes))  # noqa: E731
+        return plugin_model(build, data)
+
+    arrays = {"data": data, "shift": shift, "axes": axes}
+    return BenchmarkCase("roll", "both axes, f32", arrays, {}, data.dtype, 2 * data.nbytes, model)

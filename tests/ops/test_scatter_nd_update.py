@@ -23,6 +23,7 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 import openvino as ov
+import openvino.opset1 as ov_opset1
 import openvino.opset15 as ov_opset15
 import pytest
 from openvino import op as ov_op
@@ -30,6 +31,7 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.scatter_nd_update import OP, REDUCTIONS, scatter_nd_update, scatter_nd_update_plan
 from tests.cases import DATA_TYPES, make_data, raw, special_bits
+from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
 from tests.support import assert_same_bits
 
 SEED = 20261131
@@ -472,3 +474,25 @@ def test_reductions_against_openvino() -> None:
             unexplained.append(number)
     assert sent >= REDUCTION_CASES // 2
     assert not unexplained, f"OpenVINO disagreed on {unexplained} ({sent} sent, {agreed} agreed)"
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """ScatterNDUpdate of 16 rows of a float32 matrix of ``nbytes`` (the copy dominates)."""
+    data = square(nbytes)
+    indices = np.arange(16).reshape(16, 1)
+    updates = np.ones((16, data.shape[1]), np.float32)
+
+    def model() -> Any:
+        import openvino.opset15 as ov_opset15  # noqa: PLC0415
+
+        build = lambda p: ov_opset15.scatter_nd_update(  # noqa: E731
+            p, constant(indices), ov_opset1.constant(updates)
+        )
+        return plugin_model(build, data)
+
+    arrays = {"data": data, "indices": indices, "updates": updates}
+    return BenchmarkCase("scatter_nd_update", "16 rows, f32", arrays, {"reduction": "none"},
+                         data.dtype, 2 * data.nbytes, model)  # fmt: skip

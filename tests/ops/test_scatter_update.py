@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import openvino as ov
+import openvino.opset1 as ov_opset1
 import openvino.opset3 as ov_opset3
 import pytest
 from openvino import op as ov_op
@@ -25,6 +26,7 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.scatter_update import OP, scatter_update, scatter_update_plan
 from tests.cases import DATA_TYPES, INDEX_TYPES, make_data, raw, special_bits
+from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
 from tests.support import assert_same_bits
 
 SEED = 20261130
@@ -284,3 +286,25 @@ def test_scatter_update_matches_openvino() -> None:
         failures.append(number)
     assert sent >= DIFFERENTIAL_CASES * 2 // 3
     assert not failures, f"OpenVINO disagreed on {failures} ({sent} sent, {agreed} agreed)"
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """ScatterUpdate of 16 rows of a float32 matrix of ``nbytes`` (the copy dominates)."""
+    data = square(nbytes)
+    indices = np.arange(16)
+    updates = np.ones((16, data.shape[1]), np.float32)
+
+    def model() -> Any:
+        import openvino.opset3 as ov_opset3  # noqa: PLC0415
+
+        build = lambda p: ov_opset3.scatter_update(  # noqa: E731
+            p, constant(indices), ov_opset1.constant(updates), constant(np.array(0))
+        )
+        return plugin_model(build, data)
+
+    arrays = {"data": data, "indices": indices, "updates": updates, "axis": np.array(0)}
+    return BenchmarkCase("scatter_update", "16 rows, f32", arrays, {}, data.dtype,
+                         2 * data.nbytes, model)  # fmt: skip

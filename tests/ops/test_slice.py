@@ -13,11 +13,14 @@ from app.ops.slice import OP, slice_
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     constant,
     cpu_plugin,
     from_positions,
+    plugin_model,
     sample,
+    square,
 )
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
@@ -125,3 +128,19 @@ def test_openvino_cpu_plugin_agrees(
     values = [np.array(item, np.int64) for item in (start, stop, step, axes)]
     moved = cpu_plugin(lambda p: ov_opset8.slice(p, *(constant(v) for v in values)), shape)()
     assert_same_bits(ours, from_positions(data, moved))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Slice of every other column of a float32 matrix of ``nbytes``."""
+    data = square(nbytes)
+    start, stop, step = np.array([0, 0]), np.array(data.shape), np.array([1, 2])
+
+    def model() -> Any:
+        values = (start, stop, step, np.array([0, 1]))
+        return plugin_model(lambda p: ov_opset8.slice(p, *(constant(v) for v in values)), data)
+
+    arrays = {"data": data, "start": start, "stop": stop, "step": step}
+    return BenchmarkCase("slice", "step 2 inner, f32", arrays, {}, data.dtype, data.nbytes, model)

@@ -14,10 +14,13 @@ from app.ops.split import OP, split
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     from_positions,
+    plugin_model,
     positions,
     sample,
+    square,
 )
 
 
@@ -95,3 +98,18 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: int, num_split
     moved = [np.asarray(answers[index]) for index in range(num_splits)]
     for ours, theirs in zip(run(data, axis, num_splits), moved, strict=True):
         assert_same_bits(ours, from_positions(data, theirs))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Split of a float32 matrix of ``nbytes`` in 4 along the inner axis."""
+    data = square(nbytes)
+    data = data[:, : data.shape[1] // 4 * 4]
+
+    def model() -> Any:
+        return plugin_model(lambda p: ov_opset1.split(p, ov_opset1.constant(np.int64(1)), 4), data)
+
+    return BenchmarkCase("split", "4 along axis 1, f32", {"data": data, "axis": np.array(1)},
+                         {"num_splits": 4}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

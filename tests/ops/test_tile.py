@@ -13,11 +13,14 @@ from app.ops.tile import OP, tile, tile_shape
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     constant,
     cpu_plugin,
     from_positions,
+    plugin_model,
     sample,
+    square,
 )
 
 
@@ -102,3 +105,18 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], repeats: list[int]) 
     factors = np.array(repeats, np.int64)
     moved = cpu_plugin(lambda p: ov_opset1.tile(p, constant(factors)), shape)()
     assert_same_bits(run(data, factors), from_positions(data, moved))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Tile of a float32 matrix of ``nbytes / 4`` by [2, 2]."""
+    data = square(nbytes // 4)
+    repeats = np.array([2, 2])
+
+    def model() -> Any:
+        return plugin_model(lambda p: ov_opset1.tile(p, constant(repeats)), data)
+
+    return BenchmarkCase("tile", "[2, 2], f32", {"data": data, "repeats": repeats}, {},
+                         data.dtype, 5 * data.nbytes, model)  # fmt: skip

@@ -13,11 +13,14 @@ from app.ops.transpose import OP, transpose
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     constant,
     cpu_plugin,
     from_positions,
+    plugin_model,
     sample,
+    square,
 )
 
 
@@ -115,3 +118,18 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], order: list[int]) ->
     order_array = np.array(order, np.int64)
     moved = cpu_plugin(lambda p: ov_opset1.transpose(p, constant(order_array)), shape)()
     assert_same_bits(run(arg, order_array), from_positions(arg, moved))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """Transpose of a float32 matrix of ``nbytes``."""
+    arg = square(nbytes)
+    order = np.array([1, 0])
+
+    def model() -> Any:
+        return plugin_model(lambda p: ov_opset1.transpose(p, constant(order)), arg)
+
+    return BenchmarkCase("transpose", "2-D, f32", {"arg": arg, "input_order": order}, {},
+                         arg.dtype, 2 * arg.nbytes, model)  # fmt: skip

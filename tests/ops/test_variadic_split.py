@@ -14,10 +14,13 @@ from app.ops.variadic_split import OP, variadic_split
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
+    BenchmarkCase,
     assert_same_bits,
     from_positions,
+    plugin_model,
     positions,
     sample,
+    square,
 )
 
 
@@ -101,3 +104,22 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: int, lengths: 
     answers = compiled(positions(shape))
     for index, piece in enumerate(ours):
         assert_same_bits(piece, from_positions(data, np.asarray(answers[index])))
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """VariadicSplit of a float32 matrix of ``nbytes`` into a quarter and the rest."""
+    data = square(nbytes)
+    lengths = np.array([data.shape[0] // 4, -1])
+
+    def model() -> Any:
+        build = lambda p: ov_opset1.variadic_split(  # noqa: E731
+            p, ov_opset1.constant(np.int64(0)), ov_opset1.constant(lengths)
+        )
+        return plugin_model(build, data)
+
+    arrays = {"data": data, "axis": np.array(0), "split_lengths": lengths}
+    return BenchmarkCase("variadic_split", "[1/4, -1], f32", arrays, {}, data.dtype,
+                         2 * data.nbytes, model)  # fmt: skip

@@ -1,0 +1,135 @@
+"""Every op's kernel on a large tensor against its byte floor and OpenVINO's CPU plugin.
+
+    .venv/bin/python tests/benchmarks/bench_kernels.py            # 64 MiB of data an op
+    .venv/bin/python tests/benchmarks/bench_kernels.py --smoke    # 1 MiB, for CI
+    .venv/bin/python tests/benchmarks/bench_kernels.py --only pad,tile
+
+Each op's case comes from its own test file: a module-level ``benchmark_case(nbytes)`` in
+``tests/ops/test_<op>.py`` giving a ``BenchmarkCase`` (the inputs and attributes of one large
+request, the bytes the op must move, and how to build the same node for OpenVINO). A new op's
+test file adds its case and this table has a row for it. Per op, interleaved, the median of
+several rounds: the op's plan and kernel into a ready output (as a request runs them), the byte
+floor (``np.copyto`` of the bytes it moves: read and written once) and the CPU plugin's
+inference into a ready output on the same data (every core). It prints ratios and asserts no
+time (the machine is shared and noisy).
+"""
+
+import argparse
+import importlib
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "client")]
+
+from app.ops.declaration import Plan, SplitPlan  # noqa: E402
+from app.registry import REGISTRY  # noqa: E402
+from tests.ops.movement_support import BenchmarkCase  # noqa: E402
+
+
+def cases(nbytes: int, only: set[str] | None) -> dict[str, BenchmarkCase]:
+    """Each op's case, from its test file's ``benchmark_case``."""
+    found = {}
+    for path in sorted((ROOT / "tests" / "ops").glob("test_*.py")):
+        module = importlib.import_module(f"tests.ops.{path.stem}")
+        make = getattr(module, "benchmark_case", None)
+        if make is None:
+            continue
+        case: BenchmarkCase = make(nbytes)
+        if only is None or case.op in only:
+            found[case.op] = case
+    return found
+
+
+def ours(case: BenchmarkCase) -> Callable[[], Any]:
+    op = REGISTRY[case.op]
+    planned = op.plan(case.arrays, case.attributes)
+    if isinstance(planned, SplitPlan):
+        outs = [np.empty(shape, case.dtype) for shape in planned.output_shapes]
+
+        def split() -> Any:
+            again = op.plan(case.arrays, case.attributes)
+            assert isinstance(again, SplitPlan)
+            for out, part in zip(outs, again.run(), strict=True):
+                np.copyto(out, part)
+            return outs
+
+        return split
+    assert isinstance(planned, Plan)
+    out = np.empty(planned.output_shape, case.dtype)
+
+    def run() -> Any:
+        again = op.plan(case.arrays, case.attributes)
+        assert isinstance(again, Plan)
+        return again.run(out)
+
+    return run
+
+
+def floor(case: BenchmarkCase) -> Callable[[], Any]:
+    source = np.ones(case.moved_bytes // 2, np.uint8)
+    target = np.empty_like(source)
+    return lambda: np.copyto(target, source)
+
+
+def openvino(case: BenchmarkCase) -> Callable[[], Any] | None:
+    if case.openvino is None:
+        return None
+    import openvino as ov  # noqa: PLC0415
+
+    model, feed = case.openvino()
+    request = ov.Core().compile_model(model, "CPU").create_infer_request()
+    for index, array in enumerate(feed):
+        request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
+    request.infer()  # outputs allocated once
+    infer: Callable[[], Any] = request.infer
+    return infer
+
+
+def median_seconds(thunks: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Each thunk's median time, run interleaved (the order reversed every other round)."""
+    times: dict[str, list[float]] = {name: [] for name in thunks}
+    names = list(thunks)
+    for turn in range(rounds):
+        for name in names if turn % 2 == 0 else reversed(names):
+            started = time.perf_counter()
+            thunks[name]()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="1 MiB cases, 3 rounds")
+    parser.add_argument("--only", help="comma-separated op names")
+    args = parser.parse_args()
+    nbytes = (1 << 20) if args.smoke else (64 << 20)
+    rounds = 3 if args.smoke else 9
+    only = set(args.only.split(",")) if args.only else None
+    print(f"{'op (case)':<44} {'ours':>9} {'floor':>9} {'ovino':>9} {'/floor':>7} {'/ovino':>7}")
+    for name, case in cases(nbytes, only).items():
+        thunks = {"ours": ours(case), "floor": floor(case)}
+        plugin = openvino(case)
+        if plugin is not None:
+            thunks["openvino"] = plugin
+        seconds = median_seconds(thunks, rounds)
+        theirs = seconds.get("openvino")
+        mine, copy = seconds["ours"], seconds["floor"]
+        plugin_ms = "-" if theirs is None else f"{theirs * 1e3:.1f}m"
+        versus = "-" if theirs is None else f"{mine / theirs:.2f}"
+        label = f"{name} ({case.label})"
+        print(
+            f"{label:<44} {mine * 1e3:8.1f}m {copy * 1e3:8.1f}m {plugin_ms:>9} "
+            f"{mine / copy:7.2f} {versus:>7}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
