@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from app.main import create_app
 from app.settings import Settings
+from tests import progress
 from tests.support import launch_server, stop_server
 
 #: The system tier (``pytest -m system``, run by .ci/run after README's command): what needs root
@@ -49,6 +50,10 @@ _TESTS = Path(__file__).resolve().parent
 def in_system_tier(relative: str, name: str) -> bool:
     """Whether test ``name`` (its parameters aside) of module ``relative`` is in the system tier."""
     return relative in SYSTEM_TIER or f"{relative}::{name.partition('[')[0]}" in SYSTEM_TIER
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    progress.register(config)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
