@@ -1,5 +1,6 @@
 """Rendering a ``ServiceError`` over HTTP: FastAPI's ``detail`` list, or the V2 ``{"error"}``."""
 
+import re
 from collections.abc import Mapping
 
 import orjson
@@ -7,8 +8,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
-from app.errors import Fault, ServiceError, internal_error
+from app.errors import Fault, Problem, ServiceError, internal_error
 from app.transports.route_hints import method_hint, not_found_hint
 
 _FRAMEWORK_FAULTS = {404: Fault.NOT_FOUND, 405: Fault.METHOD_NOT_ALLOWED}
@@ -28,15 +30,40 @@ class ErrorBody(BaseModel):
     detail: list[ErrorItem]
 
 
+#: Where a refusal leaves its fault's kind and field in the request's scope state, for the
+#: access line (app/transports/http_observer.py).
+REFUSAL_STATE = "tensor_ops_refusal"
+#: A field is logged only in these characters: the names the service gives its inputs,
+#: attributes, headers and parameters, never a client's words.
+_LOGGED_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def logged_fault(problem: Problem) -> tuple[str, str | None]:
+    """A refusal's fault kind and field as its access line may show them: the field only where
+    it is one of the service's names (an unknown field's name is the client's own text)."""
+    field = problem.field
+    if problem.kind is Fault.UNKNOWN_INPUT or not _LOGGED_FIELD.fullmatch(field):
+        return problem.kind.value, None
+    return problem.kind.value, field
+
+
+class Refusal(Response):
+    """A refused request's answer, which leaves its fault's kind and field in the request's scope
+    state as it is sent: the observer's access line says why, and nothing of what was sent."""
+
+    def __init__(self, error: ServiceError, body: bytes, headers: Mapping[str, str]) -> None:
+        super().__init__(body, error.status, headers=headers, media_type="application/json")
+        self.fault = logged_fault(error.problems[0])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope.setdefault("state", {})[REFUSAL_STATE] = self.fault
+        await super().__call__(scope, receive, send)
+
+
 def render_detail(error: ServiceError) -> Response:
     """The plain routes' shape: ``{"detail": [{"loc", "msg", "type"}, ...]}``."""
     items = [problem.as_item() for problem in error.problems]
-    return Response(
-        orjson.dumps({"detail": items}),
-        error.status,
-        headers=error.headers,
-        media_type="application/json",
-    )
+    return Refusal(error, orjson.dumps({"detail": items}), error.headers)
 
 
 #: The fault's kind and field of a /v2 refusal (the ``type`` and ``loc`` of the plain routes'
@@ -58,12 +85,8 @@ def render_v2(error: ServiceError) -> Response:
     """The KServe V2 shape, ``{"error": "..."}``, each problem's location in words."""
     # The protocol's body has room for a message only: the fault's kind goes in a header, as
     # gRPC's trailing metadata carries it (the plain routes' body has it as ``type``).
-    return Response(
-        orjson.dumps({"error": error.message}),
-        error.status,
-        headers={**error.headers, **fault_headers(error)},
-        media_type="application/json",
-    )
+    body = orjson.dumps({"error": error.message})
+    return Refusal(error, body, {**error.headers, **fault_headers(error)})
 
 
 def framework_error(status: int, detail: str, headers: Mapping[str, str] | None) -> ServiceError:

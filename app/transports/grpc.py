@@ -45,7 +45,7 @@ from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.registry import REGISTRY, Op
 from app.settings import Settings
-from app.transports.errors import fault_headers
+from app.transports.errors import fault_headers, logged_fault
 from app.transports.shared_memory import (
     INPUT_EXTENSIONS_ON,
     OUTPUT_EXTENSIONS_ON,
@@ -813,6 +813,7 @@ class InferenceService:
                 held, reservation = reservation, None  # the writer gives it back once written
                 return StreamOutcome(message, held, call.request_id)
             status = CODES[error.kind].name
+            call.fault, call.field = logged_fault(error.problems[0])
             # Nothing came (``counted`` is set once a message is in hand: an empty one has no
             # bytes but came, and is answered as any other).
             if not notes.received and not counted:
@@ -1105,6 +1106,7 @@ def observed_stream(
                 key = keys.admit_value(value, count)
             except ServiceError as error:
                 refused = Observation(given, CODES[error.kind].name)
+                refused.fault, refused.field = logged_fault(error.problems[0])
                 refused.finish("gRPC", route, route)
                 tags = [(REQUEST_ID_KEY, refused.request_id), *_fault_tags(error)]
                 await context.abort(CODES[error.kind], error.message, tuple(tags))
@@ -1179,6 +1181,7 @@ def observed(
                 return response
             code = CODES[error.kind]
             seen.status = code.name
+            seen.fault, seen.field = logged_fault(error.problems[0])
             message = error.message
             tags.extend((name.lower(), value) for name, value in fault_headers(error).items())
             tags.extend((name.lower(), value) for name, value in error.headers.items())
