@@ -6,6 +6,7 @@ own shape (FastAPI's ``detail`` list, V2's ``{"error"}``, a gRPC status).
 """
 
 import logging
+import re
 import traceback
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
@@ -170,6 +171,20 @@ def fault_headers(error: "ServiceError") -> dict[str, str]:
     if first.field and first.field.isascii() and first.field.isprintable():
         headers[FIELD_HEADER] = first.field
     return headers
+
+
+#: A field is logged only in these characters: the names the service gives its inputs,
+#: attributes, headers and parameters, never a client's words.
+_LOGGED_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
+def logged_fault(problem: Problem) -> tuple[str, str | None]:
+    """A refusal's fault kind and field as its access line may show them: the field only where
+    it is one of the service's names (an unknown field's name is the client's own text)."""
+    field = problem.field
+    if problem.kind is Fault.UNKNOWN_INPUT or not _LOGGED_FIELD.fullmatch(field):
+        return problem.kind.value, None
+    return problem.kind.value, field
 
 
 def quote(text: str) -> str:

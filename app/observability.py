@@ -444,6 +444,8 @@ class Observation:
     __slots__ = (
         "bytes_in",
         "bytes_out",
+        "fault",
+        "field",
         "given",
         "key",
         "request_id",
@@ -463,6 +465,9 @@ class Observation:
         self.bytes_in = 0
         self.bytes_out = 0
         self.reserved = 0
+        #: A refusal's fault kind and field (one of the service's names), never its values.
+        self.fault: str | None = None
+        self.field: str | None = None
 
     def finish(self, method: str, route: str, path: str) -> None:
         """Count the call in the metrics and write its access log line."""
@@ -477,6 +482,8 @@ class Observation:
             bytes_out=self.bytes_out,
             reserved=self.reserved,
             key=self.key,
+            fault=self.fault,
+            field=self.field,
         )
 
 
@@ -492,11 +499,14 @@ def record(
     bytes_out: int,
     reserved: int,
     key: str | None = None,
+    fault: str | None = None,
+    field: str | None = None,
 ) -> None:
     """Count one request (HTTP or gRPC) in the metrics and write its access log line.
 
     ``route`` is a bounded label (a route template, a gRPC method); ``status`` an HTTP status
-    or a gRPC status code's name; ``key`` the label of the API key that admitted it.
+    or a gRPC status code's name; ``key`` the label of the API key that admitted it; ``fault``
+    and ``field`` a refusal's kind and the field it is in, so that a line tells why.
     """
     duration = time.perf_counter() - started
     metrics = _route_metrics(route, status)
@@ -521,6 +531,10 @@ def record(
     }
     if key is not None:
         fields["key"] = key
+    if fault is not None:
+        fields["fault"] = fault
+        if field is not None:
+            fields["field"] = field
     if tracing.TRACER is not None:
         # The request's span is current: it takes what the line says, and the line its ids.
         fields |= tracing.request_done(request_id, route, status, bytes_in, bytes_out, reserved)

@@ -42,7 +42,15 @@ from app.codecs.grpc_tensors import (
     typed_wire_bytes,
 )
 from app.codecs.v2_tensors import decode_v2_binary, v2_datatype, v2_output_buffer, wire_dtype
-from app.errors import Fault, ServiceError, fault_headers, from_wire, internal_error, release_frames
+from app.errors import (
+    Fault,
+    ServiceError,
+    fault_headers,
+    from_wire,
+    internal_error,
+    logged_fault,
+    release_frames,
+)
 from app.grpc.send import SendWatch, disarm
 from app.grpc.shared_memory import grpc_answer, grpc_calls, raw_positions
 from app.observability import Observation
@@ -807,7 +815,7 @@ class InferenceService:
         request = await self.parsed(pb.RepositoryModelUnloadRequest, context, notes)
         raise refuse_model_control(request.model_name, "unload")
 
-    async def stream_message(
+    async def stream_message(  # noqa: PLR0915 - one message's life in order, read to answer
         self,
         context: Any,
         route: str,
@@ -863,6 +871,7 @@ class InferenceService:
                 held, reservation = reservation, None  # the writer gives it back once written
                 return StreamOutcome(message, held, call.request_id, order=order)
             status = CODES[error.kind].name
+            call.fault, call.field = logged_fault(error.problems[0])
             # Nothing came (``counted`` is set once a message is in hand: an empty one has no
             # bytes but came, and is answered as any other).
             if not notes.received and not counted:
@@ -1213,6 +1222,7 @@ def observed_stream(
                 key = keys.admit_value(value, count)
             except ServiceError as error:
                 refused = Observation(given, CODES[error.kind].name)
+                refused.fault, refused.field = logged_fault(error.problems[0])
                 refused.finish("gRPC", route, route)
                 tags = [(REQUEST_ID_KEY, refused.request_id), *_fault_tags(error)]
                 await context.abort(CODES[error.kind], error.message, tuple(tags))
@@ -1295,6 +1305,7 @@ def observed(
                 return response
             code = CODES[error.kind]
             seen.status = code.name
+            seen.fault, seen.field = logged_fault(error.problems[0])
             message = error.message
             tags.extend((name.lower(), value) for name, value in fault_headers(error).items())
             tags.extend((name.lower(), value) for name, value in error.headers.items())

@@ -7,8 +7,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
-from app.errors import Fault, ServiceError, fault_headers, internal_error
+from app.errors import Fault, ServiceError, fault_headers, internal_error, logged_fault
 from app.http.route_hints import method_hint, not_found_hint
 
 _FRAMEWORK_FAULTS = {404: Fault.NOT_FOUND, 405: Fault.METHOD_NOT_ALLOWED}
@@ -28,27 +29,36 @@ class ErrorBody(BaseModel):
     detail: list[ErrorItem]
 
 
+#: Where a refusal leaves its fault's kind and field in the request's scope state, for the
+#: access line (app/transports/http_observer.py).
+REFUSAL_STATE = "tensor_ops_refusal"
+
+
+class Refusal(Response):
+    """A refused request's answer, which leaves its fault's kind and field in the request's scope
+    state as it is sent: the observer's access line says why, and nothing of what was sent."""
+
+    def __init__(self, error: ServiceError, body: bytes, headers: Mapping[str, str]) -> None:
+        super().__init__(body, error.status, headers=headers, media_type="application/json")
+        self.fault = logged_fault(error.problems[0])
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope.setdefault("state", {})[REFUSAL_STATE] = self.fault
+        await super().__call__(scope, receive, send)
+
+
 def render_detail(error: ServiceError) -> Response:
     """The plain routes' shape: ``{"detail": [{"loc", "msg", "type"}, ...]}``."""
     items = [problem.as_item() for problem in error.problems]
-    return Response(
-        orjson.dumps({"detail": items}),
-        error.status,
-        headers=error.headers,
-        media_type="application/json",
-    )
+    return Refusal(error, orjson.dumps({"detail": items}), error.headers)
 
 
 def render_v2(error: ServiceError) -> Response:
     """The KServe V2 shape, ``{"error": "..."}``, each problem's location in words."""
     # The protocol's body has room for a message only: the fault's kind goes in a header, as
     # gRPC's trailing metadata carries it (the plain routes' body has it as ``type``).
-    return Response(
-        orjson.dumps({"error": error.message}),
-        error.status,
-        headers={**error.headers, **fault_headers(error)},
-        media_type="application/json",
-    )
+    body = orjson.dumps({"error": error.message})
+    return Refusal(error, body, {**error.headers, **fault_headers(error)})
 
 
 def framework_error(status: int, detail: str, headers: Mapping[str, str] | None) -> ServiceError:

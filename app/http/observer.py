@@ -8,7 +8,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from app import tracing
 from app.access import AccessControl
 from app.errors import ServiceError
-from app.http.errors import render_detail, render_v2
+from app.http.errors import REFUSAL_STATE, render_detail, render_v2
 from app.observability import Observation
 
 _REQUEST_ID = b"x-request-id"
@@ -63,6 +63,8 @@ class HttpObserver:
             await send(message)
 
         label = "unmatched"
+        # One state for every scope the routes make of this one (a refusal leaves its fault here).
+        state = scope.setdefault("state", {})
         try:
             if self.access is not None and self.access.needs_key(scope["path"]):
                 try:
@@ -76,8 +78,9 @@ class HttpObserver:
             await app(scope, counting_receive, tagging_send)
             label = _route_of(scope)
         finally:
-            reservation = scope.get("state", {}).get("reservation")
+            reservation = state.get("reservation")
             call.reserved = int(getattr(reservation, "peak", 0))
+            call.fault, call.field = state.get(REFUSAL_STATE, (None, None))
             call.finish(scope["method"], label, scope["path"][:256])
 
 
