@@ -16,11 +16,13 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
 from app.access import AccessControl
+from app.codecs.v2_tensors import v2_datatype
 from app.errors import ServiceError
 from app.http.body import too_large
 from app.http.errors import render_detail
 from app.http.op_routes import JSON_TYPE, JsonExchange, exchange_for_media
 from app.http.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
+from app.http.v2 import INFER_PATH, V2Exchange
 from app.pipeline.admission import busy_error
 from app.pipeline.jobs import Limits
 from app.registry import REGISTRY, Op
@@ -110,6 +112,51 @@ def answer(op: Op, value: Any, limits: Limits) -> Any:
     return orjson.loads(b"".join(_pieces(encoded.buffers)))
 
 
+def v2_example(op: Op, value: Any, limits: Limits) -> tuple[dict[str, Any], Any]:
+    """The V2 infer request of the JSON route's request ``value`` (each input as that route
+    decodes it, its attributes as parameters), and ``/v2``'s answer to it."""
+    exchange = JsonExchange(op, raw_npy=False)
+    exchange.prepare(orjson.dumps(value))
+    job = exchange.decode(limits)
+    inputs = []
+    for name, array in job.arrays.items():
+        flat = array.reshape(-1)
+        data = flat.astype(np.float32) if v2_datatype(array.dtype) == "BF16" else flat
+        inputs.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": v2_datatype(array.dtype),
+                "data": data.tolist(),
+            }
+        )
+    request: dict[str, Any] = {"id": f"{op.name}-example", "inputs": inputs}
+    if job.attributes:
+        request["parameters"] = dict(job.attributes)
+    v2 = V2Exchange(op, None)
+    v2.prepare(orjson.dumps(request))
+    encoded = v2.encode(v2.decode(limits))
+    return request, orjson.loads(b"".join(_pieces(encoded.buffers)))
+
+
+def teach_v2_examples(schema: dict[str, Any], limits: Limits) -> None:
+    """One named request example per model on the ``/v2`` infer route, each with its 200
+    answer: the first example of each op's spec."""
+    operation = schema.get("paths", {}).get(INFER_PATH, {}).get("post")
+    if operation is None:
+        return
+    requests, answers = {}, {}
+    for op in REGISTRY.values():
+        example = next(iter(op.examples.values()))
+        request, answer = v2_example(op, example["value"], limits)
+        summary = f"{op.name}: {example['summary']} (POST /v2/models/{op.name}/infer)"
+        requests[op.name] = {"summary": summary, "value": request}
+        answers[op.name] = {"summary": summary, "value": answer}
+    content = operation["requestBody"]["content"][JSON_TYPE]
+    content["examples"] = requests
+    _content(operation.setdefault("responses", {}), "200")["examples"] = answers
+
+
 def refusals(op: Op, settings: Settings, limits: Limits, budget: int) -> dict[int, tuple[str, Any]]:
     """A request of each refusal the op's route documents, and the route's answer to it."""
     example = next(iter(op.examples.values()))["value"]
@@ -190,6 +237,7 @@ def build_openapi(
         components.update(model_schema.pop("$defs", {}))
         components[model.__name__] = model_schema
     teach(schema, settings, limits, budget)
+    teach_v2_examples(schema, limits)
     if access is not None:
         require_keys(schema, access)
     linked: dict[str, Any] = link_shared_schemas(schema)

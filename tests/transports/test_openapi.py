@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 
@@ -176,3 +177,25 @@ async def test_a_client_at_the_root_gets_what_is_offered(
     assert set(body["ways_in"]) == {"json", "npz", "v2", "grpc", "client"}
     assert "8001" in body["ways_in"]["grpc"]
     assert body["docs"] == "/docs"
+
+
+@pytest.mark.parametrize("op", list(REGISTRY))
+async def test_v2_infer_has_an_example_per_model_with_its_answer(
+    client: httpx.AsyncClient, op: str
+) -> None:
+    """/docs' /v2 infer route: a named request example per model, each the answer it shows."""
+    schema = await _schema(client)
+    operation = schema["paths"]["/v2/models/{name}/infer"]["post"]
+    request = operation["requestBody"]["content"]["application/json"]["examples"][op]["value"]
+    shown = operation["responses"]["200"]["content"]["application/json"]["examples"][op]["value"]
+    response = await client.post(f"/v2/models/{op}/infer", json=request)
+    assert response.status_code == 200, response.text
+    assert response.json() == shown
+    expected = next(iter(REGISTRY[op].examples.values()))["x-expected-output"]
+    outputs = [item["data"] for item in shown["outputs"]]
+    flat = (
+        [np.array(item).reshape(-1).tolist() for item in expected]
+        if REGISTRY[op].several_outputs
+        else [np.array(expected).reshape(-1).tolist()]
+    )
+    assert outputs == flat
