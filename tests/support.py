@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import zipfile
 import zlib
@@ -495,3 +496,29 @@ def refused_call(client: Any, op: str, arrays: dict[str, Any], batch_dims: int) 
     if op == "roll":
         return client.roll(arrays["data"], arrays["shift"], arrays["axes"])
     return client.gather(arrays["data"], arrays["indices"], arrays["axis"], batch_dims)
+
+
+def serving_ops(module: str, names: Sequence[str]) -> str:
+    """A ``python -c`` script that serves the app with the ops ``names`` of test module
+    ``module`` (declared there, as real op modules declare theirs) added to the registry."""
+    return textwrap.dedent(
+        f"""
+        import os
+
+        import uvicorn
+
+        from app.registry import REGISTRY
+        from {module} import {", ".join(names)}
+
+        for op in ({", ".join(names)},):
+            REGISTRY[op.name] = op
+        uvicorn.run(
+            "app.main:create_app",
+            factory=True,
+            host=os.environ["TENSOR_OPS_HOST"],
+            port=int(os.environ["TENSOR_OPS_PORT"]),
+            http="app.http.protocol:ServiceHttpProtocol",
+            log_level="warning",
+        )
+        """
+    )

@@ -1,7 +1,6 @@
 """A new op is one registry entry: every transport, the docs and /v2 metadata pick it up."""
 
 import io
-import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,14 @@ from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
 from tensor_ops_client import main as command_line
 from tensor_ops_wire.ops import OPS, from_info
-from tests.support import assert_same_bits, free_port, launch_server, npz_bytes, stop_server
+from tests.support import (
+    assert_same_bits,
+    free_port,
+    launch_server,
+    npz_bytes,
+    serving_ops,
+    stop_server,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -192,26 +198,7 @@ async def test_info_lists_the_ops_as_the_wire_reads_them(client: httpx.AsyncClie
 # --- The toy op on a real server: every transport, the client and the command line -------------
 
 #: The server, with the toy op in its registry before the app is made.
-SERVE_WITH_FLIP = textwrap.dedent(
-    """
-    import os
-
-    import uvicorn
-
-    from app.registry import REGISTRY
-    from tests.test_registry import FLIP
-
-    REGISTRY[FLIP.name] = FLIP
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=os.environ["TENSOR_OPS_HOST"],
-        port=int(os.environ["TENSOR_OPS_PORT"]),
-        http="app.http.protocol:ServiceHttpProtocol",
-        log_level="warning",
-    )
-    """
-)
+SERVE_WITH_FLIP = serving_ops("tests.test_registry", ["FLIP"])
 
 
 @pytest.fixture(scope="module")

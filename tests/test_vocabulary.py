@@ -6,7 +6,6 @@ transports are checked for what the vocabulary can say, whatever the real ops us
 """
 
 import io
-import textwrap
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -34,7 +33,14 @@ from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
 from tensor_ops_client import main as command_line
 from tensor_ops_wire.npy import encode_npy_base64
-from tests.support import assert_same_bits, free_port, launch_server, npz_bytes, stop_server
+from tests.support import (
+    assert_same_bits,
+    free_port,
+    launch_server,
+    npz_bytes,
+    serving_ops,
+    stop_server,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -329,27 +335,7 @@ async def test_the_docs_show_the_toy_ops_examples(client: httpx.AsyncClient) -> 
 
 # --- On a real server: gRPC, shared memory's absence aside, the client and the command line -----
 
-SERVE_WITH_TOYS = textwrap.dedent(
-    """
-    import os
-
-    import uvicorn
-
-    from app.registry import REGISTRY
-    from tests.test_vocabulary import JOIN, PARTS
-
-    REGISTRY[PARTS.name] = PARTS
-    REGISTRY[JOIN.name] = JOIN
-    uvicorn.run(
-        "app.main:create_app",
-        factory=True,
-        host=os.environ["TENSOR_OPS_HOST"],
-        port=int(os.environ["TENSOR_OPS_PORT"]),
-        http="app.http.protocol:ServiceHttpProtocol",
-        log_level="warning",
-    )
-    """
-)
+SERVE_WITH_TOYS = serving_ops("tests.test_vocabulary", ["PARTS", "JOIN"])
 
 
 @pytest.fixture(scope="module")
