@@ -40,7 +40,7 @@ from app.http.errors import ErrorBody, render_detail
 from app.http.json_hints import explain_refusal
 from app.http.responses import serve_http
 from app.http.routes import Endpoint, OpRoute
-from app.http.schemas import TensorResponse, request_fields, request_model
+from app.http.schemas import OutputsResponse, TensorResponse, request_fields, request_model
 from app.ops.declaration import JSON_INFERRED
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
@@ -414,14 +414,26 @@ def exchange_for(op: Op, request: Request, max_body_bytes: int) -> Exchange:
     raise _unsupported(kind)
 
 
-def _responses() -> dict[int | str, dict[str, Any]]:
-    return {
-        200: {
+def _responses(op: Op) -> dict[int | str, dict[str, Any]]:
+    binary = {"schema": {"type": "string", "format": "binary"}}
+    answer: dict[str, Any] = (
+        {
+            "model": OutputsResponse,
+            "description": "The outputs: JSON for a JSON request, an .npz archive of "
+            "output_0.npy, output_1.npy, ... for an .npz request (or `Accept: "
+            "application/x-npy`)",
+            "content": {NPZ_TYPE: binary},
+        }
+        if op.several_outputs
+        else {
             "model": TensorResponse,
             "description": "The output tensor: JSON for a JSON request (or its raw .npy with "
             "`Accept: application/x-npy`), raw .npy for an .npz request",
-            "content": {NPY_TYPE: {"schema": {"type": "string", "format": "binary"}}},
-        },
+            "content": {NPY_TYPE: binary},
+        }
+    )
+    return {
+        200: answer,
         400: {"model": ErrorBody, "description": "The body cannot be decoded"},
         413: {"model": ErrorBody, "description": "The body or the output is over a size limit"},
         415: {"model": ErrorBody, "description": "A content type the route does not take"},
@@ -521,7 +533,7 @@ def add_op_routes(router: APIRouter, endpoints: Mapping[str, Endpoint]) -> None:
             name=op.name,
             summary=op.summary,
             description=op.description,
-            responses=_responses(),
+            responses=_responses(op),
             openapi_extra=_openapi_extra(op),
             route_class_override=OpRoute,
             tags=["ops"],

@@ -144,6 +144,19 @@ class TensorResponse(BaseModel):
     shape: list[int] = Field(description="The output's shape", examples=[[4, 3]])
 
 
+class NamedTensor(TensorResponse):
+    """One of several outputs, with its name."""
+
+    name: str = Field(description="The output's name", examples=["output_0"])
+
+
+class OutputsResponse(BaseModel):
+    """The outputs of an op of several (Split-1, VariadicSplit-1), in order, each in the form
+    the request's `data` used."""
+
+    outputs: list[NamedTensor] = Field(description="`output_0`, `output_1`, ...")
+
+
 def link_shared_schemas(node: Any) -> Any:
     """Replace every ``{SCHEMA_REF: name}`` marker in an OpenAPI document by its ``$ref``."""
     if isinstance(node, dict):
