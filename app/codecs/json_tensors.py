@@ -5,9 +5,11 @@ request or the op that asks.
 """
 
 import functools
+import io
 import math
 import re
-from collections.abc import Callable, Sequence
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -31,8 +33,13 @@ from tensor_ops_wire.dtypes import (
     shown,
 )
 from tensor_ops_wire.errors import TensorError, WireFault, unacceptable
-from tensor_ops_wire.npy import Base64Stream, decode_npy_base64, encode_npy_base64, npy_buffer
-from tensor_ops_wire.npz import encode_npz
+from tensor_ops_wire.npy import (
+    Base64Stream,
+    decode_npy_base64,
+    encode_npy,
+    encode_npy_base64,
+    npy_buffer,
+)
 
 
 class Form(Enum):
@@ -218,6 +225,23 @@ def encode_output(
     return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
 
 
+def npz_answer(named: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[np.uint8]:
+    """An uncompressed ``.npz`` of ``named`` arrays, as one buffer to send: each member's
+    ``.npy`` made once, one at a time, into the archive, which is sent without a last copy."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
+        for name, array in named.items():
+            npy = encode_npy(array)
+            archive.writestr(f"{name}.npy", npy.data)
+            del npy
+    return np.frombuffer(buffer.getbuffer(), np.uint8)
+
+
+#: What an ``.npz`` answer of several outputs holds at its peak, in outputs' bytes: the outputs,
+#: the archive (and the slack its buffer grows by), and one member's ``.npy`` as it is written.
+NPZ_ANSWER_FACTOR = 4
+
+
 def encode_outputs(
     names: Sequence[str], compute: Callable[[], list[npt.NDArray[Any]]], form: Form, raw_npy: bool
 ) -> tuple[list[Any], str]:
@@ -226,7 +250,7 @@ def encode_outputs(
     ``raw_npy`` an ``.npz`` archive of one ``<name>.npy`` member an output."""
     outputs = compute()
     if raw_npy:
-        return [encode_npz(dict(zip(names, outputs, strict=True)))], "application/x-npz"
+        return [npz_answer(dict(zip(names, outputs, strict=True)))], "application/x-npz"
     pieces: list[bytes] = []
     for name, output in zip(names, outputs, strict=True):
         dtype = _numpy_name(output.dtype)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from app.codecs.json_body import JsonBody, split_json_body
 from app.codecs.json_tensors import (
+    NPZ_ANSWER_FACTOR,
     Form,
     check_json_text_size,
     decode_data,
@@ -232,6 +233,8 @@ class JsonExchange:
         return arrays
 
     def encoding_bytes(self, job: Job) -> int:
+        if self.raw_npy and job.split is not None:
+            return NPZ_ANSWER_FACTOR * job.output_bytes
         if self.raw_npy:
             return 2 * job.output_bytes
         if self.form is Form.NPY:
@@ -321,7 +324,7 @@ class NpzExchange:
         return make_job(op, arrays, self.attributes, limits)
 
     def encoding_bytes(self, job: Job) -> int:
-        return 2 * job.output_bytes
+        return (NPZ_ANSWER_FACTOR if job.split is not None else 2) * job.output_bytes
 
     def encode(self, job: Job) -> Answer:
         if job.split is not None:
