@@ -185,3 +185,24 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     arrays = {"data": data, "pads_begin": begin, "pads_end": end}
     return BenchmarkCase("pad", "x2 each side, f32", arrays, {"pad_mode": "constant"},
                          data.dtype, 5 * data.nbytes, model)  # fmt: skip
+
+
+def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> None:
+    """A request of a few bytes padding to 2**40 elements: 413 at once, naming the limit."""
+    import asyncio  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from app.main import create_app  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    async def ask() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(Settings(grpc_port=0)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            body = {"data": [[1.5]], "pads_begin": [1 << 20, 0], "pads_end": [0, 1 << 20],
+                    "pad_mode": "constant"}  # fmt: skip
+            return await client.post("/pad", json=body)
+
+    response = asyncio.run(ask())
+    assert response.status_code == 413
+    assert "TENSOR_OPS_MAX_OUTPUT_BYTES" in response.json()["detail"][0]["msg"]

@@ -120,3 +120,31 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
 
     return BenchmarkCase("tile", "[2, 2], f32", {"data": data, "repeats": repeats}, {},
                          data.dtype, 5 * data.nbytes, model)  # fmt: skip
+
+
+def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> None:
+    """A 40-byte request asking for 2**41 elements: 413 at once, naming the limit, on the JSON
+    route and /v2 alike (admission checks the planner's shape before any array exists)."""
+    import asyncio  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from app.main import create_app  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    async def ask() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=create_app(Settings(grpc_port=0)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            route = await client.post("/tile", json={"data": [1.5, 2.5], "repeats": [1 << 40]})
+            tensors = [
+                {"name": "data", "shape": [1], "datatype": "FP32", "data": [1]},
+                {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [1 << 20, 1 << 20]},
+            ]
+            v2 = await client.post("/v2/models/tile/infer", json={"inputs": tensors})
+            return [route, v2]
+
+    route, v2 = asyncio.run(ask())
+    assert route.status_code == 413
+    assert "TENSOR_OPS_MAX" in route.json()["detail"][0]["msg"]
+    assert v2.status_code == 413
+    assert "TENSOR_OPS_MAX" in v2.json()["error"]
