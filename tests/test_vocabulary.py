@@ -459,3 +459,14 @@ async def test_several_outputs_over_grpc_typed_and_asked_for(toy_server: tuple[s
         answer = await inference_stub(channel).ModelInfer(request)
         assert [output.name for output in answer.outputs] == ["output_1"]
         assert list(answer.outputs[0].contents.int_contents) == [2, 4]
+
+
+async def test_more_outputs_than_an_answer_carries_are_refused(client: httpx.AsyncClient) -> None:
+    """A few bytes asking for 2,048 outputs (each an answer's head beyond its elements): 413."""
+    body = {"data": [0] * 2048, "axis": 0, "parts": 2048}
+    response = await client.post("/toy_parts", json=body)
+    assert response.status_code == 413
+    assert "more than the 1024 an answer carries" in response.json()["detail"][0]["msg"]
+    fine = await client.post("/toy_parts", json={**body, "data": [0] * 1024, "parts": 1024})
+    assert fine.status_code == 200
+    assert len(fine.json()["outputs"]) == 1024

@@ -273,6 +273,9 @@ class Op:
 
 #: The most inputs a variadic input takes (``data_0`` ... ``data_1023``).
 MAX_VARIADIC = 1024
+#: The most outputs a request of an op of several outputs may make: each costs the answer its
+#: own head (a JSON object, a V2 entry, a protobuf message) beyond its elements.
+MAX_OUTPUTS = 1024
 
 
 def variadic_index(number: str) -> int | None:

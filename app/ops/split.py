@@ -141,6 +141,8 @@ OP = Op(
         ),
     },
     decisions=(
+        "Split-1, more than 1,024 outputs: refused (413), as each output costs the answer a head "
+        "of its own beyond its elements.",
         "Split-1, axis as a tensor of shape [1]: refused; the spec asks for a scalar (Variadic"
         "Split-1 allows both).",
         "Split-1 along an empty dimension: refused, as num_splits must lie in [1, 0], which "

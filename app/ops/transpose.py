@@ -87,9 +87,13 @@ def _transposed(
         np.copyto(target, source, casting="equiv")
         return out
     batch, rows, columns = swapped
+    tile_rows, tile_columns = _TILES[arg.dtype.itemsize]
+    if rows < tile_rows or columns < tile_columns:
+        # A thin side: the caches hold a tile's worth already, and tiles would be many.
+        np.copyto(target, source, casting="equiv")
+        return out
     grid = as_raw(arg).reshape(batch, rows, columns)
     into = target.reshape(batch, columns, rows)
-    tile_rows, tile_columns = _TILES[arg.dtype.itemsize]
     for start in range(0, columns, tile_columns):
         stop = start + tile_columns
         for first in range(0, rows, tile_rows):

@@ -14,6 +14,7 @@ from app import tracing
 from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
+from app.ops.declaration import MAX_OUTPUTS
 from app.registry import Arrays, Op, Plan, SplitPlan
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
@@ -255,6 +256,13 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
     # hold at the widest element of any supported type.
     widest = max(dtype.itemsize, WIDEST_ITEMSIZE)
     if isinstance(planned, SplitPlan):
+        if len(planned.output_shapes) > MAX_OUTPUTS:
+            raise ServiceError(
+                Fault.TOO_LARGE,
+                ("body",),
+                f"the request would make {len(planned.output_shapes)} outputs, more than the "
+                f"{MAX_OUTPUTS} an answer carries",
+            )
         shapes: tuple[tuple[int, ...], ...] = tuple(tuple(item) for item in planned.output_shapes)
         shape = shapes[0] if shapes else ()
         split = SplitPlan(shapes, planned.run)

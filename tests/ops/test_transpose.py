@@ -133,3 +133,9 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
 
     return BenchmarkCase("transpose", "2-D, f32", {"arg": arg, "input_order": order}, {},
                          arg.dtype, 2 * arg.nbytes, model)  # fmt: skip
+
+
+def test_a_thin_matrix_is_copied_whole() -> None:
+    """A 2-D transpose with a side thinner than a tile is one copy, not thousands of tiles."""
+    arg = sample(np.dtype(np.int8), (2, 1 << 21), seed=12)
+    assert_same_bits(run(arg, np.array([1, 0])), arg.T.copy())
