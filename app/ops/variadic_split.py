@@ -135,8 +135,8 @@ OP = Op(
         ),
     },
     decisions=(
-        "VariadicSplit-1, more than 1,024 outputs: refused (413), as each output costs the answer a head "
-        "of its own beyond its elements.",
+        "VariadicSplit-1, more than 1,024 outputs: refused (413), as each output costs the "
+        "answer a head of its own beyond its elements.",
         "VariadicSplit-1, an empty split_lengths: refused (an op of no output); the spec's sum "
         "rule alone would allow it on an empty axis.",
         "VariadicSplit-1, axis and split_lengths of two integer types: allowed; the spec's T2 "
