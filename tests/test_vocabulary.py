@@ -470,3 +470,27 @@ async def test_more_outputs_than_an_answer_carries_are_refused(client: httpx.Asy
     fine = await client.post("/toy_parts", json={**body, "data": [0] * 1024, "parts": 1024})
     assert fine.status_code == 200
     assert len(fine.json()["outputs"]) == 1024
+
+
+@pytest.mark.parametrize("name", ["part_01", "part_5000", "part_-1"])
+async def test_a_numbered_name_that_is_no_input_is_refused_on_every_way_in(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    """``part_01`` (a leading zero), ``part_5000`` (past the 1,024 a variadic input takes):
+    an unknown input, 422, as a JSON field, an .npz member and a V2 input alike."""
+    npz = await client.post(
+        "/toy_join",
+        content=npz_bytes(False, **{"part_0": np.array([1]), name: np.array([2])}),
+        headers={"content-type": "application/x-npz"},
+    )
+    assert npz.status_code == 422, npz.text
+    assert npz.json()["detail"][0]["loc"] == ["body", name]
+    body = await client.post("/toy_join", json={"part_0": [1], name: [2]})
+    assert body.status_code == 422
+    tensors = [
+        {"name": "part_0", "shape": [1], "datatype": "INT64", "data": [1]},
+        {"name": name, "shape": [1], "datatype": "INT64", "data": [2]},
+    ]
+    v2 = await client.post("/v2/models/toy_join/infer", json={"inputs": tensors})
+    assert v2.status_code == 422
+    assert name in v2.json()["error"]

@@ -308,6 +308,13 @@ class NpzExchange:
             )
         except TensorError as error:
             raise from_wire(error, None) from None
+        for name in arrays:
+            if op.input_for(name) is None:  # data_01, data_5000: numbered, but no input's name
+                raise ServiceError(
+                    Fault.UNKNOWN_INPUT,
+                    ("body", name),
+                    f".npz member {quote(name)} is not an input; {op.name} takes {op.input_words}",
+                )
         missing = op.missing_input(arrays)
         if missing is not None:
             raise ServiceError(
