@@ -35,8 +35,8 @@ SYSTEM_TIER = (
     "hostile/test_memory_matrix.py",
     "hostile/test_memory_ops.py",
     # Long runs (see above).
-    "transports/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
-    "transports/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",
+    "grpc/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
+    "grpc/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",
     "ops/test_compiled_kernels.py::test_the_compiled_code_is_cached_and_loaded",
     "test_startup.py::test_the_first_start_says_the_kernels_compile_and_a_later_one_does_not",
     "test_schemathesis.py",

@@ -1,6 +1,6 @@
 """KServe's ``InferenceGRPCClient`` calls both models of a running service, unchanged.
 
-Run by ``tests/transports/test_tritonclient_grpc.py`` in a process of its own (KServe's protobuf messages
+Run by ``tests/grpc/test_tritonclient_grpc.py`` in a process of its own (KServe's protobuf messages
 and tritonclient's share names, and one process holds only one of them):
 
     python tests/kserve_grpc_sample.py 127.0.0.1:8001

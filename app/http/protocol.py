@@ -441,7 +441,7 @@ JoinedWritesProtocol = ServiceHttpProtocol
 
 #: What ``ServiceHttpProtocol`` uses of uvicorn's class beyond its documented ``http=`` hook:
 #: uvicorn has no public extension point for these, so they are named here, in one place, and
-#: ``tests/transports/test_http_protocol.py`` fails with this list when uvicorn changes them.
+#: ``tests/http/test_http_protocol.py`` fails with this list when uvicorn changes them.
 UVICORN_MEMBERS = (
     "parser",
     "cycle",

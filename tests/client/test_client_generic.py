@@ -150,7 +150,7 @@ def test_an_unknown_op_gets_the_services_404(
     if transport in ("v2", "grpc"):  # the V2 protocols name the models served
         models = ", ".join(REGISTRY)
         assert f"'frobnicate' is not served here; models: {models}" in error.message
-    else:  # the plain routes name the routes there are (tests/transports/test_route_hints.py)
+    else:  # the plain routes name the routes there are (tests/http/test_route_hints.py)
         assert error.message.startswith("Not Found: no route POST '/frobnicate'.")
         assert "The routes: POST /roll, POST /gather," in error.message
 

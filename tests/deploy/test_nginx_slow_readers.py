@@ -17,7 +17,7 @@ import pytest
 
 from tests.deploy.nginx_config import NGINX, nginx_version, render
 from tests.support import free_port, launch_server, stop_server
-from tests.transports.test_grpc_send import (
+from tests.grpc.test_grpc_send import (
     Client,
     Worker,
     _http_request,

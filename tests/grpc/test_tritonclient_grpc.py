@@ -56,7 +56,7 @@ def type_and_form_cases() -> list[Any]:
 def as_sent(array: Array, form: str) -> Array:
     """``array`` as a Python client sends it: typed contents are written from Python numbers,
     and a float32 signalling NaN becomes a quiet one on its way to a Python float (the service
-    keeps the bits it receives: tests/transports/test_grpc.py sends one on the wire)."""
+    keeps the bits it receives: tests/grpc/test_grpc.py sends one on the wire)."""
     if form == "raw" or array.dtype != np.float32:
         return array
     return np.array(array.reshape(-1).tolist(), dtype=array.dtype).reshape(array.shape)

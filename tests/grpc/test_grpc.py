@@ -1,6 +1,6 @@
 """The gRPC adapter in-process: its codes, typed contents, memory, deadlines, shutdown, health,
 reflection, metrics and logs (the conformance cases run through tritonclient in
-``tests/transports/test_tritonclient_grpc.py``, the fault table in ``tests/transports/test_transport_consistency.py``)."""
+``tests/grpc/test_tritonclient_grpc.py``, the fault table in ``tests/transports/test_transport_consistency.py``)."""
 
 import asyncio
 import logging

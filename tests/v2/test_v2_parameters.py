@@ -208,7 +208,7 @@ SHARED_MEMORY = {
 
 @pytest.fixture
 async def client_off() -> AsyncIterator[httpx.AsyncClient]:
-    """A service with TENSOR_OPS_SHARED_MEMORY=off (tests/transports/test_shared_memory.py
+    """A service with TENSOR_OPS_SHARED_MEMORY=off (tests/v2/test_shared_memory.py
     covers it on)."""
     transport = httpx.ASGITransport(app=create_app(Settings(shared_memory="off")))
     async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:

@@ -348,7 +348,7 @@ async def test_unknown_route_and_method(client: httpx.AsyncClient) -> None:
     assert (await client.post("/nope", json={})).status_code == 404
     response = await client.get("/roll")
     assert response.status_code == 405
-    # The message starts as the framework's and goes on to teach (tests/transports/test_route_hints.py).
+    # The message starts as the framework's and goes on to teach (tests/http/test_route_hints.py).
     assert response.json()["detail"][0]["msg"].startswith("Method Not Allowed: '/roll' takes POST")
 
 
