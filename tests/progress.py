@@ -28,10 +28,6 @@ class ModuleProgress:
             self.total[nodeid.split("::", 1)[0]] += 1
 
     @pytest.hookimpl
-    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        self._count(ids)
-
-    @pytest.hookimpl
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if not hasattr(self.config, "workerinput"):
             self._count([item.nodeid for item in session.items])
@@ -58,7 +54,23 @@ class ModuleProgress:
             )
 
 
+class XdistCollection:
+    """xdist's hook, registered only where xdist is loaded: pytest refuses a hook it does not
+    know (``-p no:xdist``, or xdist not installed)."""
+
+    def __init__(self, progress: ModuleProgress) -> None:
+        self.progress = progress
+
+    @pytest.hookimpl
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        self.progress._count(ids)
+
+
 def register(config: pytest.Config) -> None:
     """The progress lines, on the process that writes the console (not on xdist's workers)."""
-    if not hasattr(config, "workerinput"):
-        config.pluginmanager.register(ModuleProgress(config), "tensor-ops-progress")
+    if hasattr(config, "workerinput"):
+        return
+    progress = ModuleProgress(config)
+    config.pluginmanager.register(progress, "tensor-ops-progress")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(XdistCollection(progress), "tensor-ops-progress-xdist")
