@@ -130,7 +130,7 @@ def _plugin(node: Any, parameter: Any, data: np.ndarray[Any, Any]) -> np.ndarray
     return np.asarray(compiled([data])[0])
 
 
-def _cases(seed: int) -> list[tuple[np.ndarray[Any, Any], ...]]:
+def _cases(seed: int) -> list[tuple[np.ndarray[Any, Any], np.random.Generator]]:
     rng = np.random.default_rng(seed)
     found = []
     for _ in range(12):
