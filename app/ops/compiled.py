@@ -258,25 +258,37 @@ def _transpose_loop(
     source: Any, out: Any, batch: int, rows: int, columns: int, tile: int
 ) -> None:  # pragma: no cover - compiled
     """A batch of 2-D transposes: ``source`` (batch, rows, columns) into ``out`` (batch,
-    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side: a
-    tile's source rows and target rows stay in the first-level cache while it is moved, where
-    walking a whole column misses on every element."""
+    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side, the
+    tiles down a strip of columns one after another. A tile's source rows are copied into a
+    small buffer first (the rows of a matrix whose width is a power of two fall in one cache set
+    and evict one another), the next tile's rows prefetched meanwhile (a strided stream the
+    CPU's prefetcher does not follow across so many rows); then each target row is written
+    whole from the buffer."""
     u = np.uint64
     height = u(rows)
     width = u(columns)
     side = u(tile)
     plane = height * width
+    total = u(source.size)
+    buffer = np.empty(tile * tile, source.dtype)
     for b in range(u(batch)):
-        src = source[b * plane : (b + u(1)) * plane]
-        dst = out[b * plane : (b + u(1)) * plane]
-        for top in range(u(0), height, side):
-            bottom = min(top + side, height)
-            for left in range(u(0), width, side):
-                right = min(left + side, width)
-                for c in range(left, right):
-                    into = c * height
-                    for r in range(top, bottom):
-                        dst[into + r] = src[r * width + c]
+        base = b * plane
+        for left in range(u(0), width, side):
+            wide = min(side, width - left)
+            for top in range(u(0), height, side):
+                tall = min(side, height - top)
+                for r in range(tall):
+                    at = base + (top + r) * width + left
+                    ahead = at + side * width
+                    if ahead < total:
+                        _prefetch(source, ahead)
+                    row = r * side
+                    for c in range(wide):
+                        buffer[row + c] = source[at + c]
+                for c in range(wide):
+                    at = base + (left + c) * height + top
+                    for r in range(tall):
+                        out[at + r] = buffer[r * side + c]
 
 
 # ---------------------------------------------------------------------------------------------

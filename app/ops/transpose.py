@@ -67,9 +67,9 @@ def transpose(
     return _transposed(arg, order, out)
 
 
-#: The side of the square tiles a 2-D transpose moves one at a time, in elements, by item size:
-#: a tile's source and target rows stay in the first-level cache (32 KiB) while it is moved.
-_TILE = {1: 64, 2: 64, 4: 32, 8: 32}
+#: The side of the square tiles a 2-D transpose moves one at a time, in elements, by item size
+#: (the fastest measured on 64 MiB: docs/benchmarks.md).
+_TILE = {1: 128, 2: 64, 4: 64, 8: 64}
 
 
 def _transposed(
