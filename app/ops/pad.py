@@ -107,7 +107,7 @@ def _runs(length: int, begin: int, size: int, mode: str) -> list[Run]:
 
 def _blocks(
     data_shape: tuple[int, ...], begin: list[int], shape: tuple[int, ...], mode: str
-) -> Iterator[tuple[tuple[slice, ...], tuple[slice, ...], tuple[int, ...]]]:
+) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]]:
     """Each block of the output with the data it copies: the output's slices, the data's slices
     (reversed for a reflection, one element for an edge) and the block's shape, one block for
     each run of each axis combined (at most 3 ** rank, one at a time)."""
@@ -123,7 +123,8 @@ def _blocks(
                 taken.append(slice(source, source - count if source >= count else None, -1))
             else:
                 taken.append(slice(source, source + 1))
-        yield tuple(into), tuple(taken), tuple(run[1] for run in combination)
+        # The Ellipsis keeps a view for a scalar too (indexing it by () would copy it out).
+        yield (*into, Ellipsis), (*taken, Ellipsis), tuple(run[1] for run in combination)
 
 
 def _padded(
@@ -167,12 +168,11 @@ def _padded(
     flat = target.flags.c_contiguous and source.flags.c_contiguous
     flat_target, flat_source = target.reshape(-1), source.reshape(-1)
     for into, taken, block in _blocks(data.shape, begin, shape, mode):
-        # The Ellipsis keeps a view for a scalar too (indexing it by () would copy it out).
-        piece = np.broadcast_to(source[(*taken, Ellipsis)], block)
+        piece = np.broadcast_to(source[taken], block)
         if flat:
-            copy_block(flat_target, target[(*into, Ellipsis)], flat_source, piece)
+            copy_block(flat_target, target[into], flat_source, piece)
         else:
-            np.copyto(target[(*into, Ellipsis)], piece, casting="equiv")
+            np.copyto(target[into], piece, casting="equiv")
     return out
 
 

@@ -52,7 +52,11 @@ def cases(nbytes: int, only: set[str] | None) -> list[BenchmarkCase]:
 def output_bytes(case: BenchmarkCase) -> int:
     """The bytes of the op's output (all its outputs) on ``case``."""
     planned = REGISTRY[case.op].plan(case.arrays, case.attributes)
-    shapes = planned.output_shapes if isinstance(planned, SplitPlan) else [planned.output_shape]
+    if isinstance(planned, SplitPlan):
+        shapes = list(planned.output_shapes)
+    else:
+        assert isinstance(planned, Plan)
+        shapes = [planned.output_shape]
     return sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes) * case.dtype.itemsize
 
 

@@ -243,5 +243,6 @@ def test_the_declared_workspace_covers_what_the_copy_holds(
     finally:
         tracemalloc.stop()
     assert peak - before <= OP.workspace(arrays, attributes)
-    reference = np.pad(data, list(zip(begin.tolist(), end.tolist(), strict=True)), mode=mode)
+    widths = list(zip(begin.tolist(), end.tolist(), strict=True))
+    reference = np.pad(data, widths, mode=mode)  # type: ignore[call-overload]
     assert_same_bits(out, reference)
