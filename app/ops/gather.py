@@ -20,7 +20,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, into_c_ordered, is_integer_type
 
 # A row (the elements of data along axis and after it, for one batch and outer index) of at
 # least this many bytes has the next one prefetched while it is gathered: its elements are read
@@ -140,16 +140,12 @@ def gather_planned(
     out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """``gather`` with the inputs already checked: ``plan`` is ``gather_plan``'s for them."""
-    if out is None:
-        out = np.empty(plan.output_shape, dtype=data.dtype)
-    if out.size:
-        if out.flags.c_contiguous:
-            _gather_into(as_raw(data), indices, plan, as_raw(out))
-        else:
-            target = np.empty(plan.output_shape, dtype=data.dtype)
-            _gather_into(as_raw(data), indices, plan, as_raw(target))
-            np.copyto(out, target)
-    return out
+    return into_c_ordered(
+        out,
+        plan.output_shape,
+        data.dtype,
+        lambda target: _gather_into(as_raw(data), indices, plan, as_raw(target)),
+    )
 
 
 def _gather_into(

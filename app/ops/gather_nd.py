@@ -20,11 +20,11 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.index_rules import check_index_values, row_positions
+from app.ops.raw import as_raw, into_c_ordered, is_integer_type
 
 _BYTE, _WORD = np.dtype(np.uint8), np.dtype(np.uint64)
 # A refusal looks for the first index out of range this many tuples at a time.
-_BLOCK_ROWS = 1 << 16
 
 
 class GatherNDPlan(NamedTuple):
@@ -37,73 +37,6 @@ class GatherNDPlan(NamedTuple):
     output_shape: tuple[int, ...]
     #: Whether any index is negative (else the kernel skips counting from the end).
     negative: bool
-
-
-def check_index_values(
-    name: str, indices: npt.NDArray[Any], lengths: tuple[int, ...], words: str
-) -> bool:
-    """Refuse (SpecError on ``name``) an index tuple (the last dimension of ``indices``) holding a
-    value outside ``[-s, s - 1]`` for its dimension's length ``s`` in ``lengths``; return whether
-    any value is negative.
-
-    Each column's least and greatest values are compared, as Python ints: a uint64 of 2**63 or
-    more is out of range, never read as negative. Only a refusal looks further, for the first
-    value out of range.
-    """
-    count = len(lengths)
-    if count == 0 or indices.size == 0:
-        return False
-    table = indices.reshape(-1, count)
-    # The extremes of all values first (a contiguous pass), of each column only when those
-    # are not in every dimension's range.
-    low, high = int(table.min()), int(table.max())
-    if low >= 0 and high < min(lengths):
-        return False
-    lows = [int(table[:, column].min()) for column in range(count)]
-    highs = [int(table[:, column].max()) for column in range(count)]
-    if all(-s <= low and high < s for low, high, s in zip(lows, highs, lengths, strict=True)):
-        return low < 0
-    for first in range(0, table.shape[0], _BLOCK_ROWS):
-        block = table[first : first + _BLOCK_ROWS]
-        for column, s in enumerate(lengths):
-            values = block[:, column]
-            if values.dtype.kind == "u":
-                bad = values.astype(np.uint64) >= np.uint64(s)
-            else:
-                wide = values.astype(np.int64)
-                bad = (wide >= s) | (wide < -s)
-            if bad.any():
-                offset = int(np.argmax(bad))
-                value, row = int(values[offset]), first + offset
-                position = [int(p) for p in np.unravel_index(row, indices.shape[:-1])]
-                raise SpecError(
-                    name,
-                    f"{name}{[*position, column]} = {value} is out of range for a dimension "
-                    f"of length {s}: {words} [-s, s-1] where s is the corresponding dimension",
-                )
-    raise AssertionError("unreachable: a column's extreme is out of range")  # pragma: no cover
-
-
-def row_positions(
-    indices: npt.NDArray[Any], lengths: tuple[int, ...], negative: bool = True
-) -> npt.NDArray[np.int64]:
-    """The flat position, among the ``prod(lengths)`` slices, that each index tuple (the last
-    dimension of ``indices``, checked in range) points at: negative values count from the end
-    (``negative`` False when none is, to skip that step)."""
-    count = len(lengths)
-    table = indices.reshape(-1, count)
-    positions = np.zeros(table.shape[0], dtype=np.int64)
-    stride = 1
-    for column in range(count - 1, -1, -1):
-        length = lengths[column]
-        values = table[:, column].astype(np.int64)
-        if negative:
-            values += (values < 0) * np.int64(length)
-        if stride != 1:
-            values *= np.int64(stride)
-        positions += values
-        stride *= length
-    return positions
 
 
 def gather_nd_plan(
@@ -189,15 +122,12 @@ def gather_nd_planned(
     out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """``gather_nd`` with the inputs already checked: ``plan`` is ``gather_nd_plan``'s."""
-    if out is None:
-        out = np.empty(plan.output_shape, dtype=data.dtype)
-    if out.size == 0:
-        return out
-    target = out if out.flags.c_contiguous else np.empty(plan.output_shape, dtype=data.dtype)
-    _gather_nd_into(as_raw(data), indices, plan, as_raw(target))
-    if target is not out:
-        np.copyto(out, target)
-    return out
+    return into_c_ordered(
+        out,
+        plan.output_shape,
+        data.dtype,
+        lambda target: _gather_nd_into(as_raw(data), indices, plan, as_raw(target)),
+    )
 
 
 def _gather_nd_into(

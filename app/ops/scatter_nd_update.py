@@ -24,9 +24,13 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.gather_nd import check_index_values, row_positions
+from app.ops.index_rules import (
+    check_index_values,
+    last_occurrences,
+    row_positions,
+    sort_by_position,
+)
 from app.ops.raw import as_raw
-from app.ops.scatter_update import last_occurrences, sort_by_position
 
 REDUCTIONS = ("none", "sum", "sub", "prod", "min", "max")
 _INDEX_NUMBERS = frozenset(np.dtype(name).num for name in INT32_OR_INT64)
