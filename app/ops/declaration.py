@@ -69,6 +69,14 @@ JSON_LIKE_DATA = "data"  # from the request's ``dtype``, or as NumPy infers it (
 JSON_INT64 = "int64"  # int64: integers only, no fractions, no booleans
 JSON_INFERRED = "inferred"  # as NumPy infers it: booleans -> bool, integers -> int64
 
+#: How many elements an index-like input may hold, or how large a count attribute may be,
+#: checked by the pipeline on the input's shape (the attribute's value) before the op's plan
+#: runs, so that no plan turns a long input into Python lists or shapes before it is refused.
+LIMIT_RANK = "rank"  # one element a dimension at most: the rank limit (Transpose's input_order)
+LIMIT_OUTPUTS = "outputs"  # one element (a count) an output at most: MAX_OUTPUTS (split_lengths)
+LIMIT_SCALAR = "scalar"  # a single element (Split's axis)
+LIMITS = (LIMIT_RANK, LIMIT_OUTPUTS, LIMIT_SCALAR)
+
 
 @dataclass(frozen=True)
 class Input:
@@ -89,6 +97,13 @@ class Input:
     #: How its JSON form is typed (JSON_LIKE_DATA, JSON_INT64 or JSON_INFERRED); "" for the
     #: default: like data when every type is allowed, else int64.
     json_form: str = ""
+    #: How many elements it may hold, checked before the plan (LIMIT_RANK, LIMIT_OUTPUTS,
+    #: LIMIT_SCALAR); "" for a tensor counted as a tensor (data, indices, updates), whose plan
+    #: must then cost no more than its reservation.
+    limit: str = ""
+
+    def __post_init__(self) -> None:
+        assert self.limit in ("", *LIMITS), f"{self.name}: unknown limit {self.limit!r}"
 
     @property
     def type_words(self) -> str:
@@ -130,6 +145,12 @@ class Attribute:
     description: str
     #: The strings an enumerated attribute takes (``mode``: index, mask); empty for an integer.
     choices: tuple[str, ...] = ()
+    #: The largest value a count attribute may take, checked before the plan (LIMIT_OUTPUTS:
+    #: Split's num_splits); "" for an attribute whose value makes nothing (an axis).
+    limit: str = ""
+
+    def __post_init__(self) -> None:
+        assert self.limit in ("", LIMIT_OUTPUTS), f"{self.name}: unknown limit {self.limit!r}"
 
     @property
     def required(self) -> bool:
@@ -147,14 +168,58 @@ class Attribute:
         return "an int64 integer"
 
     def refusal(self, value: object) -> str | None:
-        """Why ``value`` is no value of this attribute (None when it is one)."""
+        """Why ``value`` is no value of this attribute (None when it is one), naming the
+        attribute, what it takes (an enumeration's every value) and what was given."""
         if self.choices:
             if isinstance(value, str) and value in self.choices:
                 return None
-            return f"must be {self.kind_words}"
+            return f"{self.name} must be {self.kind_words}; got {given_words(value)}"
         if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
             return None
-        return "must be an int64 integer"
+        return f"{self.name} must be an int64 integer; got {given_words(value)}"
+
+
+#: The most characters of a client's string a refusal shows.
+_SHOWN_CHARS = 40
+#: Integers longer than this are told by their length.
+_SHOWN_BITS = 128
+
+
+def given_words(value: object) -> str:
+    """What a client gave for an attribute, in words: a string quoted (cut to 40 characters), a
+    number as written, else its JSON kind."""
+    if isinstance(value, str):
+        shown = value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "..."
+        return "the string " + json_quoted(shown)
+    if isinstance(value, bool):
+        return f"the boolean {'true' if value else 'false'}"
+    if isinstance(value, int):
+        # Never str() of a huge integer: Python refuses more than 4,300 digits (and it is slow).
+        if value.bit_length() > _SHOWN_BITS:
+            return f"an integer of {value.bit_length()} bits"
+        return f"the integer {value}"
+    if isinstance(value, float):
+        return f"the number {value!r}"
+    if value is None:
+        return "null"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a {type(value).__name__}"
+
+
+def json_quoted(text: str) -> str:
+    """``text`` as a JSON string, every control and line separator escaped."""
+    escaped = []
+    for char in text:
+        if char in '"\\':
+            escaped.append("\\" + char)
+        elif char.isprintable() and char not in "\u2028\u2029":
+            escaped.append(char)
+        else:
+            escaped.append(f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
+    return '"' + "".join(escaped) + '"'
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per op
@@ -276,6 +341,25 @@ MAX_VARIADIC = 1024
 #: The most outputs a request of an op of several outputs may make: each costs the answer its
 #: own head (a JSON object, a V2 entry, a protobuf message) beyond its elements.
 MAX_OUTPUTS = 1024
+
+
+def limit_elements(limit: str, rank_limit: int) -> int:
+    """The most elements an input of ``limit`` holds (the largest value of a count attribute),
+    the rank limit being ``rank_limit``."""
+    if limit == LIMIT_RANK:
+        return rank_limit
+    if limit == LIMIT_OUTPUTS:
+        return MAX_OUTPUTS
+    return 1
+
+
+def limit_words(limit: str, rank_limit: int) -> str:
+    """Why an input of ``limit`` holds at most so many elements, in words."""
+    if limit == LIMIT_RANK:
+        return f"one a dimension, and a tensor has at most {rank_limit} (the rank limit)"
+    if limit == LIMIT_OUTPUTS:
+        return f"one an output, and a request makes at most {MAX_OUTPUTS} outputs"
+    return "a single value"
 
 
 def variadic_index(number: str) -> int | None:

@@ -118,7 +118,8 @@ def _padded(
             after = [slice(None)] * len(shape)
             after[axis] = slice(kept.stop, None)
             target[tuple(after)] = fill
-        np.copyto(target[tuple(inner_out)], source[tuple(inner_in)], casting="equiv")
+        # The Ellipsis keeps a rank-0 tensor's part an array (``target[()]`` is a scalar).
+        np.copyto(target[(*inner_out, ...)], source[(*inner_in, ...)], casting="equiv")
         return out
     # Edge, reflect, symmetric: each output element is data at an index per axis; the axes are
     # taken one after another, the last into the output.
@@ -256,6 +257,7 @@ OP = Op(
             "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
         Input(
             "pads_end",
@@ -263,6 +265,7 @@ OP = Op(
             "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
         Input(
             "pad_value",
@@ -271,6 +274,7 @@ OP = Op(
             ALL_TYPES,
             rank="0",
             optional=True,
+            limit="scalar",
         ),
     ),
     attributes=(
