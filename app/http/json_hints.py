@@ -43,7 +43,8 @@ def explain_refusal(error: ServiceError, op: Op, payload: Mapping[str, Any]) -> 
     - an unknown field names the fields the op takes and the nearest (``axis: roll takes data,
       shift, axes; did you mean "axes"?``); a required field it is the near miss of is not told
       as missing as well;
-    - an attribute sent as a string says to send the number.
+    - an integer attribute sent as a string says to send the number; any other bad value of an
+      attribute is told in the attribute's words (an enumeration's values listed).
     """
     problems = error.problems
     attributes = {(item.name,) for item in op.attributes}
@@ -58,12 +59,20 @@ def explain_refusal(error: ServiceError, op: Op, payload: Mapping[str, Any]) -> 
             if match:
                 suggested.add(match[1])
         elif problem.kind is Fault.INVALID_FIELD and problem.loc[1:] in attributes:
-            value = payload.get(str(problem.loc[1]))
-            if isinstance(value, str):
+            name = str(problem.loc[1])
+            declared = op.attribute(name)
+            assert declared is not None  # located at one of the op's attributes
+            value = payload.get(name)
+            refusal = declared.refusal(value)
+            if isinstance(value, str) and not declared.is_string:
                 problem.msg = (
-                    f"{shown_string(value)} is a string; {problem.loc[1]} is an integer: "
+                    f"{shown_string(value)} is a string; {name} is an integer: "
                     f"{_integer_advice(value)}"
                 )
+            elif refusal is not None:
+                # The attribute's own words: what it takes (an enumeration's every value) and
+                # what was given, whatever its kind (pydantic's say neither the name nor that).
+                problem.msg = refusal
     kept = [
         problem
         for problem in problems

@@ -42,7 +42,7 @@ from app.http.json_hints import explain_refusal
 from app.http.responses import serve_http
 from app.http.routes import Endpoint, OpRoute
 from app.http.schemas import OutputsResponse, TensorResponse, request_fields, request_model
-from app.ops.declaration import JSON_INFERRED
+from app.ops.declaration import JSON_INFERRED, given_words
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
 from app.registry import REGISTRY, Attribute, Op, attribute_names
@@ -363,20 +363,23 @@ def _query_attribute(query: Mapping[str, str], name: str, op: Op) -> Any:
         return item.default
     if item.choices:
         if text not in item.choices:
-            raise ServiceError(
-                Fault.INVALID_FIELD, ("query", name), f"{name} must be {item.kind_words}"
-            )
+            raise ServiceError(Fault.INVALID_FIELD, ("query", name), _query_refusal(item, text))
         return text
-    return _query_integer(text, name)
+    return _query_integer(text, item)
 
 
-def _query_integer(text: str, name: str) -> int:
+def _query_refusal(item: Attribute, text: str) -> str:
+    # A query's values are all text: what was given is the text as it came.
+    return f"{item.name} must be {item.kind_words}; got {given_words(text)}"
+
+
+def _query_integer(text: str, item: Attribute) -> int:
     digits = text.removeprefix("-")
     if not digits.isascii() or not digits.isdigit() or len(digits) > _INT64_DIGITS:
-        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
+        raise ServiceError(Fault.INVALID_FIELD, ("query", item.name), _query_refusal(item, text))
     value = int(text)
     if not -(1 << 63) <= value < 1 << 63:
-        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
+        raise ServiceError(Fault.INVALID_FIELD, ("query", item.name), _query_refusal(item, text))
     return value
 
 

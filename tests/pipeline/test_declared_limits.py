@@ -1,0 +1,212 @@
+"""Every plan counts before it builds (issue 42, points 1 and 2), registry-wide and in-process:
+each index-like input at 4,000,000 elements is refused before its op's plan runs when the op
+declares its limit (``Input.limit``), and otherwise costs its planning and its kernel no more
+than the workspace the op declares (NumPy's and Python's allocations traced); each integer
+attribute at +-2**31 is refused naming it, a count attribute (``Attribute.limit``) before the
+plan. A new op is held to it by its declaration alone. The worker's RSS against the reservation
+is measured by ``tests/hostile/test_declared_limits_memory.py`` (system tier)."""
+
+import dataclasses
+import tracemalloc
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from app.errors import Fault, ServiceError
+from app.ops.declaration import (
+    LIMIT_OUTPUTS,
+    LIMIT_RANK,
+    LIMIT_SCALAR,
+    MAX_OUTPUTS,
+    Attributes,
+    Op,
+)
+from app.pipeline.jobs import Limits, make_job
+from app.registry import REGISTRY, Arrays
+from app.settings import Settings
+from tests.transports.test_every_op import example_arrays
+
+Array = npt.NDArray[Any]
+MiB = 1 << 20
+#: The length every index-like input is sent at (the issue's figure).
+LONG = 4_000_000
+#: What a plan and a kernel may hold beyond the op's declared workspace and the output: the
+#: memory model's slack (docs/limits.md: growth within 1.25 x the reservation + 16 MiB).
+SLACK = 16 * MiB
+LIMITS = Limits.of(Settings())
+
+
+def first_example(op: Op) -> tuple[dict[str, Array], dict[str, Any]]:
+    """The arrays and attributes of the op's first example: a request that plans."""
+    value = next(iter(op.examples.values()))["value"]
+    arrays, attributes = example_arrays(op, dict(value))
+    return arrays, {**op.attribute_defaults(), **attributes}
+
+
+def index_like(op: Op) -> Iterator[str]:
+    """The op's inputs that are read as indices, lengths or counts (not variadic)."""
+    for item in op.inputs:
+        if not item.variadic and (item.is_index or item.limit):
+            yield item.name
+
+
+LONG_INPUTS = [(op.name, name) for op in REGISTRY.values() for name in index_like(op)]
+INTEGER_ATTRIBUTES = [
+    (op.name, item.name) for op in REGISTRY.values() for item in op.attributes if not item.choices
+]
+
+
+def long_input(op: Op, name: str, given: Array | None) -> Array:
+    """``name`` at LONG elements: zeros of its example's type (int64 when the example leaves
+    it out), 1-D."""
+    dtype = np.dtype(np.int64) if given is None else given.dtype
+    if dtype.kind == "b":
+        return np.zeros(LONG, dtype)
+    return np.zeros(LONG, dtype)
+
+
+class Spied:
+    """An op's planner, counted."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.calls = 0
+
+    def __call__(self, arrays: Arrays, attributes: Attributes) -> Any:
+        self.calls += 1
+        return self.op.plan(arrays, attributes)
+
+
+def traced(action: Any) -> tuple[Any, int]:
+    """``action()``'s result (or the ServiceError it raised) and the most bytes it held at
+    once beyond what was held before (NumPy's buffers and Python's objects alike)."""
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        try:
+            result = action()
+        except ServiceError as error:
+            result = error
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+@pytest.mark.parametrize(("op_name", "name"), LONG_INPUTS)
+def test_an_index_like_input_of_4_million_elements_costs_no_more_than_its_reservation(
+    op_name: str, name: str
+) -> None:
+    op = REGISTRY[op_name]
+    arrays, attributes = first_example(op)
+    arrays[name] = long_input(op, name, arrays.get(name))
+    item = op.input_for(name)
+    assert item is not None
+    spied = Spied(op)
+    job_op = dataclasses.replace(op, plan=spied)
+    outcome, peak = traced(lambda: make_job(job_op, arrays, attributes, LIMITS))
+    if item.limit:
+        # Refused on its shape, before the plan, naming the input and the limit.
+        assert isinstance(outcome, ServiceError), f"{op_name}.{name} at {LONG} was planned"
+        [problem] = outcome.problems
+        assert problem.loc == ("body", name)
+        expected = Fault.SPEC_VIOLATION if item.limit == LIMIT_SCALAR else Fault.TOO_LARGE
+        assert problem.kind is expected
+        most = {LIMIT_RANK: LIMITS.max_rank, LIMIT_OUTPUTS: MAX_OUTPUTS, LIMIT_SCALAR: 1}
+        assert problem.msg.startswith(
+            f"{name} has {LONG} elements (shape ({LONG},)); it holds at most "
+            f"{most[item.limit]}: "
+        ), problem.msg
+        assert spied.calls == 0
+        assert peak < MiB, f"{peak / MiB:.1f} MiB held refusing {op_name}.{name}"
+        return
+    # A tensor counted as a tensor: its plan may read every element, within the workspace the
+    # op declares (reserved with the output), and so may its kernel.
+    if isinstance(outcome, ServiceError):
+        assert peak <= SLACK, f"{op_name}.{name}: {peak / MiB:.1f} MiB held before refusing"
+        return
+    assert peak <= outcome.workspace_bytes + SLACK, (
+        f"{op_name}.{name}: the plan held {peak / MiB:.1f} MiB, "
+        f"{outcome.workspace_bytes / MiB:.1f} MiB declared"
+    )
+    job = outcome
+    outputs, peak = traced(job.outputs)
+    assert not isinstance(outputs, ServiceError)
+    assert peak <= job.output_bytes + job.workspace_bytes + SLACK, (
+        f"{op_name}.{name}: the kernel held {peak / MiB:.1f} MiB, "
+        f"{(job.output_bytes + job.workspace_bytes) / MiB:.1f} MiB output and workspace"
+    )
+    assert [output.shape for output in outputs] == list(job.output_shapes)
+
+
+@pytest.mark.parametrize("value", [2**31, -(2**31)])
+@pytest.mark.parametrize(("op_name", "name"), INTEGER_ATTRIBUTES)
+def test_an_integer_attribute_at_2_to_31_is_refused_naming_it(
+    op_name: str, name: str, value: int
+) -> None:
+    op = REGISTRY[op_name]
+    declared = op.attribute(name)
+    assert declared is not None
+    arrays, attributes = first_example(op)
+    spied = Spied(op)
+    job_op = dataclasses.replace(op, plan=spied)
+    outcome, peak = traced(
+        lambda: make_job(job_op, arrays, {**attributes, name: value}, LIMITS)
+    )
+    assert isinstance(outcome, ServiceError), f"{op_name} planned {name} = {value}"
+    [problem] = outcome.problems
+    assert problem.loc == ("body", name)
+    assert name in problem.msg and str(value) in problem.msg, problem.msg
+    assert peak < MiB
+    if declared.limit and value > 0:
+        # A count above its limit: refused before the plan, 413.
+        assert problem.kind is Fault.TOO_LARGE
+        assert spied.calls == 0
+        assert problem.msg == (
+            f"{name} = {value} is above the limit of {MAX_OUTPUTS}: one an output, and a "
+            f"request makes at most {MAX_OUTPUTS} outputs"
+        )
+
+
+def test_every_count_attribute_and_length_input_declares_its_limit() -> None:
+    """The ops whose plans make a list or a shape per element or count declare it: an input
+    whose declared rank is 1 and whose elements are one a dimension, an output or a value."""
+    declared = {
+        (op.name, item.name): item.limit
+        for op in REGISTRY.values()
+        for item in (*op.inputs, *op.attributes)
+        if item.limit
+    }
+    # The ops this issue found building first (each a figure of issue 42) declare theirs.
+    assert declared[("split", "num_splits")] == LIMIT_OUTPUTS
+    assert declared[("variadic_split", "split_lengths")] == LIMIT_OUTPUTS
+    assert declared[("tile", "repeats")] == LIMIT_RANK
+    for name in ("start", "stop", "step", "axes"):
+        assert declared[("slice", name)] == LIMIT_RANK
+    # Every input of rank "0" is a single value, and declared so.
+    for op in REGISTRY.values():
+        for item in op.inputs:
+            if item.rank == "0":
+                assert item.limit == LIMIT_SCALAR, (op.name, item.name)
+
+
+def test_split_of_an_empty_tensor_into_2_to_23_pieces_is_refused_before_any_piece() -> None:
+    """Issue 42, 1: data of shape [0, 2**23], num_splits 2**23 grew the worker 650 MiB before
+    the 1,024-output limit refused it; it is now refused on the attribute, nothing made."""
+    op = REGISTRY["split"]
+    data = np.zeros((0, 2**23), np.float32)
+    for count in (2**23, 2**27):
+        outcome, peak = traced(
+            lambda count=count: make_job(
+                op, {"data": data, "axis": np.array(1)}, {"num_splits": count}, LIMITS
+            )
+        )
+        assert isinstance(outcome, ServiceError)
+        [problem] = outcome.problems
+        assert (problem.kind, problem.loc) == (Fault.TOO_LARGE, ("body", "num_splits"))
+        assert problem.msg.startswith(f"num_splits = {count} is above the limit of 1024")
+        assert peak < MiB
