@@ -187,7 +187,8 @@ def _b64(text: str) -> bytes:
     return pybase64.b64decode(text)
 
 
-async def _grpc(stub: Any, op: Op, arrays: dict[str, Array], attributes: dict[str, Any]) -> Outcome:
+def _grpc_message(op: Op, arrays: dict[str, Array], attributes: dict[str, Any]) -> Any:
+    """A ``ModelInferRequest`` of ``arrays`` (raw contents) and ``attributes`` (parameters)."""
     message = pb.ModelInferRequest(model_name=op.name)
     for name, array in arrays.items():
         message.inputs.add(name=name, datatype=v2_name(array.dtype), shape=list(array.shape))
@@ -200,6 +201,11 @@ async def _grpc(stub: Any, op: Op, arrays: dict[str, Array], attributes: dict[st
             message.parameters[name].int64_param = value
         else:
             message.parameters[name].string_param = value
+    return message
+
+
+async def _grpc(stub: Any, op: Op, arrays: dict[str, Array], attributes: dict[str, Any]) -> Outcome:
+    message = _grpc_message(op, arrays, attributes)
     try:
         response = await stub.ModelInfer(message)
     except grpc.aio.AioRpcError as error:
