@@ -105,7 +105,8 @@ def _padded(
     if mode == "constant":
         fill = np.zeros((), source.dtype) if value is None else as_raw(value.astype(data.dtype))
         # The data's part that stays (cropped where a pad is negative), then the new elements.
-        inner_out, inner_in = [], []
+        inner_out: list[Any] = []
+        inner_in: list[Any] = []
         for axis, (size, length) in enumerate(zip(data.shape, shape, strict=True)):
             first = max(begin[axis], 0)
             last = min(begin[axis] + size, length)

@@ -14,7 +14,7 @@ from app import tracing
 from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
-from app.ops.declaration import MAX_OUTPUTS, LIMIT_SCALAR, limit_elements, limit_words
+from app.ops.declaration import LIMIT_SCALAR, MAX_OUTPUTS, limit_elements, limit_words
 from app.registry import Arrays, Op, Plan, SplitPlan
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold

@@ -65,9 +65,7 @@ def checked(worker: Worker, transport: str, request: Request, cell: str) -> tupl
 
 
 @pytest.mark.parametrize(("op_name", "name"), LONG_INPUTS)
-def test_an_index_like_input_of_4_million_elements(
-    worker: Worker, op_name: str, name: str
-) -> None:
+def test_an_index_like_input_of_4_million_elements(worker: Worker, op_name: str, name: str) -> None:
     op = REGISTRY[op_name]
     item = op.input_for(name)
     assert item is not None
@@ -98,7 +96,10 @@ def test_an_integer_attribute_at_2_to_31(worker: Worker, op_name: str, name: str
 def test_split_of_an_empty_tensor_over_grpc(worker: Worker, count: int) -> None:
     """Issue 42, 1: a 76-byte gRPC message, data [0, 2**23] split in 2**23 or 2**27, grew the
     worker 650 MiB (a 500 at 2**27 under a 4 GiB address space); now a prompt refusal."""
-    arrays = {"data": np.zeros((0, 2**23), np.float32), "axis": np.array(1, np.int64)}
+    arrays: dict[str, Any] = {
+        "data": np.zeros((0, 2**23), np.float32),
+        "axis": np.array(1, np.int64),
+    }
     message = _grpc_message(REGISTRY["split"], arrays, {"num_splits": count})
     request = Request("", message.SerializeToString(), {})
     reply, _ = checked(worker, "grpc", request, f"split-grpc-{count}")

@@ -7,15 +7,18 @@ plan. A new op is held to it by its declaration alone. The worker's RSS against 
 is measured by ``tests/hostile/test_declared_limits_memory.py`` (system tier)."""
 
 import dataclasses
+import io
 import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
 
 from app.errors import Fault, ServiceError
+from app.main import create_app
 from app.ops.declaration import (
     LIMIT_OUTPUTS,
     LIMIT_RANK,
@@ -24,9 +27,11 @@ from app.ops.declaration import (
     Attributes,
     Op,
 )
+from app.pipeline import run, threads
 from app.pipeline.jobs import Limits, make_job
 from app.registry import REGISTRY, Arrays
 from app.settings import Settings
+from tests.support import npz_bytes
 from tests.transports.test_every_op import example_arrays
 
 Array = npt.NDArray[Any]
@@ -118,8 +123,7 @@ def test_an_index_like_input_of_4_million_elements_costs_no_more_than_its_reserv
         assert problem.kind is expected
         most = {LIMIT_RANK: LIMITS.max_rank, LIMIT_OUTPUTS: MAX_OUTPUTS, LIMIT_SCALAR: 1}
         assert problem.msg.startswith(
-            f"{name} has {LONG} elements (shape ({LONG},)); it holds at most "
-            f"{most[item.limit]}: "
+            f"{name} has {LONG} elements (shape ({LONG},)); it holds at most {most[item.limit]}: "
         ), problem.msg
         assert spied.calls == 0
         assert peak < MiB, f"{peak / MiB:.1f} MiB held refusing {op_name}.{name}"
@@ -154,9 +158,7 @@ def test_an_integer_attribute_at_2_to_31_is_refused_naming_it(
     arrays, attributes = first_example(op)
     spied = Spied(op)
     job_op = dataclasses.replace(op, plan=spied)
-    outcome, peak = traced(
-        lambda: make_job(job_op, arrays, {**attributes, name: value}, LIMITS)
-    )
+    outcome, peak = traced(lambda: make_job(job_op, arrays, {**attributes, name: value}, LIMITS))
     assert isinstance(outcome, ServiceError), f"{op_name} planned {name} = {value}"
     [problem] = outcome.problems
     assert problem.loc == ("body", name)
@@ -175,12 +177,12 @@ def test_an_integer_attribute_at_2_to_31_is_refused_naming_it(
 def test_every_count_attribute_and_length_input_declares_its_limit() -> None:
     """The ops whose plans make a list or a shape per element or count declare it: an input
     whose declared rank is 1 and whose elements are one a dimension, an output or a value."""
-    declared = {
-        (op.name, item.name): item.limit
-        for op in REGISTRY.values()
-        for item in (*op.inputs, *op.attributes)
-        if item.limit
-    }
+    declared: dict[tuple[str, str], str] = {}
+    for op in REGISTRY.values():
+        for item in op.inputs:
+            declared[op.name, item.name] = item.limit
+        for attribute in op.attributes:
+            declared[op.name, attribute.name] = attribute.limit
     # The ops this issue found building first (each a figure of issue 42) declare theirs.
     assert declared[("split", "num_splits")] == LIMIT_OUTPUTS
     assert declared[("variadic_split", "split_lengths")] == LIMIT_OUTPUTS
@@ -210,3 +212,37 @@ def test_split_of_an_empty_tensor_into_2_to_23_pieces_is_refused_before_any_piec
         assert (problem.kind, problem.loc) == (Fault.TOO_LARGE, ("body", "num_splits"))
         assert problem.msg.startswith(f"num_splits = {count} is above the limit of 1024")
         assert peak < MiB
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("compressed", [True, False])
+async def test_a_small_body_that_decodes_large_is_decoded_and_planned_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch, compressed: bool
+) -> None:
+    """Issue 42, 2: a plan runs where its request is decoded, and a small body was decoded on
+    the event loop whatever it inflated to: an 8 MiB tensor deflated to a few KiB is now
+    decoded (and planned) in a thread; a small body that decodes small stays inline."""
+    offloaded: list[str] = []
+    original = threads.run_sized
+
+    async def spied(offload: bool, function: Any, *args: Any) -> Any:
+        if offload:
+            offloaded.append(getattr(function, "__name__", ""))
+        return await original(offload, function, *args)
+
+    monkeypatch.setattr(run, "run_sized", spied)
+    size = 8 * MiB if compressed else 1024
+    data = np.zeros(size, np.uint8)
+    body = npz_bytes(compressed, data=data, shift=np.array([1]), axes=np.array([0]))
+    settings = Settings()
+    assert len(body) < settings.offload_bytes  # a small body either way
+    app = create_app(settings)
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        response = await client.post(
+            "/roll", content=body, headers={"content-type": "application/x-npz"}
+        )
+    assert response.status_code == 200, response.text
+    assert np.load(io.BytesIO(response.content)).shape == (size,)
+    assert ("decode" in offloaded) is compressed, offloaded

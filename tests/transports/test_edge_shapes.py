@@ -23,8 +23,8 @@ import pytest
 
 from app.errors import ServiceError
 from app.main import create_app
-from app.ops.pad import MODES
 from app.ops.declaration import LIMIT_RANK, Op
+from app.ops.pad import MODES
 from app.pipeline.jobs import Limits, make_job
 from app.registry import REGISTRY
 from app.settings import Settings
@@ -133,7 +133,7 @@ async def send(
         response = await client.post(
             f"/{op.name}",
             params={**{key: str(value) for key, value in attributes.items()}, **dtype},
-            content=npz_bytes(**arrays),
+            content=npz_bytes(False, **arrays),
             headers={"content-type": "application/x-npz"},
         )
     else:
