@@ -246,3 +246,121 @@ async def test_a_small_body_that_decodes_large_is_decoded_and_planned_off_the_ev
     assert response.status_code == 200, response.text
     assert np.load(io.BytesIO(response.content)).shape == (size,)
     assert ("decode" in offloaded) is compressed, offloaded
+
+
+# ------------------------------------------------------------------------------------------------
+# Red team of the limits themselves: their edges, odd shapes, and what a refusal quotes
+
+LIMITED_INPUTS = [
+    (op.name, item.name) for op in REGISTRY.values() for item in op.inputs if item.limit
+]
+
+
+@pytest.mark.parametrize(("op_name", "name"), LIMITED_INPUTS)
+@pytest.mark.parametrize(
+    "shape",
+    [(0, 2**20), (1,) * 32, (2**20, 0), (LIMITS.max_rank + 1,)],
+    ids=["empty-wide", "rank-32-of-one", "empty-tall", "one-past-the-rank-limit"],
+)
+def test_a_limited_input_of_an_odd_shape_is_refused_naming_it_or_planned_cheaply(
+    op_name: str, name: str, shape: tuple[int, ...]
+) -> None:
+    """An empty tensor of long sides has no elements to pass a limit, and a tensor of 32 sides
+    of one has a single one: the plan then reads the shape, and must refuse it (a 4xx naming
+    the input) within a MiB; one element past the rank limit is refused before the plan."""
+    op = REGISTRY[op_name]
+    arrays, attributes = first_example(op)
+    given = arrays.get(name)
+    arrays[name] = np.zeros(shape, np.int64 if given is None else given.dtype)
+    outcome, peak = traced(lambda: make_job(op, arrays, attributes, LIMITS))
+    assert peak < MiB, f"{peak / MiB:.1f} MiB"
+    if isinstance(outcome, ServiceError):
+        [problem] = outcome.problems
+        assert 400 <= problem.kind.status < 500
+        assert problem.loc[-1] in {item.name for item in op.inputs}, problem.loc
+        if shape != (1,) * 32:
+            assert problem.loc == ("body", name), (problem.loc, problem.msg)
+    else:
+        # Only a single value of a scalar input, or an empty pad of rank-0 data, plans.
+        assert arrays[name].size <= 1
+
+
+@pytest.mark.parametrize("count", [MAX_OUTPUTS, MAX_OUTPUTS + 1])
+def test_the_output_limit_s_edge_for_split_and_variadic_split(count: int) -> None:
+    """1,024 outputs are made; 1,025 are refused before the plan, by the attribute or the
+    lengths' count, as the same 413."""
+    data = np.arange(count * 2, dtype=np.int16)
+    split = REGISTRY["split"]
+    variadic = REGISTRY["variadic_split"]
+    attempts = [
+        (split, {"data": data, "axis": np.array(0)}, {"num_splits": count}, "num_splits"),
+        (
+            variadic,
+            {"data": data, "axis": np.array(0), "split_lengths": np.full(count, 2)},
+            {},
+            "split_lengths",
+        ),
+    ]
+    for op, arrays, attributes, field in attempts:
+        spied = Spied(op)
+        outcome, _ = traced(
+            lambda op=op, arrays=arrays, attributes=attributes, spied=spied: make_job(
+                dataclasses.replace(op, plan=spied), arrays, attributes, LIMITS
+            )
+        )
+        if count <= MAX_OUTPUTS:
+            assert not isinstance(outcome, ServiceError), outcome
+            assert len(outcome.outputs()) == count
+            assert [part.tolist() for part in outcome.outputs()[:2]] == [[0, 1], [2, 3]]
+        else:
+            assert isinstance(outcome, ServiceError)
+            [problem] = outcome.problems
+            assert (problem.kind, problem.loc) == (Fault.TOO_LARGE, ("body", field))
+            assert spied.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "told"),
+    [
+        ("re\u2028flect", 'the string "re\\u2028flect"'),
+        ("\x85\x9b\x1b[2J", 'the string "\\u0085\\u009b\\u001b[2J"'),
+        ("x" * 100, 'the string "' + "x" * 40 + '..."'),
+        (10**400, "an integer of 1329 bits"),
+        (True, "the boolean true"),
+        (None, "null"),
+        ([1], "a list"),
+    ],
+    ids=["line-separator", "c1-controls", "long", "huge-integer", "boolean", "null", "list"],
+)
+def test_an_enumerated_attribute_s_refusal_quotes_what_was_given_safely(
+    value: Any, told: str
+) -> None:
+    """What a refusal quotes of a client's value is short and escaped: no control, no line
+    separator, no 400-digit integer (Python refuses to print one of more than 4,300 digits)."""
+    declared = REGISTRY["pad"].attribute("pad_mode")
+    assert declared is not None
+    message = declared.refusal(value)
+    assert message == (
+        f'pad_mode must be one of "constant", "edge", "reflect", "symmetric"; got {told}'
+    )
+    assert all(char.isprintable() for char in message)
+
+
+async def _json_refusal(body: dict[str, Any], route: str) -> tuple[int, dict[str, Any]]:
+    app = create_app(Settings())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://t"
+    ) as client:
+        response = await client.post(route, json=body)
+    [problem] = response.json()["detail"]
+    return response.status_code, problem
+
+
+@pytest.mark.anyio
+async def test_a_string_for_an_integer_attribute_still_says_to_send_the_number() -> None:
+    """The advice the JSON route gives an integer attribute sent as a string stays; only the
+    enumerated attributes lost it."""
+    status, problem = await _json_refusal({"data": [1, 2], "axis": 0, "num_splits": "2"}, "/split")
+    assert status == 422
+    assert problem["loc"] == ["body", "num_splits"]
+    assert problem["msg"] == '"2" is a string; num_splits is an integer: send the number 2'
