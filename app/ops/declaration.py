@@ -359,7 +359,7 @@ def limit_words(limit: str, rank_limit: int) -> str:
         return f"one a dimension, and a tensor has at most {rank_limit} (the rank limit)"
     if limit == LIMIT_OUTPUTS:
         return f"one an output, and a request makes at most {MAX_OUTPUTS} outputs"
-    return "one element, a single value"
+    return "a single value"
 
 
 def variadic_index(number: str) -> int | None:

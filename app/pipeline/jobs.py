@@ -233,14 +233,23 @@ def check_declared_limits(
         if array is None:
             continue  # optional and left out
         most = limit_elements(item.limit, rank_limit)
-        if array.size > most:
-            scalar = item.limit == LIMIT_SCALAR
+        if array.size <= most:
+            continue
+        if item.limit == LIMIT_SCALAR:
+            # The spec's own words for a single value (the rank it declares), as its plan says.
+            kind = "a scalar" if item.rank == "0" else "a scalar or a 1D tensor with one element"
             raise ServiceError(
-                Fault.SPEC_VIOLATION if scalar else Fault.TOO_LARGE,
+                Fault.SPEC_VIOLATION,
                 ("body", item.name),
-                f"{item.name} has {array.size} elements (shape {shown(array.shape)}); it "
-                f"holds at most {most}: {limit_words(item.limit, rank_limit)}",
+                f"{item.name} must be {kind}, got {array.size} elements (shape "
+                f"{shown(array.shape)})",
             )
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            ("body", item.name),
+            f"{item.name} has {array.size} elements (shape {shown(array.shape)}); it holds at "
+            f"most {most}: {limit_words(item.limit, rank_limit)}",
+        )
     for attribute in op.attributes:
         if not attribute.limit:
             continue

@@ -77,7 +77,7 @@ def test_an_index_like_input_of_4_million_elements(worker: Worker, op_name: str,
         assert reply.status_code in (413, 422), reply.text
         [problem] = reply.json()["detail"]
         assert problem["loc"] == ["body", name]
-        assert problem["msg"].startswith(f"{name} has 4000000 elements"), problem
+        assert "4000000 elements" in problem["msg"], problem
 
 
 @pytest.mark.parametrize(("op_name", "name"), INTEGER_ATTRIBUTES)

@@ -121,10 +121,14 @@ def test_an_index_like_input_of_4_million_elements_costs_no_more_than_its_reserv
         assert problem.loc == ("body", name)
         expected = Fault.SPEC_VIOLATION if item.limit == LIMIT_SCALAR else Fault.TOO_LARGE
         assert problem.kind is expected
-        most = {LIMIT_RANK: LIMITS.max_rank, LIMIT_OUTPUTS: MAX_OUTPUTS, LIMIT_SCALAR: 1}
-        assert problem.msg.startswith(
-            f"{name} has {LONG} elements (shape ({LONG},)); it holds at most {most[item.limit]}: "
-        ), problem.msg
+        if item.limit == LIMIT_SCALAR:
+            assert problem.msg.startswith(f"{name} must be a scalar"), problem.msg
+            assert problem.msg.endswith(f", got {LONG} elements (shape ({LONG},))"), problem.msg
+        else:
+            most = {LIMIT_RANK: LIMITS.max_rank, LIMIT_OUTPUTS: MAX_OUTPUTS}[item.limit]
+            assert problem.msg.startswith(
+                f"{name} has {LONG} elements (shape ({LONG},)); it holds at most {most}: "
+            ), problem.msg
         assert spied.calls == 0
         assert peak < MiB, f"{peak / MiB:.1f} MiB held refusing {op_name}.{name}"
         return
