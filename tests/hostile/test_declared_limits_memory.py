@@ -31,7 +31,7 @@ from tests.pipeline.test_declared_limits import (
 from tests.support import npz_bytes
 from tests.transports.test_edge_shapes import _grpc_message
 
-pytestmark = [pytest.mark.e2e, pytest.mark.system]
+pytestmark = pytest.mark.e2e  # the system tier by tests/conftest.py's list
 __all__ = ["worker"]  # the matrix's fixture, used here too
 
 

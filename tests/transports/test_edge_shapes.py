@@ -93,7 +93,12 @@ CASES = [
 ]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")  # one app and gRPC server for the module: a hundred requests
 async def app_and_stub() -> AsyncIterator[tuple[httpx.AsyncClient, Any]]:
     app = create_app(Settings())
     async with (
