@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +27,7 @@ from tensor_ops_wire.dtypes import BFLOAT16, dtype_from_name
 from tensor_ops_wire.errors import FAULT_STATUS, TensorError
 from tensor_ops_wire.npy import decode_npy, encode_npy
 from tensor_ops_wire.npz import decode_npz, encode_npz
+from tensor_ops_wire.ops import AttributeValue, parameter_value, query_text
 
 HEADER_LENGTH = "inference-header-content-length"
 FAULT_HEADER = "tensor-ops-fault"
@@ -56,8 +58,9 @@ class HttpRequest:
 def op_request(
     op: str,
     arrays: Mapping[str, npt.ArrayLike],
-    attributes: Mapping[str, int | str],
+    attributes: Mapping[str, AttributeValue],
     transport: str,
+    version: str | None = None,
 ) -> HttpRequest:
     """The request of one op call over ``transport`` (``"npz"``, ``"json"`` or ``"v2"``): each
     input a tensor of its name, each attribute an integer where the transport carries them (the
@@ -73,14 +76,14 @@ def op_request(
         content, head_length = _v2_body(op, tensors, attributes)
         return HttpRequest(
             "POST",
-            f"/v2/models/{op}/infer",
+            infer_path(op, version),
             content,
             {"content-type": "application/octet-stream", HEADER_LENGTH: str(head_length)},
             answer="v2",
             data_dtype=data_dtype,
         )
     if transport == "npz":
-        params: dict[str, Any] = dict(attributes)
+        params: dict[str, Any] = {name: query_text(value) for name, value in attributes.items()}
         if bfloat16:
             params["dtype"] = "bfloat16"
         headers = {"content-type": "application/x-npz", "accept": "application/x-npy"}
@@ -89,9 +92,16 @@ def op_request(
         headers = {"content-type": "application/json", "accept": "application/x-npy"}
         content = _json_body(tensors, attributes, bfloat16)
         params = {}
-    return HttpRequest(
-        "POST", f"/{op}", content, headers, params, answer="npy", data_dtype=data_dtype
-    )
+    path = f"/{op}" if version is None else f"/{op}/v{version}"
+    return HttpRequest("POST", path, content, headers, params, answer="npy", data_dtype=data_dtype)
+
+
+def infer_path(op: str, version: str | None) -> str:
+    """The V2 infer route of ``op``, at ``version`` when one is given (else the newest)."""
+    model = quote(op, safe="")
+    if version is None:
+        return f"/v2/models/{model}/infer"
+    return f"/v2/models/{model}/versions/{quote(version, safe='')}/infer"
 
 
 def data_type(tensors: Mapping[str, npt.NDArray[Any]]) -> np.dtype[Any] | None:
@@ -105,7 +115,9 @@ def data_type(tensors: Mapping[str, npt.NDArray[Any]]) -> np.dtype[Any] | None:
 
 
 def _json_body(
-    tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str], bfloat16: bool
+    tensors: Mapping[str, npt.NDArray[Any]],
+    attributes: Mapping[str, AttributeValue],
+    bfloat16: bool,
 ) -> bytes:
     """The JSON request with every tensor as a base64 ``.npy`` string, then the attributes.
 
@@ -128,7 +140,7 @@ def _json_body(
 
 
 def _v2_body(
-    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str]
+    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, AttributeValue]
 ) -> tuple[bytes, int]:
     """A V2 binary request: the JSON head, then each tensor's little-endian C-order bytes."""
     inputs = []
@@ -148,7 +160,7 @@ def _v2_body(
         "inputs": inputs,
         "parameters": {"binary_data_output": True},
     }
-    head["parameters"].update(attributes)
+    head["parameters"].update((name, parameter_value(value)) for name, value in attributes.items())
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
     return b"".join([head_bytes, *(part.data for part in raw)]), len(head_bytes)
 

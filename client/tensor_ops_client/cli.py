@@ -104,6 +104,13 @@ def _add_service_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         "over gRPC; pip install 'tensor-ops-client[grpc]') (default: npz)",
     )
     group.add_argument(
+        "--op-version",
+        metavar="N",
+        type=int,
+        default=default(None),
+        help="the op's opset version (7 for Gather-7; default: the newest the service serves)",
+    )
+    group.add_argument(
         "--grpc-target",
         metavar="HOST:PORT",
         default=default(None),
@@ -245,6 +252,29 @@ def _op_command(
     for attribute in op.attributes:
         words = f"{attribute.help} " if attribute.help else ""
         said = "required" if attribute.default is None else f"default: {attribute.default}"
+        if attribute.kind == "bool":
+            sub.add_argument(
+                _option(attribute.name),
+                dest=_ATTRIBUTE + attribute.name,
+                type=_boolean,
+                default=None,
+                metavar="true|false",
+                help=f"{words}({said})",
+            )
+            continue
+        if attribute.kind == "ints":
+            if isinstance(attribute.default, tuple):
+                said = "default: " + (" ".join(map(str, attribute.default)) or "none")
+            sub.add_argument(
+                _option(attribute.name),
+                dest=_ATTRIBUTE + attribute.name,
+                type=int,
+                nargs="*",
+                default=None,
+                metavar="N",
+                help=f"{words}a list of integers ({said})",
+            )
+            continue
         if attribute.choices:
             sub.add_argument(
                 _option(attribute.name),
@@ -445,11 +475,20 @@ def _other_inputs(
     return inputs
 
 
-def _op_attributes(args: argparse.Namespace) -> dict[str, int | str]:
+def _boolean(text: str) -> bool:
+    """A boolean attribute's value on the command line: true or false (1 or 0)."""
+    if text.lower() in ("true", "1"):
+        return True
+    if text.lower() in ("false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"not true or false: {text[:40]!r}")
+
+
+def _op_attributes(args: argparse.Namespace) -> dict[str, Any]:
     """The op's attributes: as given, else their defaults; a required one not given is the
     command line's usage error."""
     op: OpSpec = args.op
-    attributes: dict[str, int | str] = {}
+    attributes: dict[str, Any] = {}
     for item in op.attributes:
         given = getattr(args, _ATTRIBUTE + item.name)
         value = item.default if given is None else given
@@ -478,7 +517,9 @@ def _run_op(args: argparse.Namespace) -> int:
     show_progress = args.progress if args.progress is not None else sys.stderr.isatty()
     with _progress_bars(show_progress) as hook, _client(args, hook) as client:
         try:
-            output = client.call(args.op.name, inputs, _op_attributes(args))
+            output = client.call(
+                args.op.name, inputs, _op_attributes(args), getattr(args, "op_version", None)
+            )
         except ValueError as error:  # a name from /info that no transport carries
             raise InputError(str(error)) from None
     if isinstance(output, list):

@@ -22,14 +22,15 @@ from tests.hostile.test_memory_matrix import (
     watched,
     worker,
 )
-from tests.pipeline.test_declared_limits import (
-    INTEGER_ATTRIBUTES,
-    LONG_INPUTS,
-    first_example,
-    long_input,
-)
+from tests.pipeline.test_declared_limits import first_example, index_like, long_input
 from tests.support import npz_bytes
 from tests.transports.test_edge_shapes import _grpc_message
+
+#: The newest version of each op (its route), each index-like input and integer attribute.
+LONG_INPUTS = [(op.name, name) for op in REGISTRY.values() for name in index_like(op)]
+INTEGER_ATTRIBUTES = [
+    (op.name, item.name) for op in REGISTRY.values() for item in op.attributes if not item.choices
+]
 
 pytestmark = pytest.mark.e2e  # the system tier by tests/conftest.py's list
 __all__ = ["worker"]  # the matrix's fixture, used here too
