@@ -34,6 +34,7 @@ SYSTEM_TIER = (
     "deploy/test_docs_browser.py",
     "hostile/test_memory_matrix.py",
     "hostile/test_memory_ops.py",
+    "hostile/test_declared_limits_memory.py",
     # Long runs (see above).
     "grpc/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
     "grpc/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",

@@ -275,6 +275,7 @@ GATHER = Op(
             "[-data.rank, data.rank - 1]. JSON form is int64.",
             INTEGER_TYPES,
             rank="0 or 1",
+            limit="scalar",
         ),
     ),
     attributes=(

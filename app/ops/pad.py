@@ -144,7 +144,8 @@ def _padded(
     if mode == "constant":
         fill = np.zeros((), source.dtype) if value is None else as_raw(value.astype(data.dtype))
         # The data's part that stays (cropped where a pad is negative), then the new elements.
-        inner_out, inner_in = [], []
+        inner_out: list[Any] = []
+        inner_in: list[Any] = []
         for axis, (size, length) in enumerate(zip(data.shape, shape, strict=True)):
             first = max(begin[axis], 0)
             last = min(begin[axis] + size, length)
@@ -161,7 +162,8 @@ def _padded(
                 len(shape) - axis - 1
             )
             target[tuple(after)] = fill
-        np.copyto(target[tuple(inner_out)], source[tuple(inner_in)], casting="equiv")
+        # The Ellipsis keeps a rank-0 tensor's part an array (``target[()]`` is a scalar).
+        np.copyto(target[(*inner_out, ...)], source[(*inner_in, ...)], casting="equiv")
         return out
     # Edge, reflect, symmetric: blocks of the output, each a copy of a (reversed, or broadcast)
     # slice of the data: a compiled strided copy between C-ordered arrays, NumPy's otherwise.
@@ -291,6 +293,7 @@ OP = Op(
             "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
         Input(
             "pads_end",
@@ -298,6 +301,7 @@ OP = Op(
             "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
         Input(
             "pad_value",
@@ -306,6 +310,7 @@ OP = Op(
             ALL_TYPES,
             rank="0",
             optional=True,
+            limit="scalar",
         ),
     ),
     attributes=(
@@ -367,6 +372,7 @@ def _pads_input(name: str, where: str, position: int) -> Input:
         "int64.",
         INTEGER_TYPES,
         rank="1",
+        limit="rank",
     )
 
 

@@ -127,6 +127,7 @@ OP = Op(
             (*INTEGER_TYPES, "bool"),
             rank="1",
             json_form=JSON_INFERRED,
+            limit="rank",
         ),
     ),
     attributes=(

@@ -252,6 +252,7 @@ SCATTER_UPDATE = Op(
             "(r = rank of data). JSON form is int64.",
             INTEGER_TYPES,
             rank="0 or 1",
+            limit="scalar",
         ),
     ),
     plan=_plan_scatter_update,

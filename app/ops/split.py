@@ -77,6 +77,7 @@ OP = Op(
             "int64.",
             INTEGER_TYPES,
             rank="0",
+            limit="scalar",
         ),
     ),
     attributes=(
@@ -84,6 +85,7 @@ OP = Op(
             "num_splits",
             None,
             "How many outputs: within [1, data.shape[axis]], dividing it evenly (required).",
+            limit="outputs",
         ),
     ),
     plan=_plan,

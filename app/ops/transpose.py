@@ -143,6 +143,7 @@ OP = Op(
             "every integer in [0, n - 1]; or of 0 elements. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
     ),
     plan=_plan,
