@@ -24,6 +24,7 @@ from app.ops.declaration import (
     SplitPlan,
     Workspace,
 )
+from app.ops.loops import COMPILED_MODULE
 
 __all__ = [
     "ALL_TYPES",
@@ -50,6 +51,8 @@ def collect() -> list[Op]:
     (each op's ``position``, then its name)."""
     found = []
     for module in pkgutil.iter_modules(app.ops.__path__):
+        if f"app.ops.{module.name}" == COMPILED_MODULE:
+            continue  # no op; compiled beside the service once it runs (app/ops/loops.py)
         declared = getattr(importlib.import_module(f"app.ops.{module.name}"), "OP", None)
         if isinstance(declared, Op):
             found.append(declared)
