@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
+from app.ops import loops
 from app.settings import Settings
 from tests import progress
 from tests.support import launch_server, stop_server
@@ -55,6 +56,9 @@ def in_system_tier(relative: str, name: str) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     progress.register(config)
+    # The compiled loops serve every test, as they serve a started service: NumPy's stand-ins
+    # (which answer while they compile) are held to the same bits in tests/ops/test_numpy_stand_ins.py.
+    loops.wait_compiled()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

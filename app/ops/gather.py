@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INTEGER_TYPES,
     Arrays,
@@ -174,7 +174,7 @@ def _gather_into(
     if inner > 1:
         # Slices: moved as bytes (8-byte words when they are whole words).
         unit = _WORD if (inner * itemsize) % 8 == 0 else _BYTE
-        compiled.take_slices(
+        loops.take_slices(
             flat_source.view(unit), flat_indices, flat_out.view(unit),
             batches, outer, length, count, inner * itemsize // unit.itemsize, wrap,
         )  # fmt: skip
@@ -182,7 +182,7 @@ def _gather_into(
     # Prefetch the next row when it is long and this one's indices cover much of it.
     row_bytes = length * itemsize
     prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
-    compiled.take(
+    loops.take(
         flat_source, flat_indices, flat_out,
         batches, outer, length, count, wrap, _CACHE_LINE // itemsize if prefetch else 0,
     )  # fmt: skip

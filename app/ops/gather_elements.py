@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INT32_OR_INT64,
     Arrays,
@@ -138,7 +138,7 @@ def _gather_elements_into(
     count = indices.shape[axis]
     flat_source, flat_out, flat_indices = source.ravel(), out.ravel(), _native(indices)
     if inner == 1:
-        compiled.take(flat_source, flat_indices, flat_out, outer, 1, length, count, length, 0)
+        loops.take(flat_source, flat_indices, flat_out, outer, 1, length, count, length, 0)
         return
     block = count * inner  # output elements of one outer index
     rows = max(1, _CHUNK // block)
@@ -151,7 +151,7 @@ def _gather_elements_into(
         positions += places
         starts = np.arange(first, last, dtype=np.int64) * np.int64(length * inner)
         positions += starts[:, None, None]
-        compiled.take(
+        loops.take(
             flat_source, positions.reshape(-1), flat_out[first * block : last * block],
             1, 1, total, positions.size, 0, 0,
         )  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INTEGER_TYPES,
     Arrays,
@@ -163,11 +163,11 @@ def _gather_nd_into(
     flat_source, flat_out = source.ravel(), out.ravel()
     itemsize = source.dtype.itemsize
     if slice_size == 1:
-        compiled.take(flat_source, positions, flat_out, 1, 1, total, positions.size, 0, 0)
+        loops.take(flat_source, positions, flat_out, 1, 1, total, positions.size, 0, 0)
         return
     unit = _WORD if (slice_size * itemsize) % 8 == 0 else _BYTE
     width = slice_size * itemsize // unit.itemsize
-    compiled.take_slices(
+    loops.take_slices(
         flat_source.view(unit), positions, flat_out.view(unit),
         1, 1, total, positions.size, width, 0,
     )  # fmt: skip

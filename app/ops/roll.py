@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     Arrays,
     Attributes,
@@ -204,7 +204,7 @@ def _roll_into(data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any
     if out.nbytes >= large and _roll_in_blocks(source, target, shape[:last], net, row, split):
         return
     # Whole 8-byte words are copied a word at a time, however long the runs.
-    compiled.roll_rows(source, target, table, row, split)
+    loops.roll_rows(source, target, table, row, split)
 
 
 def _roll_in_blocks(
