@@ -192,3 +192,15 @@ def roll_rows(source: Array, out: Array, table: Array, row: int, split: int) -> 
             numpy_loops.roll_rows(source, out, table, row, split)
             return
     module.roll_rows(source, out, table, row, split)
+
+
+def ready_module() -> ModuleType | None:
+    """The compiled loops' module when they serve the calls now, else None (compiling started,
+    if nothing had started it): for a kernel whose stand-in is NumPy's own copy of the same
+    views, which holds no temporaries and writes the same bits at any size."""
+    module = _COMPILED.module
+    if module is not None and not _STAND_INS.get():
+        return module
+    if module is None:
+        start_compiling()
+    return None

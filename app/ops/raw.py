@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 
 _UNSIGNED_OF_WIDTH: dict[int, np.dtype[Any]] = {
     1: np.dtype(np.uint8),
@@ -88,6 +88,10 @@ def copy_block(
     row: NumPy's own copy of a negative-stride view goes element by element (2-6x a plain copy
     for bytes), this one at about a copy's speed."""
     if out_block.size == 0:
+        return
+    compiled = loops.ready_module()
+    if compiled is None:  # while the loops compile: NumPy's copy of the same views
+        np.copyto(out_block, source_block, casting="equiv")
         return
     out_start, out_strides = _geometry(out_block, out)
     source_start, source_strides = _geometry(source_block, source)

@@ -5,7 +5,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INTEGER_TYPES,
     Arrays,
@@ -81,7 +81,8 @@ def _transposed(
     target = as_raw(out)
     swapped = _as_swap(arg.shape, order)
     flat = arg.flags.c_contiguous and out.flags.c_contiguous and arg.itemsize in _TILE
-    if swapped is None or not flat or not arg.size:
+    compiled = loops.ready_module() if swapped is not None and flat and arg.size else None
+    if compiled is None or swapped is None:  # no tiles to cut, or the loops compiling
         np.copyto(target, source, casting="equiv")
         return out
     # A batch of 2-D transposes: the compiled tiled loop (NumPy's copy of the transposed view
