@@ -92,15 +92,12 @@ def _moved(
         return out
     # One block (b1, ..., bK) at a time: its [N, C', D1, ..., DK] values, read contiguously,
     # go to every block_size-th element of each spatial dimension, from b1, ..., bK.
+    lead: tuple[Any, ...] = (slice(None),) * first_block
     for block in itertools.product(range(block_size), repeat=spatial):
-        if mode == "blocks_first":
-            part = source[(slice(None), *block)]
-        else:
-            part = source[(slice(None), slice(None), *block)]
-        into = target[
-            (slice(None), slice(None), *itertools.chain(*((slice(None), b) for b in block)))
-        ]
-        np.copyto(into, part, casting="equiv")
+        spread: list[Any] = [slice(None), slice(None)]
+        for b in block:
+            spread += [slice(None), b]
+        np.copyto(target[tuple(spread)], source[(*lead, *block)], casting="equiv")
     return out
 
 

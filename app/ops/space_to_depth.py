@@ -88,15 +88,12 @@ def _moved(
         return out
     # One block (b1, ..., bK) at a time: every block_size-th element of each spatial dimension
     # from b1, ..., bK, written contiguously as C (or every bs^K-th) channels of the output.
+    lead: tuple[Any, ...] = (slice(None),) * (1 if mode == "blocks_first" else 2)
     for block in itertools.product(range(block_size), repeat=spatial):
-        part = source[
-            (slice(None), slice(None), *itertools.chain(*((slice(None), b) for b in block)))
-        ]
-        if mode == "blocks_first":
-            into = target[(slice(None), *block)]
-        else:
-            into = target[(slice(None), slice(None), *block)]
-        np.copyto(into, part, casting="equiv")
+        spread: list[Any] = [slice(None), slice(None)]
+        for b in block:
+            spread += [slice(None), b]
+        np.copyto(target[(*lead, *block)], source[tuple(spread)], casting="equiv")
     return out
 
 
