@@ -391,3 +391,111 @@ GATHER_ND = Op(
 
 #: What app/registry.py collects.
 OP = GATHER_ND
+
+
+# ------------------------------------------------------------------------------------------------
+# The older version: GatherND-5 (batches flattened into one dimension, no negative indices)
+
+
+def _plan_gather_nd_5(arrays: Arrays, attributes: Attributes) -> Plan:
+    data, indices = arrays["data"], arrays["indices"]
+    plan = gather_nd_plan(data.shape, indices, attributes["batch_dims"])
+    if plan.negative:
+        raise SpecError(
+            "indices",
+            "GatherND-5: every index must be in [0, s-1] where s is the dimension it is applied "
+            "to; a negative index is GatherND-8's",
+        )
+    batches = plan.batch_dims
+    shape = plan.output_shape
+    if batches:
+        # (multiplication of the batch dimensions) + indices.shape[b:-1] + data.shape[b + n:]
+        shape = (math.prod(plan.batch_shape), *plan.output_shape[batches:])
+
+    def run(out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+        target = None if out is None else out.reshape(plan.output_shape)
+        return gather_nd_planned(data, indices, plan, target).reshape(shape)
+
+    return Plan(shape, run)
+
+
+def _gather_nd_5(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return _plan_gather_nd_5(arrays, attributes).run(out)
+
+
+GATHER_ND_5 = Op(
+    name="gather_nd",
+    spec="GatherND-5",
+    summary="GatherND-5: gather elements or slices at index tuples (batches flattened)",
+    description="GatherND-5 over `data`: as GatherND-8, but with `batch_dims` > 0 the batch "
+    "dimensions become one, their product: the output shape is `(product of the batch "
+    "dimensions) + indices.shape[batch_dims:-1] + data.shape[batch_dims + indices.shape[-1]:]`; "
+    "every index must be in `[0, s-1]` (a negative one is refused, 422).",
+    request_doc="GatherND-5: the elements or slices of `data` at the index tuples of `indices`.",
+    inputs=(
+        data_input("gather from"),
+        Input(
+            "indices",
+            "Index tuples along the last dimension (input 2, type T_IND).",
+            "T_IND: any integer type, a tensor of a rank not less than 1, indices.shape[-1] <= "
+            "data.rank - batch_dims; all indices in the range [0, s-1] where s is the "
+            "corresponding dimension. JSON form is int64.",
+            INTEGER_TYPES,
+            rank=">= 1",
+        ),
+    ),
+    attributes=GATHER_ND.attributes,
+    plan=_plan_gather_nd_5,
+    kernel=_gather_nd_5,
+    workspace=_gather_nd_workspace,
+    examples={
+        "example_1": example(
+            "GatherND-5 Example 1: elements",
+            {"data": _SQUARE, "indices": [[0, 0], [1, 0]]},
+            [1, 3],
+        ),
+        "example_2": example(
+            "GatherND-5 Example 2: slices",
+            {"data": _SQUARE, "indices": [[1], [0]]},
+            [[3, 4], [1, 2]],
+        ),
+        "example_3": example(
+            "GatherND-5 Example 3: indices with leading dimensions",
+            {"data": _SQUARE, "indices": [[[1]], [[0]]]},
+            [[[3, 4]], [[1, 2]]],
+        ),
+        "example_4": example(
+            "GatherND-5 Example 4: elements, batch_dims = 1",
+            {"data": _SQUARE, "indices": [[1], [0]], "batch_dims": 1},
+            [2, 3],
+        ),
+        "example_5": example(
+            "GatherND-5 Example 5: slices, batch_dims = 1",
+            {"data": _TWO_BATCHES, "indices": [[1], [0]], "batch_dims": 1},
+            [[5, 6, 7, 8], [13, 14, 15, 16]],
+        ),
+        "example_6": example(
+            "GatherND-5 Example 6: batch_dims = 2, the six batches flattened",
+            {
+                "data": _TWO_BATCHES,
+                "indices": [[[[1]], [[0]], [[2]]], [[[0]], [[2]], [[2]]]],
+                "batch_dims": 2,
+            },
+            [[2], [5], [11], [13], [19], [23]],
+        ),
+    },
+    decisions=(
+        "GatherND-5, the output's first dimension with batch_dims > 0: the product of the batch "
+        "dimensions as data and indices broadcast them (the number of batches gathered); the "
+        "spec's formula names indices.shape[:b], which is the same where indices' batch "
+        "dimensions are not 1 broadcast against data's.",
+        "GatherND-5, a negative index: refused (422, naming indices); the spec says [0, s-1].",
+    ),
+    disagreements=(
+        "GatherND-5 on the CPU plugin: a negative index counts from the end (as GatherND-8's); "
+        "the spec allows none, and the service refuses it.",
+    ),
+)
+
+#: The older version served beside GatherND-8 (the registry collects it).
+OLDER = (GATHER_ND_5,)

@@ -299,3 +299,121 @@ OP = Op(
     ),
     disagreements=narrowed_by_the_cpu_plugin("Pad-12"),
 )
+
+
+# ------------------------------------------------------------------------------------------------
+# The older version: Pad-1 (pads not negative: no cropping)
+
+
+def _plan_pad_1(arrays: Arrays, attributes: Attributes) -> Plan:
+    for name in ("pads_begin", "pads_end"):
+        pads = arrays[name]
+        # Looked at only as the 1D integer tensor of data's rank that Pad-12's checks demand
+        # (anything else is theirs to refuse): its least value, read without a copy.
+        well_formed = pads.ndim == 1 and pads.size == arrays["data"].ndim > 0
+        if well_formed and is_integer_type(pads.dtype) and pads.min() < 0:
+            raise SpecError(
+                name,
+                f"Pad-1: {name} must not be negative (T_INT: a non-negative integer type), got "
+                f"{int(pads.min())}; cropping by negative pads is Pad-12's",
+            )
+    return _plan(arrays, attributes)
+
+
+def _kernel_pad_1(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return _plan_pad_1(arrays, attributes).run(out)
+
+
+def _pads_input(name: str, where: str, position: int) -> Input:
+    return Input(
+        name,
+        f"Elements to add at the {where} of each axis (input {position}).",
+        "T_INT: any integer type, non-negative values, a 1D tensor of data's rank. JSON form is "
+        "int64.",
+        INTEGER_TYPES,
+        rank="1",
+    )
+
+
+PAD_1 = Op(
+    name="pad",
+    spec="Pad-1",
+    summary="Pad-1: extend a tensor on its edges",
+    description="Pad-1 over `data`: `pads_begin[D]` and `pads_end[D]` (not negative) elements "
+    "added at each end of dimension D; the output's dimension D is "
+    "`pads_begin[D] + data.shape[D] + pads_end[D]`. The new elements are `pad_value` (0 when "
+    "left out) in `constant` mode, the edge's in `edge` mode, a reflection without or with the "
+    "edge in `reflect` and `symmetric` modes.",
+    request_doc="Pad-1: `data` padded by `pads_begin` and `pads_end` as `pad_mode` says.",
+    inputs=(
+        data_input("pad"),
+        _pads_input("pads_begin", "beginning", 2),
+        _pads_input("pads_end", "end", 3),
+        OP.inputs[3],
+    ),
+    attributes=OP.attributes,
+    plan=_plan_pad_1,
+    kernel=_kernel_pad_1,
+    workspace=_workspace,
+    examples={
+        f"example_{mode}": example(
+            f"Pad-1, the spec's example in {mode} mode", {**_POSITIVE, "pad_mode": mode}, answer
+        )
+        for mode, answer in (
+            (
+                "constant",
+                [
+                    [0, 1, 2, 3, 4, 0, 0, 0],
+                    [0, 5, 6, 7, 8, 0, 0, 0],
+                    [0, 9, 10, 11, 12, 0, 0, 0],
+                    [0] * 8,
+                    [0] * 8,
+                ],
+            ),
+            (
+                "edge",
+                [
+                    [1, 1, 2, 3, 4, 4, 4, 4],
+                    [5, 5, 6, 7, 8, 8, 8, 8],
+                    [9, 9, 10, 11, 12, 12, 12, 12],
+                    [9, 9, 10, 11, 12, 12, 12, 12],
+                    [9, 9, 10, 11, 12, 12, 12, 12],
+                ],
+            ),
+            (
+                "reflect",
+                [
+                    [2, 1, 2, 3, 4, 3, 2, 1],
+                    [6, 5, 6, 7, 8, 7, 6, 5],
+                    [10, 9, 10, 11, 12, 11, 10, 9],
+                    [6, 5, 6, 7, 8, 7, 6, 5],
+                    [2, 1, 2, 3, 4, 3, 2, 1],
+                ],
+            ),
+            (
+                "symmetric",
+                [
+                    [1, 1, 2, 3, 4, 4, 3, 2],
+                    [5, 5, 6, 7, 8, 8, 7, 6],
+                    [9, 9, 10, 11, 12, 12, 11, 10],
+                    [9, 9, 10, 11, 12, 12, 11, 10],
+                    [5, 5, 6, 7, 8, 8, 7, 6],
+                ],
+            ),
+        )
+    },
+    decisions=(
+        "Pad-1, a negative pad: refused (422, naming the input); T_INT is a non-negative integer "
+        "type, and cropping is Pad-12's.",
+        "Pad-1, pad_value given in a mode other than constant: refused, as Pad-12's (the spec "
+        "says it should not be set with other values of pad_mode).",
+    ),
+    disagreements=(
+        "Pad-1 on the CPU plugin: a negative pad crops (as Pad-12's); the spec allows none, and "
+        "the service refuses it.",
+        *narrowed_by_the_cpu_plugin("Pad-1"),
+    ),
+)
+
+#: The older version served beside Pad-12 (the registry collects it).
+OLDER = (PAD_1,)
