@@ -25,16 +25,21 @@ def _integral(name: str, array: npt.NDArray[Any]) -> None:
     if not _is_float(array.dtype):
         return
     flat = array.reshape(-1)
+    # float16 and bfloat16 are checked as float32 (exact); the others in their own type.
+    kind = array.dtype if array.dtype.kind == "f" and array.dtype.itemsize >= 4 else np.float32
+    fraction = np.empty(min(flat.size, _CHUNK), kind)
     for start in range(0, flat.size, _CHUNK):
-        chunk = flat[start : start + _CHUNK].astype(np.float64)
+        chunk = flat[start : start + _CHUNK].astype(kind, copy=False)
+        part = fraction[: chunk.size]
         # x - trunc(x) is 0 for an integer, not 0 for a fraction, NaN for NaN and infinities.
-        bad = np.flatnonzero((chunk - np.trunc(chunk)) != 0)
-        if bad.size:
-            where = np.unravel_index(start + int(bad[0]), array.shape)
+        np.trunc(chunk, out=part)
+        np.subtract(chunk, part, out=part)
+        if np.count_nonzero(part):
+            first = start + int(np.flatnonzero(part)[0])
+            where = [int(i) for i in np.unravel_index(first, array.shape)]
             raise SpecError(
                 name,
-                f"{name} must have integer values only, got {chunk[bad[0]]!r} at "
-                f"{[int(i) for i in where]}",
+                f"{name} must have integer values only, got {flat[first].item()!r} at {where}",
             )
 
 
@@ -94,23 +99,24 @@ def gather_tree_plan(
 def _check_parents(parent_ids: npt.NDArray[Any], lengths: list[int], beam_width: int) -> None:
     """Refuse a parent id that the beams follow (steps 1 to max_seq_len - 1 of each batch)
     outside [0, BEAM_WIDTH): it names no beam."""
-    batch_size = parent_ids.shape[1]
-    rows = max(1, _CHUNK // max(1, batch_size * beam_width))
-    for first in range(1, parent_ids.shape[0], rows):
-        block = parent_ids[first : first + rows]
-        levels = np.arange(first, first + block.shape[0])[:, None]
-        followed = levels < np.array(lengths, np.int64)[None, :]
-        # Compared in float64 or as integers of their own type: exact for every value here.
-        values = block.astype(np.float64) if _is_float(block.dtype) else block
-        bad = (values < 0) | (values >= beam_width)
-        bad &= followed[:, :, None]
+    max_time, batch_size = parent_ids.shape[:2]
+    decoded = np.array(lengths, np.int64)
+    for level in range(1, max_time):
+        values = parent_ids[level]
+        if values.dtype.kind not in "iubf":
+            values = values.astype(np.float32)  # bfloat16: exact in float32
+        # As Python numbers: compared exactly with BEAM_WIDTH, whatever the type.
+        low, high = values.min(initial=0).item(), values.max(initial=0).item()
+        if low >= 0 and high < beam_width:
+            continue
+        bad = ((values < 0) | (values >= beam_width)) & (decoded > level)[:, None]
         if bad.any():
-            level, batch, beam = (int(i) for i in np.argwhere(bad)[0])
-            value = block[level, batch, beam].item()
+            batch, beam = (int(i) for i in np.argwhere(bad)[0])
+            value = parent_ids[level, batch, beam].item()
             raise SpecError(
                 "parent_ids",
-                f"parent_ids[{first + level}, {batch}, {beam}] = {value} is no beam: a parent "
-                f"id must be in [0, {beam_width - 1}] (BEAM_WIDTH {beam_width})",
+                f"parent_ids[{level}, {batch}, {beam}] = {value} is no beam: a parent id must "
+                f"be in [0, {beam_width - 1}] (BEAM_WIDTH {beam_width})",
             )
 
 
@@ -151,15 +157,23 @@ def _gathered(
     row_start = np.repeat(np.arange(batch_size, dtype=np.int64) * beam_width, beam_width)
     index = np.arange(width, dtype=np.int64)
     undecoded = np.empty(width, np.bool_)
+    following = np.empty(width, parent_ids.dtype)
     for level in range(max_time - 1, -1, -1):
+        # mode="clip" is not buffered as "raise" is: every index here names a beam already.
+        np.take(steps[level], index, out=target[level], mode="clip")
+        if not level:
+            break  # the first step's parents are never followed
+        np.take(parents[level], index, out=following, mode="clip")
         np.less_equal(decoded, level, out=undecoded)
-        np.take(steps[level], index, out=target[level])
         if undecoded.any():
-            target[level][undecoded] = end_bits
-            following = parents[level].take(index)
+            np.copyto(target[level], end_bits, where=undecoded)
+            # A batch not decoded this far keeps each beam as itself.
             index = np.where(undecoded, index, row_start + following.astype(np.int64))
         else:
-            index = row_start + parents[level].take(index).astype(np.int64)
+            np.add(row_start, following.astype(np.int64), out=index)
+    if not lengths or min(lengths) == 0:
+        np.less_equal(decoded, 0, out=undecoded)
+        np.copyto(target[0], end_bits, where=undecoded)
     _fill_past_the_end(out.reshape(max_time, width), end_token, target, end_bits)
     return out
 
@@ -177,7 +191,7 @@ def _fill_past_the_end(
     hit = np.empty(values.shape[1], np.bool_)
     for level in range(values.shape[0]):
         if finished.any():
-            target[level][finished] = end_bits
+            np.copyto(target[level], end_bits, where=finished)
         np.equal(values[level], end_value, out=hit)
         finished |= hit
 
