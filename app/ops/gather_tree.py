@@ -33,7 +33,8 @@ def _integral(name: str, array: npt.NDArray[Any]) -> None:
         part = fraction[: chunk.size]
         # x - trunc(x) is 0 for an integer, not 0 for a fraction, NaN for NaN and infinities.
         np.trunc(chunk, out=part)
-        np.subtract(chunk, part, out=part)
+        with np.errstate(invalid="ignore"):  # inf - inf: the NaN that marks it
+            np.subtract(chunk, part, out=part)
         if np.count_nonzero(part):
             first = start + int(np.flatnonzero(part)[0])
             where = [int(i) for i in np.unravel_index(first, array.shape)]
@@ -99,7 +100,7 @@ def gather_tree_plan(
 def _check_parents(parent_ids: npt.NDArray[Any], lengths: list[int], beam_width: int) -> None:
     """Refuse a parent id that the beams follow (steps 1 to max_seq_len - 1 of each batch)
     outside [0, BEAM_WIDTH): it names no beam."""
-    max_time, batch_size = parent_ids.shape[:2]
+    max_time = parent_ids.shape[0]
     decoded = np.array(lengths, np.int64)
     for level in range(1, max_time):
         values = parent_ids[level]
