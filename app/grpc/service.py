@@ -60,24 +60,25 @@ from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
-from app.registry import REGISTRY, Op
+from app.registry import Op, version_of
 from app.settings import Settings
 from app.v2.rules import (
     EXTENSIONS,
     INPUT_EXTENSIONS,
-    MODEL_VERSION,
     OUTPUT_EXTENSIONS,
     OUTPUT_NAME,
     SERVER_NAME,
     model,
     model_config,
     model_metadata,
+    model_version,
     op_attributes,
     read_inputs,
     refuse_extensions,
     refuse_model_control,
     repository_index,
     requested_outputs,
+    statistics_models,
     wants_binary,
 )
 from app.v2.shared_memory import (
@@ -192,9 +193,7 @@ class GrpcExchange:
         """The model the message names, once it has been parsed and if it is served (for the
         statistics of a request refused after that)."""
         request = self.request
-        if request.model_version not in ("", MODEL_VERSION):
-            return None
-        return REGISTRY.get(request.model_name)
+        return version_of(request.model_name, request.model_version)
 
     def prepare(self, body: Body) -> int:
         entries = 0
@@ -327,7 +326,7 @@ class GrpcExchange:
         if self._raw_output(job):
             # The output array, then the message it is joined into (one copy, wrapped or not).
             return 2 * job.output_bytes + copied
-        typed = typed_bytes(job.output_dtype, job.output_count)
+        typed = typed_bytes(job.sizing_dtype, job.output_count)
         # A stream's typed answer is copied once more into its wrapper.
         return job.output_bytes + (2 if self.stream else 1) * typed + copied
 
@@ -335,7 +334,7 @@ class GrpcExchange:
         """413 before any work for an answer over the send limit: typed contents take up to
         ten bytes an element (a negative INT8 too), and the request's id is echoed."""
         raw = self._raw_output(job)
-        output = job.output_bytes if raw else typed_wire_bytes(job.output_dtype, job.output_count)
+        output = job.output_bytes if raw else typed_wire_bytes(job.sizing_dtype, job.output_count)
         # Names, datatype, a shape of up to 64 dimensions and framing: under 4 KiB, and the id.
         answer = output + len(self.request.id.encode()) + 4096
         limit = answer_limit(limits.max_output_bytes)
@@ -371,10 +370,11 @@ class GrpcExchange:
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
             raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
             request_id = self.request.id
+            version = model_version(job.op)
             head = (
-                _raw_answer_head(job.op.name, datatype, job.output_shape, request_id)
+                _raw_answer_head(job.op.name, version, datatype, job.output_shape, request_id)
                 if len(request_id) <= _CACHED_ID
-                else _answer_head(job.op.name, datatype, job.output_shape, request_id)
+                else _answer_head(job.op.name, version, datatype, job.output_shape, request_id)
             )
             if not self.stream:
                 return Answer([join_raw(head, RAW_OUTPUT_FIELD, [raw])], "application/grpc")
@@ -382,7 +382,7 @@ class GrpcExchange:
             pieces = nested(STREAM_RESPONSE_FIELD, [head, *nested(RAW_OUTPUT_FIELD, [raw])])
             return Answer([b"".join(pieces)], "application/grpc")
         response = pb.ModelInferResponse(
-            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+            model_name=job.op.name, model_version=model_version(job.op), id=self.request.id
         )
         tensor = pb.ModelInferResponse.InferOutputTensor(
             name=OUTPUT_NAME, datatype=datatype, shape=job.output_shape
@@ -394,7 +394,7 @@ class GrpcExchange:
         """The answer of an op of several outputs (Split-1): every output in order, as raw
         contents (one entry each) or typed contents."""
         response = pb.ModelInferResponse(
-            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+            model_name=job.op.name, model_version=model_version(job.op), id=self.request.id
         )
         named = [
             (name, output)
@@ -404,7 +404,9 @@ class GrpcExchange:
         outputs = [output for _, output in named]
         if self._raw_output(job):
             for name, output in named:
-                response.outputs.add(name=name, datatype=datatype, shape=output.shape)
+                response.outputs.add(
+                    name=name, datatype=v2_datatype(output.dtype), shape=output.shape
+                )
             raws = [
                 np.ascontiguousarray(output.astype(wire_dtype(output.dtype), copy=False))
                 .reshape(-1)
@@ -418,7 +420,7 @@ class GrpcExchange:
         tensors = [
             (
                 pb.ModelInferResponse.InferOutputTensor(
-                    name=name, datatype=datatype, shape=output.shape
+                    name=name, datatype=v2_datatype(output.dtype), shape=output.shape
                 ),
                 output,
             )
@@ -438,10 +440,12 @@ class GrpcExchange:
 _CACHED_ID = 64
 
 
-def _answer_head(op: str, datatype: str, shape: tuple[int, ...], request_id: str) -> bytes:
+def _answer_head(
+    op: str, version: str, datatype: str, shape: tuple[int, ...], request_id: str
+) -> bytes:
     """An answer with raw contents, without them: model, version, id and the output's name,
     datatype and shape."""
-    response = pb.ModelInferResponse(model_name=op, model_version=MODEL_VERSION, id=request_id)
+    response = pb.ModelInferResponse(model_name=op, model_version=version, id=request_id)
     response.outputs.append(
         pb.ModelInferResponse.InferOutputTensor(name=OUTPUT_NAME, datatype=datatype, shape=shape)
     )
@@ -788,12 +792,9 @@ class InferenceService:
 
     async def model_statistics(self, context: Any, notes: CallNotes) -> Any:
         request = await self.parsed(pb.ModelStatisticsRequest, context, notes)
-        if request.name:
-            names = [model(request.name, request.version or None).name]
-        else:
-            names = list(REGISTRY)
+        ops = statistics_models(request.name or None, request.version or None)
         response = pb.ModelStatisticsResponse()
-        for item in self.pipeline.statistics.read(names, MODEL_VERSION):
+        for item in self.pipeline.statistics.read(ops):
             # Empty, and not declared in the service's proto: absent on the wire is empty.
             for empty in ("response_stats", "batch_stats", "memory_usage"):
                 item.pop(empty)

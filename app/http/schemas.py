@@ -5,7 +5,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
-from app.registry import ALL_TYPES, DATA_CONSTRAINT, Input, Op
+from app.ops.declaration import BOOL, INTS, MAX_LIST
+from app.registry import ALL_TYPES, DATA_CONSTRAINT, REGISTRY, Input, Op
 from tensor_ops_wire.dtypes import DTYPE_NAMES
 
 INT64_MIN = -(1 << 63)
@@ -101,10 +102,26 @@ def request_model(op: Op) -> type[BaseModel]:
             fields[item.name] = _tensor_field(item)
     for attribute in op.attributes:
         default = ... if attribute.default is None else attribute.default
-        if attribute.choices:
+        if attribute.is_string:
             fields[attribute.name] = (
                 Literal[attribute.choices],
                 Field(default, description=attribute.description),
+            )
+            continue
+        if attribute.kind == BOOL:
+            fields[attribute.name] = (
+                bool,
+                Field(default, strict=True, description=attribute.description),
+            )
+            continue
+        if attribute.kind == INTS:
+            fields[attribute.name] = (
+                list[Annotated[int, Field(strict=True, ge=INT64_MIN, le=INT64_MAX)]],
+                Field(
+                    list(default) if isinstance(default, tuple) else default,
+                    max_length=MAX_LIST,
+                    description=attribute.description,
+                ),
             )
             continue
         fields[attribute.name] = (
@@ -119,12 +136,18 @@ def request_model(op: Op) -> type[BaseModel]:
         )
     fields["dtype"] = (DTypeName | None, Field(None, description="The element type of `data`."))
     model: type[BaseModel] = create_model(
-        f"{''.join(part.capitalize() for part in op.name.split('_'))}Request",
+        f"{''.join(part.capitalize() for part in op.name.split('_'))}{_older_mark(op)}Request",
         __config__=ConfigDict(extra="forbid"),
         __doc__=op.request_doc,
         **fields,
     )
     return model
+
+
+def _older_mark(op: Op) -> str:
+    """ "7" in Gather7Request: an older version's model is named apart from the newest's."""
+    newest = REGISTRY.get(op.name)
+    return "" if newest is None or newest is op else str(op.version)
 
 
 @functools.cache
