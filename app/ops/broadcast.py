@@ -6,7 +6,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops.declaration import Arrays, Attributes, Plan
+from app.ops.declaration import (
+    INTEGER_TYPES,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+    narrowed_by_the_cpu_plugin,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
@@ -178,3 +189,142 @@ def _planner(version: int) -> Any:
 
 plan_3 = _planner(3)
 plan_1 = _planner(1)
+
+
+def _kernel_3(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return plan_3(arrays, attributes).run(out)
+
+
+def _kernel_1(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return plan_1(arrays, attributes).run(out)
+
+
+def _inputs(version: int) -> tuple[Input, ...]:
+    return (
+        data_input("broadcast"),
+        Input(
+            "target_shape",
+            "The output's shape (input 2, type T_SHAPE).",
+            "T_SHAPE: any integer type, a 1D tensor of dimensions of 0 or more. JSON form is "
+            "int64.",
+            INTEGER_TYPES,
+            rank="1",
+        ),
+        Input(
+            "axes_mapping",
+            "The output axis of each axis of data, sorted (input 3, type T_SHAPE; explicit mode "
+            "only, where it is required).",
+            "T_SHAPE: any integer type, a 1D tensor of rank(data) increasing axes in "
+            "[0, len(target_shape) - 1]. JSON form is int64.",
+            INTEGER_TYPES,
+            rank="1",
+            optional=True,
+        ),
+    )
+
+
+def _mode(version: int) -> Attribute:
+    words = "`numpy` (data to target_shape), `explicit` (axes_mapping gives each data axis's "
+    words += "place)" + (
+        ", `bidirectional` (as data * ones(target_shape))." if version == 3 else "."
+    )
+    return Attribute("mode", "numpy", "The broadcasting rule: " + words, choices=MODES[version])
+
+
+# fmt: off
+#: The spec's examples, their 50s as 3s (the spec's 40,000-element outputs are the tests' own,
+#: tests/ops/test_broadcast.py), and the rules' edges.
+_COLUMN = [[[1]], [[2]], [[3]], [[4]]]
+_EXAMPLES: list[tuple[str, str, dict[str, Any], Any, int]] = [
+    ("example_numpy", "numpy: (4, 1, 1) to [1, 4, 3, 3]",
+     {"data": _COLUMN, "target_shape": [1, 4, 3, 3], "mode": "numpy"},
+     [[[[v] * 3] * 3 for v in (1, 2, 3, 4)]], 1),
+    ("example_explicit_1", "explicit: (4,) to [1, 4, 3, 3], axes_mapping [1]",
+     {"data": [1, 2, 3, 4], "target_shape": [1, 4, 3, 3], "axes_mapping": [1],
+      "mode": "explicit"},
+     [[[[v] * 3] * 3 for v in (1, 2, 3, 4)]], 1),
+    ("example_explicit_2", "explicit: (3, 3) to [1, 3, 3, 2], axes_mapping [1, 2]",
+     {"data": [[1, 2, 3], [4, 5, 6], [7, 8, 9]], "target_shape": [1, 3, 3, 2],
+      "axes_mapping": [1, 2], "mode": "explicit"},
+     [[[[v, v] for v in row] for row in ([1, 2, 3], [4, 5, 6], [7, 8, 9])]], 1),
+    ("example_bidirectional", "bidirectional: (4, 1, 1) against [1, 1, 3, 3]",
+     {"data": _COLUMN, "target_shape": [1, 1, 3, 3], "mode": "bidirectional"},
+     [[[[v] * 3] * 3 for v in (1, 2, 3, 4)]], 3),
+    ("example_bidirectional_zero", "bidirectional: a 1 against a 0 is 0",
+     {"data": [[1, 2]], "target_shape": [0, 1], "mode": "bidirectional"}, [], 3),
+]
+# fmt: on
+
+
+def _examples(version: int) -> dict[str, dict[str, Any]]:
+    return {name: example(f"Broadcast-{version}, {summary}", request, output)
+            for name, summary, request, output, since in _EXAMPLES if version >= since}  # fmt: skip
+
+
+_DECISIONS = (
+    "explicit mode, a data dimension of 1 mapped to a larger output dimension: replicated, as in "
+    "numpy mode (the spec maps axes and says nothing of their sizes; OpenVINO does the same).",
+    'explicit mode, axes_mapping "should be sorted": taken as strictly increasing (an axis '
+    "mapped twice is refused), each in [0, len(target_shape) - 1]; a negative axis is refused "
+    "(the spec gives none a meaning).",
+    'numpy and bidirectional modes with axes_mapping given (it "shouldn\'t be provided"): '
+    "refused naming axes_mapping.",
+    "numpy mode, target_shape shorter than data's rank, or a data dimension that is neither 1 "
+    "nor the target's (0 against 1 included): refused naming target_shape (data is broadcast to "
+    "target_shape, not the other way).",
+    "the spec's examples broadcast to 50 x 50: /docs shows them with 3 x 3 (the tests run the "
+    "spec's own shapes).",
+)
+
+OP = Op(
+    name="broadcast",
+    spec="Broadcast-3",
+    summary="Broadcast-3: replicate a tensor to a shape (numpy, explicit or bidirectional)",
+    description="Broadcast-3 of `data` to the shape `target_shape` gives: in `numpy` mode data "
+    "is right-aligned and each of its dimensions must be 1 or the target's; in `explicit` mode "
+    "`axes_mapping` places each axis of data; in `bidirectional` mode the output is the shape "
+    "of data * ones(target_shape) (right-aligned, a 1 on either side takes the other's size, 0 "
+    "included). The output's size is checked before anything is allocated.",
+    request_doc="Broadcast-3: `data` replicated to `target_shape` by `mode`'s rule.",
+    inputs=_inputs(3),
+    attributes=(_mode(3),),
+    plan=plan_3,
+    kernel=_kernel_3,
+    examples=_examples(3),
+    decisions=(
+        *(f"Broadcast-3, {line}" for line in _DECISIONS),
+        'Broadcast-3, T is "any numeric type": every supported type is taken, bool included '
+        "(the op only copies elements).",
+        "Broadcast-3, bidirectional mode: a dimension of 1 against 0 (either side) gives 0, as "
+        "numpy.array(input) * numpy.ones(target_shape) does.",
+    ),
+    disagreements=(
+        *narrowed_by_the_cpu_plugin("Broadcast-3"),
+        "Broadcast-3 bidirectional, data of shape (1,) against target_shape [0]: the spec's rule "
+        "gives shape (0,); the CPU plugin gives (1,).",
+        "Broadcast-3 bidirectional, data of shape (0,) against target_shape [1]: the spec's rule "
+        "gives shape (0,); the CPU plugin refuses to compile the model (ConvertBroadcast3).",
+    ),
+)
+
+OP_1 = Op(
+    name="broadcast",
+    spec="Broadcast-1",
+    summary="Broadcast-1: replicate a tensor to a shape (numpy or explicit)",
+    description="Broadcast-1 of `data` to the shape `target_shape` gives: in `numpy` mode data "
+    "is right-aligned and each of its dimensions must be 1 or the target's; in `explicit` mode "
+    "`axes_mapping` places each axis of data. No bidirectional mode (Broadcast-3 has it).",
+    request_doc="Broadcast-1: `data` replicated to `target_shape` by `mode`'s rule.",
+    inputs=_inputs(1),
+    attributes=(_mode(1),),
+    plan=plan_1,
+    kernel=_kernel_1,
+    examples=_examples(1),
+    decisions=(
+        *(f"Broadcast-1, {line}" for line in _DECISIONS),
+        "Broadcast-1, the spec's second input is spelled `taget_shape`: named target_shape.",
+    ),
+    disagreements=narrowed_by_the_cpu_plugin("Broadcast-1"),
+)
+
+OLDER: tuple[Op, ...] = (OP_1,)

@@ -6,7 +6,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops.declaration import Arrays, Attributes, Plan
+from app.ops.declaration import (
+    ALL_TYPES,
+    DATA_CONSTRAINT,
+    Arrays,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    example,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
 
@@ -206,3 +215,88 @@ def plan(arrays: Arrays, attributes: Attributes) -> Plan:
         step_ids.shape,
         lambda out: _gathered(step_ids, parent_ids, lengths, end_token, out),
     )
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return plan(arrays, attributes).run(out)
+
+
+def _input(name: str, number: int, words: str, shape: str) -> Input:
+    return Input(
+        name,
+        f"{words} (input {number}, type T, {shape}).",
+        DATA_CONSTRAINT + " Every input has the type of step_ids; their values are integers.",
+        ALL_TYPES,
+        rank=shape,
+    )
+
+
+OP = Op(
+    name="gather_tree",
+    spec="GatherTree-1",
+    summary="GatherTree-1: the complete beams of a beam search, from step ids and parent ids",
+    description="GatherTree-1: for each batch and beam, the ids of `step_ids` "
+    "([MAX_TIME, BATCH_SIZE, BEAM_WIDTH]) followed back through `parent_ids` from the last "
+    "decoded step, min(MAX_TIME, max_seq_len[batch]); past the first `end_token` of a beam, and "
+    "past its length, every value is `end_token`. All four inputs have one type T, float "
+    "included, and integer values; the output has step_ids' shape and type.",
+    request_doc="GatherTree-1: the beams `step_ids` and `parent_ids` describe.",
+    inputs=(
+        _input("step_ids", 1, "The ids of each step", "3"),
+        _input("parent_ids", 2, "The parent beam of each step's id", "3"),
+        _input("max_seq_len", 3, "Each batch's sequence length", "1"),
+        _input("end_token", 4, "The end marker", "0"),
+    ),
+    output_type_from="step_ids",
+    plan=plan,
+    kernel=_kernel,
+    examples={
+        "example_tensorflow": example(
+            "GatherTree-1 on TensorFlow's gather_tree example (the spec's is shapes only: "
+            "[100, 1, 10] ids and parents give [100, 1, 10])",
+            {
+                "step_ids": [[[1, 2, 3]], [[4, 5, 6]], [[7, 8, 9]]],
+                "parent_ids": [[[0, 0, 0]], [[0, 1, 1]], [[2, 1, 2]]],
+                "max_seq_len": [3],
+                "end_token": 10,
+            },
+            [[[2, 2, 2]], [[6, 5, 6]], [[7, 8, 9]]],
+        ),
+        "example_end_token": example(
+            "GatherTree-1, float32: past a beam's first end_token, and past its length, end_token",
+            {
+                "step_ids": [[[1, 2]], [[10, 3]], [[4, 5]]],
+                "parent_ids": [[[0, 1]], [[0, 1]], [[0, 1]]],
+                "max_seq_len": [3],
+                "end_token": 10,
+                "dtype": "float32",
+            },
+            [[[1.0, 2.0]], [[10.0, 3.0]], [[10.0, 5.0]]],
+        ),
+    },
+    decisions=(
+        'GatherTree-1, "Inputs should have integer values only": a float input holding a '
+        "fraction, NaN or an infinity is refused naming it.",
+        'GatherTree-1, T is "any supported numeric type", one type for the four inputs: every '
+        "supported type is taken (bool included), and an input of another type than step_ids "
+        "is refused naming it.",
+        "GatherTree-1, max_seq_len of 0: nothing is decoded, the beam is all end_token (the "
+        "pseudocode would index step -1; OpenVINO's reference skips the beam); a negative "
+        "length is refused naming max_seq_len.",
+        "GatherTree-1, parent ids: those a beam follows (steps 1 to length - 1 of its batch) "
+        "must name a beam, in [0, BEAM_WIDTH - 1], else refused naming parent_ids with the "
+        "place; the first step's parents and those past a batch's length are never read.",
+        "GatherTree-1, end_token compared by value: an id of -0.0 equals an end_token of 0 (and "
+        "keeps its own bits); end_token must be a scalar (rank 0).",
+    ),
+    disagreements=(
+        "GatherTree-1, int64 and uint64 ids on the CPU plugin: narrowed to 32 bits (step_ids "
+        "[[[1, 2, 3]], [[4, 5, 6]], [[2**60 + 7, 8, 9]]], parent_ids [[[0, 0, 0]], [[0, 1, 1]], "
+        "[[2, 1, 2]]], max_seq_len [3], end_token 10, uint64: the last step comes back "
+        "[7, 8, 9]); the service keeps every bit.",
+        "GatherTree-1, int8 and uint8 inputs: the CPU plugin refuses to compile the model; the "
+        "service takes them.",
+        'GatherTree-1, boolean inputs: OpenVINO refuses them ("Element type of inputs must be '
+        'numeric"); the service reads T as every supported type, as Concat-1 does.',
+    ),
+)

@@ -211,7 +211,7 @@ _PLUGIN_TYPES = {"int32": ov.Type.i32, "float32": ov.Type.f32, "float16": ov.Typ
 
 def plugin(inputs: tuple[npt.NDArray[Any], ...]) -> npt.NDArray[Any]:
     """OpenVINO's CPU plugin's GatherTree-1 on ``inputs`` (all of one type)."""
-    kind = _PLUGIN_TYPES[inputs[0].dtype.name]
+    kind = {**_PLUGIN_TYPES, "uint64": ov.Type.u64}[inputs[0].dtype.name]
     parameters = [ov_opset1.parameter(list(item.shape), kind) for item in inputs]
     compiled = ov.Core().compile_model(
         ov.Model([ov_opset1.gather_tree(*parameters)], parameters), "CPU"
@@ -234,6 +234,18 @@ def test_openvino_cpu_plugin_agrees(dtype: str, shape: tuple[int, int, int], see
     inputs[2] = np.maximum(inputs[2], 1)  # a length of 0: see the op's decisions
     ours = run(*inputs)
     assert np.array_equal(raw(ours), raw(plugin(tuple(inputs))))
+
+
+def test_the_cpu_plugin_disagreement_is_as_listed() -> None:
+    """uint64 ids past 32 bits: the CPU plugin narrows them (listed in the op's
+    disagreements; this fails when the plugin changes)."""
+    step_ids = np.array([[[1, 2, 3]], [[4, 5, 6]], [[2**60 + 7, 8, 9]]], np.uint64)
+    parent_ids = np.array([[[0, 0, 0]], [[0, 1, 1]], [[2, 1, 2]]], np.uint64)
+    inputs = (step_ids, parent_ids, np.array([3], np.uint64), np.array(10, np.uint64))
+    narrowed = plugin(inputs)
+    assert narrowed[2, 0].tolist() == [7, 8, 9]
+    assert run(*inputs)[2, 0].tolist() == [2**60 + 7, 8, 9]
+    assert any("2**60 + 7" in line for line in module.OP.disagreements)
 
 
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
