@@ -7,7 +7,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops.declaration import Arrays, Attributes, Plan
+from app.ops.declaration import (
+    INTEGER_TYPES,
+    INTS,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+    narrowed_by_the_cpu_plugin,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
@@ -197,3 +209,156 @@ def plan(arrays: Arrays, attributes: Attributes) -> Plan:
         data.shape, arrays["begin"], arrays["end"], arrays.get("stride"), attributes
     )
     return Plan(shape, lambda out: _sliced(data, index, shape, out))
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return plan(arrays, attributes).run(out)
+
+
+def _index(name: str, number: int, words: str, optional: bool = False) -> Input:
+    return Input(
+        name,
+        f"{words} (input {number}, type T_IND).",
+        "T_IND: any integer type, a 1D tensor of one value per slicing step. JSON form is int64.",
+        INTEGER_TYPES,
+        rank="1",
+        optional=optional,
+    )
+
+
+def _mask_attribute(name: str, required: bool, words: str) -> Attribute:
+    return Attribute(name, None if required else (), words + " A list of 0s and 1s, one a "
+                     "slicing step: padded with zeros when shorter, the rest ignored when longer.",
+                     kind=INTS)  # fmt: skip
+
+
+def _example(summary: str, shape: tuple[int, ...], index: Any, **request: Any) -> dict[str, Any]:
+    """One of the spec's examples over ``arange`` data of ``shape``, its answer the text's (as
+    NumPy's ``index``, checked equal to the text's reading in the tests)."""
+    data = np.arange(int(np.prod(shape))).reshape(shape)
+    return example(f"StridedSlice-1 {summary}", {"data": data.tolist(), **request},
+                   data[index].tolist())  # fmt: skip
+
+
+_NO_MASKS = {"begin_mask": [], "end_mask": []}
+_EXAMPLES = {
+    "example_1": _example(
+        "Example 1, basic: its fifth axis is [3, 2, 1] by the text (the example says [3, 2, 1, "
+        "0])", (4,) * 6, np.s_[0:4, 1:4, 0:4:2, 1:4:2, 3:0:-1, 3:0:-2],
+        begin=[0, 1, 0, 1, 3, 3], end=[4, 4, 4, 4, 0, 0], stride=[1, 1, 2, 2, -1, -2],
+        **_NO_MASKS),
+    "example_2": _example(
+        "Example 2, clamping: begin 1234 clamps to size(dim) = 2, where no element is, so the "
+        "output is 0 x 1 by the text (the example says 1 x 1)", (2, 2), np.s_[2:2, 1:2],
+        begin=[1234, 2], end=[1234, 4321], stride=[1, -1], **_NO_MASKS),
+    "example_3": _example(
+        "Example 3, a negative end", (2, 3, 4), np.s_[0:2, 0:2, 0:-1],
+        begin=[0, 0, 0], end=[2, 2, -1], stride=[1, 1, 1], **_NO_MASKS),
+    "example_4": _example(
+        "Example 4, begin_mask and end_mask: in reverse end_mask is 0, the first element "
+        "excluded", (2, 3, 4), np.s_[1:, :, 3:0:-1],
+        begin=[1, 1, 123], end=[0, 0, 2], stride=[1, 1, -1], begin_mask=[0, 1, 1],
+        end_mask=[1, 1, 1], new_axis_mask=[0, 0, 0, 0, 0], shrink_axis_mask=[0, 0],
+        ellipsis_mask=[0]),
+    "example_5": _example(
+        "Example 5, new_axis_mask", (2, 4), np.s_[np.newaxis, 0:2, np.newaxis, 0:4],
+        begin=[1234, 0, -1, 0], end=[1234, 2, 9876, 4], stride=[132, 1, 241, 1],
+        begin_mask=[0, 0, 0, 0], end_mask=[0, 0, 0, 0], new_axis_mask=[1, 0, 1, 0],
+        shrink_axis_mask=[0, 0, 0, 0], ellipsis_mask=[0, 0, 0, 0]),
+    "example_6": _example(
+        "Example 6, shrink_axis_mask, on (1, 2, 3, 4, 2) data (the spec's is (1, 2, 384, 640, "
+        "8))", (1, 2, 3, 4, 2), np.s_[0:1, 0, 0:3, 0:4, 0:2],
+        begin=[0, 0, 0, 0, 0], end=[1, 0, 3, 4, 2], stride=[1, 1, 1, 1, 1],
+        begin_mask=[0] * 5, end_mask=[0] * 5, new_axis_mask=[0] * 5,
+        shrink_axis_mask=[0, 1, 0, 0, 0], ellipsis_mask=[0] * 5),
+    "example_7": _example(
+        "Example 7, ellipsis_mask, on 5D data of 3s (the spec's has twelve dimensions of 10)",
+        (3,) * 5, np.s_[0:2, ..., 0:1], begin=[0, 0, 0], end=[2, 0, 1], stride=[1, -1, 1],
+        begin_mask=[0, 0, 0], end_mask=[0, 0, 0], new_axis_mask=[0, 0, 0],
+        shrink_axis_mask=[0, 0, 0], ellipsis_mask=[0, 1, 0]),
+    "example_8": _example(
+        "Example 8, an ellipsis with masks of unequal length, on (4, 2, 2, 6) data (the "
+        "spec's has twelve dimensions of 10, and its output 11 where the text gives 13)",
+        (4, 2, 2, 6), np.s_[2:, ..., np.newaxis, :5], begin=[2, 1, 10, 10],
+        end=[123, 1, 10, 5], stride=[1, -1, 1, 1], begin_mask=[0, 0, 1, 1],
+        end_mask=[1, 1, 0, 0], new_axis_mask=[0, 0, 1], shrink_axis_mask=[0],
+        ellipsis_mask=[0, 1]),
+}  # fmt: skip
+
+OP = Op(
+    name="strided_slice",
+    spec="StridedSlice-1",
+    summary="StridedSlice-1: a strided slice, with begin, end, new-axis, shrink and ellipsis masks",
+    description="StridedSlice-1 of `data` by its text: each slicing step i takes begin[i] "
+    "(negative values adjusted by the dimension's size, then clamped) and then every stride[i] "
+    "while before end[i] (after it, in reverse); begin equal to end keeps one element. "
+    "`begin_mask` and `end_mask` use the dimension's start and end (in reverse, size - 1 and "
+    "0); `new_axis_mask` inserts a dimension of 1, `shrink_axis_mask` removes one keeping "
+    "begin's element (begin must equal end), `ellipsis_mask` (one at most) keeps the "
+    "dimensions the other steps do not slice. Masks are lists, padded with zeros.",
+    request_doc="StridedSlice-1: `data` sliced by `begin`, `end`, `stride` and the masks.",
+    inputs=(
+        data_input("slice"),
+        _index("begin", 2, "Where each step starts, inclusive"),
+        _index("end", 3, "Where each step ends, exclusive"),
+        _index("stride", 4, "The stride of each step, no zeros (optional: all 1)", True),
+    ),
+    attributes=(
+        _mask_attribute(
+            "begin_mask", True, "1 at step i: begin[i] is ignored, the dimension's start used."
+        ),
+        _mask_attribute(
+            "end_mask", True, "1 at step i: end[i] is ignored, the dimension's end used."
+        ),
+        _mask_attribute("new_axis_mask", False, "1 at step i: a dimension of 1 is inserted there."),
+        _mask_attribute(
+            "shrink_axis_mask",
+            False,
+            "1 at step i: the dimension is removed, begin's element kept.",
+        ),
+        _mask_attribute(
+            "ellipsis_mask",
+            False,
+            "1 at step i (one at most): the dimensions no other step slices are kept whole there.",
+        ),
+    ),
+    plan=plan,
+    kernel=_kernel,
+    examples=_EXAMPLES,
+    decisions=(
+        "StridedSlice-1, the text over Python's slicing where they differ: begin's element is "
+        "always added (begin equal to end, or past end, gives one element), and end_mask in "
+        "reverse is 0, excluding the first element; the spec's examples that say otherwise "
+        "(1: [3, 2, 1, 0]; 2: 1 x 1; 8: 11 dimensions) are answered by the text, and /docs says "
+        "so in each.",
+        "StridedSlice-1, a begin that clamps to size(dim) slicing forward (or any step over a "
+        "dimension of 0) names no element: the step adds none, and the output dimension is 0.",
+        'StridedSlice-1, "If they are unused, N == M": the steps that are not new axes must be '
+        "as many as data's dimensions (an ellipsis counting for those it keeps); fewer or more "
+        "are refused naming begin (OpenVINO keeps trailing dimensions whole).",
+        "StridedSlice-1, several of new_axis_mask, shrink_axis_mask and ellipsis_mask at one "
+        "step: refused naming the second (the text gives each step one of these meanings); "
+        "begin_mask and end_mask at a new-axis or ellipsis step have no effect (its values are "
+        "ignored).",
+        "StridedSlice-1, shrink_axis_mask: begin and end are compared after the masks and "
+        "negative values adjusting; the element kept is begin clamped at 0; a begin at or past "
+        "the dimension's size names no element and is refused naming begin.",
+        'StridedSlice-1, "Stride input cannot contain any zeros": a zero is refused at any '
+        "step, a new-axis or ellipsis step's included.",
+        "StridedSlice-1, mask bits past the slicing steps are ignored (a second ellipsis among "
+        "them too); a value other than 0 or 1 anywhere in a mask is refused naming it.",
+        "StridedSlice-1, the spec's examples 6, 7 and 8 (millions of elements) are shown in "
+        "/docs on smaller data; the tests check the spec's own shapes with the planner.",
+    ),
+    disagreements=(
+        *narrowed_by_the_cpu_plugin("StridedSlice-1"),
+        "StridedSlice-1 begin equal to end: data [0, 1, 2, 3, 4], begin [2], end [2], stride "
+        "[1] gives [2] by the text; the CPU plugin gives [] (Python's rule).",
+        "StridedSlice-1 forward with begin past end: data [0, 1, 2, 3, 4], begin [3], end [1], "
+        "stride [1] gives [3] by the text; the CPU plugin gives [].",
+        "StridedSlice-1 end_mask in reverse: data [0, 1, 2, 3, 4], begin [3], end [0], stride "
+        "[-1], end_mask [1] gives [3, 2, 1] by the text; the CPU plugin gives [3, 2, 1, 0].",
+        "StridedSlice-1 with fewer steps than data's dimensions and no ellipsis: refused by the "
+        "text (N == M); the CPU plugin keeps the trailing dimensions whole.",
+    ),
+)
