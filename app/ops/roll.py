@@ -18,7 +18,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.raw import as_raw, into_c_ordered
 from tensor_ops_wire.npy import encode_npy_base64
 
 #: T_IND_1 and T_IND_2 of the spec: the element types ``shift`` and ``axes`` may have.
@@ -154,17 +154,11 @@ def roll_planned(
     data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any] | None = None
 ) -> npt.NDArray[Any]:
     """``roll`` with the inputs already checked: ``net`` is ``roll_shifts``' for them."""
-    if out is None:
-        out = np.empty(data.shape, dtype=data.dtype)
     if not net:
-        np.copyto(as_raw(out), as_raw(data))
-    elif out.flags.c_contiguous:
-        _roll_into(data, net, out)
-    else:
-        target = np.empty(data.shape, dtype=data.dtype)
-        _roll_into(data, net, target)
-        np.copyto(as_raw(out), as_raw(target))
-    return out
+        target = np.empty(data.shape, dtype=data.dtype) if out is None else out
+        np.copyto(as_raw(target), as_raw(data))
+        return target
+    return into_c_ordered(out, data.shape, data.dtype, lambda target: _roll_into(data, net, target))
 
 
 def _roll_into(data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any]) -> None:

@@ -19,7 +19,7 @@ from app.ops.declaration import (
 )
 from app.ops.errors import SpecError
 from app.ops.raw import is_integer_type
-from app.ops.split import pieces, split_axis, split_shapes
+from app.ops.split_rules import pieces, split_axis, split_shapes
 
 
 def variadic_lengths(
