@@ -240,7 +240,7 @@ def _example(summary: str, shape: tuple[int, ...], index: Any, **request: Any) -
                    data[index].tolist())  # fmt: skip
 
 
-_NO_MASKS = {"begin_mask": [], "end_mask": []}
+_NO_MASKS: dict[str, list[int]] = {"begin_mask": [], "end_mask": []}
 _EXAMPLES = {
     "example_1": _example(
         "Example 1, basic: its fifth axis is [3, 2, 1] by the text (the example says [3, 2, 1, "

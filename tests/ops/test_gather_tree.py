@@ -173,7 +173,9 @@ def test_parent_ids_no_beam_follows_are_not_checked() -> None:
     parent_ids = np.full((3, 2, 2), -7, np.int32)
     parent_ids[1:2, 0] = [1, 0]
     got = run(step_ids, parent_ids, np.array([2, 1], np.int32), np.int32(-1))
-    assert_same_bits(got, pseudocode(step_ids, parent_ids, np.array([2, 1]), np.int32(-1)))
+    assert_same_bits(
+        got, pseudocode(step_ids, parent_ids, np.array([2, 1]), np.array(-1, np.int32))
+    )
 
 
 def _good() -> dict[str, npt.NDArray[Any]]:

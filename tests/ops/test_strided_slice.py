@@ -92,7 +92,7 @@ def test_the_declared_examples_answer_as_they_say() -> None:
         arrays = {key: np.asarray(request[key]) for key in ("data", "begin", "end", "stride")
                   if key in request}  # fmt: skip
         attributes = {key: tuple(value) for key, value in request.items() if key.endswith("mask")}
-        attributes = {**{mask: () for mask in module.MASKS[2:]}, **attributes}
+        attributes = {**dict.fromkeys(module.MASKS[2:], ()), **attributes}
         plan = module.OP.plan(arrays, attributes)
         assert isinstance(plan, Plan)
         assert plan.run(None).tolist() == item["x-expected-output"], name
@@ -341,23 +341,25 @@ def _cases() -> list[tuple[tuple[int, ...], list[int], list[int], list[int], dic
     """Cases where the text and Python's slicing agree: each sliced step non-empty with begin
     before end in its direction, no end_mask in reverse; new axes, shrinks and an ellipsis."""
     rng = np.random.default_rng(17)
-    cases = []
+    cases: list[tuple[tuple[int, ...], list[int], list[int], list[int], dict[str, list[int]]]] = []
     while len(cases) < 80:
         rank = int(rng.integers(1, 5))
         shape = tuple(int(v) for v in rng.integers(1, 6, rank))
-        begin, end, stride = [], [], []
+        begin: list[int] = []
+        end: list[int] = []
+        stride: list[int] = []
         masks: dict[str, list[int]] = {name: [] for name in module.MASKS}
         axis = 0
         ellipsis = bool(rng.integers(0, 3) == 0)
         while axis < rank:
             if rng.integers(0, 5) == 0:  # a new axis
-                begin, end, stride = begin + [0], end + [0], stride + [1]
+                begin, end, stride = [*begin, 0], [*end, 0], [*stride, 1]
                 for name in module.MASKS:
                     masks[name].append(int(name == "new_axis_mask"))
                 continue
             if ellipsis:
                 skipped = int(rng.integers(0, rank - axis + 1))
-                begin, end, stride = begin + [0], end + [0], stride + [1]
+                begin, end, stride = [*begin, 0], [*end, 0], [*stride, 1]
                 for name in module.MASKS:
                     masks[name].append(int(name == "ellipsis_mask"))
                 axis += skipped
@@ -375,7 +377,7 @@ def _cases() -> list[tuple[tuple[int, ...], list[int], list[int], list[int], dic
                 taken = list(range(size))[python]
                 if taken and taken == text_indices(first, last, pace, size, bits):
                     break
-            begin, end, stride = begin + [first], end + [last], stride + [pace]
+            begin, end, stride = [*begin, first], [*end, last], [*stride, pace]
             masks["begin_mask"].append(bits[0])
             masks["end_mask"].append(bits[1])
             masks["new_axis_mask"].append(0)
