@@ -1,0 +1,302 @@
+"""GatherTree-1: the complete beams of a beam search, from the ids of each step and the parent
+beam ids, filled with ``end_token`` past the first one decoded."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from app.ops.declaration import (
+    ALL_TYPES,
+    DATA_CONSTRAINT,
+    Arrays,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    example,
+)
+from app.ops.errors import SpecError
+from app.ops.raw import as_raw
+
+#: Elements checked at a time (the checks' temporaries stay this small, whatever the input).
+_CHUNK = 1 << 16
+_NAMES = ("step_ids", "parent_ids", "max_seq_len", "end_token")
+
+
+def _is_float(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind == "f" or dtype.name == "bfloat16"
+
+
+def _integral(name: str, array: npt.NDArray[Any]) -> None:
+    """Refuse a float input holding a value that is not an integer (a fraction, NaN, infinity):
+    the spec's inputs "should have integer values only"."""
+    if not _is_float(array.dtype):
+        return
+    flat = array.reshape(-1)
+    # float16 and bfloat16 are checked as float32 (exact); the others in their own type.
+    kind = array.dtype if array.dtype.kind == "f" and array.dtype.itemsize >= 4 else np.float32
+    fraction = np.empty(min(flat.size, _CHUNK), kind)
+    for start in range(0, flat.size, _CHUNK):
+        chunk = flat[start : start + _CHUNK].astype(kind, copy=False)
+        part = fraction[: chunk.size]
+        # x - trunc(x) is 0 for an integer, not 0 for a fraction, NaN for NaN and infinities.
+        np.trunc(chunk, out=part)
+        with np.errstate(invalid="ignore"):  # inf - inf: the NaN that marks it
+            np.subtract(chunk, part, out=part)
+        if np.count_nonzero(part):
+            first = start + int(np.flatnonzero(part)[0])
+            where = [int(i) for i in np.unravel_index(first, array.shape)]
+            raise SpecError(
+                name,
+                f"{name} must have integer values only, got {flat[first].item()!r} at {where}",
+            )
+
+
+def gather_tree_plan(
+    step_ids: npt.NDArray[Any],
+    parent_ids: npt.NDArray[Any],
+    max_seq_len: npt.NDArray[Any],
+    end_token: npt.NDArray[Any],
+) -> list[int]:
+    """Check the inputs against the spec; each batch's number of decoded steps,
+    min(MAX_TIME, max_seq_len[batch]). The output has step_ids' shape."""
+    if step_ids.ndim != 3:
+        raise SpecError(
+            "step_ids",
+            "step_ids must have rank 3 ([MAX_TIME, BATCH_SIZE, BEAM_WIDTH]), got shape "
+            f"{list(step_ids.shape)}",
+        )
+    for name, array in zip(_NAMES[1:], (parent_ids, max_seq_len, end_token), strict=True):
+        if array.dtype != step_ids.dtype:
+            raise SpecError(
+                name,
+                f"{name} must be of the type of step_ids (T: every input has one type), got "
+                f"{array.dtype.name} and {step_ids.dtype.name}",
+            )
+    if parent_ids.shape != step_ids.shape:
+        raise SpecError(
+            "parent_ids",
+            f"parent_ids must have the shape of step_ids {list(step_ids.shape)} "
+            f"([MAX_TIME, BATCH_SIZE, BEAM_WIDTH]), got {list(parent_ids.shape)}",
+        )
+    max_time, batch_size, beam_width = step_ids.shape
+    if max_seq_len.shape != (batch_size,):
+        raise SpecError(
+            "max_seq_len",
+            f"max_seq_len must be a 1D tensor of BATCH_SIZE ({batch_size}) elements, got shape "
+            f"{list(max_seq_len.shape)}",
+        )
+    if end_token.ndim != 0:
+        raise SpecError(
+            "end_token", f"end_token must be a scalar, got shape {list(end_token.shape)}"
+        )
+    for name, array in zip(_NAMES, (step_ids, parent_ids, max_seq_len, end_token), strict=True):
+        _integral(name, array)
+    lengths = []
+    for batch, value in enumerate(max_seq_len.tolist()):
+        length = int(value)
+        if length < 0:
+            raise SpecError(
+                "max_seq_len",
+                f"max_seq_len[{batch}] = {length}: a sequence length cannot be negative",
+            )
+        lengths.append(min(max_time, length))
+    _check_parents(parent_ids, lengths, beam_width)
+    return lengths
+
+
+def _check_parents(parent_ids: npt.NDArray[Any], lengths: list[int], beam_width: int) -> None:
+    """Refuse a parent id that the beams follow (steps 1 to max_seq_len - 1 of each batch)
+    outside [0, BEAM_WIDTH): it names no beam."""
+    max_time = parent_ids.shape[0]
+    decoded = np.array(lengths, np.int64)
+    for level in range(1, max_time):
+        values = parent_ids[level]
+        if values.dtype.kind not in "iubf":
+            values = values.astype(np.float32)  # bfloat16: exact in float32
+        # As Python numbers: compared exactly with BEAM_WIDTH, whatever the type.
+        low, high = values.min(initial=0).item(), values.max(initial=0).item()
+        if low >= 0 and high < beam_width:
+            continue
+        bad = ((values < 0) | (values >= beam_width)) & (decoded > level)[:, None]
+        if bad.any():
+            batch, beam = (int(i) for i in np.argwhere(bad)[0])
+            value = parent_ids[level, batch, beam].item()
+            raise SpecError(
+                "parent_ids",
+                f"parent_ids[{level}, {batch}, {beam}] = {value} is no beam: a parent id must "
+                f"be in [0, {beam_width - 1}] (BEAM_WIDTH {beam_width})",
+            )
+
+
+def gather_tree(
+    step_ids: npt.ArrayLike,
+    parent_ids: npt.ArrayLike,
+    max_seq_len: npt.ArrayLike,
+    end_token: npt.ArrayLike,
+    out: npt.NDArray[Any] | None = None,
+) -> npt.NDArray[Any]:
+    """GatherTree-1: the beams ``step_ids`` and ``parent_ids`` describe; into ``out`` if
+    given."""
+    arrays = [np.asarray(item) for item in (step_ids, parent_ids, max_seq_len, end_token)]
+    lengths = gather_tree_plan(*arrays)
+    return _gathered(arrays[0], arrays[1], lengths, arrays[3], out)
+
+
+def _gathered(
+    step_ids: npt.NDArray[Any],
+    parent_ids: npt.NDArray[Any],
+    lengths: list[int],
+    end_token: npt.NDArray[Any],
+    out: npt.NDArray[Any] | None,
+) -> npt.NDArray[Any]:
+    if out is None:
+        out = np.empty(step_ids.shape, step_ids.dtype)
+    max_time, batch_size, beam_width = step_ids.shape
+    if not out.size:
+        return out
+    width = batch_size * beam_width
+    steps = as_raw(step_ids).reshape(max_time, width)
+    parents = parent_ids.reshape(max_time, width)
+    target = as_raw(out).reshape(max_time, width)
+    end_bits = as_raw(end_token.reshape(1))[0]
+    decoded = np.repeat(np.array(lengths, np.int64), beam_width)
+    # The beam each (batch, beam) follows at the current step, as a flat index into a step's
+    # row; every beam starts as itself at its last decoded step.
+    row_start = np.repeat(np.arange(batch_size, dtype=np.int64) * beam_width, beam_width)
+    index = np.arange(width, dtype=np.int64)
+    undecoded = np.empty(width, np.bool_)
+    following = np.empty(width, parent_ids.dtype)
+    for level in range(max_time - 1, -1, -1):
+        # mode="clip" is not buffered as "raise" is: every index here names a beam already.
+        np.take(steps[level], index, out=target[level], mode="clip")
+        if not level:
+            break  # the first step's parents are never followed
+        np.take(parents[level], index, out=following, mode="clip")
+        np.less_equal(decoded, level, out=undecoded)
+        if undecoded.any():
+            np.copyto(target[level], end_bits, where=undecoded)
+            # A batch not decoded this far keeps each beam as itself.
+            index = np.where(undecoded, index, row_start + following.astype(np.int64))
+        else:
+            np.add(row_start, following.astype(np.int64), out=index)
+    if not lengths or min(lengths) == 0:
+        np.less_equal(decoded, 0, out=undecoded)
+        np.copyto(target[0], end_bits, where=undecoded)
+    _fill_past_the_end(out.reshape(max_time, width), end_token, target, end_bits)
+    return out
+
+
+def _fill_past_the_end(
+    values: npt.NDArray[Any],
+    end_token: npt.NDArray[Any],
+    target: npt.NDArray[Any],
+    end_bits: Any,
+) -> None:
+    """Past the step holding a beam's first end_token (compared by value: -0.0 is 0), every
+    value is end_token (its bits)."""
+    finished = np.zeros(values.shape[1], np.bool_)
+    end_value = end_token[()]
+    hit = np.empty(values.shape[1], np.bool_)
+    for level in range(values.shape[0]):
+        if finished.any():
+            np.copyto(target[level], end_bits, where=finished)
+        np.equal(values[level], end_value, out=hit)
+        finished |= hit
+
+
+def plan(arrays: Arrays, attributes: Attributes) -> Plan:
+    """GatherTree-1's planner: every check made, the output's shape (step_ids')."""
+    step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
+    end_token = arrays["end_token"]
+    lengths = gather_tree_plan(step_ids, parent_ids, arrays["max_seq_len"], end_token)
+    return Plan(
+        step_ids.shape,
+        lambda out: _gathered(step_ids, parent_ids, lengths, end_token, out),
+    )
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return plan(arrays, attributes).run(out)
+
+
+def _input(name: str, number: int, words: str, shape: str) -> Input:
+    return Input(
+        name,
+        f"{words} (input {number}, type T, {shape}).",
+        DATA_CONSTRAINT + " Every input has the type of step_ids; their values are integers.",
+        ALL_TYPES,
+        rank=shape,
+    )
+
+
+OP = Op(
+    name="gather_tree",
+    spec="GatherTree-1",
+    summary="GatherTree-1: the complete beams of a beam search, from step ids and parent ids",
+    description="GatherTree-1: for each batch and beam, the ids of `step_ids` "
+    "([MAX_TIME, BATCH_SIZE, BEAM_WIDTH]) followed back through `parent_ids` from the last "
+    "decoded step, min(MAX_TIME, max_seq_len[batch]); past the first `end_token` of a beam, and "
+    "past its length, every value is `end_token`. All four inputs have one type T, float "
+    "included, and integer values; the output has step_ids' shape and type.",
+    request_doc="GatherTree-1: the beams `step_ids` and `parent_ids` describe.",
+    inputs=(
+        _input("step_ids", 1, "The ids of each step", "3"),
+        _input("parent_ids", 2, "The parent beam of each step's id", "3"),
+        _input("max_seq_len", 3, "Each batch's sequence length", "1"),
+        _input("end_token", 4, "The end marker", "0"),
+    ),
+    output_type_from="step_ids",
+    plan=plan,
+    kernel=_kernel,
+    examples={
+        "example_tensorflow": example(
+            "GatherTree-1 on TensorFlow's gather_tree example (the spec's is shapes only: "
+            "[100, 1, 10] ids and parents give [100, 1, 10])",
+            {
+                "step_ids": [[[1, 2, 3]], [[4, 5, 6]], [[7, 8, 9]]],
+                "parent_ids": [[[0, 0, 0]], [[0, 1, 1]], [[2, 1, 2]]],
+                "max_seq_len": [3],
+                "end_token": 10,
+            },
+            [[[2, 2, 2]], [[6, 5, 6]], [[7, 8, 9]]],
+        ),
+        "example_end_token": example(
+            "GatherTree-1, float32: past a beam's first end_token, and past its length, end_token",
+            {
+                "step_ids": [[[1, 2]], [[10, 3]], [[4, 5]]],
+                "parent_ids": [[[0, 1]], [[0, 1]], [[0, 1]]],
+                "max_seq_len": [3],
+                "end_token": 10,
+                "dtype": "float32",
+            },
+            [[[1.0, 2.0]], [[10.0, 3.0]], [[10.0, 5.0]]],
+        ),
+    },
+    decisions=(
+        'GatherTree-1, "Inputs should have integer values only": a float input holding a '
+        "fraction, NaN or an infinity is refused naming it.",
+        'GatherTree-1, T is "any supported numeric type", one type for the four inputs: every '
+        "supported type is taken (bool included), and an input of another type than step_ids "
+        "is refused naming it.",
+        "GatherTree-1, max_seq_len of 0: nothing is decoded, the beam is all end_token (the "
+        "pseudocode would index step -1; OpenVINO's reference skips the beam); a negative "
+        "length is refused naming max_seq_len.",
+        "GatherTree-1, parent ids: those a beam follows (steps 1 to length - 1 of its batch) "
+        "must name a beam, in [0, BEAM_WIDTH - 1], else refused naming parent_ids with the "
+        "place; the first step's parents and those past a batch's length are never read.",
+        "GatherTree-1, end_token compared by value: an id of -0.0 equals an end_token of 0 (and "
+        "keeps its own bits); end_token must be a scalar (rank 0).",
+    ),
+    disagreements=(
+        "GatherTree-1, int64 and uint64 ids on the CPU plugin: narrowed to 32 bits (step_ids "
+        "[[[1, 2, 3]], [[4, 5, 6]], [[2**60 + 7, 8, 9]]], parent_ids [[[0, 0, 0]], [[0, 1, 1]], "
+        "[[2, 1, 2]]], max_seq_len [3], end_token 10, uint64: the last step comes back "
+        "[7, 8, 9]); the service keeps every bit.",
+        "GatherTree-1, int8 and uint8 inputs: the CPU plugin refuses to compile the model; the "
+        "service takes them.",
+        'GatherTree-1, boolean inputs: OpenVINO refuses them ("Element type of inputs must be '
+        'numeric"); the service reads T as every supported type, as Concat-1 does.',
+    ),
+)

@@ -1,0 +1,271 @@
+"""GatherTree-1 (app/ops/gather_tree.py): the spec's pseudocode as the reference, every element
+type to the bit (one type T for all four inputs, float included), the refusals, and OpenVINO's
+CPU plugin on generated cases."""
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import openvino as ov
+import openvino.opset1 as ov_opset1
+import pytest
+
+from app.ops import gather_tree as module
+from app.ops.declaration import Plan
+from app.ops.errors import SpecError
+from app.ops.gather_tree import gather_tree
+from tests.ops.movement_support import ELEMENT_TYPES, BenchmarkCase, assert_same_bits, raw
+
+NAMES = ("step_ids", "parent_ids", "max_seq_len", "end_token")
+
+
+def run(step_ids: Any, parent_ids: Any, max_seq_len: Any, end_token: Any) -> Any:
+    values = (step_ids, parent_ids, max_seq_len, end_token)
+    arrays = {name: np.asarray(value) for name, value in zip(NAMES, values, strict=True)}
+    plan = module.plan(arrays, {})
+    assert isinstance(plan, Plan)
+    return plan.run(None)
+
+
+def pseudocode(
+    step_ids: npt.NDArray[Any],
+    parent_ids: npt.NDArray[Any],
+    max_seq_len: npt.NDArray[Any],
+    end_token: npt.NDArray[Any],
+) -> npt.NDArray[Any]:
+    """The spec's pseudocode, line by line, on the elements themselves (a length of 0 decodes
+    nothing: the op's decision)."""
+    max_time, batch_size, beam_width = step_ids.shape
+    final_ids = np.empty_like(step_ids)
+    final_ids[:, :, :] = end_token
+    for batch in range(batch_size):
+        for beam in range(beam_width):
+            max_sequence_in_beam = min(max_time, int(max_seq_len[batch]))
+            if max_sequence_in_beam == 0:
+                continue
+            parent = int(parent_ids[max_sequence_in_beam - 1, batch, beam])
+            final_ids[max_sequence_in_beam - 1, batch, beam] = step_ids[
+                max_sequence_in_beam - 1, batch, beam
+            ]
+            for level in reversed(range(max_sequence_in_beam - 1)):
+                final_ids[level, batch, beam] = step_ids[level, batch, parent]
+                parent = int(parent_ids[level, batch, parent])
+            finished = False
+            for time in range(max_sequence_in_beam):
+                if finished:
+                    final_ids[time, batch, beam] = end_token
+                elif final_ids[time, batch, beam] == end_token:
+                    finished = True
+    return final_ids
+
+
+def beams(
+    dtype: Any, shape: tuple[int, int, int], seed: int, end: int = 3
+) -> tuple[npt.NDArray[Any], ...]:
+    """Random inputs of one type: ids in [0, 6) (some of them the end token), parent ids in
+    range, lengths 0 to MAX_TIME + 1."""
+    rng = np.random.default_rng(seed)
+    max_time, batch_size, beam_width = shape
+    step_ids = rng.integers(0, 6, shape).astype(dtype)
+    parent_ids = rng.integers(0, max(beam_width, 1), shape).astype(dtype)
+    max_seq_len = rng.integers(0, max_time + 2, batch_size).astype(dtype)
+    return step_ids, parent_ids, max_seq_len, np.array(end, dtype)
+
+
+def test_is_collected() -> None:
+    from app.registry import REGISTRY  # noqa: PLC0415
+
+    assert REGISTRY["gather_tree"] is module.OP
+    assert module.OP.input_names == NAMES
+
+
+def test_the_spec_example_shapes() -> None:
+    """The spec's example: [100, 1, 10] ids and parents, one length, a scalar end token."""
+    step_ids, parent_ids, _, end = beams(np.int32, (100, 1, 10), seed=1)
+    plan = module.plan(
+        {"step_ids": step_ids, "parent_ids": parent_ids, "max_seq_len": np.array([100], np.int32),
+         "end_token": end}, {},
+    )  # fmt: skip
+    assert isinstance(plan, Plan)
+    assert plan.output_shape == (100, 1, 10)
+    assert_same_bits(plan.run(None), pseudocode(step_ids, parent_ids, np.array([100]), end))
+
+
+def test_tensorflow_s_example() -> None:
+    """The spec calls the op TensorFlow's gather_tree; its documented example answers so."""
+    step_ids = [[[1, 2, 3]], [[4, 5, 6]], [[7, 8, 9]]]
+    parent_ids = [[[0, 0, 0]], [[0, 1, 1]], [[2, 1, 2]]]
+    got = run(step_ids, parent_ids, [3], np.int64(10))
+    assert got.reshape(3, 3).tolist() == [[2, 2, 2], [6, 5, 6], [7, 8, 9]]
+
+
+def test_the_declared_examples_answer_as_they_say() -> None:
+    for name, item in module.OP.examples.items():
+        request = item["value"]
+        dtype = np.dtype(request.get("dtype", "int64"))
+        arrays = {key: np.asarray(request[key], dtype) for key in NAMES}
+        plan = module.OP.plan(arrays, {})
+        assert isinstance(plan, Plan)
+        assert plan.run(None).tolist() == item["x-expected-output"], name
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_every_type_to_the_bit(dtype: np.dtype[Any]) -> None:
+    if dtype.kind == "b":
+        inputs = beams(np.int8, (5, 3, 2), seed=4, end=1)
+        inputs = tuple(np.asarray(item % 2, np.bool_) for item in inputs)
+    else:
+        inputs = beams(dtype, (5, 3, 4), seed=4)
+    step_ids = inputs[0]
+    if dtype.kind == "f" or dtype.name == "bfloat16":
+        # -0.0 beside 0: equal to an end token 0 by value, and its own bits kept.
+        step_ids = step_ids.copy()
+        step_ids.reshape(-1)[::3] = -0.0
+        inputs = (step_ids, *inputs[1:3], np.array(0, dtype))
+    got = run(*inputs)
+    assert_same_bits(got, pseudocode(*inputs))
+
+
+def test_integers_of_every_width_keep_their_bits() -> None:
+    """Ids are moved, not converted: the extremes of each integer type come back whole."""
+    for dtype in (np.int64, np.uint64, np.int32, np.uint8):
+        info = np.iinfo(dtype)
+        step_ids = np.array([[[info.max, info.min]], [[info.min + 1, info.max - 1]]], dtype)
+        parent_ids = np.array([[[1, 0]], [[1, 1]]], dtype)
+        got = run(step_ids, parent_ids, np.array([2], dtype), np.array(7, dtype))
+        assert_same_bits(got, pseudocode(step_ids, parent_ids, np.array([2]), np.array(7)))
+
+
+def test_properties_against_the_pseudocode() -> None:
+    for seed in range(60):
+        rng = np.random.default_rng(seed)
+        shape = (int(rng.integers(1, 6)), int(rng.integers(1, 4)), int(rng.integers(1, 5)))
+        dtype = (np.int32, np.int64, np.float32, np.float64, np.uint16)[seed % 5]
+        inputs = beams(dtype, shape, seed)
+        assert_same_bits(run(*inputs), pseudocode(*inputs))
+
+
+def test_lengths_zero_and_past_max_time() -> None:
+    step_ids, parent_ids, _, end = beams(np.int32, (4, 3, 2), seed=9)
+    got = run(step_ids, parent_ids, np.array([0, 4, 1000], np.int32), end)
+    assert (got[:, 0] == 3).all()  # nothing decoded: all end_token
+    assert_same_bits(got, pseudocode(step_ids, parent_ids, np.array([0, 4, 1000]), end))
+
+
+def test_empty_dimensions() -> None:
+    for shape in ((0, 2, 3), (3, 0, 2), (3, 2, 0)):
+        step_ids, parent_ids, lengths, end = beams(np.float32, shape, seed=2)
+        assert run(step_ids, parent_ids, lengths, end).shape == shape
+
+
+def test_into_a_given_output() -> None:
+    out = np.empty((1, 1, 2), np.int16)
+    got = gather_tree(np.array([[[5, 6]]], np.int16), np.zeros((1, 1, 2), np.int16),
+                      np.array([1], np.int16), np.int16(6), out)  # fmt: skip
+    assert got is out
+    assert out.tolist() == [[[5, 6]]]
+
+
+def test_parent_ids_no_beam_follows_are_not_checked() -> None:
+    """Only the parents a beam follows name a beam: those of the first step and of the steps
+    past a batch's length are never read."""
+    step_ids = np.arange(12, dtype=np.int32).reshape(3, 2, 2)
+    parent_ids = np.full((3, 2, 2), -7, np.int32)
+    parent_ids[1:2, 0] = [1, 0]
+    got = run(step_ids, parent_ids, np.array([2, 1], np.int32), np.int32(-1))
+    assert_same_bits(
+        got, pseudocode(step_ids, parent_ids, np.array([2, 1]), np.array(-1, np.int32))
+    )
+
+
+def _good() -> dict[str, npt.NDArray[Any]]:
+    return dict(zip(NAMES, beams(np.float32, (3, 2, 2), seed=5), strict=True))
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "words"),
+    [
+        ({"step_ids": np.zeros((3, 2), np.float32)}, "step_ids", "rank 3"),
+        ({"parent_ids": np.zeros((3, 2, 3), np.float32)}, "parent_ids", "shape of step_ids"),
+        ({"parent_ids": np.zeros((3, 2, 2), np.int32)}, "parent_ids", "type of step_ids"),
+        ({"max_seq_len": np.zeros(2, np.float64)}, "max_seq_len", "type of step_ids"),
+        ({"max_seq_len": np.zeros(3, np.float32)}, "max_seq_len", "BATCH_SIZE (2)"),
+        ({"end_token": np.zeros(1, np.float32)}, "end_token", "scalar"),
+        ({"end_token": np.array(np.nan, np.float32)}, "end_token", "integer values only"),
+        ({"max_seq_len": np.array([1.5, 2], np.float32)}, "max_seq_len", "integer values"),
+        ({"max_seq_len": np.array([-1, 2], np.float32)}, "max_seq_len", "cannot be negative"),
+        ({"step_ids": np.full((3, 2, 2), np.inf, np.float32)}, "step_ids", "integer values"),
+        ({"parent_ids": np.full((3, 2, 2), 2, np.float32)}, "parent_ids", "in [0, 1]"),
+        ({"parent_ids": np.full((3, 2, 2), -1, np.float32)}, "parent_ids", "is no beam"),
+    ],
+)
+def test_refusals_name_the_field(change: dict[str, Any], field: str, words: str) -> None:
+    arrays = {**_good(), "max_seq_len": np.array([3, 3], np.float32), **change}
+    with pytest.raises(SpecError) as refused:
+        module.plan(arrays, {})
+    assert refused.value.field == field
+    assert words in refused.value.message
+
+
+_PLUGIN_TYPES = {"int32": ov.Type.i32, "float32": ov.Type.f32, "float16": ov.Type.f16,
+                 "int64": ov.Type.i64}  # fmt: skip
+
+
+def plugin(inputs: tuple[npt.NDArray[Any], ...]) -> npt.NDArray[Any]:
+    """OpenVINO's CPU plugin's GatherTree-1 on ``inputs`` (all of one type)."""
+    kind = {**_PLUGIN_TYPES, "uint64": ov.Type.u64}[inputs[0].dtype.name]
+    parameters = [ov_opset1.parameter(list(item.shape), kind) for item in inputs]
+    compiled = ov.Core().compile_model(
+        ov.Model([ov_opset1.gather_tree(*parameters)], parameters), "CPU"
+    )
+    return np.asarray(compiled(list(inputs))[0])
+
+
+def _cases() -> list[tuple[str, tuple[int, int, int], int]]:
+    rng = np.random.default_rng(23)
+    cases = []
+    for number in range(60):
+        shape = (int(rng.integers(1, 7)), int(rng.integers(1, 4)), int(rng.integers(1, 5)))
+        cases.append((list(_PLUGIN_TYPES)[number % 4], shape, number))
+    return cases
+
+
+@pytest.mark.parametrize(("dtype", "shape", "seed"), _cases())
+def test_openvino_cpu_plugin_agrees(dtype: str, shape: tuple[int, int, int], seed: int) -> None:
+    inputs = list(beams(np.dtype(dtype), shape, seed))
+    inputs[2] = np.maximum(inputs[2], 1)  # a length of 0: see the op's decisions
+    ours = run(*inputs)
+    assert np.array_equal(raw(ours), raw(plugin(tuple(inputs))))
+
+
+def test_the_cpu_plugin_disagreement_is_as_listed() -> None:
+    """uint64 ids past 32 bits: the CPU plugin narrows them (listed in the op's
+    disagreements; this fails when the plugin changes)."""
+    step_ids = np.array([[[1, 2, 3]], [[4, 5, 6]], [[2**60 + 7, 8, 9]]], np.uint64)
+    parent_ids = np.array([[[0, 0, 0]], [[0, 1, 1]], [[2, 1, 2]]], np.uint64)
+    inputs = (step_ids, parent_ids, np.array([3], np.uint64), np.array(10, np.uint64))
+    narrowed = plugin(inputs)
+    assert narrowed[2, 0].tolist() == [7, 8, 9]
+    assert run(*inputs)[2, 0].tolist() == [2**60 + 7, 8, 9]
+    assert any("2**60 + 7" in line for line in module.OP.disagreements)
+
+
+# --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
+
+
+def benchmark_case(nbytes: int) -> BenchmarkCase:
+    """float32 beams of ``nbytes``: 64 steps, 256 beams, as many batches as fit."""
+    max_time, beam_width = 64, 256
+    batch_size = max(1, nbytes // 4 // (max_time * beam_width))
+    inputs = beams(np.float32, (max_time, batch_size, beam_width), seed=0)
+    inputs = (*inputs[:2], np.full(batch_size, max_time, np.float32), inputs[3])
+
+    def model() -> Any:
+        parameters = [ov_opset1.parameter(list(item.shape), ov.Type.f32) for item in inputs]
+        node = ov_opset1.gather_tree(*parameters)
+        return ov.Model([node], parameters), list(inputs)
+
+    arrays = dict(zip(NAMES, inputs, strict=True))
+    moved = 3 * inputs[0].nbytes  # step_ids and parent_ids read, the output written
+    return BenchmarkCase("gather_tree", "64 steps, 256 beams, f32", arrays, {}, inputs[0].dtype,
+                         moved, model)  # fmt: skip
