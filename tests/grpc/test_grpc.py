@@ -341,7 +341,7 @@ def _unknown_output() -> Any:
         pytest.param(
             lambda: pb.ModelInferRequest(model_name="roll", model_version="3"),
             "NOT_FOUND",
-            "model: model 'roll' has no version '3'; versions: 1",
+            "model: model 'roll' has no version '3'; versions: 7",
             id="unknown-version",
         ),
         pytest.param(

@@ -366,7 +366,7 @@ I32 = np.array([0], dtype=np.int32)
             {"data": F32, "indices": I32, "axis": I32},
             {"batch_dims": "1"},
             "INVALID_ARGUMENT",
-            "parameters.batch_dims: must be an int64 integer",
+            "parameters.batch_dims: batch_dims must be an int64 integer; got a string",
             id="string-batch-dims",
         ),
         pytest.param(

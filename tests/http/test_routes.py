@@ -9,7 +9,7 @@ from starlette.routing import Match
 
 from app.http.routes import OpRoute
 from app.main import create_app
-from app.registry import REGISTRY
+from app.registry import REGISTRY, every_version
 from app.settings import Settings
 
 PATHS = [
@@ -45,6 +45,8 @@ def routes() -> list[OpRoute]:
     found = [route for route in app.router.routes if isinstance(route, OpRoute)]
     assert {route.path for route in found} == {
         *(f"/{name}" for name in REGISTRY),
+        # Every version at /<op>/v<N>, the newest one too (api.md section 11).
+        *(f"/{op.name}/v{op.version}" for op in every_version()),
         "/v2/models/{name}/infer",
         "/v2/models/{name}/versions/{version}/infer",
     }

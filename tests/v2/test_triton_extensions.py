@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from tritonclient.utils import InferenceServerException
 
-from app.registry import REGISTRY, versions
+from app.registry import REGISTRY, every_version, versions
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.support import (
     address,
@@ -201,7 +201,9 @@ def test_with_no_minimum_rate_a_small_body_may_take_longer_than_a_window() -> No
                 answer += piece
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 "), answer
-        assert [entry["name"] for entry in json.loads(body)] == list(REGISTRY)
+        assert [entry["name"] for entry in json.loads(body)] == [
+            name for name in REGISTRY for _ in versions(name)
+        ]  # an entry per model and version
     finally:
         stop_server(process)
 
@@ -295,7 +297,7 @@ def test_statistics_count_every_transport(http: Any, grpc: Any, server: Any) -> 
     parts = sum(delta(stage, "ns") for stage in STAGES[2:])
     assert abs(parts - delta("success", "ns")) <= len(STAGES)  # rounding of each sum
     assert started_ms - 1 <= after["last_inference"] <= ended_ms + 1
-    assert after["version"] == "1"
+    assert after["version"] == "7"  # Roll-7
     # The proto's newer fields, as Triton writes them when it has nothing to say: per-response
     # statistics (decoupled models) and memory usage, none here.
     assert after["response_stats"] == {}
@@ -306,8 +308,11 @@ def test_statistics_count_every_transport(http: Any, grpc: Any, server: Any) -> 
     ]  # fmt: skip
     # The other model's statistics are its own.
     assert http.get_inference_statistics("gather")["model_stats"][0] == gather_before
-    names = [item["name"] for item in http.get_inference_statistics()["model_stats"]]
-    assert names == list(REGISTRY)  # every op of the registry, in its order
+    models = [
+        (item["name"], item["version"]) for item in http.get_inference_statistics()["model_stats"]
+    ]
+    # Every version of every op of the registry, in its order, the newest version first.
+    assert models == [(op.name, str(op.version)) for op in every_version()]
 
 
 def _roll_stats_grpc(client: Any) -> dict[str, Any]:

@@ -447,7 +447,7 @@ I32 = np.array([0], dtype=np.int32)
             {"batch_dims": "1"},
             True,
             "422",
-            "parameters.batch_dims: must be an int64 integer",
+            "parameters.batch_dims: batch_dims must be an int64 integer; got a string",
             id="string-batch-dims",
         ),
         pytest.param(
