@@ -7,12 +7,13 @@ sections are rewritten."""
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "client"))
 
-from app.registry import REGISTRY  # noqa: E402
+from app.registry import REGISTRY, every_version, versions  # noqa: E402
 
 README = ROOT / "README.md"
 CONTRACT = ROOT / "docs" / "contract.md"
@@ -25,10 +26,11 @@ OPS_END = "<!-- end of op decisions -->"
 def table() -> str:
     """The op table as markdown."""
     rows = [
-        "| op | spec | routes | inputs | attributes |",
-        "|---|---|---|---|---|",
+        "| op | spec | versions | routes | inputs | attributes |",
+        "|---|---|---|---|---|---|",
     ]
     for op in REGISTRY.values():
+        served = ", ".join(str(number) for number in versions(op.name))
         attributes = ", ".join(_attribute(item) for item in op.attributes)
         inputs = ", ".join(
             f"`{item.name}_0`, `{item.name}_1`, ..."
@@ -38,27 +40,37 @@ def table() -> str:
         )
         outputs = "; outputs `output_0`, `output_1`, ..." if op.several_outputs else ""
         rows.append(
-            f"| {op.name} | {op.summary} | `POST /{op.name}`, `/v2/models/{op.name}/infer`, "
-            f"gRPC model `{op.name}` | {inputs}{outputs} | {attributes or 'none'} |"
+            f"| {op.name} | {op.summary} | {served} | `POST /{op.name}` (`/{op.name}/v<N>`), "
+            f"`/v2/models/{op.name}/infer`, gRPC model `{op.name}` | {inputs}{outputs} | "
+            f"{attributes or 'none'} |"
         )
     return "\n".join(rows)
 
 
-def _attribute(item: object) -> str:
-    name, default, choices = (getattr(item, key) for key in ("name", "default", "choices"))
-    kind = " \\| ".join(f"`{choice}`" for choice in choices) if choices else "int"
+def _attribute(item: Any) -> str:
+    name, default, choices = item.name, item.default, item.choices
+    words = {"bool": "boolean", "ints": "list of integers", "int": "int"}
+    kind = " \\| ".join(f"`{choice}`" for choice in choices) if choices else words[item.kind]
     if default is None:
         return f"`{name}` ({kind}, required)"
-    return f"`{name}` = {default}" + (f" ({kind})" if choices else "")
+    shown = item.shown(default) if item.kind in ("ints", "bool") else default
+    if item.kind == "ints":
+        shown = f"[{shown}]"
+    return f"`{name}` = {shown}" + (f" ({kind})" if choices or item.kind != "int" else "")
 
 
 def decisions() -> str:
     """Each op's readings of its spec, and where OpenVINO's CPU plugin answers otherwise."""
     parts: list[str] = []
-    for op in REGISTRY.values():
-        if not (op.decisions or op.disagreements):
+    for op in every_version():
+        differences = _differences(op)
+        if not (op.decisions or op.disagreements or differences):
             continue
-        parts.append(f"### {op.spec} (`{op.name}`)\n")
+        parts.append(f"### {op.spec} (`{op.name}`, version {op.version})\n")
+        if differences:
+            parts.append(f"How it differs from the newest version, {REGISTRY[op.name].spec}:\n")
+            parts += [f"- {text}" for text in differences]
+            parts.append("")
         if op.decisions:
             parts.append("Readings taken where the spec is silent or ambiguous:\n")
             parts += [f"- {text}" for text in op.decisions]
@@ -68,6 +80,31 @@ def decisions() -> str:
             parts += [f"- {text}" for text in op.disagreements]
             parts.append("")
     return "\n".join(parts).rstrip("\n") or "(none yet)"
+
+
+def _differences(op: Any) -> list[str]:
+    """How an older version's declaration differs from its op's newest: inputs, attributes
+    and element types (the rules in words are its description's); none for the newest."""
+    newest = REGISTRY[op.name]
+    if newest is op:
+        return []
+    found = [op.description]
+    mine = {item.name: item for item in op.inputs}
+    theirs = {item.name: item for item in newest.inputs}
+    for name in theirs.keys() - mine.keys():
+        found.append(f"No input `{name}`.")
+    for name in mine.keys() - theirs.keys():
+        found.append(f"An input `{name}` the newest has not.")
+    for name in mine.keys() & theirs.keys():
+        if mine[name].element_types != theirs[name].element_types:
+            found.append(f"`{name}`: {mine[name].type_words} (newest: {theirs[name].type_words}).")
+        if mine[name].constraint != theirs[name].constraint:
+            found.append(f"`{name}`: {mine[name].constraint}")
+    names = {item.name for item in op.attributes}
+    for item in newest.attributes:
+        if item.name not in names:
+            found.append(f"No attribute `{item.name}` (refused when sent, its default too).")
+    return found
 
 
 def with_section(text: str, begin: str, end: str, made: str, where: str) -> str:
