@@ -11,6 +11,7 @@ import numpy.typing as npt
 from tensor_ops_wire.cases import decode_case, encode_case
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import MAX_NBYTES
+from tensor_ops_wire.verdict import type_name
 
 
 @dataclass
@@ -25,6 +26,20 @@ class Case:
     tolerance: Any = None
     #: The file it was read from, when it was.
     path: Path | None = None
+    #: What the device did instead of answering (crashed, refused the model...), or None.
+    device_error: str | None = None
+    #: The op's version (``"8"``), or None: the newest the service has.
+    version: str | None = None
+
+    @property
+    def dtype(self) -> str:
+        """The element type the case is about, by NumPy's name: its data's (``data``,
+        Transpose's ``arg``, Concat's ``data_0``; else its first input's), "" with no input."""
+        return case_dtype(self.inputs)
+
+
+#: What the ops call the input whose element type is the output's (shared/api.md section 9).
+_DATA_NAMES = ("data", "arg", "data_0")
 
 
 class CaseError(ValueError):
@@ -35,15 +50,21 @@ def write_case(
     path: str | os.PathLike[str],
     op: str,
     inputs: Mapping[str, npt.ArrayLike],
-    outputs: Mapping[str, npt.ArrayLike],
+    outputs: Mapping[str, npt.ArrayLike] | None = None,
     attributes: Mapping[str, Any] | None = None,
     *,
-    tolerance: Mapping[str, Any] | None = None,
+    tolerance: Mapping[str, Any] | str | None = None,
+    device_error: str | None = None,
+    version: str | int | None = None,
 ) -> Path:
     """Write one case file (a single ``.npz``, no pickle; docs/verify.md gives its layout):
-    ``inputs`` and the candidate ``outputs`` by their names, ``attributes`` and ``tolerance``
-    in its JSON ``meta`` member. Every element type is kept, bfloat16 included. The folder is
-    made if need be. Returns the path.
+    ``inputs`` and the candidate ``outputs`` by their names, ``attributes``, ``tolerance``,
+    ``version`` (the op's opset version; None: the newest) and ``device_error`` in its JSON
+    ``meta`` member. Every element type is kept, bfloat16 included. The folder is made if need
+    be. Returns the path.
+
+    A device that crashed or refused the model has no outputs: give ``device_error`` (what it
+    said) and ``outputs`` None; ``tensor-ops verify`` reports it as the device's failure.
 
     >>> x = np.arange(6.0)
     >>> inputs = {"data": x, "shift": 1, "axes": 0}
@@ -54,7 +75,16 @@ def write_case(
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(encode_case(op, inputs, outputs, attributes, tolerance))
+    body = encode_case(
+        op,
+        inputs,
+        outputs or {},
+        attributes,
+        tolerance,
+        device_error=device_error,
+        version=None if version is None else str(version),
+    )
+    target.write_bytes(body)
     return target
 
 
@@ -68,4 +98,22 @@ def read_case(path: str | os.PathLike[str]) -> Case:
         raise CaseError(f"{source}: not a case file{where}: {error.message}") from None
     if wire.op is None:
         raise CaseError(f"{source}: not a case file: its meta member names no op")
-    return Case(wire.op, wire.inputs, wire.outputs, wire.attributes, wire.tolerance, source)
+    return Case(
+        wire.op,
+        wire.inputs,
+        wire.outputs,
+        wire.attributes,
+        wire.tolerance,
+        source,
+        wire.device_error,
+        wire.version,
+    )
+
+
+def case_dtype(inputs: Mapping[str, npt.NDArray[Any]]) -> str:
+    """The element type a case's inputs are about (see ``Case.dtype``)."""
+    for name in _DATA_NAMES:
+        if name in inputs:
+            return type_name(inputs[name].dtype)
+    first = next(iter(inputs.values()), None)
+    return "" if first is None else type_name(first.dtype)
