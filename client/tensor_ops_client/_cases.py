@@ -1,6 +1,7 @@
 """Case files for test harnesses: ``write_case`` one from NumPy arrays, ``read_case`` it back."""
 
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,9 @@ class Case:
         Transpose's ``arg``, Concat's ``data_0``; else its first input's), "" with no input."""
         return case_dtype(self.inputs)
 
+
+#: The largest case file read: the service's default request body limit (256 MiB).
+CASE_LIMIT = 256 << 20
 
 #: What the ops call the input whose element type is the output's (shared/api.md section 9).
 _DATA_NAMES = ("data", "arg", "data_0")
@@ -88,11 +92,13 @@ def write_case(
     return target
 
 
-def read_case(path: str | os.PathLike[str]) -> Case:
-    """The case a file holds (``CaseError`` when it is not one)."""
+def read_case(path: str | os.PathLike[str], *, limit: int = CASE_LIMIT) -> Case:
+    """The case a file holds (``CaseError`` when it is not one, or is no regular file, or is
+    larger than ``limit`` bytes: a FIFO or a device is never waited on nor read whole)."""
     source = Path(path)
+    body = _case_bytes(source, limit)
     try:
-        wire = decode_case(source.read_bytes(), max_bytes=MAX_NBYTES)
+        wire = decode_case(body, max_bytes=MAX_NBYTES)
     except TensorError as error:
         where = f" ({error.field})" if error.field else ""
         raise CaseError(f"{source}: not a case file{where}: {error.message}") from None
@@ -108,6 +114,24 @@ def read_case(path: str | os.PathLike[str]) -> Case:
         wire.device_error,
         wire.version,
     )
+
+
+def _case_bytes(source: Path, limit: int) -> bytes:
+    # O_NONBLOCK: opening a FIFO does not wait for a writer; fstat then says what was opened.
+    try:
+        handle = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_BINARY", 0))
+    except OSError as error:
+        raise CaseError(f"{source}: {error.strerror or error}") from None
+    with os.fdopen(handle, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise CaseError(f"{source}: not a regular file")
+        if info.st_size > limit:
+            raise CaseError(f"{source}: {info.st_size} bytes, more than the case limit ({limit})")
+        body = file.read(limit + 1)
+    if len(body) > limit:
+        raise CaseError(f"{source}: more than the case limit ({limit} bytes)")
+    return body
 
 
 def case_dtype(inputs: Mapping[str, npt.NDArray[Any]]) -> str:
