@@ -402,21 +402,21 @@ def causes_of(
             np.signbit(want) == np.signbit(have)
         )
         settle("saturated", saturated)
-        # A subnormal of this type returned as a zero, before any rounding could explain it.
+        # A subnormal of this type returned as a zero; then rounding to float32 (a float64
+        # below float32's range is its zero); then a subnormal of a narrower type returned as
+        # a zero (flushed on the way); then rounding to the 16-bit types.
         own_subnormal = (e_mag != 0) & (e_mag < np.uint64(layout.quiet << 1))
         settle("flushed_subnormal", own_subnormal & (g_mag == 0))
         finite = np.isfinite(want)
-        for name, narrow in (
-            ("through_float32", np.dtype(np.float32)),
-            ("through_float16", np.dtype(np.float16)),
-            ("through_bfloat16", BFLOAT16),
-        ):
-            if narrow.itemsize >= dtype.itemsize:
-                continue
-            settle(name, finite & _through(want, have, narrow, dtype))
-        # A subnormal of a narrower type it went through, returned as a zero.
-        tiny = max(_smallest_normal(kind) for kind in _FLOAT_TYPES if kind.itemsize <= dtype.itemsize)
+        if dtype.itemsize > 4:
+            settle("through_float32", finite & _through(want, have, np.dtype(np.float32), dtype))
+        tiny = max(
+            _smallest_normal(kind) for kind in _FLOAT_TYPES if kind.itemsize <= dtype.itemsize
+        )
         settle("flushed_subnormal", (e_mag != 0) & (np.abs(want) < tiny) & (g_mag == 0))
+        for name, narrow in (("through_float16", np.dtype(np.float16)), ("through_bfloat16", BFLOAT16)):
+            if narrow.itemsize < dtype.itemsize:
+                settle(name, finite & _through(want, have, narrow, dtype))
     return cause
 
 

@@ -152,7 +152,9 @@ def build_cases(op: Op, full: bool) -> list[Built]:
     allowed = [dtype_from_name(name) for name in typed_input.element_types]
     rng = np.random.default_rng(len(op.name))
     cases: list[Built] = []
-    for number, (example_name, example) in enumerate(op.examples.items()):
+    examples = list(op.examples.items())
+    # The default tier's sample: the first example (its generated case, its edges) only.
+    for number, (example_name, example) in enumerate(examples if full else examples[:1]):
         arrays, attributes = example_arrays(op, dict(example["value"]))
         own = np.asarray(arrays[op.output_type_from]).dtype
         other = allowed[(number + len(op.name)) % len(allowed)]
@@ -253,7 +255,7 @@ async def test_the_whole_matrix_on_the_routes(http: httpx.AsyncClient, op_name: 
 
 def test_case_files_keep_every_case(tmp_path: Path) -> None:
     for cases in SAMPLE.values():
-        for case in cases:
+        for case in cases[::3]:
             path = write_case(tmp_path / f"{case.name}.npz", case.op.name, case.inputs, case.outputs, case.attributes)
             back = read_case(path)
             assert back.op == case.op.name and back.attributes == case.attributes
@@ -280,11 +282,11 @@ CLIENT_WAYS = [(transport, False) for transport in TRANSPORTS] + [("v2", True), 
 def _client_cases(full: bool) -> list[Built]:
     if full:
         return [case for op in REGISTRY.values() for case in build_cases(op, full=True)]
-    # One case of each op: its first example, and its first generated case of another type.
+    # One case of each op (its first example), and the generated cases of every other op.
     picked = []
-    for cases in SAMPLE.values():
+    for number, cases in enumerate(SAMPLE.values()):
         picked.append(cases[0])
-        picked += [case for case in cases if "random" in case.name][-1:]
+        picked += [case for case in cases if "random" in case.name][-1:] if number % 2 else []
     return picked
 
 
@@ -389,7 +391,7 @@ def test_the_command_on_a_folder(server: tuple[str, str], tmp_path: Path) -> Non
 
 
 def test_the_command_in_process_on_a_folder(tmp_path: Path) -> None:
-    cases = [case for cases in SAMPLE.values() for case in cases]
+    cases = [case for cases in SAMPLE.values() for case in cases[::2]]
     due = write_folder(tmp_path / "cases", cases)
     report = tmp_path / "report.xml"
     status = main(["verify", "--local", str(tmp_path / "cases"), "--junit", str(report)])
