@@ -32,6 +32,7 @@ from typing import Any
 
 from tensor_ops_client._cases import CASE_LIMIT, Case, CaseError, read_case
 from tensor_ops_client._errors import TensorOpsError
+from tensor_ops_client._http import failure
 from tensor_ops_client._verdict import Verdict
 from tensor_ops_client._verify_reports import (
     Outcome,
@@ -260,11 +261,9 @@ class LocalJudge:
         try:
             return Verdict.of(self._judge(op, body, self._settings))
         except ServiceError as error:
-            problem = error.problems[0]
-            field = ".".join(str(part) for part in problem.loc) or None
-            raise TensorOpsError(
-                error.status, error.message, kind=error.kind.value, field=field
-            ) from None
+            # The route's own error body, read as the client reads the service's.
+            body = json.dumps({"detail": [problem.as_item() for problem in error.problems]})
+            raise failure(error.status, body.encode(), {}) from None
 
 
 def local_judge() -> LocalJudge | None:

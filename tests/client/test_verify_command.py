@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tensor_ops_client import main, write_case
+from tensor_ops_client import main, read_case, write_case
 from tests.support import free_port
 
 pytestmark = pytest.mark.e2e
@@ -231,3 +231,172 @@ def test_no_case_found_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["verify", str(tmp_path)]) == 2
     assert "no case file" in capsys.readouterr().err
     assert main(["verify", str(tmp_path / "missing")]) == 2
+
+
+def _roll_case(folder: Path, name: str, output: Any = None, **extra: Any) -> Path:
+    data = np.array([np.inf, 0.1, 1.0, 2.0], dtype=np.float64)
+    inputs = {"data": data, "shift": 1, "axes": 0}
+    return write_case(
+        folder / name, "roll", inputs, None if output is None else {"output": output}, **extra
+    )
+
+
+def _summary_line(out: str, first: str) -> dict[str, str]:
+    lines = out.splitlines()
+    head = next(line for line in lines if line.startswith("op ")).split()
+    row = next(line for line in lines if line.startswith(first)).split()
+    return dict(zip(head, row, strict=False))
+
+
+def test_waivers_skip_known_issues_and_stale_ones_are_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A case whose every mismatch a waiver matches is waived (JUnit skipped with the reason,
+    exit 0); one with a mismatch no waiver matches still fails; a waiver matching nothing is
+    stale. Judged in this process (--local): the service's own code."""
+    right = np.array([2.0, np.inf, 0.1, 1.0])
+    saturated = right.copy()
+    saturated[1] = float(np.finfo(np.float32).max)
+    both = saturated.copy()
+    both[2] = float(np.float32(0.1))
+    _roll_case(tmp_path / "cases", "right.npz", right)
+    _roll_case(tmp_path / "cases", "saturated.npz", saturated)
+    _roll_case(tmp_path / "cases", "both.npz", both)
+    waivers = tmp_path / "known.toml"
+    waivers.write_text(
+        '[[waiver]]\nop = "roll"\ndtype = "f64"\ncause = "saturated"\n'
+        'reason = "the CPU plugin saturates infinities (ticket 42)"\n'
+        '[[waiver]]\ncause = "nan_quieted"\nreason = "quiets sNaN"\n'
+    )
+    report = tmp_path / "r.xml"
+    argv = ["verify", "--local", str(tmp_path / "cases"), "--junit", str(report)]
+    assert main([*argv, "--waivers", str(waivers)]) == 1  # both.npz: through_float32 unwaived
+    out = capsys.readouterr().out
+    assert _summary_line(out, "roll ")["waived"] == "1"
+    assert _summary_line(out, "roll ")["not_equal"] == "1"
+    assert "stale waiver (matched nothing): cause=nan_quieted: quiets sNaN" in out
+    assert "through_float32: both.npz" in out
+    validate_junit(report.read_bytes())
+    (skipped,) = ET.fromstring(report.read_bytes()).iter("skipped")
+    assert skipped.get("message") == "waived: the CPU plugin saturates infinities (ticket 42)"
+    (tmp_path / "cases" / "both.npz").unlink()
+    assert main([*argv, "--waivers", str(waivers)]) == 0
+    waivers.write_text('[[waiver]]\ncause = "through_float99"\nreason = "x"\n')
+    assert main([*argv, "--waivers", str(waivers)]) == 2
+    assert "cause 'through_float99' is none of narrowed_to_32_bits" in capsys.readouterr().err
+
+
+def test_a_device_that_failed_is_said_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _roll_case(tmp_path, "crash.npz", device_error="CPU plugin: segfault in Roll", version=7)
+    case = read_case(path)
+    assert (case.device_error, case.version, case.outputs) == (
+        "CPU plugin: segfault in Roll",
+        "7",
+        {},
+    )
+    report = tmp_path / "r.xml"
+    assert main(["verify", "--local", str(path), "--junit", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert "DEVICE_FAILED crash.npz: device failed: CPU plugin: segfault in Roll" in out
+    assert "no output of this name" not in out
+    (error,) = ET.fromstring(report.read_bytes()).iter("error")
+    assert error.get("type") == "device_failed"
+    assert error.get("message") == "device failed: CPU plugin: segfault in Roll"
+
+
+def test_op_and_dtype_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = np.arange(4, dtype=np.int8)
+    write_case(tmp_path / "a.npz", "roll", {"data": data, "shift": 1, "axes": 0},
+               {"output": np.roll(data, 1)})
+    write_case(tmp_path / "b.npz", "gather", {"data": data.astype(np.float16), "indices": [1],
+               "axis": 0}, {"output": data[[1]].astype(np.float16)})
+    assert main(["verify", "--local", str(tmp_path), "--op", "gather"]) == 0
+    assert _summary_line(capsys.readouterr().out, "all")["cases"] == "1"
+    assert main(["verify", "--local", str(tmp_path), "--dtype", "i8,f16"]) == 0
+    assert _summary_line(capsys.readouterr().out, "all")["cases"] == "2"
+    assert main(["verify", "--local", str(tmp_path), "--dtype", "float16", "--op", "roll"]) == 2
+
+
+def test_hostile_paths_are_refused_unread_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No FIFO waited on, no device or oversized file read: stat first, exit 2, one line."""
+    import os
+
+    fifo = tmp_path / "pipes" / "fifo.npz"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    big = tmp_path / "big" / "large.npz"
+    big.parent.mkdir()
+    with big.open("wb") as file:
+        file.truncate(3 << 30)  # 3 GiB, sparse: never read
+    for argv, words in [
+        (["verify", "/dev/zero"], "/dev/zero: a character device, not a case file"),
+        (["verify", str(fifo)], "fifo.npz: a FIFO, not a case file"),
+        (["verify", str(fifo.parent)], "fifo.npz: a FIFO, not a case file"),
+        (["verify", str(big)], f"large.npz: {3 << 30} bytes, more than the case limit"),
+        (["verify", str(big.parent), "--max-case-bytes", "100"], "more than the case limit (100"),
+    ]:
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert words in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_every_report_field_is_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A case's name and a device's text cannot forge a stdout line, a Markdown heading or
+    link, or break the JUnit XML."""
+    hostile = "\x1b[2J## owned [x](javascript:alert(1))|`\nNOT_EQUAL fake\u2028\x85"
+    right = np.array([2.0, np.inf, 0.1, 1.0])
+    wrong = right.copy()
+    wrong[0] = 3.0
+    _roll_case(tmp_path / "c", f"{hostile}.npz", wrong)
+    _roll_case(tmp_path / "c", "dev.npz", device_error=hostile)
+    report, summary = tmp_path / "r.xml", tmp_path / "r.md"
+    argv = ["verify", "--local", str(tmp_path / "c"), "--junit", str(report)]
+    assert main([*argv, "--markdown", str(summary)]) == 1
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\u2028" not in out and "\x85" not in out
+    assert not any(line.startswith("NOT_EQUAL fake") for line in out.splitlines())
+    assert "\\x1b[2J## owned" in out and "\\x0aNOT_EQUAL fake\\u2028\\x85" in out
+    validate_junit(report.read_bytes())
+    names = [case.get("name") for case in ET.fromstring(report.read_bytes()).iter("testcase")]
+    assert "\\x1b[2J## owned [x](javascript:alert(1))|`\\x0aNOT_EQUAL fake\\u2028\\x85.npz" in names
+    text = summary.read_text()
+    assert not any(line.startswith("#") and "owned" in line for line in text.splitlines())
+    # Each hostile field is a code span (no link, no markup) whose | is escaped for the table.
+    assert "`` \\x1b[2J## owned [x](javascript:alert(1))\\|`\\x0aNOT_EQUAL" in text
+    assert "\x1b" not in text and "\n\n## owned" not in text
+
+
+def test_local_without_the_service_says_how_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    _roll_case(tmp_path, "a.npz", np.array([2.0, np.inf, 0.1, 1.0]))
+    monkeypatch.setitem(sys.modules, "app.http.verify", None)  # as if app were not installed
+    assert main(["verify", "--local", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tensor-ops: --local judges in this process and needs the service's")
+    assert "pip install" in err and len(err.splitlines()) == 1
+
+
+def test_local_and_the_service_give_the_same_verdicts(
+    live_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    make_cases(tmp_path / "cases", 30, seed=3)
+    local, remote = tmp_path / "local.xml", tmp_path / "remote.xml"
+    assert main(["verify", "--local", str(tmp_path / "cases"), "--junit", str(local)]) == 1
+    assert main(["--url", live_url, "verify", str(tmp_path / "cases"), "--junit", str(remote)]) == 1
+
+    def outcomes(path: Path) -> dict[str, tuple[str | None, str | None]]:
+        found = {}
+        for case in ET.fromstring(path.read_bytes()).iter("testcase"):
+            child = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+            found[case.get("name", "")] = (
+                None if child is None else child.tag,
+                None if child is None else child.get("message"),
+            )
+        return found
+
+    assert outcomes(local) == outcomes(remote)
