@@ -274,10 +274,10 @@ class NpzVerifyExchange:
 
 def judge_case(op_name: str, case_body: bytes, settings: Any) -> dict[str, Any]:
     """The verdict on a case file's bytes, in this process, as ``POST /verify/{op}`` gives it
-    (``tensor-ops verify --local``): the same decoding, checks and comparison, without the
-    service's admission (the caller holds the case already). ``op_name`` is the route's op; the
-op's refusal is raised as the
-    route's ``ServiceError``; ``settings`` gives the limits."""
+        (``tensor-ops verify --local``): the same decoding, checks and comparison, without the
+        service's admission (the caller holds the case already). ``op_name`` is the route's op; the
+    op's refusal is raised as the
+        route's ``ServiceError``; ``settings`` gives the limits."""
     op = REGISTRY.get(op_name)
     if op is None:
         raise ServiceError(

@@ -255,9 +255,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         """
         return cast(
             VerdictT,
-            self._run(
-                self._verify_plan(op, inputs, outputs, attributes or {}, tolerance, version)
-            ),
+            self._run(self._verify_plan(op, inputs, outputs, attributes or {}, tolerance, version)),
         )
 
     def roll(self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike) -> ArrayT:

@@ -262,8 +262,8 @@ class LocalJudge:
             return Verdict.of(self._judge(op, body, self._settings))
         except ServiceError as error:
             # The route's own error body, read as the client reads the service's.
-            body = json.dumps({"detail": [problem.as_item() for problem in error.problems]})
-            raise failure(error.status, body.encode(), {}) from None
+            detail = json.dumps({"detail": [problem.as_item() for problem in error.problems]})
+            raise failure(error.status, detail.encode(), {}) from None
 
 
 def local_judge() -> LocalJudge | None:
@@ -290,9 +290,7 @@ def verify_one(
         return Outcome(path, name, "unreadable", message=message)
     if not keep(case):
         return None
-    outcome = Outcome(
-        path, name, "unreadable", op=case.op, dtype=case.dtype, version=case.version
-    )
+    outcome = Outcome(path, name, "unreadable", op=case.op, dtype=case.dtype, version=case.version)
     if case.device_error is not None:
         outcome.outcome, outcome.message = "device_failed", case.device_error
         return outcome
@@ -430,7 +428,9 @@ def run_verify(args: argparse.Namespace, make_client: Callable[[argparse.Namespa
             if outcome is None:
                 continue
             if outcome.outcome == "not_equal" and outcome.verdict is not None:
-                reasons = waive(waivers, outcome.op, outcome.dtype, outcome.version, outcome.verdict)
+                reasons = waive(
+                    waivers, outcome.op, outcome.dtype, outcome.version, outcome.verdict
+                )
                 if reasons is not None:
                     outcome.outcome, outcome.reasons = "waived", reasons
             advance(outcome)

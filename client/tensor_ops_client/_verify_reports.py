@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from tensor_ops_client._verdict import Verdict
 from tensor_ops_wire.verdict import CAUSES
@@ -40,8 +40,19 @@ SHOWN_PER_CAUSE = 5
 #: separators, bidirectional overrides and isolates, lone surrogates (a file name's undecodable
 #: bytes), and the two non-characters XML forbids.
 _HIDDEN = frozenset(
-    [*range(0x00, 0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *range(0x202A, 0x202F)]
-    + [*range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C, 0xFFFE, 0xFFFF]
+    [
+        *range(0x00, 0x20),
+        *range(0x7F, 0xA0),
+        0x2028,
+        0x2029,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0x200E,
+        0x200F,
+        0x061C,
+        0xFFFE,
+        0xFFFF,
+    ]
 )
 
 
@@ -196,7 +207,9 @@ def print_report(
     failures = [o for o in outcomes if o.outcome not in ("equal", "waived")]
     for outcome in failures[:SHOWN_FAILURES]:
         label = outcome.outcome.upper()
-        print(f"{label:<13} {report_text(outcome.name)}: {report_text(outcome.summary())}", file=out)
+        print(
+            f"{label:<13} {report_text(outcome.name)}: {report_text(outcome.summary())}", file=out
+        )
     if len(failures) > SHOWN_FAILURES:
         print(f"... and {len(failures) - SHOWN_FAILURES} more (see --junit, --markdown)", file=out)
     if failures:

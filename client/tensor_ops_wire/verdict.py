@@ -398,8 +398,10 @@ def causes_of(
     largest = [_largest(kind) for kind in _FLOAT_TYPES if kind.itemsize <= dtype.itemsize]
     held = [value for value in largest if _holds(dtype, value)]
     with np.errstate(invalid="ignore", over="ignore"):
-        saturated = (e_mag == infinity) & np.isin(np.abs(have), held) & (
-            np.signbit(want) == np.signbit(have)
+        saturated = (
+            (e_mag == infinity)
+            & np.isin(np.abs(have), held)
+            & (np.signbit(want) == np.signbit(have))
         )
         settle("saturated", saturated)
         # A subnormal of this type returned as a zero; then rounding to float32 (a float64
@@ -414,7 +416,10 @@ def causes_of(
             _smallest_normal(kind) for kind in _FLOAT_TYPES if kind.itemsize <= dtype.itemsize
         )
         settle("flushed_subnormal", (e_mag != 0) & (np.abs(want) < tiny) & (g_mag == 0))
-        for name, narrow in (("through_float16", np.dtype(np.float16)), ("through_bfloat16", BFLOAT16)):
+        for name, narrow in (
+            ("through_float16", np.dtype(np.float16)),
+            ("through_bfloat16", BFLOAT16),
+        ):
             if narrow.itemsize < dtype.itemsize:
                 settle(name, finite & _through(want, have, narrow, dtype))
     return cause

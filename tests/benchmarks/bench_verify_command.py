@@ -33,7 +33,12 @@ def write_cases(folder: Path, count: int) -> None:
         if number % 10 == 0:
             output.view(np.uint32)[1, 2] ^= 1
         inputs = {"data": data, "shift": 1, "axes": 1}
-        write_case(folder / f"{number // 1000:02d}" / f"{number:05d}.npz", "roll", inputs, {"output": output})
+        write_case(
+            folder / f"{number // 1000:02d}" / f"{number:05d}.npz",
+            "roll",
+            inputs,
+            {"output": output},
+        )
 
 
 def timed(argv: list[str]) -> tuple[float, int]:
@@ -60,11 +65,15 @@ def run() -> None:
                 argv = ["--url", url, "verify", str(folder), "--jobs", str(jobs), *reports]
                 seconds, status = timed(argv)
                 rate = args.cases / seconds
-                print(f"service, --jobs {jobs}: {seconds:.1f} s, {rate:.0f} cases/s (exit {status})")
+                print(
+                    f"service, --jobs {jobs}: {seconds:.1f} s, {rate:.0f} cases/s (exit {status})"
+                )
         finally:
             stop_server(process)
         for jobs in args.jobs:
-            seconds, status = timed(["verify", "--local", str(folder), "--jobs", str(jobs), *reports])
+            seconds, status = timed(
+                ["verify", "--local", str(folder), "--jobs", str(jobs), *reports]
+            )
             rate = args.cases / seconds
             print(f"--local, --jobs {jobs}: {seconds:.1f} s, {rate:.0f} cases/s (exit {status})")
 

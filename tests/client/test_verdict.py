@@ -15,6 +15,7 @@ import pytest
 
 from tensor_ops_wire.verdict import (
     CHUNK_ELEMENTS,
+    PRESETS,
     Tolerance,
     ToleranceError,
     compare,
@@ -461,15 +462,39 @@ F32_MAX = float(np.finfo(np.float32).max)
         (np.array([2**40 + 7], np.int64), np.array([8], np.int64), "other"),
         (np.array([0.1]), np.array([float(np.float32(0.1))]), "through_float32"),
         (np.array([1e300]), np.array([F32_MAX]), "through_float32"),  # clamped on the way
-        (np.array([0.1], np.float32), np.array([0.1], np.float32).astype(np.float16).astype(np.float32), "through_float16"),
-        (np.array([0.1]), np.array([0.1]).astype(ml_dtypes.bfloat16).astype(np.float64), "through_bfloat16"),
+        (
+            np.array([0.1], np.float32),
+            np.array([0.1], np.float32).astype(np.float16).astype(np.float32),
+            "through_float16",
+        ),
+        (
+            np.array([0.1]),
+            np.array([0.1]).astype(ml_dtypes.bfloat16).astype(np.float64),
+            "through_bfloat16",
+        ),
         (np.array([np.inf]), np.array([F32_MAX]), "saturated"),
         (np.array([-np.inf], np.float32), np.array([-65504.0], np.float32), "saturated"),
         (np.array([np.inf], np.float16), np.array([65504], np.float16), "saturated"),
-        (np.array([0x7C01], np.uint16).view(np.float16), np.array([0x7E01], np.uint16).view(np.float16), "nan_quieted"),
-        (np.array([0x7FF0000000000001], np.uint64).view(np.float64), np.array([0x7FF8000000000001], np.uint64).view(np.float64), "nan_quieted"),
-        (np.array([0x7FC00000], np.uint32).view(np.float32), np.array([0x7FC00001], np.uint32).view(np.float32), "nan_payload"),
-        (np.array([0x7C01], np.uint16).view(np.float16), np.array([0x7E02], np.uint16).view(np.float16), "nan_payload"),
+        (
+            np.array([0x7C01], np.uint16).view(np.float16),
+            np.array([0x7E01], np.uint16).view(np.float16),
+            "nan_quieted",
+        ),
+        (
+            np.array([0x7FF0000000000001], np.uint64).view(np.float64),
+            np.array([0x7FF8000000000001], np.uint64).view(np.float64),
+            "nan_quieted",
+        ),
+        (
+            np.array([0x7FC00000], np.uint32).view(np.float32),
+            np.array([0x7FC00001], np.uint32).view(np.float32),
+            "nan_payload",
+        ),
+        (
+            np.array([0x7C01], np.uint16).view(np.float16),
+            np.array([0x7E02], np.uint16).view(np.float16),
+            "nan_payload",
+        ),
         (np.array([0.0], np.float32), np.array([-0.0], np.float32), "signed_zero"),
         (np.array([5e-324]), np.array([0.0]), "flushed_subnormal"),
         (np.array([1e-40], np.float32), np.array([-0.0], np.float32), "flushed_subnormal"),
@@ -500,15 +525,15 @@ def test_causes_are_counted_once_each_and_none_for_a_wrong_shape() -> None:
 
 
 def test_a_tolerance_may_be_a_preset_and_a_bad_key_is_one_element() -> None:
-    from tensor_ops_wire.verdict import PRESETS, ToleranceError, parse_tolerance
-
     nan, other_nan = np.array([0x7FC00000, 0x7FC00001], np.uint32).view(np.float32)
     assert compare({"o": np.array([nan])}, {"o": np.array([other_nan])}, "any_nan")["equal"]
     assert compare({"o": np.array([0.0])}, {"o": np.array([-0.0])}, "ieee")["equal"]
     assert not compare({"o": np.array([0.0])}, {"o": np.array([-0.0])}, "any_nan")["equal"]
     near = np.array([0.1]).astype(ml_dtypes.bfloat16).astype(np.float32)
     assert compare({"o": np.array([0.1], np.float32)}, {"o": near}, "bfloat16_precision")["equal"]
-    assert not compare({"o": np.array([0.1], np.float32)}, {"o": near}, "float16_precision")["equal"]
+    assert not compare({"o": np.array([0.1], np.float32)}, {"o": near}, "float16_precision")[
+        "equal"
+    ]
     assert set(PRESETS) >= {"exact", "any_nan", "ieee", "ulp1"}
     with pytest.raises(ToleranceError) as refused:
         parse_tolerance({"u.l.p": 1})

@@ -5,7 +5,9 @@ XML schema (tests/client/data/junit.xsd, checked by libxml2) with one testcase p
 
 import ctypes
 import ctypes.util
+import os
 import re
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -165,7 +167,10 @@ def check_run(planned: dict[str, str], status: int, out: str, report: bytes, sum
             dtype = case.find("properties/property[@name='dtype']")
             assert dtype is not None and dtype.get("value") in {np.dtype(d).name for d in DTYPES}
     assert summary.splitlines()[2].startswith("| op | dtype | cases | equal | not_equal |")
-    assert f"| ` all ` |  | {len(planned)} | {expected['equal']} | {expected['not_equal']} |" in summary
+    assert (
+        f"| ` all ` |  | {len(planned)} | {expected['equal']} | {expected['not_equal']} |"
+        in summary
+    )
 
 
 def test_a_folder_of_cases_is_judged_case_by_case(
@@ -286,7 +291,9 @@ def test_waivers_skip_known_issues_and_stale_ones_are_listed(
     assert "cause 'through_float99' is none of narrowed_to_32_bits" in capsys.readouterr().err
 
 
-def test_a_device_that_failed_is_said_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_device_that_failed_is_said_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _roll_case(tmp_path, "crash.npz", device_error="CPU plugin: segfault in Roll", version=7)
     case = read_case(path)
     assert (case.device_error, case.version, case.outputs) == (
@@ -306,10 +313,18 @@ def test_a_device_that_failed_is_said_so(tmp_path: Path, capsys: pytest.CaptureF
 
 def test_op_and_dtype_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = np.arange(4, dtype=np.int8)
-    write_case(tmp_path / "a.npz", "roll", {"data": data, "shift": 1, "axes": 0},
-               {"output": np.roll(data, 1)})
-    write_case(tmp_path / "b.npz", "gather", {"data": data.astype(np.float16), "indices": [1],
-               "axis": 0}, {"output": data[[1]].astype(np.float16)})
+    write_case(
+        tmp_path / "a.npz",
+        "roll",
+        {"data": data, "shift": 1, "axes": 0},
+        {"output": np.roll(data, 1)},
+    )
+    write_case(
+        tmp_path / "b.npz",
+        "gather",
+        {"data": data.astype(np.float16), "indices": [1], "axis": 0},
+        {"output": data[[1]].astype(np.float16)},
+    )
     assert main(["verify", "--local", str(tmp_path), "--op", "gather"]) == 0
     assert _summary_line(capsys.readouterr().out, "all")["cases"] == "1"
     assert main(["verify", "--local", str(tmp_path), "--dtype", "i8,f16"]) == 0
@@ -321,8 +336,6 @@ def test_hostile_paths_are_refused_unread_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No FIFO waited on, no device or oversized file read: stat first, exit 2, one line."""
-    import os
-
     fifo = tmp_path / "pipes" / "fifo.npz"
     fifo.parent.mkdir()
     os.mkfifo(fifo)
@@ -371,8 +384,6 @@ def test_every_report_field_is_escaped(tmp_path: Path, capsys: pytest.CaptureFix
 def test_local_without_the_service_says_how_to_install(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sys
-
     _roll_case(tmp_path, "a.npz", np.array([2.0, np.inf, 0.1, 1.0]))
     monkeypatch.setitem(sys.modules, "app.http.verify", None)  # as if app were not installed
     assert main(["verify", "--local", str(tmp_path)]) == 2
