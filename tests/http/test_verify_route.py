@@ -379,7 +379,7 @@ async def test_case_files_carry_every_kind_of_attribute_and_input(
     inputs, an optional input left out; each equal now, and a bad attribute refused naming it."""
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     index = np.array([1], dtype=np.int64)
-    good = [
+    good: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
         ("reverse", {"data": x, "axis": index}, {"output": x[:, ::-1]}, {"mode": "index"}),
         (
             "split",
@@ -407,13 +407,13 @@ async def test_case_files_carry_every_kind_of_attribute_and_input(
         )
         assert answer.status_code == 200, (op, answer.text)
         assert answer.json()["equal"] is True, (op, answer.json())
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         ({"mode": "both"}, 'mode must be one of "index", "mask"'),
         ({"mode": 1}, "mode must be one of"),
         ({}, "missing attribute mode: reverse requires it"),
     ]
-    for attributes, words in refused:
-        body = encode_case("reverse", good[0][1], good[0][2], attributes)
+    for given, words in refused:
+        body = encode_case("reverse", good[0][1], good[0][2], given)
         answer = await client.post("/verify/reverse", content=body, headers=NPZ)
         assert answer.status_code == 422, answer.text
         (problem,) = answer.json()["detail"]
