@@ -45,6 +45,10 @@ SYSTEM_TIER = (
     "test_edges.py::test_shutdown_is_on_time_whatever_the_collector_does",
     "client/test_client_retry.py::test_a_replica_killed_mid_call_is_retried_on_the_other",
     "client/test_verify_command.py::test_a_few_thousand_cases",
+    # Every op's verify in every element type on every way in (the default tier runs a sample).
+    "transports/test_every_op_verify.py::test_the_whole_matrix_on_the_routes",
+    "transports/test_every_op_verify.py::test_the_whole_matrix_through_the_client",
+    "transports/test_every_op_verify.py::test_the_whole_matrix_through_the_command",
 )
 _TESTS = Path(__file__).resolve().parent
 

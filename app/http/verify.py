@@ -23,9 +23,10 @@ from app.errors import Fault, ServiceError, from_wire, quote
 from app.http.errors import ErrorBody, render_detail
 from app.http.op_routes import JSON_TYPE, NPZ_TYPE, JsonExchange, media_type
 from app.http.responses import serve_http
+from app.ops.declaration import AttributeRefusedError
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
-from app.registry import REGISTRY, Op
+from app.registry import REGISTRY, Op, version_of, versions
 from tensor_ops_wire.cases import decode_case
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npz import inflated_size
@@ -38,7 +39,7 @@ from tensor_ops_wire.verdict import (
 )
 
 #: The fields a verify request's JSON body has beside the op's own.
-VERIFY_FIELDS = ("outputs", "tolerance")
+VERIFY_FIELDS = ("outputs", "tolerance", "version")
 #: A candidate output given as an object: its tensor and, optionally, its element type.
 _CANDIDATE_KEYS = frozenset({"data", "dtype"})
 #: Bytes a comparison holds per element of its largest chunk (the mask, the mismatches' indices
@@ -76,11 +77,28 @@ def _compare_bytes(job: Job, candidates: dict[str, npt.NDArray[Any]]) -> int:
     return job.output_bytes + chunk + copies
 
 
+def versioned(op: Op, version: object, where: tuple[str, ...]) -> Op:
+    """``op`` at ``version`` (its opset version as a string, "7"; None: the newest); a version
+    the service does not serve is refused 404, naming those it does, as an unknown model
+    version is."""
+    if version is None:
+        return op
+    found = version_of(op.name, version) if isinstance(version, str) and version else None
+    if found is None:
+        served = ", ".join(str(number) for number in versions(op.name))
+        raise ServiceError(
+            Fault.NOT_FOUND,
+            where,
+            f"{op.name} has no version {quote(str(version))}; versions served: {served}",
+        )
+    return found
+
+
 def _tolerance(value: object, where: tuple[str, ...]) -> Tolerance:
     try:
         return parse_tolerance(value)
     except ToleranceError as error:
-        loc = (*where, *error.field.split("."))
+        loc = (*where, *error.loc)  # a client's key is one element, dots and all
         raise ServiceError(Fault.INVALID_FIELD, loc, error.message) from None
 
 
@@ -114,6 +132,10 @@ class JsonVerifyExchange:
         assert self.request.json is not None
         payload = self.request.json.parse()
         present = {name: payload.pop(name) for name in VERIFY_FIELDS if name in payload}
+        op = versioned(self.op, present.get("version"), ("body", "version"))
+        if op is not self.op:  # another version's request: its own inputs and attributes
+            self.op = op
+            self.request = JsonExchange(op, raw_npy=True)
         self.request.json = _Envelope(payload)
         job = self.request.decode(limits)  # the op's own refusals, as its route gives them
         if "outputs" not in present:
@@ -200,20 +222,21 @@ class NpzVerifyExchange:
                 ("body", "meta", "op"),
                 f"the case is of op {quote(case.op)}, sent to /verify/{op.name}",
             )
+        op = self.op = versioned(op, case.version, ("body", "meta", "version"))
         for name in case.inputs:
-            if name not in op.input_names:
+            if op.input_for(name) is None:  # Concat's data_0, data_1... are its input data
                 raise ServiceError(
                     Fault.UNKNOWN_INPUT,
                     ("body", f"input.{name}"),
-                    f"{op.name} has no input {quote(name)}; inputs: {', '.join(op.input_names)}",
+                    f"{op.name} has no input {quote(name)}; inputs: {op.input_words}",
                 )
-        for name in op.input_names:
-            if name not in case.inputs:
-                raise ServiceError(
-                    Fault.MISSING_INPUT,
-                    ("body", f"input.{name}"),
-                    f".npz archive has no member 'input.{name}'",
-                )
+        missing = op.missing_input(case.inputs)  # an optional input left out takes its default
+        if missing is not None:
+            raise ServiceError(
+                Fault.MISSING_INPUT,
+                ("body", f"input.{missing}"),
+                f".npz archive has no member 'input.{missing}'; {op.name} takes {op.input_words}",
+            )
         job = make_job(op, case.inputs, self._attributes(case.attributes), limits)
         self.candidates = case.outputs
         self.tolerance = _tolerance(case.tolerance, ("body", "meta"))
@@ -230,15 +253,22 @@ class NpzVerifyExchange:
                 )
         attributes = {}
         for name, item in declared.items():
-            value = given.get(name, item.default)
-            # Of the kind of its default (an integer today; a string attribute's a string).
-            if isinstance(value, bool) or not isinstance(value, type(item.default)):
-                raise ServiceError(
-                    Fault.INVALID_FIELD,
-                    ("body", "meta", "attributes", name),
-                    f"{name} must be of type {type(item.default).__name__}",
-                )
-            attributes[name] = value
+            where = ("body", "meta", "attributes", name)
+            if name not in given:
+                if item.required:
+                    raise ServiceError(
+                        Fault.MISSING_INPUT,
+                        where,
+                        f"missing attribute {name}: {self.op.name} requires it ({item.kind_words})",
+                    )
+                attributes[name] = item.default
+                continue
+            # The attribute's own rule (an int64, one of an enumeration's strings), as the op
+            # routes apply it.
+            try:
+                attributes[name] = item.accept(given[name])
+            except AttributeRefusedError as refusal:
+                raise ServiceError(Fault.INVALID_FIELD, where, f"{name} {refusal}") from None
         return attributes
 
     def encoding_bytes(self, job: Job) -> int:
@@ -246,6 +276,28 @@ class NpzVerifyExchange:
 
     def encode(self, job: Job) -> Answer:
         return _verdict_answer(job, self.candidates, self.tolerance)
+
+
+def judge_case(op_name: str, case_body: bytes, settings: Any) -> dict[str, Any]:
+    """The verdict on a case file's bytes, in this process, as ``POST /verify/{op}`` gives it
+        (``tensor-ops verify --local``): the same decoding, checks and comparison, without the
+        service's admission (the caller holds the case already). ``op_name`` is the route's op; the
+    op's refusal is raised as the
+        route's ``ServiceError``; ``settings`` gives the limits."""
+    op = REGISTRY.get(op_name)
+    if op is None:
+        raise ServiceError(
+            Fault.NOT_FOUND,
+            ("path", "op"),
+            f"op {quote(op_name)} is not served here; ops: {', '.join(REGISTRY)}",
+        )
+    exchange = NpzVerifyExchange(op, settings.max_body_bytes)
+    exchange.prepare(case_body)
+    job = exchange.decode(Limits.of(settings))
+    verdict: dict[str, Any] = compare(
+        reference_outputs(job), exchange.candidates, exchange.tolerance
+    )
+    return verdict
 
 
 def verify_exchange(op: Op, request: Request, max_body_bytes: int) -> Exchange:

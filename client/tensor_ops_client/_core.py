@@ -33,7 +33,7 @@ from tensor_ops_client._retry import Attempts, Retry
 from tensor_ops_client._shm import shared_memory_plan
 from tensor_ops_client._verdict import Verdict, read_verdict, verify_request
 from tensor_ops_wire.ops import AttributeValue
-from tensor_ops_wire.verdict import parse_tolerance
+from tensor_ops_wire.verdict import parse_tolerance, tolerance_json
 
 Transport = Literal["npz", "json", "v2", "grpc"]
 TRANSPORTS: tuple[Transport, ...] = ("npz", "json", "v2", "grpc")
@@ -243,14 +243,18 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         inputs: Mapping[str, npt.ArrayLike],
         outputs: Mapping[str, npt.ArrayLike],
         attributes: Mapping[str, Any] | None = None,
-        tolerance: Mapping[str, Any] | None = None,
+        tolerance: Mapping[str, Any] | str | None = None,
+        *,
+        version: str | int | None = None,
     ) -> VerdictT:
         """Whether ``outputs`` (what a device computed, by output name) are what the op gives
         for ``inputs`` and ``attributes``: a ``Verdict`` (``POST /verify/{op}``).
 
         Bit for bit by default; ``tolerance`` may be ``{"ulp": N}``, ``{"atol": x, "rtol":
         y}``, ``{"nan_payload": "ignore"}``, ``{"signed_zero": "ignore"}``, combined in one
-        mapping (a bad one raises ValueError before anything is sent). A wrong shape, type or
+        mapping, or a preset's name (``"ieee"``: docs/verify.md lists them; a bad one raises
+        ValueError before anything is sent). ``version`` is the op's opset version (None: the
+        newest). A wrong shape, type or
         element is the verdict's (``equal`` False), a request the op refuses the op's own
         ``TensorOpsError``. ``transport="json"`` sends base64 ``.npy`` in JSON; every other
         transport sends a case file (``.npz``) over HTTP, as V2 and gRPC have no message for a
@@ -268,7 +272,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         """
         return cast(
             VerdictT,
-            self._run(self._verify_plan(op, inputs, outputs, attributes or {}, tolerance)),
+            self._run(self._verify_plan(op, inputs, outputs, attributes or {}, tolerance, version)),
         )
 
     def roll(self, data: npt.ArrayLike, shift: npt.ArrayLike, axes: npt.ArrayLike) -> ArrayT:
@@ -365,13 +369,23 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         inputs: Mapping[str, npt.ArrayLike],
         outputs: Mapping[str, npt.ArrayLike],
         attributes: Mapping[str, Any],
-        tolerance: Mapping[str, Any] | None,
+        tolerance: Mapping[str, Any] | str | None,
+        version: str | int | None,
     ) -> Plan[Verdict]:
         check_call(op, inputs, attributes)
         check_call(op, outputs, {})
-        parse_tolerance(tolerance)  # a ToleranceError (ValueError) before anything is sent
+        # A ToleranceError (ValueError) before anything is sent; a preset sent as what it is.
+        rule = None if tolerance is None else tolerance_json(parse_tolerance(tolerance))
         arrays, candidates = tensors_of(inputs), tensors_of(outputs)
-        request = verify_request(op, arrays, candidates, attributes, tolerance, self.transport)
+        request = verify_request(
+            op,
+            arrays,
+            candidates,
+            attributes,
+            rule,
+            self.transport,
+            None if version is None else str(version),
+        )
         request.headers.update(self._auth)
 
         def read(answer: HttpAnswer) -> Verdict:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
-from tensor_ops_client._http import HttpRequest
+from tensor_ops_client._http import HttpRequest, data_type
 from tensor_ops_wire.b64 import b64encode
 from tensor_ops_wire.cases import encode_case
 from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, element_type_of
@@ -136,10 +136,11 @@ def verify_request(
     attributes: Mapping[str, Any],
     tolerance: Mapping[str, Any] | None,
     transport: str,
+    version: str | None = None,
 ) -> HttpRequest:
     """The ``POST /verify/{op}`` of one verify call over ``transport``."""
     if transport != "json":
-        body = encode_case(op, inputs, outputs, attributes, tolerance)
+        body = encode_case(op, inputs, outputs, attributes, tolerance, version=version)
         headers = {"content-type": NPZ_TYPE, "accept": JSON_TYPE}
         return HttpRequest("POST", f"/verify/{op}", body, headers)
     # Base64 needs no escaping in a JSON string: the encoded files go in as they are, one join
@@ -148,8 +149,9 @@ def verify_request(
     for name, tensor in inputs.items():
         members.append(b"".join([_key(name), b'"', _npy_text(tensor), b'"']))
     members += [_key(name) + json.dumps(value).encode() for name, value in attributes.items()]
-    data = inputs.get("data")
-    if data is not None and data.dtype == BFLOAT16:
+    # The type source may be named other than data (Transpose's arg, Concat's data_0): any
+    # bfloat16 input says so, or its 2-byte .npy would be read as uint16.
+    if data_type(inputs) == BFLOAT16:
         members.append(b'"dtype":"bfloat16"')
     candidates = []
     for name, tensor in outputs.items():
@@ -161,6 +163,8 @@ def verify_request(
     members.append(b'"outputs":{' + b",".join(candidates) + b"}")
     if tolerance is not None:
         members.append(b'"tolerance":' + json.dumps(dict(tolerance)).encode())
+    if version is not None:
+        members.append(b'"version":' + json.dumps(version).encode())
     headers = {"content-type": JSON_TYPE, "accept": JSON_TYPE}
     body = b"{" + b",".join(members) + b"}"
     return HttpRequest("POST", f"/verify/{op}", body, headers)

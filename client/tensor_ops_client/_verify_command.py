@@ -1,95 +1,82 @@
-"""``tensor-ops verify CASES...``: a harness in one command, with JUnit XML and Markdown reports.
+"""``tensor-ops verify PATH...``: a harness in one command, with a summary, JUnit XML and Markdown.
 
-Each case file (``write_case``) is sent to ``POST /verify/{op}``, several at a time, each call
-retried as the service options say; every case ends in one of five outcomes:
+Each case file (``write_case``) is sent to ``POST /verify/{op}`` (or judged in this process,
+``--local``), several at a time, each call retried as the service options say; every case ends
+in one of these outcomes (``_verify_reports.OUTCOMES``):
 
 - ``equal``: the verdict says the candidate is the op's output (under the case's tolerance);
-- ``mismatched``: the verdict says it is not (a wrong element, shape, type or output name);
+- ``not_equal``: the verdict says it is not (a wrong element, shape, type or output name);
+- ``waived``: not equal, but every mismatched element is a known issue (``--waivers``);
+- ``device_failed``: the case says the device failed (``write_case(..., device_error=)``);
 - ``refused``: the op refused the case's inputs (the service's 4xx: the case itself is wrong);
 - ``unreachable``: no verdict came (no connection, a timeout, a 5xx, after the retries);
 - ``unreadable``: the file is no case file.
 
-Exit status: 0 when every case is equal; 1 when any is mismatched; else 3 when any was refused,
-4 when any could not be sent, 2 when a file could not be read (or no case was found).
+Exit status: 0 when every case is equal or waived; 1 when any is not equal or its device
+failed; else 3 when any was refused, 4 when any could not be sent, 2 when a file could not be
+read, no case was found, or a PATH is no regular file or folder or is beyond the case limit.
 """
 
 import argparse
 import json
-import socket
+import os
+import stat
 import sys
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from types import TracebackType
+from typing import Any
 
-from tensor_ops_client._cases import Case, CaseError, read_case
+from tensor_ops_client._cases import CASE_LIMIT, Case, CaseError, read_case
 from tensor_ops_client._errors import TensorOpsError
+from tensor_ops_client._http import failure
 from tensor_ops_client._verdict import Verdict
-from tensor_ops_wire.verdict import ToleranceError, parse_tolerance
+from tensor_ops_client._verify_reports import (
+    Outcome,
+    markdown,
+    print_report,
+    report_text,
+    tally,
+    write_junit,
+)
+from tensor_ops_client._waivers import Waiver, WaiverError, read_waivers, waive
+from tensor_ops_wire.cases import encode_case
+from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name, element_type_of
+from tensor_ops_wire.verdict import PRESETS, ToleranceError, parse_tolerance, tolerance_json
 
-OUTCOMES = ("equal", "mismatched", "refused", "unreachable", "unreadable")
 #: Exit statuses (the command line's own: 0 done, 2 usage, 3 refused, 4 no answer; 1 here).
-OK, MISMATCHED, USAGE, REFUSED, UNREACHABLE = 0, 1, 2, 3, 4
-#: Cases whose details are printed on stdout; the rest are in the reports.
-SHOWN_FAILURES = 20
+OK, NOT_EQUAL, USAGE, REFUSED, UNREACHABLE = 0, 1, 2, 3, 4
 DEFAULT_JOBS = 4
+#: What to install for ``--local`` (the service's distribution beside the client).
+LOCAL_INSTALL = (
+    "--local judges in this process and needs the service's package (app) installed beside "
+    "the client: pip install tensor-ops (from the service's source: pip install .)"
+)
 
 EPILOG = f"""\
 examples:
   tensor-ops verify cases/                              # every .npz under cases/, recursively
   tensor-ops verify cases/ --junit report.xml --markdown summary.md --jobs 8
+  tensor-ops verify cases/ --waivers known.toml --op gather,roll --dtype float64
+  tensor-ops verify cases/ --local                      # no service: judged in this process
   tensor-ops verify roll-1.npz --tolerance '{{"ulp": 1}}'
+  tensor-ops verify cases/ --tolerance ieee             # a named preset
 
 Case files: tensor_ops_client.write_case(path, op, inputs, outputs, attributes); the layout is
-in docs/verify.md. A case's own tolerance applies unless --tolerance is given.
+in docs/verify.md. A case's own tolerance applies unless --tolerance is given. Presets:
+{", ".join(PRESETS)}.
 
 exit status:
-  {OK}  every case equal
-  {MISMATCHED}  some case not equal (a wrong element, shape, type or output)
-  {USAGE}  no mismatch, but a file is no case file (or no case was found, or a bad option)
-  {REFUSED}  no mismatch, but the op refused some case's inputs
-  {UNREACHABLE}  no mismatch, but some case could not be sent (no answer after the retries)
+  {OK}  every case equal (or waived)
+  {NOT_EQUAL}  some case not equal (a wrong element, shape, type or output), or its device failed
+  {USAGE}  none of those, but a file is no case file (or no case was found, a PATH is no regular
+     file or folder or beyond the case limit, or a bad option)
+  {REFUSED}  none of those, but the op refused some case's inputs
+  {UNREACHABLE}  none of those, but some case could not be sent (no answer after the retries)
 """
-
-
-@dataclass
-class Outcome:
-    """What became of one case file."""
-
-    path: Path
-    name: str
-    outcome: str
-    seconds: float = 0.0
-    op: str = ""
-    verdict: Verdict | None = None
-    #: The refusal's or failure's words (refused, unreachable, unreadable).
-    message: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def summary(self) -> str:
-        """One line saying what differs (or why there is no verdict)."""
-        if self.verdict is None:
-            return self.message
-        parts = []
-        for output in self.verdict.outputs:
-            if output.equal:
-                continue
-            words = f"{output.name}: {output.why or 'differs'}"
-            if output.max_ulp:
-                words += f", up to {output.max_ulp} ULP"
-            if output.first:
-                first = output.first[0]
-                words += (
-                    f"; first at {first['index']}: expected {first['expected']} "
-                    f"({first['expected_bits']}), got {first['got']} ({first['got_bits']})"
-                )
-            parts.append(words)
-        return "; ".join(parts) or "equal"
 
 
 def add_verify_command(
@@ -117,12 +104,44 @@ def add_verify_command(
     sub.add_argument(
         "--tolerance",
         metavar="JSON",
-        help="the tolerance for every case, e.g. '{\"ulp\": 1}' (default: each case's own)",
+        help="the tolerance for every case: JSON, e.g. '{\"ulp\": 1}', or a preset's name "
+        "(default: each case's own)",
     )
     sub.add_argument(
         "--junit", metavar="FILE", help="write a JUnit XML report (one testcase a case)"
     )
     sub.add_argument("--markdown", metavar="FILE", help="write a Markdown summary")
+    sub.add_argument(
+        "--waivers",
+        metavar="FILE",
+        help="a TOML file of known issues ([[waiver]]: reason, op, dtype, cause, version)",
+    )
+    sub.add_argument(
+        "--op",
+        action="append",
+        type=_names,
+        metavar="NAMES",
+        help="only the cases of these ops (comma-separated; repeatable)",
+    )
+    sub.add_argument(
+        "--dtype",
+        action="append",
+        type=_dtypes,
+        metavar="TYPES",
+        help="only the cases of these element types (comma-separated; repeatable)",
+    )
+    sub.add_argument(
+        "--local",
+        action="store_true",
+        help="judge in this process, without a service (needs the service's package)",
+    )
+    sub.add_argument(
+        "--max-case-bytes",
+        type=_jobs,
+        default=CASE_LIMIT,
+        metavar="N",
+        help=f"the largest case file read (default: {CASE_LIMIT}, the service's body limit)",
+    )
 
 
 def _jobs(text: str) -> int:
@@ -131,29 +150,150 @@ def _jobs(text: str) -> int:
     return int(text)
 
 
-def find_cases(paths: Sequence[str]) -> list[Path]:
-    """The case files named: each file as given, each folder's ``.npz`` files (recursively,
-    sorted); a path that does not exist raises ``FileNotFoundError``."""
-    found: list[Path] = []
+def _names(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+def _dtypes(text: str) -> list[str]:
+    names = []
+    for name in _names(text):
+        try:
+            names.append(element_type_of(dtype_from_name(name)).numpy)
+        except UnknownDTypeError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return names
+
+
+class PathError(ValueError):
+    """A PATH the command does not read: no such file, no regular file or folder, too large."""
+
+
+def _kind(mode: int) -> str:
+    for test, words in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def _checked(path: Path, limit: int) -> None:
+    """Refuse (``PathError``) a path that is no regular file or is beyond ``limit`` bytes,
+    from its ``stat`` alone: nothing is opened."""
+    try:
+        info = path.stat()
+    except OSError as error:
+        raise PathError(f"{report_text(path)}: {error.strerror or error}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise PathError(f"{report_text(path)}: {_kind(info.st_mode)}, not a case file")
+    if info.st_size > limit:
+        raise PathError(
+            f"{report_text(path)}: {info.st_size} bytes, more than the case limit ({limit}; "
+            "--max-case-bytes)"
+        )
+
+
+def find_cases(paths: Sequence[str], limit: int = CASE_LIMIT) -> list[tuple[Path, str]]:
+    """The case files named, each with its name in the reports: a file as given (its name), a
+    folder's ``.npz`` files (recursively, sorted, symbolic links to folders not followed) by
+    their path relative to it. ``PathError`` for a PATH that does not exist, and for any file
+    that is no regular file or is beyond ``limit`` bytes (checked on ``stat``, unopened)."""
+    found: list[tuple[Path, str]] = []
     for given in paths:
         path = Path(given)
-        if path.is_dir():
-            found += sorted(item for item in path.rglob("*.npz") if item.is_file())
-        elif path.exists():
-            found.append(path)
+        try:
+            info = path.stat()
+        except OSError as error:
+            raise PathError(f"{report_text(given)}: {error.strerror or error}") from None
+        if stat.S_ISDIR(info.st_mode):
+            inside = []
+            for folder, subfolders, files in os.walk(path):
+                subfolders.sort()
+                inside += [Path(folder) / name for name in files if name.endswith(".npz")]
+            for item in sorted(inside):
+                _checked(item, limit)
+                found.append((item, item.relative_to(path).as_posix()))
         else:
-            raise FileNotFoundError(f"{given}: no such file or folder")
+            _checked(path, limit)
+            found.append((path, path.name))
     return found
 
 
-def verify_one(client: Any, path: Path, name: str, tolerance: Any) -> Outcome:
-    """Read one case and have it judged; never raises."""
+class LocalJudge:
+    """``--local``: the verdicts of ``POST /verify/{op}`` computed in this process, with the
+    service's own code (its package must be importable) and default settings."""
+
+    def __init__(self) -> None:
+        from app.http.verify import judge_case  # noqa: PLC0415
+        from app.settings import Settings  # noqa: PLC0415
+
+        self._judge = judge_case
+        self._settings = Settings()
+
+    def __enter__(self) -> "LocalJudge":
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        return None
+
+    def verify(
+        self,
+        op: str,
+        inputs: Any,
+        outputs: Any,
+        attributes: Any,
+        tolerance: Any,
+        *,
+        version: str | None = None,
+    ) -> Verdict:
+        from app.errors import ServiceError  # noqa: PLC0415
+
+        rule = None if tolerance is None else tolerance_json(parse_tolerance(tolerance))
+        body = encode_case(op, inputs, outputs, attributes, rule, version=version)
+        try:
+            return Verdict.of(self._judge(op, body, self._settings))
+        except ServiceError as error:
+            # The route's own error body, read as the client reads the service's.
+            detail = json.dumps({"detail": [problem.as_item() for problem in error.problems]})
+            raise failure(error.status, detail.encode(), {}) from None
+
+
+def local_judge() -> LocalJudge | None:
+    """The in-process judge, or None when the service's package is not installed here."""
+    try:
+        return LocalJudge()
+    except ImportError:
+        return None
+
+
+def verify_one(
+    client: Any,
+    path: Path,
+    name: str,
+    tolerance: Any,
+    keep: Callable[[Case], bool] = lambda case: True,
+) -> Outcome | None:
+    """Read one case and have it judged (None when the filters leave it out); never raises."""
     started = time.perf_counter()
     try:
         case: Case = read_case(path)
     except (CaseError, OSError) as error:
-        return Outcome(path, name, "unreadable", message=str(error).removeprefix(f"{path}: "))
-    outcome = Outcome(path, name, "unreadable", op=case.op)
+        message = str(error).removeprefix(f"{path}: ")
+        return Outcome(path, name, "unreadable", message=message)
+    if not keep(case):
+        return None
+    outcome = Outcome(path, name, "unreadable", op=case.op, dtype=case.dtype, version=case.version)
+    if case.device_error is not None:
+        outcome.outcome, outcome.message = "device_failed", case.device_error
+        return outcome
     try:
         verdict = client.verify(
             case.op,
@@ -161,6 +301,7 @@ def verify_one(client: Any, path: Path, name: str, tolerance: Any) -> Outcome:
             case.outputs,
             case.attributes,
             tolerance if tolerance is not None else case.tolerance,
+            version=case.version,
         )
     except TensorOpsError as error:
         reached = 400 <= error.status < 500
@@ -173,15 +314,15 @@ def verify_one(client: Any, path: Path, name: str, tolerance: Any) -> Outcome:
         outcome.message = str(error)
     else:
         outcome.verdict = verdict
-        outcome.outcome = "equal" if verdict.equal else "mismatched"
+        outcome.outcome = "equal" if verdict.equal else "not_equal"
     outcome.seconds = time.perf_counter() - started
     return outcome
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    counts = {kind: sum(1 for o in outcomes if o.outcome == kind) for kind in OUTCOMES}
-    if counts["mismatched"]:
-        return MISMATCHED
+    counts = tally(outcomes)
+    if counts["not_equal"] or counts["device_failed"]:
+        return NOT_EQUAL
     if counts["refused"]:
         return REFUSED
     if counts["unreachable"]:
@@ -189,6 +330,20 @@ def exit_status(outcomes: Sequence[Outcome]) -> int:
     if counts["unreadable"] or not outcomes:
         return USAGE
     return OK
+
+
+def _tolerance_option(text: str | None) -> Any:
+    if text is None:
+        return None
+    value: Any = text if text in PRESETS else json.loads(text)
+    parse_tolerance(value)
+    return value
+
+
+def _filter(args: argparse.Namespace) -> Callable[[Case], bool]:
+    ops = {name for names in args.op or [] for name in names}
+    dtypes = {name for names in args.dtype or [] for name in names}
+    return lambda case: (not ops or case.op in ops) and (not dtypes or case.dtype in dtypes)
 
 
 @contextmanager
@@ -219,7 +374,7 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[Outcome], None]]:
 
     def advance(outcome: Outcome) -> None:
         nonlocal failed
-        failed += outcome.outcome != "equal"
+        failed += outcome.outcome not in ("equal", "waived")
         bars.update(task, advance=1, failed=failed)
 
     with bars:
@@ -228,171 +383,64 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[Outcome], None]]:
 
 def run_verify(args: argparse.Namespace, make_client: Callable[[argparse.Namespace], Any]) -> int:
     """The ``verify`` command: its exit status."""
-    tolerance = None
-    if args.tolerance is not None:
+    try:
+        tolerance = _tolerance_option(args.tolerance)
+    except (ValueError, ToleranceError) as error:
+        print(f"tensor-ops: --tolerance: {error}", file=sys.stderr)
+        return USAGE
+    waivers: list[Waiver] = []
+    if args.waivers is not None:
         try:
-            tolerance = json.loads(args.tolerance)
-            parse_tolerance(tolerance)
-        except (ValueError, ToleranceError) as error:
-            print(f"tensor-ops: --tolerance: {error}", file=sys.stderr)
+            waivers = read_waivers(Path(args.waivers))
+        except WaiverError as error:
+            print(f"tensor-ops: --waivers: {report_text(error)}", file=sys.stderr)
             return USAGE
     try:
-        paths = find_cases(args.cases)
-    except FileNotFoundError as error:
+        found = find_cases(args.cases, args.max_case_bytes)
+    except PathError as error:
         print(f"tensor-ops: {error}", file=sys.stderr)
         return USAGE
-    if not paths:
+    if not found:
         print("tensor-ops: no case file (.npz) found", file=sys.stderr)
         return USAGE
-    names = _names(paths)
+    judge: Any
+    if args.local:
+        judge = local_judge()
+        if judge is None:
+            print(f"tensor-ops: {LOCAL_INSTALL}", file=sys.stderr)
+            return USAGE
+    else:
+        judge = make_client(args)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
+    keep = _filter(args)
     started = time.perf_counter()
     outcomes: list[Outcome] = []
     with (
-        make_client(args) as client,
-        _progress(show, len(paths)) as advance,
+        judge as client,
+        _progress(show, len(found)) as advance,
         ThreadPoolExecutor(max_workers=args.jobs) as pool,
     ):
         futures = [
-            pool.submit(verify_one, client, path, name, tolerance)
-            for path, name in zip(paths, names, strict=True)
+            pool.submit(verify_one, client, path, name, tolerance, keep) for path, name in found
         ]
         for future in futures:
             outcome = future.result()
+            if outcome is None:
+                continue
+            if outcome.outcome == "not_equal" and outcome.verdict is not None:
+                reasons = waive(
+                    waivers, outcome.op, outcome.dtype, outcome.version, outcome.verdict
+                )
+                if reasons is not None:
+                    outcome.outcome, outcome.reasons = "waived", reasons
             advance(outcome)
             outcomes.append(outcome)
     elapsed = time.perf_counter() - started
-    print_report(outcomes, elapsed, sys.stdout)
+    stale = [waiver.words() for waiver in waivers if not waiver.matched]
+    print_report(outcomes, elapsed, stale, sys.stdout)
+    status = exit_status(outcomes)
     if args.junit is not None:
         write_junit(outcomes, elapsed, Path(args.junit))
     if args.markdown is not None:
-        Path(args.markdown).write_text(markdown(outcomes, elapsed))
-    return exit_status(outcomes)
-
-
-def _names(paths: Sequence[Path]) -> list[str]:
-    """Each case's name in the reports: its path relative to the current folder when under it."""
-    here = Path.cwd()
-    names = []
-    for path in paths:
-        try:
-            names.append(path.resolve().relative_to(here).as_posix())
-        except ValueError:
-            names.append(path.as_posix())
-    return names
-
-
-def counts(outcomes: Sequence[Outcome]) -> dict[str, int]:
-    """Cases, and how many ended each way."""
-    return {
-        "cases": len(outcomes),
-        **{kind: sum(1 for o in outcomes if o.outcome == kind) for kind in OUTCOMES},
-    }
-
-
-_LABELS = {
-    "cases": "cases",
-    "equal": "equal",
-    "mismatched": "mismatched",
-    "refused": "refused by the op",
-    "unreachable": "failed to reach",
-    "unreadable": "unreadable",
-}
-
-
-def print_report(outcomes: Sequence[Outcome], elapsed: float, out: TextIO) -> None:
-    """The cases not equal (the first few) and the summary table."""
-    failures = [o for o in outcomes if o.outcome != "equal"]
-    for outcome in failures[:SHOWN_FAILURES]:
-        print(f"{outcome.outcome.upper():<11} {outcome.name}: {outcome.summary()}", file=out)
-    if len(failures) > SHOWN_FAILURES:
-        print(f"... and {len(failures) - SHOWN_FAILURES} more (see --junit, --markdown)", file=out)
-    if failures:
-        print(file=out)
-    tally = counts(outcomes)
-    width = max(len(label) for label in _LABELS.values())
-    for key, label in _LABELS.items():
-        if key == "unreadable" and not tally[key]:
-            continue
-        print(f"{label:<{width}}  {tally[key]:>6}", file=out)
-    print(f"{'seconds':<{width}}  {elapsed:>6.1f}", file=out)
-
-
-def _xml_text(text: str) -> str:
-    # XML 1.0 has no place for most control characters: a message holding one keeps the rest.
-    return "".join(c if c in "\t\n\r" or ord(c) >= 0x20 else "?" for c in text)
-
-
-def write_junit(outcomes: Sequence[Outcome], elapsed: float, path: Path) -> None:
-    """A JUnit XML report: one testsuite, one testcase per case file; a ``failure`` for a case
-    not equal, an ``error`` for one refused, unreachable or unreadable (CI systems show them
-    apart)."""
-    tally = counts(outcomes)
-    errors = tally["refused"] + tally["unreachable"] + tally["unreadable"]
-    totals = {
-        "tests": str(tally["cases"]),
-        "failures": str(tally["mismatched"]),
-        "errors": str(errors),
-        "skipped": "0",
-        "time": f"{elapsed:.3f}",
-    }
-    root = ET.Element("testsuites", {"name": "tensor-ops verify", **totals})
-    suite = ET.SubElement(
-        root,
-        "testsuite",
-        {
-            "name": "tensor-ops verify",
-            **totals,
-            "timestamp": datetime.now(UTC).replace(tzinfo=None).isoformat(timespec="seconds"),
-            "hostname": socket.gethostname(),
-        },
-    )
-    for outcome in outcomes:
-        case = ET.SubElement(
-            suite,
-            "testcase",
-            {
-                "name": _xml_text(outcome.name),
-                "classname": f"tensor-ops.verify.{outcome.op or 'unknown'}",
-                "file": _xml_text(outcome.path.as_posix()),
-                "time": f"{outcome.seconds:.3f}",
-            },
-        )
-        if outcome.outcome == "mismatched":
-            assert outcome.verdict is not None
-            failure = ET.SubElement(
-                case, "failure", {"message": _xml_text(outcome.summary()), "type": "mismatched"}
-            )
-            failure.text = json.dumps(outcome.verdict.as_dict(), indent=2)
-        elif outcome.outcome != "equal":
-            error = ET.SubElement(
-                case, "error", {"message": _xml_text(outcome.message), "type": outcome.outcome}
-            )
-            error.text = _xml_text(outcome.message)
-    ET.indent(root)
-    path.write_bytes(ET.tostring(root, encoding="utf-8", xml_declaration=True) + b"\n")
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def markdown(outcomes: Sequence[Outcome], elapsed: float) -> str:
-    """A Markdown summary for a pull request: the counts, then each case not equal."""
-    tally = counts(outcomes)
-    verdict = "all equal" if exit_status(outcomes) == OK else "**not all equal**"
-    lines = [
-        f"## tensor-ops verify: {verdict}",
-        "",
-        "| " + " | ".join(_LABELS[key] for key in _LABELS) + " | seconds |",
-        "|" + "---:|" * (len(_LABELS) + 1),
-        "| " + " | ".join(str(tally[key]) for key in _LABELS) + f" | {elapsed:.1f} |",
-    ]
-    failures = [o for o in outcomes if o.outcome != "equal"]
-    if failures:
-        lines += ["", "| case | op | outcome | what |", "|---|---|---|---|"]
-        lines += [
-            f"| `{_cell(o.name)}` | {o.op or ''} | {o.outcome} | {_cell(o.summary())} |"
-            for o in failures
-        ]
-    return "\n".join(lines) + "\n"
+        Path(args.markdown).write_text(markdown(outcomes, elapsed, stale, status == OK))
+    return status

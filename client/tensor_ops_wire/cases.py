@@ -6,10 +6,13 @@ The layout (docs/verify.md), which is also the ``.npz`` body of ``POST /verify/{
 - ``output.<name>.npy``: each candidate output, by the op's output name (``output.output``,
   ``output.output_0``...);
 - ``meta.npy`` (optional in a request body): a 1-D ``uint8`` array holding UTF-8 JSON,
-  ``{"format": "tensor-ops-case/1", "op": NAME, "attributes": {...}, "tolerance": {...},
-  "dtypes": {"input.data": "bfloat16", ...}}``. ``dtypes`` names each member's element type,
-  which is how a bfloat16 member (written as 2-byte ``<u2`` elements, as every ``.npy`` of
-  bfloat16 is) is read back as bfloat16.
+  ``{"format": "tensor-ops-case/1", "op": NAME, "version": "8", "attributes": {...},
+  "tolerance": {...}, "device_error": "...", "dtypes": {"input.data": "bfloat16", ...}}``.
+  ``dtypes`` names each member's element type, which is how a bfloat16 member (written as
+  2-byte ``<u2`` elements, as every ``.npy`` of bfloat16 is) is read back as bfloat16;
+  ``version`` (the op's opset version) and ``device_error`` (what a device that failed did)
+  are there when given. It is at most ``META_LIMIT`` bytes, checked on the archive's directory
+  before it is read: JSON's objects cost many times its text, and it is never counted.
 
 Every member is a plain ``.npy`` that ``np.load`` reads with ``allow_pickle=False``; nothing is
 ever unpickled.
@@ -31,11 +34,18 @@ from tensor_ops_wire.dtypes import (
     shown,
 )
 from tensor_ops_wire.errors import TensorError, WireFault, unacceptable, undecodable
-from tensor_ops_wire.npz import decode_npz, encode_npz, member_names
+from tensor_ops_wire.npz import decode_npz, encode_npz, member_names, member_size
 
 FORMAT = "tensor-ops-case/1"
 INPUT, OUTPUT, META = "input.", "output.", "meta"
-_META_KEYS = frozenset({"format", "op", "attributes", "tolerance", "dtypes"})
+_META_KEYS = frozenset(
+    {"format", "op", "version", "attributes", "tolerance", "device_error", "dtypes"}
+)
+#: The largest ``meta`` member, its ``.npy`` header included: an op's name and attributes, a
+#: tolerance, a device's error and one type name per member fit many times over.
+META_LIMIT = 64 * 1024
+#: The longest ``device_error`` a case keeps (a longer one is cut, its length said).
+DEVICE_ERROR_LIMIT = 4096
 _LAYOUT = ("input.<name>", "output.<name>", "meta")
 
 
@@ -49,6 +59,10 @@ class WireCase:
     attributes: dict[str, Any] = field(default_factory=dict)
     #: The tolerance's JSON form, or None (bit-equal).
     tolerance: Any = None
+    #: What the device did instead of answering (it crashed, refused...), or None.
+    device_error: str | None = None
+    #: The op's version (its opset's, as a string), or None: the newest.
+    version: str | None = None
 
 
 def _type_name(dtype: np.dtype[Any]) -> str:
@@ -64,9 +78,12 @@ def encode_case(
     outputs: Mapping[str, npt.ArrayLike],
     attributes: Mapping[str, Any] | None = None,
     tolerance: Any = None,
+    *,
+    device_error: str | None = None,
+    version: str | None = None,
 ) -> bytes:
     """The bytes of a case file (an uncompressed ``.npz``); refuses (ValueError) an element
-    type no case can carry."""
+    type no case can carry, or a meta beyond ``META_LIMIT``."""
     members: dict[str, npt.NDArray[Any]] = {}
     dtypes: dict[str, str] = {}
     for prefix, arrays in ((INPUT, inputs), (OUTPUT, outputs)):
@@ -76,12 +93,26 @@ def encode_case(
                 raise ValueError(f"{prefix}{name}: element type {array.dtype} cannot be written")
             members[prefix + name] = array
             dtypes[prefix + name] = _type_name(array.dtype)
-    meta: dict[str, Any] = {"format": FORMAT, "op": op, "attributes": dict(attributes or {})}
+    meta: dict[str, Any] = {"format": FORMAT, "op": op}
+    if version is not None:
+        meta["version"] = str(version)
+    meta["attributes"] = dict(attributes or {})
     if tolerance is not None:
         meta["tolerance"] = tolerance
+    if device_error is not None:
+        meta["device_error"] = _cut_device_error(str(device_error))
     meta["dtypes"] = dtypes
-    members[META] = np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(), dtype=np.uint8)
+    text = json.dumps(meta, separators=(",", ":")).encode()
+    if len(text) > META_LIMIT - 128:  # the .npy header's room
+        raise ValueError(f"meta: {len(text)} bytes of JSON, more than a case holds ({META_LIMIT})")
+    members[META] = np.frombuffer(text, dtype=np.uint8)
     return encode_npz(members)
+
+
+def _cut_device_error(text: str) -> str:
+    if len(text) <= DEVICE_ERROR_LIMIT:
+        return text
+    return f"{text[:DEVICE_ERROR_LIMIT]}... ({len(text)} characters)"
 
 
 def decode_case(body: bytes | bytearray | memoryview, *, max_bytes: int) -> WireCase:
@@ -97,6 +128,14 @@ def decode_case(body: bytes | bytearray | memoryview, *, max_bytes: int) -> Wire
                 f".npz member {shown(name)} is none of input.<name>, output.<name>, meta",
                 WireFault.UNEXPECTED,
                 field=name,
+            )
+    if META in names:
+        size = member_size(body, META)
+        if size > META_LIMIT:
+            raise TensorError(
+                f"meta: {size} bytes, more than a case's meta holds ({META_LIMIT})",
+                WireFault.TOO_LARGE,
+                "meta",
             )
     arrays = decode_npz(body, names, max_bytes=max_bytes)
     meta = _meta(arrays.pop(META, None))
@@ -117,12 +156,22 @@ def decode_case(body: bytes | bytearray | memoryview, *, max_bytes: int) -> Wire
         raise TensorError("meta: op must be a string", WireFault.UNACCEPTABLE, "meta")
     if not isinstance(attributes, dict):
         raise TensorError("meta: attributes must be an object", WireFault.UNACCEPTABLE, "meta")
+    device_error = meta.get("device_error")
+    if device_error is not None and not isinstance(device_error, str):
+        raise TensorError("meta: device_error must be a string", WireFault.UNACCEPTABLE, "meta")
+    version = meta.get("version")
+    if version is not None and not (isinstance(version, str) and version.isdigit()):
+        raise TensorError(
+            'meta: version must be a string of digits ("8")', WireFault.UNACCEPTABLE, "meta"
+        )
     return WireCase(
         op,
         {name[len(INPUT) :]: a for name, a in arrays.items() if name.startswith(INPUT)},
         {name[len(OUTPUT) :]: a for name, a in arrays.items() if name.startswith(OUTPUT)},
         attributes,
         meta.get("tolerance"),
+        device_error,
+        version,
     )
 
 

@@ -171,6 +171,18 @@ def member_names(
     return tuple(info.filename.removesuffix(".npy") for info in members)
 
 
+def member_size(body: bytes | bytearray | memoryview, name: str) -> int:
+    """The size the directory declares for member ``name`` (``.npy`` cut off) once inflated,
+    the largest if it is listed twice; 0 when it is absent or the body is no zip. The inflating
+    never goes past it (``decode_npz``), so a member can be refused on its size unread."""
+    try:
+        members = zipfile.ZipFile(_ViewFile(body)).infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError, OSError):
+        return 0
+    sizes = [info.file_size for info in members if info.filename.removesuffix(".npy") == name]
+    return max(sizes, default=0)
+
+
 def inflated_size(body: bytes | bytearray | memoryview, names: tuple[str, ...]) -> int:
     """What the compressed members of an ``.npz`` declare they inflate to (0 if not a zip).
 

@@ -39,7 +39,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from tensor_ops_wire.dtypes import BFLOAT16, QUOTE_LIMIT, UnknownDTypeError, element_type_of
+from tensor_ops_wire.dtypes import (
+    BFLOAT16,
+    QUOTE_LIMIT,
+    UnknownDTypeError,
+    element_type_of,
+    shown,
+)
 
 #: Elements compared at a time: the mismatch mask of one chunk is all the workspace there is.
 CHUNK_ELEMENTS = 1 << 20
@@ -50,6 +56,21 @@ EXTRA_LIMIT = 10
 #: What ``nan_payload`` and ``signed_zero`` may be.
 _IGNORE_OR_COMPARE = ("ignore", "compare")
 _TOLERANCE_KEYS = ("ulp", "atol", "rtol", "nan_payload", "signed_zero")
+#: Why an element differs, each mismatch counted under exactly one (shared/api.md section 10),
+#: tried in this order: the first that explains it is its cause.
+CAUSES = (
+    "narrowed_to_32_bits",
+    "nan_quieted",
+    "nan_payload",
+    "signed_zero",
+    "saturated",
+    "through_float32",
+    "through_float16",
+    "through_bfloat16",
+    "flushed_subnormal",
+    "other",
+)
+_FLOAT_TYPES = (np.dtype(np.float16), BFLOAT16, np.dtype(np.float32), np.dtype(np.float64))
 _UNSIGNED: dict[int, np.dtype[Any]] = {
     1: np.dtype(np.uint8),
     2: np.dtype(np.uint16),
@@ -59,11 +80,14 @@ _UNSIGNED: dict[int, np.dtype[Any]] = {
 
 
 class ToleranceError(ValueError):
-    """A tolerance that cannot be applied; ``field`` names the part of it at fault."""
+    """A tolerance that cannot be applied; ``loc`` is the path to the part of it at fault
+    (``("tolerance", "ulp")``: a key is one element, dots and all), ``field`` that path in
+    words."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
+    def __init__(self, loc: tuple[str, ...], message: str) -> None:
+        self.loc = loc
+        self.field = ".".join(loc)
+        super().__init__(f"{self.field}: {message}")
         self.message = message
 
 
@@ -110,6 +134,39 @@ class Tolerance:
         return rule
 
 
+#: Named tolerances (a tolerance may be given as one of these names; docs/verify.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    # Bit for bit, the default.
+    "exact": {},
+    # A NaN for a NaN, whatever its payload or sign.
+    "any_nan": {"nan_payload": "ignore"},
+    # Equal as IEEE 754 compares numbers (0.0 == -0.0), and a NaN equal to a NaN.
+    "ieee": {"nan_payload": "ignore", "signed_zero": "ignore"},
+    # One ULP either way (a last-bit rounding difference), NaNs as in "any_nan".
+    "ulp1": {"ulp": 1, "nan_payload": "ignore"},
+    # A float32 or float64 output computed at float16's or bfloat16's precision (a plugin's
+    # inference precision hint): within half a ULP of that type, relative (its unit roundoff).
+    "float16_precision": {"rtol": 2.0**-11, "nan_payload": "ignore", "signed_zero": "ignore"},
+    "bfloat16_precision": {"rtol": 2.0**-8, "nan_payload": "ignore", "signed_zero": "ignore"},
+}
+
+
+def tolerance_json(tolerance: Tolerance) -> dict[str, Any]:
+    """A tolerance's JSON form, as ``parse_tolerance`` takes it (a preset given by name)."""
+    form: dict[str, Any] = {}
+    if tolerance.ulp is not None:
+        form["ulp"] = tolerance.ulp
+    if tolerance.atol is not None:
+        form["atol"] = tolerance.atol
+    if tolerance.rtol is not None:
+        form["rtol"] = tolerance.rtol
+    if tolerance.ignore_nan_payload:
+        form["nan_payload"] = "ignore"
+    if tolerance.ignore_signed_zero:
+        form["signed_zero"] = "ignore"
+    return form
+
+
 def parse_tolerance(value: object, field: str = "tolerance") -> Tolerance:
     """The ``Tolerance`` a request's JSON ``tolerance`` asks for (None or ``{}``: bit-equal).
 
@@ -122,21 +179,30 @@ def parse_tolerance(value: object, field: str = "tolerance") -> Tolerance:
         return Tolerance()
     if isinstance(value, Tolerance):
         return value
+    if isinstance(value, str):
+        preset = PRESETS.get(value)
+        if preset is None:
+            raise ToleranceError(
+                (field,), f"{shown(value)} is no preset; presets: {', '.join(PRESETS)}"
+            )
+        return parse_tolerance(preset, field)
     if not isinstance(value, Mapping):
         raise ToleranceError(
-            field, 'must be an object such as {"ulp": 1} or {"atol": 1e-6, "rtol": 1e-5}'
+            (field,),
+            'must be an object such as {"ulp": 1} or {"atol": 1e-6, "rtol": 1e-5}, or a '
+            f"preset's name ({', '.join(PRESETS)})",
         )
     for key in value:
         if key not in _TOLERANCE_KEYS:
             raise ToleranceError(
-                f"{field}.{str(key)[:32]}",
+                (field, str(key)[:32]),
                 f"is not a tolerance; the keys are {', '.join(_TOLERANCE_KEYS)}",
             )
     ulp = value.get("ulp")
     if ulp is not None and (
         isinstance(ulp, bool) or not isinstance(ulp, int) or not 0 <= ulp < 1 << 64
     ):
-        raise ToleranceError(f"{field}.ulp", "must be an integer from 0 to 2**64 - 1")
+        raise ToleranceError((field, "ulp"), "must be an integer from 0 to 2**64 - 1")
     bounds = {}
     for key in ("atol", "rtol"):
         bound = value.get(key)
@@ -148,13 +214,13 @@ def parse_tolerance(value: object, field: str = "tolerance") -> Tolerance:
             or not math.isfinite(bound)
             or bound < 0
         ):
-            raise ToleranceError(f"{field}.{key}", "must be a finite number >= 0")
+            raise ToleranceError((field, key), "must be a finite number >= 0")
         bounds[key] = float(bound)
     ignored = {}
     for key in ("nan_payload", "signed_zero"):
         choice = value.get(key, "compare")
         if choice not in _IGNORE_OR_COMPARE:
-            raise ToleranceError(f"{field}.{key}", 'must be "ignore" or "compare"')
+            raise ToleranceError((field, key), 'must be "ignore" or "compare"')
         ignored[key] = choice == "ignore"
     return Tolerance(
         ulp=ulp,
@@ -190,12 +256,16 @@ class _FloatBits:
 
     sign: int
     infinity: int
+    #: The quiet bit of a NaN (the mantissa's highest): clear in a signalling NaN.
+    quiet: int
 
     @classmethod
     def of(cls, dtype: np.dtype[Any]) -> "_FloatBits":
         width = dtype.itemsize * 8
         infinity = int(np.array(np.inf, dtype=dtype).view(_UNSIGNED[dtype.itemsize]))
-        return cls(1 << (width - 1), infinity)
+        # Infinity's bits are the exponent's, all ones, above a mantissa of zeros.
+        mantissa_bits = (infinity & -infinity).bit_length() - 1
+        return cls(1 << (width - 1), infinity, 1 << (mantissa_bits - 1))
 
 
 class _Output:
@@ -214,6 +284,8 @@ class _Output:
         self.signed_zero_only = 0
         #: Flat indices of the first mismatches under the rule, with their bits.
         self.first: list[tuple[int, int, int]] = []
+        #: Mismatches under the rule, by cause (an index of CAUSES).
+        self.causes = np.zeros(len(CAUSES), dtype=np.int64)
 
     def add(self, start: int, expected: npt.NDArray[Any], got: npt.NDArray[Any]) -> None:
         """Compare one chunk (unsigned views of the same length), ``start`` its flat offset."""
@@ -230,6 +302,8 @@ class _Output:
                 kept = ~forgiven
                 where, e, g = where[kept], e[kept], g[kept]
         self.mismatches += len(where)
+        if len(where):
+            self.causes += np.bincount(causes_of(self.dtype, e, g), minlength=len(CAUSES))
         room = self.first_limit - len(self.first)
         if room > 0:
             self.first += [
@@ -282,6 +356,110 @@ class _Output:
                 bound = (tolerance.atol or 0.0) + (tolerance.rtol or 0.0) * np.abs(want)
                 forgiven |= numbers & (np.abs(have - want) <= bound)
         return forgiven
+
+
+def causes_of(
+    dtype: np.dtype[Any], expected: npt.NDArray[Any], got: npt.NDArray[Any]
+) -> npt.NDArray[np.intp]:
+    """Each mismatched element's cause, an index of ``CAUSES``: ``expected`` and ``got`` are
+    the differing elements' bits (unsigned integers of the item size, or wider)."""
+    e, g = expected.astype(np.uint64), got.astype(np.uint64)
+    cause = np.full(len(e), CAUSES.index("other"), dtype=np.intp)
+    if dtype.kind in "iu" and dtype.itemsize == 8:
+        low = e & np.uint64(0xFFFFFFFF)
+        signed = np.where(low >= np.uint64(1 << 31), low | np.uint64(0xFFFFFFFF00000000), low)
+        cause[(g == low) | (g == signed)] = CAUSES.index("narrowed_to_32_bits")
+        return cause
+    if not _floating(dtype):
+        return cause
+    layout = _FloatBits.of(dtype)
+    unsigned = _UNSIGNED[dtype.itemsize]
+    magnitude = np.uint64(layout.sign - 1)
+    infinity = np.uint64(layout.infinity)
+    e_mag, g_mag = e & magnitude, g & magnitude
+    e_nan, g_nan = e_mag > infinity, g_mag > infinity
+    with np.errstate(invalid="ignore"):  # a NaN widened
+        want = e.astype(unsigned).view(dtype).astype(np.float64)
+        have = g.astype(unsigned).view(dtype).astype(np.float64)
+    undecided = np.ones(len(e), dtype=bool)
+
+    def settle(name: str, found: npt.NDArray[np.bool_]) -> None:
+        chosen = undecided & found
+        cause[chosen] = CAUSES.index(name)
+        undecided[chosen] = False
+
+    quiet = np.uint64(layout.quiet)
+    both_nan = e_nan & g_nan
+    settle("nan_quieted", both_nan & ((e & quiet) == 0) & (g == (e | quiet)))
+    settle("nan_payload", both_nan)
+    settle("signed_zero", (e_mag == 0) & (g_mag == 0))
+    # An infinity as the largest finite value of this type or of a narrower one it went
+    # through (float32's 3.4028234663852886e+38 for a float64 inf), of the infinity's sign.
+    largest = [_largest(kind) for kind in _FLOAT_TYPES if kind.itemsize <= dtype.itemsize]
+    held = [value for value in largest if _holds(dtype, value)]
+    with np.errstate(invalid="ignore", over="ignore"):
+        saturated = (
+            (e_mag == infinity)
+            & np.isin(np.abs(have), held)
+            & (np.signbit(want) == np.signbit(have))
+        )
+        settle("saturated", saturated)
+        # A subnormal of this type returned as a zero; then rounding to float32 (a float64
+        # below float32's range is its zero); then a subnormal of a narrower type returned as
+        # a zero (flushed on the way); then rounding to the 16-bit types.
+        own_subnormal = (e_mag != 0) & (e_mag < np.uint64(layout.quiet << 1))
+        settle("flushed_subnormal", own_subnormal & (g_mag == 0))
+        finite = np.isfinite(want)
+        if dtype.itemsize > 4:
+            settle("through_float32", finite & _through(want, have, np.dtype(np.float32), dtype))
+        tiny = max(
+            _smallest_normal(kind) for kind in _FLOAT_TYPES if kind.itemsize <= dtype.itemsize
+        )
+        settle("flushed_subnormal", (e_mag != 0) & (np.abs(want) < tiny) & (g_mag == 0))
+        for name, narrow in (
+            ("through_float16", np.dtype(np.float16)),
+            ("through_bfloat16", BFLOAT16),
+        ):
+            if narrow.itemsize < dtype.itemsize:
+                settle(name, finite & _through(want, have, narrow, dtype))
+    return cause
+
+
+def _largest(dtype: np.dtype[Any]) -> float:
+    """The largest finite value of a floating type."""
+    infinity = int(np.array(np.inf, dtype=dtype).view(_UNSIGNED[dtype.itemsize]))
+    return float(np.array(infinity - 1).astype(_UNSIGNED[dtype.itemsize]).view(dtype))
+
+
+def _smallest_normal(dtype: np.dtype[Any]) -> float:
+    layout = _FloatBits.of(dtype)
+    return float(np.array(layout.quiet << 1).astype(_UNSIGNED[dtype.itemsize]).view(dtype))
+
+
+def _holds(dtype: np.dtype[Any], value: float) -> bool:
+    """Whether ``dtype`` holds ``value`` exactly."""
+    with np.errstate(over="ignore"):
+        return float(np.array(value).astype(dtype)) == value
+
+
+def _through(
+    want: npt.NDArray[np.float64],
+    have: npt.NDArray[np.float64],
+    narrow: np.dtype[Any],
+    dtype: np.dtype[Any],
+) -> npt.NDArray[np.bool_]:
+    """Whether each ``have`` is ``want`` rounded to ``narrow`` (to nearest, directly or through
+    float32; or clamped to its largest finite value when beyond it), same sign of zero."""
+    rounded = [want.astype(narrow).astype(np.float64)]
+    if narrow != np.float32:
+        rounded.append(want.astype(np.float32).astype(narrow).astype(np.float64))
+    largest = _largest(narrow)
+    clamped = np.where(np.abs(want) > largest, np.copysign(largest, want), want)
+    rounded.append(clamped.astype(narrow).astype(np.float64))
+    found = np.zeros(len(want), dtype=bool)
+    for value in rounded:
+        found |= (value == have) & (np.signbit(value) == np.signbit(have))
+    return found
 
 
 def _shown(bits: int, dtype: np.dtype[Any]) -> Any:
@@ -339,6 +517,7 @@ def compare_output(
         "mismatches": 0,
         "bit_mismatches": 0,
         "first": [],
+        "causes": {},
     }
     floating = expected is not None and _floating(expected.dtype)
     if floating:
@@ -379,6 +558,9 @@ def compare_output(
         ]
         detail = f" ({', '.join(kinds)})" if kinds else ""
         verdict["why"] = f"{tally.mismatches} of {want.size} elements differ{detail}"
+    verdict["causes"] = {
+        name: int(count) for name, count in zip(CAUSES, tally.causes, strict=True) if count
+    }
     dtype = expected.dtype
     verdict["first"] = [
         {

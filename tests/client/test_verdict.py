@@ -15,6 +15,7 @@ import pytest
 
 from tensor_ops_wire.verdict import (
     CHUNK_ELEMENTS,
+    PRESETS,
     Tolerance,
     ToleranceError,
     compare,
@@ -438,3 +439,104 @@ def test_no_numeric_tolerance_hides_a_zeros_sign_or_a_nan(tolerance: dict[str, A
         {**tolerance, "signed_zero": "ignore", "nan_payload": "ignore"},
     )
     assert forgiven["equal"] is True
+
+
+def _causes(expected: Any, got: Any) -> dict[str, int]:
+    verdict = compare({"output": np.asarray(expected)}, {"output": np.asarray(got)})
+    (output,) = verdict["outputs"]
+    assert sum(output["causes"].values()) == output["mismatches"]
+    causes: dict[str, int] = output["causes"]
+    return causes
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "cause"),
+    [
+        # A 64-bit integer as its low 32 bits, sign- or zero-extended.
+        (np.array([2**40 + 7], np.int64), np.array([7], np.int64), "narrowed_to_32_bits"),
+        (np.array([-(2**40) - 3], np.int64), np.array([-3], np.int64), "narrowed_to_32_bits"),
+        (np.array([2**63 + 2**31], np.uint64), np.array([2**31], np.uint64), "narrowed_to_32_bits"),
+        (np.array([2**40 + 7], np.int64), np.array([8], np.int64), "other"),
+        (np.array([0.1]), np.array([float(np.float32(0.1))]), "through_float32"),
+        (np.array([1e300]), np.array([F32_MAX]), "through_float32"),  # clamped on the way
+        (
+            np.array([0.1], np.float32),
+            np.array([0.1], np.float32).astype(np.float16).astype(np.float32),
+            "through_float16",
+        ),
+        (
+            np.array([0.1]),
+            np.array([0.1]).astype(ml_dtypes.bfloat16).astype(np.float64),
+            "through_bfloat16",
+        ),
+        (np.array([np.inf]), np.array([F32_MAX]), "saturated"),
+        (np.array([-np.inf], np.float32), np.array([-65504.0], np.float32), "saturated"),
+        (np.array([np.inf], np.float16), np.array([65504], np.float16), "saturated"),
+        (
+            np.array([0x7C01], np.uint16).view(np.float16),
+            np.array([0x7E01], np.uint16).view(np.float16),
+            "nan_quieted",
+        ),
+        (
+            np.array([0x7FF0000000000001], np.uint64).view(np.float64),
+            np.array([0x7FF8000000000001], np.uint64).view(np.float64),
+            "nan_quieted",
+        ),
+        (
+            np.array([0x7FC00000], np.uint32).view(np.float32),
+            np.array([0x7FC00001], np.uint32).view(np.float32),
+            "nan_payload",
+        ),
+        (
+            np.array([0x7C01], np.uint16).view(np.float16),
+            np.array([0x7E02], np.uint16).view(np.float16),
+            "nan_payload",
+        ),
+        (np.array([0.0], np.float32), np.array([-0.0], np.float32), "signed_zero"),
+        (np.array([5e-324]), np.array([0.0]), "flushed_subnormal"),
+        (np.array([1e-40], np.float32), np.array([-0.0], np.float32), "flushed_subnormal"),
+        # Below float32's range: float32's zero; a float32 subnormal as zero: flushed.
+        (np.array([1e-50]), np.array([0.0]), "through_float32"),
+        (np.array([1e-40]), np.array([0.0]), "flushed_subnormal"),
+        (np.array([1.0], np.float32), np.array([1.5], np.float32), "other"),
+        (np.array([np.nan], np.float32), np.array([1.0], np.float32), "other"),
+        (np.array([True]), np.array([False]), "other"),
+        (np.array([3], np.int32), np.array([4], np.int32), "other"),
+    ],
+)
+def test_each_mismatch_is_counted_under_its_cause(expected: Any, got: Any, cause: str) -> None:
+    assert _causes(expected, got) == {cause: 1}
+
+
+def test_causes_are_counted_once_each_and_none_for_a_wrong_shape() -> None:
+    rng = np.random.default_rng(5)
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int64, np.uint8):
+        width = np.dtype(dtype).itemsize
+        expected = rng.integers(0, 256, 4096 * width, dtype=np.uint8).view(dtype)
+        got = expected.copy()
+        flips = rng.integers(0, got.size, 300)
+        got.view(np.uint8)[flips * width + rng.integers(0, width, 300)] ^= np.uint8(1 << 3)
+        _causes(expected, got)  # asserts the counts add up to the mismatches
+    verdict = compare({"output": np.zeros(3)}, {"output": np.zeros(4)})
+    assert verdict["outputs"][0]["causes"] == {}
+
+
+def test_a_tolerance_may_be_a_preset_and_a_bad_key_is_one_element() -> None:
+    nan, other_nan = np.array([0x7FC00000, 0x7FC00001], np.uint32).view(np.float32)
+    assert compare({"o": np.array([nan])}, {"o": np.array([other_nan])}, "any_nan")["equal"]
+    assert compare({"o": np.array([0.0])}, {"o": np.array([-0.0])}, "ieee")["equal"]
+    assert not compare({"o": np.array([0.0])}, {"o": np.array([-0.0])}, "any_nan")["equal"]
+    near = np.array([0.1]).astype(ml_dtypes.bfloat16).astype(np.float32)
+    assert compare({"o": np.array([0.1], np.float32)}, {"o": near}, "bfloat16_precision")["equal"]
+    assert not compare({"o": np.array([0.1], np.float32)}, {"o": near}, "float16_precision")[
+        "equal"
+    ]
+    assert set(PRESETS) >= {"exact", "any_nan", "ieee", "ulp1"}
+    with pytest.raises(ToleranceError) as refused:
+        parse_tolerance({"u.l.p": 1})
+    assert refused.value.loc == ("tolerance", "u.l.p")
+    with pytest.raises(ToleranceError, match="is no preset; presets: exact"):
+        parse_tolerance("loose")

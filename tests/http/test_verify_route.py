@@ -2,6 +2,9 @@
 bodies); the op's own refusals unchanged; the candidate's bytes within the memory budget."""
 
 import hashlib
+import io
+import tracemalloc
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +15,9 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tensor_ops_wire.cases import encode_case
-from tensor_ops_wire.npy import encode_npy_base64
+from tensor_ops_wire.cases import META_LIMIT, decode_case, encode_case
+from tensor_ops_wire.errors import TensorError, WireFault
+from tensor_ops_wire.npy import encode_npy, encode_npy_base64
 
 pytestmark = pytest.mark.anyio
 
@@ -186,6 +190,23 @@ async def test_the_ops_refusal_of_an_npz_case_has_the_ops_status(client: httpx.A
             ["body", "tolerance", "ulps"],
         ),
         (
+            # A client's key is one element of the location, dots and all (issue 42.6).
+            {
+                "data": [1],
+                "shift": 1,
+                "axes": 0,
+                "outputs": {"output": [1]},
+                "tolerance": {"u.l.p": 1},
+            },
+            422,
+            ["body", "tolerance", "u.l.p"],
+        ),
+        (
+            {"data": [1], "shift": 1, "axes": 0, "outputs": {"output": [1]}, "version": "3"},
+            404,
+            ["body", "version"],
+        ),
+        (
             {
                 "data": [1],
                 "shift": 1,
@@ -230,6 +251,12 @@ async def test_npz_case_refusals_name_their_member(client: httpx.AsyncClient) ->
             422,
             ["body", "meta", "tolerance", "atol"],
         ),
+        (
+            encode_case("roll", inputs, outputs, tolerance={"a.tol": 1}),
+            422,
+            ["body", "meta", "tolerance", "a.tol"],
+        ),
+        (encode_case("roll", inputs, outputs, version="1"), 404, ["body", "meta", "version"]),
         (b"not a zip", 400, ["body"]),
     ]
     for body, status, loc in cases:
@@ -343,3 +370,83 @@ async def test_verify_needs_a_key_when_keys_are_on(tmp_path: Path) -> None:
             "/verify/roll", json=body, headers={"authorization": f"Bearer {key}"}
         )
         assert admitted.status_code == 200 and admitted.json()["equal"] is True
+
+
+async def test_case_files_carry_every_kind_of_attribute_and_input(
+    client: httpx.AsyncClient,
+) -> None:
+    """Issue 41's refusals of valid cases: a required or string attribute, Concat's numbered
+    inputs, an optional input left out; each equal now, and a bad attribute refused naming it."""
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    index = np.array([1], dtype=np.int64)
+    good: list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any]]] = [
+        ("reverse", {"data": x, "axis": index}, {"output": x[:, ::-1]}, {"mode": "index"}),
+        (
+            "split",
+            {"data": x, "axis": np.int64(0)},
+            {"output_0": x[:1], "output_1": x[1:]},
+            {"num_splits": 2},
+        ),
+        ("concat", {"data_0": x, "data_1": x}, {"output": np.concatenate([x, x], 1)}, {"axis": 1}),
+        (
+            "slice",
+            {"data": x, "start": index, "stop": np.array([3]), "step": index},
+            {"output": x[1:]},
+            {},
+        ),
+        (
+            "pad",
+            {"data": x, "pads_begin": np.array([0, 1]), "pads_end": np.array([0, 0])},
+            {"output": np.pad(x, ((0, 0), (1, 0)))},
+            {"pad_mode": "constant"},
+        ),
+    ]
+    for op, inputs, outputs, attributes in good:
+        answer = await client.post(
+            f"/verify/{op}", content=encode_case(op, inputs, outputs, attributes), headers=NPZ
+        )
+        assert answer.status_code == 200, (op, answer.text)
+        assert answer.json()["equal"] is True, (op, answer.json())
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"mode": "both"}, 'mode must be one of "index", "mask"'),
+        ({"mode": 1}, "mode must be one of"),
+        ({}, "missing attribute mode: reverse requires it"),
+    ]
+    for given, words in refused:
+        body = encode_case("reverse", good[0][1], good[0][2], given)
+        answer = await client.post("/verify/reverse", content=body, headers=NPZ)
+        assert answer.status_code == 422, answer.text
+        (problem,) = answer.json()["detail"]
+        assert problem["loc"] == ["body", "meta", "attributes", "mode"]
+        assert problem["msg"].startswith(words)
+
+
+async def test_a_large_meta_is_refused_before_it_is_parsed(client: httpx.AsyncClient) -> None:
+    """Issue 42.4: 29 MB of JSON in a case's meta, deflated to a few KiB, is refused on the
+    archive's directory (413 at meta); it is never inflated nor parsed (the refusal allocates
+    a fraction of a MiB while the meta's objects would take hundreds)."""
+    text = b'{"format":"tensor-ops-case/1","op":"roll","attributes":{"x":[' + b"0," * 14_500_000
+    text += b"0]}}"
+    inputs = {"data": np.array([1, 2]), "shift": np.int64(1), "axes": np.int64(0)}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, array in inputs.items():
+            archive.writestr(f"input.{name}.npy", bytes(encode_npy(np.asarray(array))))
+        archive.writestr("output.output.npy", bytes(encode_npy(np.array([2, 1]))))
+        meta = np.frombuffer(text, dtype=np.uint8)
+        archive.writestr("meta.npy", bytes(encode_npy(meta)))
+    body = buffer.getvalue()
+    assert len(body) < 64 * 1024 and len(text) > 29_000_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(TensorError) as refused:
+            decode_case(body, max_bytes=1 << 30)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert refused.value.kind is WireFault.TOO_LARGE and refused.value.field == "meta"
+    assert f"more than a case's meta holds ({META_LIMIT})" in refused.value.message
+    assert peak < 1 << 20
+    answer = await client.post("/verify/roll", content=body, headers=NPZ)
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["detail"][0]["loc"] == ["body", "meta"]
