@@ -14,7 +14,7 @@ AUTO_PADS = ("valid", "same_upper", "same_lower")
 
 
 class PatchAxis(NamedTuple):
-    """One spatial axis of the extraction: patches ``count``, the first patch's first sample
+    """One spatial axis of the extraction: patches ``patches``, the first patch's first sample
     at ``-pad`` (0 or less: zeros before the image), samples ``rate`` apart, patches
     ``stride`` apart."""
 
@@ -22,7 +22,7 @@ class PatchAxis(NamedTuple):
     stride: int
     rate: int
     pad: int
-    count: int
+    patches: int
 
 
 class PatchesPlan(NamedTuple):
@@ -97,7 +97,7 @@ def extract_image_patches_plan(
     batch, depth, in_rows, in_cols = data.shape
     rows = _axis(in_rows, size[0], stride[0], rate[0], auto_pad)
     cols = _axis(in_cols, size[1], stride[1], rate[1], auto_pad)
-    shape = (batch, size[0] * size[1] * depth, rows.count, cols.count)
+    shape = (batch, size[0] * size[1] * depth, rows.patches, cols.patches)
     return PatchesPlan(rows, cols, shape)
 
 
@@ -119,9 +119,9 @@ def extract_image_patches(
 
 def _padded_span(axis: PatchAxis, length: int) -> tuple[int, int]:
     """How many zeros the samples reach before and after the image along one axis."""
-    if axis.count == 0 or axis.size == 0:
+    if axis.patches == 0 or axis.size == 0:
         return 0, 0
-    last = (axis.count - 1) * axis.stride + (axis.size - 1) * axis.rate - axis.pad
+    last = (axis.patches - 1) * axis.stride + (axis.size - 1) * axis.rate - axis.pad
     return axis.pad, max(last + 1 - length, 0)
 
 
@@ -133,7 +133,7 @@ def patches_workspace_bytes(data: npt.NDArray[Any], plan: PatchesPlan) -> int:
     if not (before_r or after_r or before_c or after_c):
         return 0
     padded = (data.shape[2] + before_r + after_r) * (data.shape[3] + before_c + after_c)
-    return data.shape[0] * data.shape[1] * padded * data.dtype.itemsize
+    return int(data.shape[0] * data.shape[1] * padded * data.dtype.itemsize)
 
 
 def extract_image_patches_planned(
@@ -150,7 +150,11 @@ def extract_image_patches_planned(
     before_c, after_c = _padded_span(plan.cols, data.shape[3])
     if before_r or after_r or before_c or after_c:
         padded = np.zeros(
-            (*data.shape[:2], data.shape[2] + before_r + after_r, data.shape[3] + before_c + after_c),
+            (
+                *data.shape[:2],
+                data.shape[2] + before_r + after_r,
+                data.shape[3] + before_c + after_c,
+            ),
             dtype=source.dtype,
         )
         padded[:, :, before_r : before_r + data.shape[2], before_c : before_c + data.shape[3]] = (
@@ -162,7 +166,7 @@ def extract_image_patches_planned(
     b, c, r, q = source.strides
     view = np.lib.stride_tricks.as_strided(
         source,
-        (source.shape[0], rows.size, cols.size, source.shape[1], rows.count, cols.count),
+        (source.shape[0], rows.size, cols.size, source.shape[1], rows.patches, cols.patches),
         (b, r * rows.rate, q * cols.rate, c, r * rows.stride, q * cols.stride),
         writeable=False,
     )

@@ -31,14 +31,11 @@ def scatter_elements_axis(rank: int, axis: npt.NDArray[Any]) -> int:
     """The axis the ``axis`` input names: a scalar or a 1D tensor of one element, of any integer
     type, in ``[-r, r - 1]``; normalised to ``axis + r`` when negative."""
     if not is_integer_type(axis.dtype):
-        raise SpecError(
-            "axis", f"axis must be of an integer type (T_AXIS), got {axis.dtype.name}"
-        )
+        raise SpecError("axis", f"axis must be of an integer type (T_AXIS), got {axis.dtype.name}")
     if axis.shape not in ((), (1,)):
         raise SpecError(
             "axis",
-            "axis must be a scalar or a 1D tensor with one element, got shape "
-            f"{list(axis.shape)}",
+            f"axis must be a scalar or a 1D tensor with one element, got shape {list(axis.shape)}",
         )
     value = int(axis.reshape(-1)[0])
     if not -rank <= value <= rank - 1:

@@ -10,7 +10,7 @@ from app.ops.errors import SpecError
 from app.ops.raw import as_raw
 
 ELEMENT_TYPES = ("i64", "i32")
-_NUMPY_OF = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32)}
+_NUMPY_OF: dict[str, np.dtype[Any]] = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32)}
 _INT32_MAX = 2**31 - 1
 _BFLOAT16 = np.dtype("bfloat16")
 _SIGN = np.uint64(1 << 63)
@@ -18,11 +18,11 @@ _SIGN = np.uint64(1 << 63)
 
 class UniquePlan(NamedTuple):
     """What the checks of one Unique found: the axis (None: the flattened tensor), how many
-    elements or slices are compared (``count``), and each output's largest shape (the first,
+    elements or slices are compared (``compared``), and each output's largest shape (the first,
     second and fourth shrink to the number of unique ones once it is known)."""
 
     axis: int | None
-    count: int
+    compared: int
     sorted: bool
     index_type: np.dtype[Any]
     count_type: np.dtype[Any]
@@ -39,12 +39,12 @@ def unique_plan(
     """Check the inputs and attributes against the spec and bound the outputs, with nothing
     allocated: at most ``count`` unique elements (or slices), ``count`` indices, ``count``
     counts; the third output has exactly ``count`` indices."""
-    for name, value in (
+    for name, type_name in (
         ("index_element_type", index_element_type),
         ("count_element_type", count_element_type),
     ):
-        if value not in ELEMENT_TYPES:
-            raise SpecError(name, f'{name} must be "i64" or "i32", got {value!r}')
+        if type_name not in ELEMENT_TYPES:
+            raise SpecError(name, f'{name} must be "i64" or "i32", got {type_name!r}')
     if not isinstance(sort, bool | np.bool_):
         raise SpecError("sorted", f"sorted must be a boolean, got {sort!r}")
     normal: int | None = None
@@ -53,7 +53,9 @@ def unique_plan(
         first_bound: tuple[int, ...] = (count,)
     else:
         if axis.dtype.name not in ("int32", "int64"):
-            raise SpecError("axis", f"axis must be of type int64 or int32 (T_AXIS), got {axis.dtype}")
+            raise SpecError(
+                "axis", f"axis must be of type int64 or int32 (T_AXIS), got {axis.dtype}"
+            )
         if axis.shape not in ((), (1,)):
             raise SpecError(
                 "axis",
@@ -121,7 +123,7 @@ def sortable_keys(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.uint64], Any
     """uint64 keys whose order is the values' ascending order and whose equality is the values'
     equality (-0.0 is +0.0), and where the values are NaN (None for types without NaN)."""
     dtype = values.dtype
-    if dtype.kind == "b" or dtype.kind == "u":
+    if dtype.kind in "bu":
         return values.astype(np.uint64), None
     if dtype.kind == "i":
         return values.astype(np.int64).view(np.uint64) ^ _SIGN, None
@@ -141,7 +143,7 @@ def unique_planned(
     """``unique`` with the inputs already checked: one stable sort of the elements' (or the
     slices') keys; groups of equal keys are the unique ones, the first of each its first
     occurrence."""
-    count = plan.count
+    count = plan.compared
     if count == 0:
         empty_index = np.zeros(0, plan.index_type)
         return (
@@ -199,4 +201,4 @@ def unique_workspace_bytes(data: npt.NDArray[Any], plan: UniquePlan) -> int:
     """The most bytes ``unique`` holds beyond its input and its outputs' bounds: 8-byte keys
     (float64 values, their bits and the NaN marks too) for every element, and a handful of
     8-byte arrays per compared element or slice (order, groups, inverse, firsts, counts)."""
-    return 32 * int(data.size) + 8 * 8 * plan.count
+    return 32 * int(data.size) + 8 * 8 * plan.compared

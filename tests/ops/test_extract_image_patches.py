@@ -208,8 +208,15 @@ Case = tuple[npt.NDArray[Any], tuple[int, int], tuple[int, int], tuple[int, int]
 def random_case(i: int) -> Case:
     rng = np.random.default_rng((SEED, i))
     dtype = DATA_TYPES[i % len(DATA_TYPES)]
-    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *(int(v) for v in rng.integers(0, 10, 2)))
-    pair = lambda low, high: (int(rng.integers(low, high)), int(rng.integers(low, high)))  # noqa: E731
+    shape = (
+        int(rng.integers(1, 3)),
+        int(rng.integers(1, 4)),
+        *(int(v) for v in rng.integers(0, 10, 2)),
+    )
+
+    def pair(low: int, high: int) -> tuple[int, int]:
+        return int(rng.integers(low, high)), int(rng.integers(low, high))
+
     data = make_data(rng, dtype, shape, strided=bool(rng.random() < 0.2))
     return data, pair(1, 5), pair(1, 5), pair(1, 4), AUTO_PADS[i // len(DATA_TYPES) % 3]
 

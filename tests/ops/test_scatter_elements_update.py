@@ -329,9 +329,7 @@ def test_refusals(
 
 
 @functools.cache
-def compiled(
-    rank: int, data_type: str, reduction: str, use_init_val: bool, axis: int
-) -> Any:
+def compiled(rank: int, data_type: str, reduction: str, use_init_val: bool, axis: int) -> Any:
     kind = {"int32": ov.Type.i32, "float32": ov.Type.f32}[data_type]
     data = ov_op.Parameter(kind, ov.PartialShape([-1] * rank))
     indices = ov_op.Parameter(ov.Type.i64, ov.PartialShape([-1] * rank))
@@ -399,7 +397,8 @@ def plugin_answer(case: Case) -> npt.NDArray[Any] | None:
         answer = np.asarray(model([where, indices.astype(np.int64), new])[0])
         pool = np.concatenate([raw(updates).reshape(-1)[::-1], raw(data).reshape(-1)])
         flat = answer.reshape(-1)
-        return pool[flat + updates.size - (flat > 0)].reshape(data.shape).view(data.dtype)
+        taken: npt.NDArray[Any] = pool[flat + updates.size - (flat > 0)]
+        return taken.reshape(data.shape).view(data.dtype)
     model = compiled(data.ndim, data.dtype.name, reduction, init, axis)
     return np.asarray(model([data, indices.astype(np.int64), updates])[0])
 
@@ -456,4 +455,3 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     arrays = {"data": data, "indices": indices, "updates": updates, "axis": np.array(0)}
     return BenchmarkCase("scatter_elements_update", "1 row, f32", arrays, {}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip
-

@@ -55,6 +55,7 @@ def reference(data: npt.NDArray[Any], axis: int | None, sort: bool) -> tuple[Any
     counts = [inverse.count(g) for g in range(len(groups))]
     order = list(range(len(groups)))
     if sort:
+
         def key(g: int) -> tuple[Any, ...]:
             return tuple((1, 0) if _is_nan(v) else (0, int(v) if v.dtype.kind in "biu" else
                          float(v)) for v in flat[groups[g]])  # fmt: skip
@@ -164,7 +165,7 @@ def test_unsigned_values_sort_as_unsigned() -> None:
 
 
 def test_rank_0_and_empty() -> None:
-    values, first, inverse, counts = check(np.float16(2.5))
+    values, _, _, counts = check(np.float16(2.5))
     assert values.tolist() == [2.5] and counts.tolist() == [1]
     got = check(np.zeros((0, 3), np.int32))
     assert got[0].shape == (0,) and got[3].shape == (0,)
@@ -294,8 +295,7 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     data = (np.arange(nbytes) * 7919 % 100).astype(np.int8)
 
     def model() -> Any:
-        build = lambda p: ov_opset10.unique(p)  # noqa: E731
-        return plugin_model(build, data)
+        return plugin_model(ov_opset10.unique, data)
 
     return BenchmarkCase("unique", "flattened, i8", {"data": data}, {}, data.dtype,
                          data.nbytes + 8 * data.size, model)  # fmt: skip
