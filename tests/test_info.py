@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from app.main import create_app
-from app.registry import REGISTRY
+from app.registry import REGISTRY, versions
 from app.settings import Settings
 from app.version import VERSION
 
@@ -33,19 +33,29 @@ async def test_info_gives_version_ops_limits_and_ports() -> None:
             "name": op.name,
             "spec": op.spec,
             "inputs": list(op.input_names),
-            "attributes": op.attribute_defaults(),
+            # Every attribute, a required one's default null (Reverse's mode, Pad's pad_mode).
+            "attributes": {
+                item.name: list(item.default) if isinstance(item.default, tuple) else item.default
+                for item in op.attributes
+            },
+            "versions": [str(version) for version in versions(op.name)],
         }
         for op in REGISTRY.values()
     ]
+    assert info["ops"][[op["name"] for op in info["ops"]].index("reverse")]["attributes"] == {
+        "mode": None
+    }
     roll, gather = info["ops"][:2]
     assert roll == {
-        "name": "roll", "spec": "Roll-7", "inputs": ["data", "shift", "axes"], "attributes": {}
+        "name": "roll", "spec": "Roll-7", "inputs": ["data", "shift", "axes"], "attributes": {},
+        "versions": ["7"],
     }  # fmt: skip
     assert gather == {
         "name": "gather",
         "spec": "Gather-8",
         "inputs": ["data", "indices", "axis"],
         "attributes": {"batch_dims": 0},
+        "versions": [str(version) for version in versions("gather")],
     }
     limits = info["limits"]
     assert limits["max_body_bytes"] == 1000

@@ -264,7 +264,8 @@ async def test_metadata_and_config_list_several_outputs_and_variadic_inputs(
     assert described["toy_join"]["variadic"] == "part"
     assert described["toy_join"]["optional"] == ["fill"]
     assert described["toy_join"]["choices"] == {"order": ["forward", "backward"]}
-    assert {op["name"]: op for op in info["ops"]}["toy_parts"]["attributes"] == {}
+    # A required attribute is listed with a null default (issue 45: not "attributes: {}").
+    assert {op["name"]: op for op in info["ops"]}["toy_parts"]["attributes"] == {"parts": None}
     assert described["toy_parts"]["required"] == ["parts"]
     assert described["toy_parts"]["outputs"] == ["output_0", "output_1", "..."]
 

@@ -327,7 +327,7 @@ class GrpcExchange:
         if self._raw_output(job):
             # The output array, then the message it is joined into (one copy, wrapped or not).
             return 2 * job.output_bytes + copied
-        typed = typed_bytes(job.output_dtype, job.output_count)
+        typed = typed_bytes(job.sizing_dtype, job.output_count)
         # A stream's typed answer is copied once more into its wrapper.
         return job.output_bytes + (2 if self.stream else 1) * typed + copied
 
@@ -335,7 +335,7 @@ class GrpcExchange:
         """413 before any work for an answer over the send limit: typed contents take up to
         ten bytes an element (a negative INT8 too), and the request's id is echoed."""
         raw = self._raw_output(job)
-        output = job.output_bytes if raw else typed_wire_bytes(job.output_dtype, job.output_count)
+        output = job.output_bytes if raw else typed_wire_bytes(job.sizing_dtype, job.output_count)
         # Names, datatype, a shape of up to 64 dimensions and framing: under 4 KiB, and the id.
         answer = output + len(self.request.id.encode()) + 4096
         limit = answer_limit(limits.max_output_bytes)
@@ -404,7 +404,9 @@ class GrpcExchange:
         outputs = [output for _, output in named]
         if self._raw_output(job):
             for name, output in named:
-                response.outputs.add(name=name, datatype=datatype, shape=output.shape)
+                response.outputs.add(
+                    name=name, datatype=v2_datatype(output.dtype), shape=output.shape
+                )
             raws = [
                 np.ascontiguousarray(output.astype(wire_dtype(output.dtype), copy=False))
                 .reshape(-1)
@@ -418,7 +420,7 @@ class GrpcExchange:
         tensors = [
             (
                 pb.ModelInferResponse.InferOutputTensor(
-                    name=name, datatype=datatype, shape=output.shape
+                    name=name, datatype=v2_datatype(output.dtype), shape=output.shape
                 ),
                 output,
             )

@@ -19,12 +19,11 @@ def grpc_answer(job: Job, request_id: str, shared: SharedTensors) -> Answer:
     response = pb.ModelInferResponse(
         model_name=job.op.name, model_version=MODEL_VERSION, id=request_id
     )
-    datatype = v2_datatype(job.output_dtype)
     if job.split is not None:
         answered = shared.run_several(job)
     else:
-        answered = [(OUTPUT_NAME, job.output_shape, shared.run(job))]
-    for output_name, shape, parameters in answered:
+        answered = [(OUTPUT_NAME, job.output_shape, v2_datatype(job.output_dtype), shared.run(job))]
+    for output_name, shape, datatype, parameters in answered:
         tensor = response.outputs.add(name=output_name, datatype=datatype, shape=shape)
         for name, value in parameters.items():
             if isinstance(value, str):

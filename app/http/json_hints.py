@@ -8,6 +8,7 @@ from typing import Any
 
 from app.codecs.json_tensors import INTEGER_TEXT, shown_string
 from app.errors import Fault, ServiceError
+from app.ops.declaration import INT
 from app.registry import Op
 
 #: Longer keys are not compared with the op's fields (difflib's cost grows with the length).
@@ -43,10 +44,12 @@ def explain_refusal(error: ServiceError, op: Op, payload: Mapping[str, Any]) -> 
     - an unknown field names the fields the op takes and the nearest (``axis: roll takes data,
       shift, axes; did you mean "axes"?``); a required field it is the near miss of is not told
       as missing as well;
-    - an attribute sent as a string says to send the number.
+    - an integer attribute sent as a string says to send the number; any other attribute of
+      the wrong value or kind says what it takes (an enumeration's values, true or false, a
+      list of integers).
     """
     problems = error.problems
-    attributes = {(item.name,) for item in op.attributes}
+    attributes = {item.name: item for item in op.attributes}
     suggested: set[str] = set()
     for problem in problems:
         if problem.kind is Fault.UNKNOWN_INPUT and len(problem.loc) == 2:
@@ -57,9 +60,19 @@ def explain_refusal(error: ServiceError, op: Op, payload: Mapping[str, Any]) -> 
             match = re.search(r'did you mean "([a-z_]+)"\?$', problem.msg)
             if match:
                 suggested.add(match[1])
-        elif problem.kind is Fault.INVALID_FIELD and problem.loc[1:] in attributes:
-            value = payload.get(str(problem.loc[1]))
-            if isinstance(value, str):
+        elif (
+            problem.kind is Fault.INVALID_FIELD
+            and len(problem.loc) > 1
+            and str(problem.loc[1]) in attributes
+        ):
+            item = attributes[str(problem.loc[1])]
+            value = payload.get(item.name)
+            if item.kind != INT:
+                refusal = item.refusal(value)
+                if refusal is not None:
+                    problem.loc = problem.loc[:2]  # the attribute, not an element of a list
+                    problem.msg = f"{item.name} {refusal}"
+            elif isinstance(value, str):
                 problem.msg = (
                     f"{shown_string(value)} is a string; {problem.loc[1]} is an integer: "
                     f"{_integer_advice(value)}"

@@ -42,7 +42,7 @@ from app.http.json_hints import explain_refusal
 from app.http.responses import serve_http
 from app.http.routes import Endpoint, OpRoute
 from app.http.schemas import OutputsResponse, TensorResponse, request_fields, request_model
-from app.ops.declaration import JSON_INFERRED
+from app.ops.declaration import BOOL, INTS, JSON_INFERRED, AttributeRefusedError
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
 from app.registry import REGISTRY, Attribute, Op, attribute_names
@@ -54,7 +54,6 @@ from tensor_ops_wire.npz import decode_npz, inflated_size
 JSON_TYPE = "application/json"
 NPY_TYPE = "application/x-npy"
 NPZ_TYPE = "application/x-npz"
-_INT64_DIGITS = 19
 
 
 def single_header(request: Request, name: str) -> str | None:
@@ -193,11 +192,14 @@ class JsonExchange:
                 arrays[item.name] = decode_index(fields[item.name], item.name)
         else:
             arrays = self._decode_inputs(fields, numbered)
-        attributes = {item.name: fields[item.name] for item in op.attributes}
+        attributes = {
+            item.name: tuple(fields[item.name]) if item.kind == INTS else fields[item.name]
+            for item in op.attributes
+        }
         job = make_job(op, arrays, attributes, limits)
         if self.form is Form.JSON and not self.raw_npy:
             self.text_bytes = check_json_text_size(
-                _answer_shape(job), job.output_dtype, limits.max_output_bytes
+                _answer_shape(job), job.sizing_dtype, limits.max_output_bytes
             )
         return job
 
@@ -239,7 +241,7 @@ class JsonExchange:
             return 2 * job.output_bytes
         if self.form is Form.NPY:
             return 4 * job.output_bytes  # the output, its .npy, the base64, the JSON text
-        return json_encoding_bytes(_answer_shape(job), job.output_dtype, self.text_bytes)
+        return json_encoding_bytes(_answer_shape(job), job.sizing_dtype, self.text_bytes)
 
     def encode(self, job: Job) -> Answer:
         if job.split is not None:
@@ -361,23 +363,10 @@ def _query_attribute(query: Mapping[str, str], name: str, op: Op) -> Any:
                 f"missing query parameter {name}: {op.name} requires it ({item.kind_words})",
             )
         return item.default
-    if item.choices:
-        if text not in item.choices:
-            raise ServiceError(
-                Fault.INVALID_FIELD, ("query", name), f"{name} must be {item.kind_words}"
-            )
-        return text
-    return _query_integer(text, name)
-
-
-def _query_integer(text: str, name: str) -> int:
-    digits = text.removeprefix("-")
-    if not digits.isascii() or not digits.isdigit() or len(digits) > _INT64_DIGITS:
-        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
-    value = int(text)
-    if not -(1 << 63) <= value < 1 << 63:
-        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} must be an int64 integer")
-    return value
+    try:
+        return item.from_text(text)
+    except AttributeRefusedError as refusal:
+        raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} {refusal}") from None
 
 
 def exchange_for_media(op: Op, kind: str) -> Exchange:
@@ -454,16 +443,20 @@ def _responses(op: Op) -> dict[int | str, dict[str, Any]]:
 
 def _query_parameter(op: Op, item: Attribute) -> dict[str, Any]:
     """The OpenAPI description of an attribute as an ``.npz`` body's query parameter."""
-    schema: dict[str, Any] = (
-        {"type": "string", "enum": list(item.choices)}
-        if item.choices
-        else {"type": "integer", "format": "int64"}
-    )
+    schema: dict[str, Any]
+    if item.is_string:
+        schema = {"type": "string", "enum": list(item.choices)}
+    elif item.kind == BOOL:
+        schema = {"type": "boolean"}
+    elif item.kind == INTS:
+        schema = {"type": "string", "pattern": "^(-?[0-9]{1,19}(,-?[0-9]{1,19})*)?$"}
+    else:
+        schema = {"type": "integer", "format": "int64"}
     if item.default is None:
         said = "required"
     else:
-        said = f"default {item.default}"
-        schema["default"] = item.default
+        said = f"default {item.shown(item.default)}"
+        schema["default"] = item.shown(item.default) if item.kind == INTS else item.default
     return {
         "name": item.name,
         "in": "query",

@@ -5,6 +5,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
+from app.ops.declaration import BOOL, INTS, MAX_LIST
 from app.registry import ALL_TYPES, DATA_CONSTRAINT, Input, Op
 from tensor_ops_wire.dtypes import DTYPE_NAMES
 
@@ -101,10 +102,26 @@ def request_model(op: Op) -> type[BaseModel]:
             fields[item.name] = _tensor_field(item)
     for attribute in op.attributes:
         default = ... if attribute.default is None else attribute.default
-        if attribute.choices:
+        if attribute.is_string:
             fields[attribute.name] = (
                 Literal[attribute.choices],
                 Field(default, description=attribute.description),
+            )
+            continue
+        if attribute.kind == BOOL:
+            fields[attribute.name] = (
+                bool,
+                Field(default, strict=True, description=attribute.description),
+            )
+            continue
+        if attribute.kind == INTS:
+            fields[attribute.name] = (
+                list[Annotated[int, Field(strict=True, ge=INT64_MIN, le=INT64_MAX)]],
+                Field(
+                    list(default) if isinstance(default, tuple) else default,
+                    max_length=MAX_LIST,
+                    description=attribute.description,
+                ),
             )
             continue
         fields[attribute.name] = (

@@ -7,8 +7,9 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, RedirectResponse
 
 from app.metrics import render as render_metrics
+from app.ops.declaration import INT
 from app.pipeline.run import Pipeline
-from app.registry import REGISTRY, Op
+from app.registry import REGISTRY, Op, versions
 from app.settings import Settings
 from app.v2.rules import SERVER_NAME
 from app.version import VERSION
@@ -113,6 +114,9 @@ def op_details(op: Op) -> dict[str, Any]:
     choices = {item.name: list(item.choices) for item in op.attributes if item.choices}
     if choices:
         described["choices"] = choices
+    kinds = {item.name: item.kind for item in op.attributes if item.kind != INT}
+    if kinds:
+        described["kinds"] = kinds
     if op.several_outputs:
         described["outputs"] = ["output_0", "output_1", "..."]
     ranks = {item.name: item.rank for item in op.inputs if item.rank == "1"}
@@ -132,7 +136,14 @@ def service_info(settings: Settings, budget_bytes: int) -> dict[str, Any]:
                 "name": op.name,
                 "spec": op.spec,
                 "inputs": list(op.input_names),
-                "attributes": op.attribute_defaults(),
+                # Every attribute, a required one's default null; a list's default a list.
+                "attributes": {
+                    item.name: list(item.default)
+                    if isinstance(item.default, tuple)
+                    else item.default
+                    for item in op.attributes
+                },
+                "versions": [str(version) for version in versions(op.name)],
             }
             for op in REGISTRY.values()
         ],

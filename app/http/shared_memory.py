@@ -34,10 +34,9 @@ def http_answer(job: Job, request_id: str | None, shared: SharedTensors) -> Answ
     if request_id is not None:
         response["id"] = request_id
     if job.split is not None:
-        datatype = v2_datatype(job.output_dtype)
         response["outputs"] = [
             {"name": name, "datatype": datatype, "shape": list(shape), "parameters": parameters}
-            for name, shape, parameters in shared.run_several(job)
+            for name, shape, datatype, parameters in shared.run_several(job)
         ]
         return Answer([orjson.dumps(response)], "application/json")
     parameters = shared.run(job)

@@ -195,7 +195,7 @@ class V2Exchange:
         elif not self.binary_output:
             # V2 JSON data is flat: the text of a 1-D array of the output's elements.
             self.text_bytes = check_json_text_size(
-                (job.output_count,), job.output_dtype, limits.max_output_bytes
+                (job.output_count,), job.sizing_dtype, limits.max_output_bytes
             )
         return job
 
@@ -260,7 +260,7 @@ class V2Exchange:
         if self.binary_output:
             return 2 * job.output_bytes + copied
         shape = (job.output_count,) if job.split is not None else job.output_shape
-        return json_encoding_bytes(shape, job.output_dtype, self.text_bytes) + copied
+        return json_encoding_bytes(shape, job.sizing_dtype, self.text_bytes) + copied
 
     def encode(self, job: Job) -> Answer:
         answer = self._encode(job)

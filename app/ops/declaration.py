@@ -10,14 +10,28 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
 Arrays = Mapping[str, npt.NDArray[Any]]
-#: An attribute's value: an int64 integer, or one of an enumeration's strings.
-AttributeValue = int | str
+#: An attribute's value: an int64 integer, one of an enumeration's strings (an element type's
+#: name among them), a boolean, or a list of int64 integers (held as a tuple).
+AttributeValue = int | str | bool | tuple[int, ...]
+#: A request's attributes, as a planner receives them: every declared attribute, defaults filled.
 Attributes = Mapping[str, Any]
+
+#: The kinds of attribute a declaration can say, and how each travels (shared/api.md section 11).
+INT = "int"  # an int64 integer: a JSON integer, a V2 int64_param, an .npz query's digits
+STRING = "string"  # one of ``choices``: a JSON string, a V2 string_param
+BOOL = "bool"  # true or false: a JSON boolean, a V2 bool_param, "true"/"false" in a query
+INTS = "ints"  # a list of int64: a JSON array; in V2 parameters and queries one "1,0,1" string
+ELEMENT_TYPE = "element_type"  # an element type's name as the spec writes it ("i32"), a string
+ATTRIBUTE_KINDS = (INT, STRING, BOOL, INTS, ELEMENT_TYPE)
+#: The most integers a list attribute holds (one an axis at most: NumPy's 64 dimensions).
+MAX_LIST = 64
+_INT64 = range(-(2**63), 2**63)
 
 
 @dataclass(frozen=True)
@@ -33,10 +47,15 @@ class Plan:
 @dataclass(frozen=True)
 class SplitPlan:
     """The plan of an op of several outputs (Split-1, VariadicSplit-1): each output's shape, in
-    order, and how to compute them all (views of the inputs are allowed: the answer copies)."""
+    order, and how to compute them all (views of the inputs are allowed: the answer copies).
+
+    ``bounded``: the shapes are the largest each output may be (Unique-10's, known only once it
+    has run); admission reserves them, and the answer takes each output's shape from the array
+    ``run`` gives, which must fit within its bound."""
 
     output_shapes: tuple[tuple[int, ...], ...]
     run: Callable[[], Sequence[npt.NDArray[Any]]]
+    bounded: bool = False
 
     @property
     def output_shape(self) -> tuple[int, ...]:
@@ -117,19 +136,35 @@ class Input:
         return self.json_typing == JSON_LIKE_DATA
 
 
+class AttributeRefusedError(ValueError):
+    """Why a value is no value of an attribute, in words that follow its name ("must be ...")."""
+
+
 @dataclass(frozen=True)
 class Attribute:
     """An attribute of an op (Gather's ``batch_dims``, Pad's ``pad_mode``), with its default.
 
-    An integer attribute is an int64; one with ``choices`` is a string, one of them. A default
-    of None makes the attribute required.
+    ``kind`` is one of ATTRIBUTE_KINDS; left empty it is STRING when ``choices`` are given, else
+    INT. A default of None makes the attribute required. Whatever the transport, a value reaches
+    the planner as its kind's Python value (int, str, bool, tuple of ints), defaults filled in.
     """
 
     name: str
     default: AttributeValue | None
     description: str
-    #: The strings an enumerated attribute takes (``mode``: index, mask); empty for an integer.
+    #: The strings an enumerated or element-type attribute takes (``mode``: index, mask).
     choices: tuple[str, ...] = ()
+    kind: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", STRING if self.choices else INT)
+        if self.kind not in ATTRIBUTE_KINDS:
+            raise ValueError(f"attribute {self.name}: unknown kind {self.kind!r}")
+        if self.kind in (STRING, ELEMENT_TYPE) and not self.choices:
+            raise ValueError(f"attribute {self.name}: a {self.kind} attribute needs its choices")
+        if self.default is not None and self.refusal(self.default) is not None:
+            raise ValueError(f"attribute {self.name}: default {self.default!r} is no value of it")
 
     @property
     def required(self) -> bool:
@@ -137,24 +172,149 @@ class Attribute:
 
     @property
     def is_string(self) -> bool:
-        return bool(self.choices)
+        """Whether the value is one of ``choices`` (an enumeration or an element type)."""
+        return self.kind in (STRING, ELEMENT_TYPE)
 
     @property
     def kind_words(self) -> str:
         """What the attribute takes, in words: "an int64 integer", "one of "index", "mask"."."""
-        if self.choices:
+        if self.is_string:
             return "one of " + ", ".join(f'"{choice}"' for choice in self.choices)
+        if self.kind == BOOL:
+            return "a boolean (true or false)"
+        if self.kind == INTS:
+            return f"a list of at most {MAX_LIST} int64 integers"
         return "an int64 integer"
 
+    @property
+    def parameter_words(self) -> str:
+        """How a V2 request parameter (HTTP or gRPC) carries it, in words."""
+        if self.kind == INTS:
+            return 'one string of comma-separated integers ("1,0,1"; "" for none)'
+        return self.kind_words
+
+    def shown(self, value: AttributeValue) -> str:
+        """A value as a V2 parameter or a query spells it: ``1,0,1`` for a list, ``true``."""
+        if self.kind == INTS:
+            assert isinstance(value, tuple)
+            return ",".join(str(item) for item in value)
+        if self.kind == BOOL:
+            return "true" if value else "false"
+        return str(value)
+
     def refusal(self, value: object) -> str | None:
-        """Why ``value`` is no value of this attribute (None when it is one)."""
-        if self.choices:
+        """Why ``value`` (its kind's Python value) is no value of this attribute (None when it
+        is one): "must be one of ...; got an integer"."""
+        if self.is_string:
             if isinstance(value, str) and value in self.choices:
                 return None
-            return f"must be {self.kind_words}"
-        if isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63:
+            got = _json_kind(value)
+            if isinstance(value, str):
+                got = "another string" if len(value) > 40 else f'"{value}"'
+            return f"must be {self.kind_words}; got {got}"
+        if self.kind == BOOL:
+            return None if isinstance(value, bool) else f"must be {self.kind_words}"
+        if self.kind == INTS:
+            if not isinstance(value, (tuple, list)):
+                return f"must be {self.kind_words}; got {_json_kind(value)}"
+            if len(value) > MAX_LIST:
+                return f"must be {self.kind_words}; got {len(value)}"
+            if all(_is_int64(item) for item in value):
+                return None
+            return f"must be {self.kind_words}; an element is not one"
+        if _is_int64(value):
             return None
-        return "must be an int64 integer"
+        return f"must be {self.kind_words}" + (
+            f"; got {_json_kind(value)}" if not isinstance(value, int) else ""
+        )
+
+    def accept(self, value: object) -> AttributeValue:
+        """``value`` as the planner takes it (a JSON list made a tuple); AttributeRefusedError
+        when it is none of this attribute's values."""
+        refusal = self.refusal(value)
+        if refusal is not None:
+            raise AttributeRefusedError(refusal)
+        if isinstance(value, list):
+            return tuple(value)
+        return value  # type: ignore[return-value]
+
+    def from_text(self, text: str) -> AttributeValue:
+        """A value spelled as text: an ``.npz`` body's query parameter, or a V2 string parameter
+        of a list attribute ("1,0,1"), a boolean ("true"), an integer; AttributeRefusedError when it
+        spells none. A long text is refused on its length before it is split."""
+        if self.is_string:
+            return self.accept(text)
+        if self.kind == BOOL:
+            if text in ("true", "false"):
+                return text == "true"
+            raise AttributeRefusedError(f"must be {self.kind_words}")
+        if self.kind == INTS:
+            if len(text) > MAX_LIST * 21:  # 64 integers of 20 digits, a sign and a comma
+                raise AttributeRefusedError(f"must be {self.parameter_words}; got a longer string")
+            if not text:
+                return ()
+            parts = text.split(",")
+            if len(parts) > MAX_LIST or not all(_is_integer_text(part) for part in parts):
+                raise AttributeRefusedError(f"must be {self.parameter_words}")
+            return self.accept([int(part) for part in parts])
+        if not _is_integer_text(text):
+            raise AttributeRefusedError(f"must be {self.kind_words}")
+        return self.accept(int(text))
+
+    def from_parameter(self, value: object) -> AttributeValue:
+        """A value from a V2 request parameter (HTTP JSON or gRPC, which carry only scalars):
+        a list attribute comes as one string, every other kind as itself."""
+        if self.kind == INTS:
+            if not isinstance(value, str):
+                raise AttributeRefusedError(
+                    f"must be {self.parameter_words}; got {_json_kind(value)}"
+                )
+            return self.from_text(value)
+        return self.accept(value)
+
+
+def _is_int64(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value in _INT64
+
+
+def _is_integer_text(text: str) -> bool:
+    digits = text[1:] if text[:1] == "-" else text
+    return digits.isascii() and digits.isdigit() and len(digits) <= 19
+
+
+def _json_kind(value: object) -> str:
+    """A value's kind as a client wrote it: "an integer", "a string", ...; never the value."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number with a fraction"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if value is None:
+        return "null"
+    return "an object"
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output of an op of fixed outputs (Unique-10's four): its name, and its element type:
+    "" for the type of the input the op's ``output_type_from`` names, else the name of an
+    element-type attribute whose value gives it (``index_element_type``)."""
+
+    name: str
+    description: str
+    element_type: str = ""
+
+
+#: The NumPy type of an element-type attribute's value, as the specs write them.
+ELEMENT_TYPE_NAMES: Mapping[str, str] = {
+    "i32": "int32",
+    "i64": "int64",
+}
 
 
 @dataclass(frozen=True, eq=False)  # compared and hashed by identity: one object per op
@@ -177,14 +337,48 @@ class Op:
     examples: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The input whose element type the outputs have (Transpose-1's ``arg``).
     output_type_from: str = "data"
-    #: True for an op of several outputs (``output_0``, ``output_1``...; its plan a SplitPlan).
+    #: True for an op of several outputs (``output_0``, ``output_1``...; its plan a SplitPlan)
+    #: whose number the request decides (Split-1's ``num_splits``).
     several_outputs: bool = False
+    #: The outputs of an op of a fixed number of them (Unique-10's four), each with the source
+    #: of its element type; empty: one ``output`` (or, with several_outputs, as many as planned)
+    #: of the type of ``output_type_from``.
+    outputs: tuple[Output, ...] = ()
     #: Where the registry lists the op: Roll and Gather first, then the others by name.
     position: int = 100
     #: The readings taken where the spec is silent or ambiguous (docs/contract.md lists them).
     decisions: tuple[str, ...] = ()
     #: Where OpenVINO's CPU plugin answers otherwise than the spec, each with a reproducer.
     disagreements: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(self.outputs) > 1:
+            # Fixed outputs are named output_0, output_1, ... as a split's are, and travel so.
+            object.__setattr__(self, "several_outputs", True)
+        for item in self.outputs:
+            if item.element_type:
+                source = self.attribute(item.element_type)
+                if source is None or source.kind != ELEMENT_TYPE:
+                    raise ValueError(
+                        f"{self.spec}: output {item.name}'s type names no element-type attribute"
+                    )
+
+    @functools.cached_property
+    def version(self) -> int:
+        """The op's opset version, from its spec's name: 8 for "Gather-8"."""
+        return int(self.spec.rpartition("-")[2])
+
+    def output_types(self, arrays: Arrays, attributes: Attributes, count: int) -> tuple[Any, ...]:
+        """The element type (a NumPy dtype) of each of ``count`` outputs of a request."""
+        data = arrays[self.output_type_from].dtype
+        if not self.outputs:
+            return (data,) * count
+        return tuple(
+            np.dtype(ELEMENT_TYPE_NAMES[attributes[item.element_type]])
+            if item.element_type
+            else data
+            for item in self.outputs
+        )
 
     @functools.cached_property
     def input_names(self) -> tuple[str, ...]:
@@ -253,8 +447,10 @@ class Op:
 
     @functools.cached_property
     def output_names(self) -> tuple[str, ...]:
-        """The outputs' names as metadata lists them: ``output``, or for an op of several
-        (their number known from the request), the first two and a pattern."""
+        """The outputs' names as metadata lists them: ``output``; an op's fixed outputs; or for
+        an op of several (their number known from the request), the first two and a pattern."""
+        if self.outputs:
+            return tuple(item.name for item in self.outputs)
         return ("output_0", "output_1") if self.several_outputs else ("output",)
 
     def attribute_defaults(self) -> dict[str, Any]:
@@ -289,6 +485,8 @@ def variadic_index(number: str) -> int | None:
 
 def output_name(op: Op, index: int) -> str:
     """The name of ``op``'s output number ``index``: ``output``, or ``output_<index>``."""
+    if op.outputs:
+        return op.outputs[index].name
     return f"output_{index}" if op.several_outputs else "output"
 
 

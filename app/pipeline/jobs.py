@@ -130,6 +130,23 @@ class Job:
     #: An op of several outputs (Split-1): its plan, every output's shape in order. None for
     #: an op of one output, described by ``output_shape`` alone.
     split: SplitPlan | None = None
+    #: Each output's element type, in order, where they differ from ``output_dtype`` (Unique-10's
+    #: indices and counts); None: every output has ``output_dtype``.
+    types: tuple[np.dtype[Any], ...] | None = None
+
+    @property
+    def output_dtypes(self) -> tuple[np.dtype[Any], ...]:
+        """Every output's element type, in order."""
+        if self.types is not None:
+            return self.types
+        return (self.output_dtype,) * (1 if self.split is None else len(self.split.output_shapes))
+
+    @property
+    def sizing_dtype(self) -> np.dtype[Any]:
+        """The type an answer's text is sized by: the output's, or the widest of several."""
+        if self.types is None:
+            return self.output_dtype
+        return max(self.types, key=lambda dtype: dtype.itemsize)
 
     @property
     def output_count(self) -> int:
@@ -140,7 +157,13 @@ class Job:
 
     @property
     def output_bytes(self) -> int:
-        return self.output_count * self.output_dtype.itemsize
+        """The bytes of every output (for a bounded plan, the most they may take)."""
+        if self.types is None or self.split is None:
+            return self.output_count * self.output_dtype.itemsize
+        return sum(
+            math.prod(shape) * dtype.itemsize
+            for shape, dtype in zip(self.split.output_shapes, self.types, strict=True)
+        )
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -162,14 +185,20 @@ class Job:
         if self.split is None:
             return [self.output()]
         started = time.perf_counter_ns()
-        native = self.output_dtype.newbyteorder("=")
         results = []
-        for part in self.split.run():
-            result = np.empty(part.shape, native)
+        parts = self.split.run()
+        for part, dtype, bound in zip(
+            parts, self.output_dtypes, self.split.output_shapes, strict=True
+        ):
+            if part.shape != bound and not (
+                self.split.bounded and _within(part.shape, bound)
+            ):  # a planner's promise broken: a bug, never the client's fault
+                raise RuntimeError(f"{self.op.spec} made {part.shape} where it planned {bound}")
+            result = np.empty(part.shape, dtype.newbyteorder("="))
             np.copyto(result, part, casting="equiv")
             results.append(result)
         self.kernel_ns = time.perf_counter_ns() - started
-        _elements(self.op.name).inc(self.output_count)
+        _elements(self.op.name).inc(sum(result.size for result in results))
         return results
 
     def output(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
@@ -195,6 +224,10 @@ class Job:
         return self.op.kernel(self.arrays, self.attributes, out)
 
 
+def _within(shape: tuple[int, ...], bound: tuple[int, ...]) -> bool:
+    return len(shape) == len(bound) and all(a <= b for a, b in zip(shape, bound, strict=True))
+
+
 class KernelSpanJob(Job):
     """A job whose kernel runs in a "kernel" span (tracing on)."""
 
@@ -214,6 +247,7 @@ def with_kernel_span(job: Job) -> Job:
         job.workspace_bytes,
         job.plan,
         split=job.split,
+        types=job.types,
     )
 
 
@@ -265,15 +299,18 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
             )
         shapes: tuple[tuple[int, ...], ...] = tuple(tuple(item) for item in planned.output_shapes)
         shape = shapes[0] if shapes else ()
-        split = SplitPlan(shapes, planned.run)
+        split = SplitPlan(shapes, planned.run, planned.bounded)
     else:
         # A tuple whatever the planner gave (the codecs' estimates are cached by shape).
         shape = tuple(planned.output_shape if isinstance(planned, Plan) else planned)
         shapes = (shape,)
+    types = op.output_types(arrays, attributes, len(shapes)) if op.outputs else None
+    if types is not None:
+        dtype = types[0]
     nbytes = 0
-    for each in shapes:
+    for index, each in enumerate(shapes):
         check_shape(each, "output", limits, itemsize=widest, output=True)
-        nbytes += math.prod(each) * dtype.itemsize
+        nbytes += math.prod(each) * (dtype if types is None else types[index]).itemsize
     if nbytes > limits.max_output_bytes:
         what = "the output" if split is None else f"the {len(shapes)} outputs"
         shown_shape = shape if split is None else list(shapes)
@@ -285,4 +322,4 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
             "TENSOR_OPS_MAX_OUTPUT_BYTES)",
         )
     workspace = op.workspace(arrays, attributes)
-    return Job(op, arrays, attributes, shape, dtype, workspace, plan, split=split)
+    return Job(op, arrays, attributes, shape, dtype, workspace, plan, split=split, types=types)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from app.errors import Fault, ServiceError, quote
-from app.ops.declaration import Attribute, variadic_index
+from app.ops.declaration import BOOL, INTS, Attribute, AttributeRefusedError, variadic_index
 from app.pipeline.jobs import Job, Limits, check_shape
 from app.registry import REGISTRY, Op, attribute_names
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
@@ -114,13 +114,17 @@ def model_metadata(op: Op) -> dict[str, Any]:
 
 
 def _parameter_words(item: Attribute) -> str:
-    if item.choices:
+    if item.is_string:
         kind = f"string request parameter, {item.kind_words}"
+    elif item.kind == BOOL:
+        kind = "bool request parameter"
+    elif item.kind == INTS:
+        kind = f"string request parameter, {item.parameter_words}"
     else:
         kind = "int64 request parameter"
     if item.default is None:
         return f"{kind}, required"
-    return f"{kind}, default {item.default}"
+    return f"{kind}, default {item.shown(item.default)}"
 
 
 #: Triton's protocol extensions served here beside the binary tensor data one: their names
@@ -250,10 +254,12 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, Any]:
                 ("body", name),
                 f"model {op.name!r} takes no {name} parameter",
             )
-        refusal = declared.refusal(value)
-        if refusal is not None:
-            raise ServiceError(Fault.INVALID_FIELD, ("body", "parameters", name), refusal)
-        attributes[name] = value
+        try:
+            attributes[name] = declared.from_parameter(value)
+        except AttributeRefusedError as refusal:
+            raise ServiceError(
+                Fault.INVALID_FIELD, ("body", "parameters", name), f"{name} {refusal}"
+            ) from None
     for item in op.required_attributes:
         if item.name not in parameters:
             raise ServiceError(

@@ -523,9 +523,10 @@ class SharedTensors:
                     places[name] = place
         if not places:
             return False
-        itemsize = job.output_dtype.itemsize
         taken: list[tuple[str, Place, int]] = []
-        for name, shape in zip(job.output_names, job.output_shapes, strict=True):
+        for name, shape, dtype in zip(
+            job.output_names, job.output_shapes, job.output_dtypes, strict=True
+        ):
             loc = ("body", name, "parameters")
             place = places.get(name)
             if place is None:
@@ -534,14 +535,15 @@ class SharedTensors:
                     f"output {name!r} has no region, where another output has one; give every "
                     "output of the request a region of its own, or none",
                 )
-            needed = math.prod(shape) * itemsize
+            needed = math.prod(shape) * dtype.itemsize
             if needed > place.byte_size:
+                most = " at most" if job.split is not None and job.split.bounded else ""
                 raise refused(
                     (*loc, BYTE_SIZE),
-                    f"{BYTE_SIZE} {place.byte_size} is too small: output {name!r} takes {needed} "
-                    f"bytes (shape {list(shape)}, {v2_datatype(job.output_dtype)})",
+                    f"{BYTE_SIZE} {place.byte_size} is too small: output {name!r} takes{most} "
+                    f"{needed} bytes (shape {list(shape)}, {v2_datatype(dtype)})",
                 )
-            _require_aligned(place, job.output_dtype, (*loc, OFFSET))
+            _require_aligned(place, dtype, (*loc, OFFSET))
             for other_name, other_place in self.inputs:
                 if place.overlaps(other_place, needed):
                     raise refused(
@@ -560,19 +562,19 @@ class SharedTensors:
         self.several = [(name, place) for name, place, _ in taken]
         return True
 
-    def run_several(self, job: Job) -> list[tuple[str, tuple[int, ...], dict[str, Any]]]:
-        """Run an op of several outputs into their regions; each output's name, shape and
-        parameters for the answer."""
-        dtype = wire_dtype(job.output_dtype)
+    def run_several(self, job: Job) -> list[tuple[str, tuple[int, ...], str, dict[str, Any]]]:
+        """Run an op of several outputs into their regions; each output's name, shape, V2
+        datatype and parameters for the answer."""
         answered = []
         for (name, place), output in zip(self.several, job.outputs(), strict=True):
             if output.nbytes:
+                dtype = wire_dtype(output.dtype)
                 target = np.frombuffer(place.view(output.nbytes), dtype).reshape(output.shape)
                 np.copyto(target, output, casting="equiv")
             parameters: dict[str, Any] = {REGION: place.region.name, BYTE_SIZE: output.nbytes}
             if place.offset:
                 parameters[OFFSET] = place.offset
-            answered.append((name, output.shape, parameters))
+            answered.append((name, output.shape, v2_datatype(output.dtype), parameters))
         return answered
 
     def verify(self) -> None:

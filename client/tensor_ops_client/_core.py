@@ -32,6 +32,7 @@ from tensor_ops_client._inputs import tensors_of
 from tensor_ops_client._retry import Attempts, Retry
 from tensor_ops_client._shm import shared_memory_plan
 from tensor_ops_client._verdict import Verdict, read_verdict, verify_request
+from tensor_ops_wire.ops import AttributeValue
 from tensor_ops_wire.verdict import parse_tolerance
 
 Transport = Literal["npz", "json", "v2", "grpc"]
@@ -196,7 +197,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         self,
         op: str,
         inputs: Mapping[str, npt.ArrayLike],
-        attributes: Mapping[str, int | str] | None = None,
+        attributes: Mapping[str, AttributeValue] | None = None,
     ) -> ArrayT:
         """Any op of the service by its name (``GET /info`` lists them): ``inputs`` by their
         names, ``attributes`` (integers, or strings for enumerations such as Pad's
@@ -307,7 +308,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
     # --- The plans --------------------------------------------------------------------------
 
     def _call_plan(
-        self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int | str]
+        self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, AttributeValue]
     ) -> Plan[Any]:
         check_call(op, arrays, attributes)
         # What NumPy cannot hold (ragged, not numbers, integers beyond int64) is refused here,

@@ -34,6 +34,7 @@ from tensor_ops_wire.grpc_v2.framing import (
     join_raw,
     split_raw,
 )
+from tensor_ops_wire.ops import AttributeValue, parameter_value
 
 if TYPE_CHECKING:
     import grpc
@@ -190,7 +191,7 @@ def _detail(
 
 
 def infer_request(
-    op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, int | str]
+    op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, AttributeValue]
 ) -> bytes:
     """The bytes of the ``ModelInferRequest`` of one op call, each tensor as raw contents and
     each attribute an ``int64_param`` of the request's parameters.
@@ -201,12 +202,16 @@ def infer_request(
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
     request = pb.ModelInferRequest(model_name=op)
-    for name, number in attributes.items():
+    for name, given in attributes.items():
+        number = parameter_value(given)
         if isinstance(number, str):
             request.parameters[name].string_param = number
             continue
+        if isinstance(number, bool):
+            request.parameters[name].bool_param = number
+            continue
         try:
-            request.parameters[name].int64_param = number
+            request.parameters[name].int64_param = number  # type: ignore[assignment]
         except (TypeError, ValueError):
             raise TensorOpsError(
                 422,

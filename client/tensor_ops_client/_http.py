@@ -26,6 +26,7 @@ from tensor_ops_wire.dtypes import BFLOAT16, dtype_from_name
 from tensor_ops_wire.errors import FAULT_STATUS, TensorError
 from tensor_ops_wire.npy import decode_npy, encode_npy
 from tensor_ops_wire.npz import decode_npz, encode_npz
+from tensor_ops_wire.ops import AttributeValue, parameter_value, query_text
 
 HEADER_LENGTH = "inference-header-content-length"
 FAULT_HEADER = "tensor-ops-fault"
@@ -56,7 +57,7 @@ class HttpRequest:
 def op_request(
     op: str,
     arrays: Mapping[str, npt.ArrayLike],
-    attributes: Mapping[str, int | str],
+    attributes: Mapping[str, AttributeValue],
     transport: str,
 ) -> HttpRequest:
     """The request of one op call over ``transport`` (``"npz"``, ``"json"`` or ``"v2"``): each
@@ -80,7 +81,7 @@ def op_request(
             data_dtype=data_dtype,
         )
     if transport == "npz":
-        params: dict[str, Any] = dict(attributes)
+        params: dict[str, Any] = {name: query_text(value) for name, value in attributes.items()}
         if bfloat16:
             params["dtype"] = "bfloat16"
         headers = {"content-type": "application/x-npz", "accept": "application/x-npy"}
@@ -105,7 +106,9 @@ def data_type(tensors: Mapping[str, npt.NDArray[Any]]) -> np.dtype[Any] | None:
 
 
 def _json_body(
-    tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str], bfloat16: bool
+    tensors: Mapping[str, npt.NDArray[Any]],
+    attributes: Mapping[str, AttributeValue],
+    bfloat16: bool,
 ) -> bytes:
     """The JSON request with every tensor as a base64 ``.npy`` string, then the attributes.
 
@@ -128,7 +131,7 @@ def _json_body(
 
 
 def _v2_body(
-    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str]
+    op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, AttributeValue]
 ) -> tuple[bytes, int]:
     """A V2 binary request: the JSON head, then each tensor's little-endian C-order bytes."""
     inputs = []
@@ -148,7 +151,7 @@ def _v2_body(
         "inputs": inputs,
         "parameters": {"binary_data_output": True},
     }
-    head["parameters"].update(attributes)
+    head["parameters"].update((name, parameter_value(value)) for name, value in attributes.items())
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
     return b"".join([head_bytes, *(part.data for part in raw)]), len(head_bytes)
 

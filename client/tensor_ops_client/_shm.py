@@ -26,6 +26,7 @@ from tensor_ops_client._grpc import infer_output
 from tensor_ops_client._http import HttpRequest, data_type, read_output
 from tensor_ops_client._raw import raw_input, raw_output
 from tensor_ops_client._retry import Attempts, Retry
+from tensor_ops_wire.ops import AttributeValue
 
 #: Tensors start at multiples of this many bytes in the object (the widest element).
 ALIGN = 8
@@ -48,7 +49,7 @@ class _Client(Protocol):
 
 
 def output_shape(
-    op: str, arrays: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, int | str]
+    op: str, arrays: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, AttributeValue]
 ) -> tuple[int, ...] | None:
     """The output's shape, as the service will make it (None: an op this client cannot size,
     or inputs the service will refuse anyway)."""
@@ -61,7 +62,7 @@ def output_shape(
         indices, axis = arrays.get("indices"), arrays.get("axis")
         if indices is None or axis is None or axis.size != 1:
             return None
-        batch_dims = int(attributes.get("batch_dims", 0))
+        batch_dims = int(attributes.get("batch_dims", 0))  # type: ignore[arg-type]
         at = int(axis.reshape(-1)[0])
         at = at + data.ndim if at < 0 else at
         batch_dims = batch_dims + indices.ndim if batch_dims < 0 else batch_dims
@@ -79,7 +80,7 @@ def shared_memory_plan(
     client: _Client,
     op: str,
     arrays: Mapping[str, npt.NDArray[Any]],
-    attributes: Mapping[str, int | str],
+    attributes: Mapping[str, AttributeValue],
     attempts: Attempts,
 ) -> Generator[Any, Any, Any]:
     """One op call through a region made for it (see the module's documentation)."""
@@ -152,7 +153,7 @@ def _answered_call(
     op: str,
     inputs: list[dict[str, Any]],
     arrays: Mapping[str, npt.NDArray[Any]],
-    attributes: Mapping[str, int | str],
+    attributes: Mapping[str, AttributeValue],
     attempts: Attempts,
 ) -> Generator[Any, Any, Any]:
     """A call whose inputs are in the region and whose outputs come in the answer."""
@@ -189,7 +190,7 @@ def _grpc_call(
     op: str,
     inputs: list[dict[str, Any]],
     output: dict[str, Any] | None,
-    attributes: Mapping[str, int | str],
+    attributes: Mapping[str, AttributeValue],
     attempts: Attempts,
 ) -> Generator[Any, Any, Any]:
     """One ModelInfer, its inputs in the region; its output there too when ``output`` says

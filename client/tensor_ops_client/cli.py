@@ -245,6 +245,29 @@ def _op_command(
     for attribute in op.attributes:
         words = f"{attribute.help} " if attribute.help else ""
         said = "required" if attribute.default is None else f"default: {attribute.default}"
+        if attribute.kind == "bool":
+            sub.add_argument(
+                _option(attribute.name),
+                dest=_ATTRIBUTE + attribute.name,
+                type=_boolean,
+                default=None,
+                metavar="true|false",
+                help=f"{words}({said})",
+            )
+            continue
+        if attribute.kind == "ints":
+            if isinstance(attribute.default, tuple):
+                said = "default: " + (" ".join(map(str, attribute.default)) or "none")
+            sub.add_argument(
+                _option(attribute.name),
+                dest=_ATTRIBUTE + attribute.name,
+                type=int,
+                nargs="*",
+                default=None,
+                metavar="N",
+                help=f"{words}a list of integers ({said})",
+            )
+            continue
         if attribute.choices:
             sub.add_argument(
                 _option(attribute.name),
@@ -445,11 +468,20 @@ def _other_inputs(
     return inputs
 
 
-def _op_attributes(args: argparse.Namespace) -> dict[str, int | str]:
+def _boolean(text: str) -> bool:
+    """A boolean attribute's value on the command line: true or false (1 or 0)."""
+    if text.lower() in ("true", "1"):
+        return True
+    if text.lower() in ("false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"not true or false: {text[:40]!r}")
+
+
+def _op_attributes(args: argparse.Namespace) -> dict[str, Any]:
     """The op's attributes: as given, else their defaults; a required one not given is the
     command line's usage error."""
     op: OpSpec = args.op
-    attributes: dict[str, int | str] = {}
+    attributes: dict[str, Any] = {}
     for item in op.attributes:
         given = getattr(args, _ATTRIBUTE + item.name)
         value = item.default if given is None else given

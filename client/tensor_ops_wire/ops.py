@@ -31,15 +31,37 @@ class InputSpec:
     rank: str = "any"
 
 
+#: An attribute's value as a client gives it: an integer, a string (an enumeration's, an element
+#: type's), a boolean, or a list of integers.
+AttributeValue = int | str | bool | tuple[int, ...] | list[int]
+
+
 @dataclass(frozen=True)
 class AttributeSpec:
     """An attribute of an op (Gather-8's ``batch_dims``, Pad-12's ``pad_mode``) and its
-    default (None: required); an enumeration's strings in ``choices``."""
+    default (None: required); an enumeration's strings in ``choices``; its ``kind`` as
+    ``/info`` says it: "int", "string", "bool", "ints" (a list of integers), "element_type"."""
 
     name: str
-    default: int | str | None
+    default: AttributeValue | None
     help: str = ""
     choices: tuple[str, ...] = ()
+    kind: str = ""
+
+
+def parameter_value(value: object) -> object:
+    """An attribute as a V2 request parameter carries it (HTTP JSON and gRPC take scalars
+    only): a list of integers as one string "1,0,1" ("" for none), anything else as itself."""
+    if isinstance(value, list | tuple):
+        return ",".join(str(int(item)) for item in value)
+    return value
+
+
+def query_text(value: object) -> str:
+    """An attribute as an ``.npz`` body's query parameter spells it: "1,0,1", "true", "3"."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(parameter_value(value))
 
 
 @dataclass(frozen=True)
@@ -64,7 +86,7 @@ class OpSpec:
     def input_names(self) -> tuple[str, ...]:
         return tuple(item.name for item in self.inputs)
 
-    def attribute_defaults(self) -> dict[str, int | str]:
+    def attribute_defaults(self) -> dict[str, AttributeValue]:
         """The attributes that have defaults, by name (a required one is not among them)."""
         return {item.name: item.default for item in self.attributes if item.default is not None}
 
@@ -145,11 +167,19 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
             raise OpListError(f"{name}: inputs is not a list of names")
         if not isinstance(attributes, Mapping) or not all(
             isinstance(key, str)
-            and (value is None or isinstance(value, int | str))
-            and not isinstance(value, bool)
+            and (
+                value is None
+                or isinstance(value, int | str)
+                or (isinstance(value, list) and all(isinstance(item, int) for item in value))
+            )
             for key, value in attributes.items()
         ):
             raise OpListError(f"{name}: attributes is not an object of defaults")
+        kinds = entry.get("kinds", {})
+        if not isinstance(kinds, Mapping) or not all(
+            isinstance(kind, str) for kind in kinds.values()
+        ):
+            raise OpListError(f"{name}: kinds is not an object of names")
         optional = _names(entry.get("optional", []), name, "optional")
         required = _names(entry.get("required", []), name, "required")
         attributes = {**attributes, **dict.fromkeys(required)}
@@ -183,7 +213,12 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
                     for i, item in enumerate(inputs)
                 ),
                 attributes=tuple(
-                    AttributeSpec(key, value, choices=tuple(choices.get(key, ())))
+                    AttributeSpec(
+                        key,
+                        tuple(value) if isinstance(value, list) else value,
+                        choices=tuple(choices.get(key, ())),
+                        kind=str(kinds.get(key, "string" if key in choices else "int")),
+                    )
                     for key, value in attributes.items()
                 ),
                 variadic=variadic,

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from tests.deploy.nginx_config import NGINX, nginx_version, render
-from tests.support import free_port, launch_server, stop_server
 from tests.grpc.test_grpc_send import (
     Client,
     Worker,
@@ -24,6 +23,7 @@ from tests.grpc.test_grpc_send import (
     _npz_gather,
     gather_message,
 )
+from tests.support import free_port, launch_server, stop_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(NGINX is None, reason="nginx is not installed")]
 
