@@ -1,12 +1,27 @@
 """ScatterElementsUpdate-12 (and -3): a copy of ``data`` with each element of ``updates`` put,
 or reduced, at its own position with the index along ``axis`` taken from ``indices``."""
 
+import functools
 import math
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from app.ops.declaration import (
+    ALL_TYPES,
+    BOOL,
+    INTEGER_TYPES,
+    JSON_LIKE_DATA,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    data_input,
+    example,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
@@ -322,3 +337,224 @@ def _extreme(
     # A position whose last value is a NaN ends on it.
     pick = np.where(last_nan == ends, last_nan, latest)
     flat[places] = sequence[pick]
+
+
+def scatter_elements_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
+    """The most bytes the kernel holds beyond inputs and output: indices as int64 and each
+    update's position (16 bytes an update), the sort of the positions (16 more), and for a
+    reduction the updates in native order with, for min and max, the sequences the fold
+    builds (four arrays of the updates' size and their marks)."""
+    updates = arrays["updates"]
+    base = 40 * updates.size
+    if attributes.get("reduction", "none") == "none":
+        return base + updates.nbytes
+    return base + 5 * updates.nbytes + 40 * updates.size + arrays["data"].nbytes // 8
+
+
+# ------------------------------------------------------------------------------------------------
+# The declarations: ScatterElementsUpdate-12 (OP) and -3 (OLDER)
+
+
+def _planner(version: int) -> Any:
+    def plan(arrays: Arrays, attributes: Attributes) -> Plan:
+        data, indices, updates = arrays["data"], arrays["indices"], arrays["updates"]
+        checked = scatter_elements_update_plan(
+            data,
+            indices,
+            updates,
+            arrays["axis"],
+            attributes.get("reduction", "none"),
+            attributes.get("use_init_val", True),
+            version,
+        )
+        return Plan(
+            checked.output_shape,
+            functools.partial(scatter_elements_update_planned, data, indices, updates, checked),
+        )
+
+    return plan
+
+
+def _kernel(version: int) -> Any:
+    def kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+        return _planner(version)(arrays, attributes).run(out)
+
+    return kernel
+
+
+def _inputs(version: int) -> tuple[Input, ...]:
+    bounds = "[-d, d - 1] (negative values count from the end)" if version == 12 else "[0, s - 1]"
+    dims = (
+        "less or equal to data's, except along axis (which may be greater)"
+        if version == 12
+        else "less or equal to data's"
+    )
+    data = data_input("copy and update")
+    if version == 3:
+        data = Input(
+            "data",
+            "The tensor to copy and update (input 1, type T: any numeric type).",
+            "T: any numeric type (bool is not one). JSON form takes its type from `dtype`.",
+            tuple(name for name in ALL_TYPES if name != "bool"),
+            json_form=JSON_LIKE_DATA,
+        )
+    return (
+        data,
+        Input(
+            "indices",
+            "The index along axis of each update (input 2, type T_IND).",
+            f"T_IND: any integer type; the rank of data; each value within {bounds} along "
+            "axis. JSON form is int64.",
+            INTEGER_TYPES,
+        ),
+        Input(
+            "updates",
+            "The updates (input 3, type T, the type of data).",
+            f"T: the type of data; the shape of indices, each dimension {dims}. JSON form "
+            "takes its type from `dtype`, like data.",
+            data.element_types,
+            json_form=JSON_LIKE_DATA,
+        ),
+        Input(
+            "axis",
+            "The axis to scatter along (input 4, type T_AXIS).",
+            "T_AXIS: any integer type; a scalar or a 1D tensor of one element in [-r, r - 1]. "
+            "JSON form is int64.",
+            INTEGER_TYPES,
+            rank="0 or 1",
+        ),
+    )
+
+
+# fmt: off
+_EXAMPLES_12: list[tuple[str, str, dict[str, Any], Any]] = [
+    ("example_1", "ScatterElementsUpdate-12 Example 1: sum with data's values, negative indices",
+     {"data": [2, 3, 4, 6], "indices": [1, 0, 0, -2, -1, 2], "updates": [10, 20, 30, 40, 70, 60],
+      "axis": [0], "reduction": "sum", "use_init_val": True, "dtype": "float32"},
+     [52.0, 13.0, 104.0, 76.0]),
+    ("example_2", "ScatterElementsUpdate-12 Example 2: sum without data's values",
+     {"data": [2, 3, 4, 6], "indices": [1, 0, 0, 2, 3, 2], "updates": [10, 20, 30, 40, 70, 60],
+      "axis": [0], "reduction": "sum", "use_init_val": False, "dtype": "float32"},
+     [50.0, 10.0, 100.0, 70.0]),
+    ("example_3", "ScatterElementsUpdate-12 Example 3: none along axis 1",
+     {"data": [[0, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], "indices": [[1, 2], [0, 3]],
+      "updates": [[11, 12], [13, 14]], "axis": [1], "reduction": "none", "dtype": "int32"},
+     [[0, 11, 12, 0], [13, 0, 0, 14], [0, 0, 0, 0]]),
+    ("example_4", "ScatterElementsUpdate-12 Example 4: sum along axis 1, a repeated index",
+     {"data": [[1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]], "indices": [[1, 1], [0, 3]],
+      "updates": [[11, 12], [13, 14]], "axis": [1], "reduction": "sum", "dtype": "int32"},
+     [[1, 24, 1, 1], [14, 1, 1, 15], [1, 1, 1, 1]]),
+    ("example_5", "ScatterElementsUpdate-12 Example 5: prod along axis 1",
+     {"data": [[2, 2, 2, 2], [2, 2, 2, 2], [2, 2, 2, 2]], "indices": [[1, 1], [0, 3]],
+      "updates": [[11, 12], [13, 14]], "axis": [1], "reduction": "prod", "dtype": "int32"},
+     [[2, 264, 2, 2], [26, 2, 2, 28], [2, 2, 2, 2]]),
+    ("mean_rounds_down", "ScatterElementsUpdate-12 integer mean by the text (not a spec "
+     "example): (-3 + 0) / 2 rounds down to -2",
+     {"data": [-3, 5], "indices": [0], "updates": [0], "axis": 0, "reduction": "mean",
+      "dtype": "int32"},
+     [-2, 5]),
+]
+_EXAMPLES_3: list[tuple[str, str, dict[str, Any], Any]] = [
+    ("axis_1", "ScatterElementsUpdate-3 by its 3D formula along axis 1 (its only example gives "
+     "shapes, 1000x256x7x7, without values)",
+     {"data": [[[0, 0], [0, 0], [0, 0]]], "indices": [[[2, 0]]], "updates": [[[5, 6]]],
+      "axis": 1, "dtype": "int32"},
+     [[[0, 6], [0, 0], [5, 0]]]),
+]
+# fmt: on
+
+_DECISIONS = (
+    "ScatterElementsUpdate-12 repeated indices: the spec leaves the order undefined; updates "
+    "are applied in their row-major order: with none the last one wins, reductions fold in "
+    "that order.",
+    "ScatterElementsUpdate-12 reductions compute in the element type, one update at a time: "
+    "float16/bfloat16 round after each step, integers wrap; bool sum and prod are OR and AND "
+    "(as the spec says), min and max are AND and OR. A NaN result of arithmetic carries the "
+    "payload the CPU's arithmetic gives.",
+    "ScatterElementsUpdate-12 min and max are the spec's C++ min(updates[i], output[...]) and "
+    "max(...): std::min(a, b) is a unless b < a, so the element there stays only when strictly "
+    "less (max: greater) than the update: a NaN update is taken, a NaN there is replaced by the "
+    "next update, and of +0.0 and -0.0 the update is taken.",
+    "ScatterElementsUpdate-12 mean: the sum (in the element type, in order, from data's element "
+    "when use_init_val) divided by the count of the values summed; floats rounded once to the "
+    "element type, integers rounded down (towards negative infinity) as the spec says.",
+    "ScatterElementsUpdate-12 use_init_val false: data's element takes no part in the "
+    "reduction at a position an update reaches (the first update starts it, so a -0.0 update "
+    "stays -0.0); elements no update reaches keep data's values.",
+    "ScatterElementsUpdate-12 mean on bool data: refused (422 naming reduction): the spec has "
+    "no implementation of it.",
+    "ScatterElementsUpdate-12 out-of-bounds indices (outside [-d, d - 1]) and -3's negative "
+    "ones: the spec raises an exception; they are refused 422 naming indices, before anything "
+    "is copied.",
+    "ScatterElementsUpdate-12 Example 6 gives shapes (1000x256x7x7 data) without values: it is "
+    "tested as a plan, not served as an example.",
+)
+_DISAGREEMENTS = (
+    "ScatterElementsUpdate-12 integer mean: the CPU plugin rounds toward zero where the spec "
+    "says down: data int32 [-3], indices [0], updates [0], axis 0, reduction mean gives [-1]; "
+    "the spec's floor((-3 + 0) / 2) is -2.",
+)
+
+
+_DECISIONS_3 = (
+    "ScatterElementsUpdate-3 repeated indices: the spec leaves the order undefined; updates are "
+    "applied in their row-major order, the last one wins.",
+    "ScatterElementsUpdate-3 negative or out-of-bounds indices (outside [0, s - 1]): the spec "
+    "raises an exception; they are refused 422 naming indices, before anything is copied.",
+    "ScatterElementsUpdate-3 T is 'any numeric type': bool data is refused (422 naming data).",
+    "ScatterElementsUpdate-3 updates: every dimension less or equal to data's (along axis too, "
+    "unlike -12).",
+    "ScatterElementsUpdate-3's only example gives shapes (1000x256x7x7 data) without values: it "
+    "is tested as a plan; /docs shows a small example by the spec's 3D formula instead.",
+)
+
+
+def _declare(version: int, examples: list[tuple[str, str, dict[str, Any], Any]]) -> Op:
+    spec = f"ScatterElementsUpdate-{version}"
+    attributes = (
+        (
+            Attribute(
+                "reduction",
+                "none",
+                "The operation between the element there and the update: none (overwrite), "
+                "sum, prod (bool: OR, AND), min, max or mean (integers rounded down; not for "
+                "bool).",
+                choices=REDUCTIONS,
+            ),
+            Attribute(
+                "use_init_val",
+                True,
+                "Whether data's elements are the initial values of the reductions (no effect "
+                "for none).",
+                kind=BOOL,
+            ),
+        )
+        if version == 12
+        else ()
+    )
+    what = "reduced into by `reduction`" if version == 12 else "replaced"
+    return Op(
+        name="scatter_elements_update",
+        spec=spec,
+        summary=f"{spec}: a copy of data with elements at indices along an axis updated",
+        description=f"{spec} over `data`: a copy of `data` where each element of `updates` is "
+        f"{what} at its own index, with the index along `axis` taken from `indices` (of the "
+        "same shape as `updates`). Send JSON (tensors as nested arrays or base64 .npy) or an "
+        ".npz archive.",
+        request_doc=f"{spec}: a copy of `data` with `updates` applied at `indices` along `axis`.",
+        inputs=_inputs(version),
+        attributes=attributes,
+        plan=_planner(version),
+        kernel=_kernel(version),
+        workspace=scatter_elements_update_workspace,
+        examples={name: example(summary, request, output)
+                  for name, summary, request, output in examples},  # fmt: skip
+        decisions=_DECISIONS if version == 12 else _DECISIONS_3,
+        disagreements=_DISAGREEMENTS if version == 12 else (),
+    )
+
+
+SCATTER_ELEMENTS_UPDATE_3 = _declare(3, _EXAMPLES_3)
+#: What app/registry.py collects: the newest version, and the older one it serves.
+OP = _declare(12, _EXAMPLES_12)
+OLDER: tuple[Op, ...] = (SCATTER_ELEMENTS_UPDATE_3,)

@@ -22,6 +22,8 @@ from openvino import op as ov_op
 
 from app.ops.errors import SpecError
 from app.ops.scatter_elements_update import (
+    OLDER,
+    OP,
     REDUCTIONS,
     scatter_elements_update,
     scatter_elements_update_plan,
@@ -455,3 +457,23 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     arrays = {"data": data, "indices": indices, "updates": updates, "axis": np.array(0)}
     return BenchmarkCase("scatter_elements_update", "1 row, f32", arrays, {}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("op", "name"),
+    [(op, name) for op in (OP, *OLDER) for name in sorted(op.examples)],
+    ids=lambda item: getattr(item, "spec", item),
+)
+def test_declared_examples(op: Any, name: str) -> None:
+    request = dict(op.examples[name]["value"])
+    dtype = request.get("dtype")
+    got = check(
+        np.array(request["data"], dtype=dtype),
+        np.array(request["indices"]),
+        np.array(request["updates"], dtype=dtype),
+        np.array(request["axis"]),
+        request.get("reduction", "none"),
+        request.get("use_init_val", True),
+        op.version,
+    )
+    assert got.tolist() == op.examples[name]["x-expected-output"]
