@@ -47,17 +47,17 @@ STAGE_COUNT = Counter(
     "tensor_ops_model_stage",
     "Inference requests by model and stage (Triton's statistics: success, fail, queue, "
     "compute_input, compute_infer, compute_output), every transport",
-    ["model", "stage"],
+    ["model", "version", "stage"],
 )
 STAGE_SECONDS = Counter(
     "tensor_ops_model_stage_seconds",
-    "Time inference requests spent in each stage, by model and stage",
-    ["model", "stage"],
+    "Time inference requests spent in each stage, by model, version and stage",
+    ["model", "version", "stage"],
 )
 LAST_INFERENCE = Gauge(
     "tensor_ops_model_last_inference_timestamp_seconds",
     "When the last successful inference of a model ended (seconds since the epoch)",
-    ["model"],
+    ["model", "version"],
     multiprocess_mode="max",
 )
 

@@ -255,7 +255,7 @@ async def test_an_older_version_refuses_what_it_does_not_have(client: httpx.Asyn
         "parameters": {"drop": "1"},
     }
     refused = await client.post("/v2/models/toy_uniq/versions/1/infer", json=request)
-    assert refused.status_code == 400, refused.text
+    assert refused.status_code == 422, refused.text
     assert "drop" in refused.json()["error"] and "version 1" in refused.json()["error"]
     del request["parameters"]
     answered = await client.post("/v2/models/toy_uniq/versions/1/infer", json=request)

@@ -60,24 +60,25 @@ from app.pipeline.heap import TRIM_FROM_BYTES, HeapTrimmer
 from app.pipeline.inflate import inflate
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
-from app.registry import REGISTRY, Op
+from app.registry import Op, version_of
 from app.settings import Settings
 from app.v2.rules import (
     EXTENSIONS,
     INPUT_EXTENSIONS,
-    MODEL_VERSION,
     OUTPUT_EXTENSIONS,
     OUTPUT_NAME,
     SERVER_NAME,
     model,
     model_config,
     model_metadata,
+    model_version,
     op_attributes,
     read_inputs,
     refuse_extensions,
     refuse_model_control,
     repository_index,
     requested_outputs,
+    statistics_models,
     wants_binary,
 )
 from app.v2.shared_memory import (
@@ -192,9 +193,7 @@ class GrpcExchange:
         """The model the message names, once it has been parsed and if it is served (for the
         statistics of a request refused after that)."""
         request = self.request
-        if request.model_version not in ("", MODEL_VERSION):
-            return None
-        return REGISTRY.get(request.model_name)
+        return version_of(request.model_name, request.model_version)
 
     def prepare(self, body: Body) -> int:
         entries = 0
@@ -371,10 +370,11 @@ class GrpcExchange:
             output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
             raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
             request_id = self.request.id
+            version = model_version(job.op)
             head = (
-                _raw_answer_head(job.op.name, datatype, job.output_shape, request_id)
+                _raw_answer_head(job.op.name, version, datatype, job.output_shape, request_id)
                 if len(request_id) <= _CACHED_ID
-                else _answer_head(job.op.name, datatype, job.output_shape, request_id)
+                else _answer_head(job.op.name, version, datatype, job.output_shape, request_id)
             )
             if not self.stream:
                 return Answer([join_raw(head, RAW_OUTPUT_FIELD, [raw])], "application/grpc")
@@ -382,7 +382,7 @@ class GrpcExchange:
             pieces = nested(STREAM_RESPONSE_FIELD, [head, *nested(RAW_OUTPUT_FIELD, [raw])])
             return Answer([b"".join(pieces)], "application/grpc")
         response = pb.ModelInferResponse(
-            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+            model_name=job.op.name, model_version=model_version(job.op), id=self.request.id
         )
         tensor = pb.ModelInferResponse.InferOutputTensor(
             name=OUTPUT_NAME, datatype=datatype, shape=job.output_shape
@@ -394,7 +394,7 @@ class GrpcExchange:
         """The answer of an op of several outputs (Split-1): every output in order, as raw
         contents (one entry each) or typed contents."""
         response = pb.ModelInferResponse(
-            model_name=job.op.name, model_version=MODEL_VERSION, id=self.request.id
+            model_name=job.op.name, model_version=model_version(job.op), id=self.request.id
         )
         named = [
             (name, output)
@@ -440,10 +440,12 @@ class GrpcExchange:
 _CACHED_ID = 64
 
 
-def _answer_head(op: str, datatype: str, shape: tuple[int, ...], request_id: str) -> bytes:
+def _answer_head(
+    op: str, version: str, datatype: str, shape: tuple[int, ...], request_id: str
+) -> bytes:
     """An answer with raw contents, without them: model, version, id and the output's name,
     datatype and shape."""
-    response = pb.ModelInferResponse(model_name=op, model_version=MODEL_VERSION, id=request_id)
+    response = pb.ModelInferResponse(model_name=op, model_version=version, id=request_id)
     response.outputs.append(
         pb.ModelInferResponse.InferOutputTensor(name=OUTPUT_NAME, datatype=datatype, shape=shape)
     )
@@ -790,12 +792,9 @@ class InferenceService:
 
     async def model_statistics(self, context: Any, notes: CallNotes) -> Any:
         request = await self.parsed(pb.ModelStatisticsRequest, context, notes)
-        if request.name:
-            names = [model(request.name, request.version or None).name]
-        else:
-            names = list(REGISTRY)
+        ops = statistics_models(request.name or None, request.version or None)
         response = pb.ModelStatisticsResponse()
-        for item in self.pipeline.statistics.read(names, MODEL_VERSION):
+        for item in self.pipeline.statistics.read(ops):
             # Empty, and not declared in the service's proto: absent on the wire is empty.
             for empty in ("response_stats", "batch_stats", "memory_usage"):
                 item.pop(empty)

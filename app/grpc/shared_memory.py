@@ -9,7 +9,7 @@ from app.errors import Fault
 from app.pipeline.jobs import Job
 from app.pipeline.run import Answer
 from app.v2 import shm_guard
-from app.v2.rules import MODEL_VERSION, OUTPUT_NAME
+from app.v2.rules import OUTPUT_NAME, model_version
 from app.v2.shared_memory import CUDA_REFUSAL, REGION, Regions, SharedTensors, refused
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 
@@ -17,7 +17,7 @@ from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 def grpc_answer(job: Job, request_id: str, shared: SharedTensors) -> Answer:
     """The gRPC answer of a job whose output goes to shared memory: no raw contents."""
     response = pb.ModelInferResponse(
-        model_name=job.op.name, model_version=MODEL_VERSION, id=request_id
+        model_name=job.op.name, model_version=model_version(job.op), id=request_id
     )
     if job.split is not None:
         answered = shared.run_several(job)

@@ -45,7 +45,7 @@ from app.http.schemas import OutputsResponse, TensorResponse, request_fields, re
 from app.ops.declaration import BOOL, INTS, JSON_INFERRED, AttributeRefusedError
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Exchange, Pipeline
-from app.registry import REGISTRY, Attribute, Op, attribute_names
+from app.registry import REGISTRY, Attribute, Op, attribute_names, every_version
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import npy_buffer
@@ -521,23 +521,35 @@ def op_endpoints(pipeline: Pipeline) -> dict[str, Endpoint]:
         route.__doc__ = op.description
         return route
 
-    return {f"/{op.name}": endpoint(op) for op in REGISTRY.values()}
+    return {path: endpoint(op) for op in every_version() for path in op_paths(op)}
+
+
+def op_paths(op: Op) -> tuple[str, ...]:
+    """The routes of one version of an op: ``/<op>/v<N>``, and ``/<op>`` for the newest."""
+    versioned = f"/{op.name}/v{op.version}"
+    newest = REGISTRY.get(op.name)
+    return (f"/{op.name}", versioned) if newest is op else (versioned,)
 
 
 def add_op_routes(router: APIRouter, endpoints: Mapping[str, Endpoint]) -> None:
-    """A ``POST /<op>`` route for every op of the registry, on the app's own router (an included
-    router's routes are matched twice)."""
-    for op in REGISTRY.values():
-        path = f"/{op.name}"
-        router.add_api_route(
-            path,
-            endpoints[path],
-            methods=["POST"],
-            name=op.name,
-            summary=op.summary,
-            description=op.description,
-            responses=_responses(op),
-            openapi_extra=_openapi_extra(op),
-            route_class_override=OpRoute,
-            tags=["ops"],
-        )
+    """A ``POST /<op>`` route for every op of the registry, and ``POST /<op>/v<N>`` for each of
+    its versions, on the app's own router (an included router's routes are matched twice)."""
+    for op in every_version():
+        for path in op_paths(op):
+            _add_op_route(router, op, path, endpoints[path])
+
+
+def _add_op_route(router: APIRouter, op: Op, path: str, endpoint: Endpoint) -> None:
+    versioned = path != f"/{op.name}"
+    router.add_api_route(
+        path,
+        endpoint,
+        methods=["POST"],
+        name=f"{op.name}_v{op.version}" if versioned else op.name,
+        summary=op.summary,
+        description=op.description,
+        responses=_responses(op),
+        openapi_extra=_openapi_extra(op),
+        route_class_override=OpRoute,
+        tags=["ops"],
+    )

@@ -20,14 +20,15 @@ from app.codecs.v2_tensors import v2_datatype
 from app.errors import ServiceError
 from app.http.body import too_large
 from app.http.errors import render_detail
-from app.http.op_routes import JSON_TYPE, JsonExchange, exchange_for_media
+from app.http.op_routes import JSON_TYPE, JsonExchange, exchange_for_media, op_paths
 from app.http.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
 from app.http.v2 import INFER_PATH, V2Exchange
 from app.pipeline.admission import busy_error
 from app.pipeline.jobs import Limits
-from app.registry import REGISTRY, Op
+from app.registry import REGISTRY, Op, every_version
 from app.settings import Settings
 from app.v2.messages import InferenceRequest
+from tensor_ops_wire.ops import parameter_value
 
 #: The tag of the routes that run the ops, and the order of the tags in /docs.
 OPS_TAG = "ops"
@@ -81,8 +82,8 @@ def teach(schema: dict[str, Any], settings: Settings, limits: Limits, budget: in
     """Tag, describe and give examples to the OpenAPI document ``schema``, in place."""
     schema["tags"] = TAGS
     paths = schema.get("paths", {})
-    for op in REGISTRY.values():
-        operation = paths.get(f"/{op.name}", {}).get("post")
+    for op, path in ((each, path) for each in every_version() for path in op_paths(each)):
+        operation = paths.get(path, {}).get("post")
         if operation is None:
             continue
         operation["tags"] = [OPS_TAG]
@@ -132,7 +133,10 @@ def v2_example(op: Op, value: Any, limits: Limits) -> tuple[dict[str, Any], Any]
         )
     request: dict[str, Any] = {"id": f"{op.name}-example", "inputs": inputs}
     if job.attributes:
-        request["parameters"] = dict(job.attributes)
+        # A list travels as one string among the parameters ("1,0,1").
+        request["parameters"] = {
+            name: parameter_value(value) for name, value in job.attributes.items()
+        }
     v2 = V2Exchange(op, None)
     v2.prepare(orjson.dumps(request))
     encoded = v2.encode(v2.decode(limits))
@@ -230,7 +234,7 @@ def build_openapi(
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.update(SHARED_SCHEMAS)
-    models: list[type[BaseModel]] = [request_model(op) for op in REGISTRY.values()]
+    models: list[type[BaseModel]] = [request_model(op) for op in every_version()]
     models.append(InferenceRequest)
     for model in models:
         model_schema = model.model_json_schema(ref_template="#/components/schemas/{model}")

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
 from app.ops.declaration import BOOL, INTS, MAX_LIST
-from app.registry import ALL_TYPES, DATA_CONSTRAINT, Input, Op
+from app.registry import ALL_TYPES, DATA_CONSTRAINT, REGISTRY, Input, Op
 from tensor_ops_wire.dtypes import DTYPE_NAMES
 
 INT64_MIN = -(1 << 63)
@@ -136,12 +136,18 @@ def request_model(op: Op) -> type[BaseModel]:
         )
     fields["dtype"] = (DTypeName | None, Field(None, description="The element type of `data`."))
     model: type[BaseModel] = create_model(
-        f"{''.join(part.capitalize() for part in op.name.split('_'))}Request",
+        f"{''.join(part.capitalize() for part in op.name.split('_'))}{_older_mark(op)}Request",
         __config__=ConfigDict(extra="forbid"),
         __doc__=op.request_doc,
         **fields,
     )
     return model
+
+
+def _older_mark(op: Op) -> str:
+    """ "7" in Gather7Request: an older version's model is named apart from the newest's."""
+    newest = REGISTRY.get(op.name)
+    return "" if newest is None or newest is op else str(op.version)
 
 
 @functools.cache

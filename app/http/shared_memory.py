@@ -17,7 +17,7 @@ from app.pipeline.jobs import Job
 from app.pipeline.run import Answer
 from app.v2 import shm_guard
 from app.v2.messages import V2Error
-from app.v2.rules import MODEL_VERSION, OUTPUT_NAME, json_kind
+from app.v2.rules import OUTPUT_NAME, json_kind, model_version
 from app.v2.shared_memory import (
     CUDA_REFUSAL,
     REGISTER_BODY_LIMIT,
@@ -30,7 +30,7 @@ from app.v2.shared_memory import (
 
 def http_answer(job: Job, request_id: str | None, shared: SharedTensors) -> Answer:
     """The ``/v2`` answer of a job whose output goes to shared memory: JSON, no data."""
-    response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
+    response: dict[str, Any] = {"model_name": job.op.name, "model_version": model_version(job.op)}
     if request_id is not None:
         response["id"] = request_id
     if job.split is not None:

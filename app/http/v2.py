@@ -41,7 +41,7 @@ from app.http.shared_memory import add_shared_memory_routes, http_answer, reques
 from app.pipeline.jobs import Job, Limits, make_job
 from app.pipeline.run import Answer, Body, Pipeline
 from app.pipeline.statistics import Statistics
-from app.registry import REGISTRY, Op
+from app.registry import REGISTRY, Op, versions
 from app.v2.messages import (
     InferenceRequest,
     InferenceResponse,
@@ -59,7 +59,6 @@ from app.v2.rules import (
 )
 from app.v2.rules import (
     INPUT_EXTENSIONS,
-    MODEL_VERSION,
     OUTPUT_EXTENSIONS,
     PARAMETER_FAULT,
     SERVER_NAME,
@@ -67,12 +66,14 @@ from app.v2.rules import (
     model,
     model_config,
     model_metadata,
+    model_version,
     op_attributes,
     read_inputs,
     refuse_extensions,
     refuse_model_control,
     repository_index,
     requested_outputs,
+    statistics_models,
     wants_binary,
 )
 from app.v2.shared_memory import (
@@ -105,7 +106,12 @@ ModelName = Annotated[
 ]
 ModelVersion = Annotated[
     str,
-    Path(description="The model's version: 1", json_schema_extra={"enum": [MODEL_VERSION]}),
+    Path(
+        description="The model's version: the op's opset version (gather: "
+        + ", ".join(str(number) for number in versions("gather"))
+        + "); every model's are in its metadata",
+        pattern="^[0-9]{1,4}$",
+    ),
 ]
 
 
@@ -355,7 +361,7 @@ def encode_infer(
         "datatype": v2_datatype(output.dtype),
         "shape": list(output.shape),
     }
-    response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
+    response: dict[str, Any] = {"model_name": job.op.name, "model_version": model_version(job.op)}
     if request.id is not None:
         response["id"] = request.id
     response["outputs"] = [tensor]
@@ -380,7 +386,7 @@ def _encode_several(
 ) -> tuple[list[Any], dict[str, str]]:
     """The answer of an op of several outputs (Split-1): every output in the outputs list, in
     order, as JSON data or binary data alike."""
-    response: dict[str, Any] = {"model_name": job.op.name, "model_version": MODEL_VERSION}
+    response: dict[str, Any] = {"model_name": job.op.name, "model_version": model_version(job.op)}
     if request.id is not None:
         response["id"] = request.id
     tensors: list[dict[str, Any]] = []
@@ -476,13 +482,13 @@ def add_triton_routes(
         )
 
     async def all_stats() -> dict[str, Any]:
-        return {"model_stats": statistics.read(REGISTRY, MODEL_VERSION)}
+        return {"model_stats": statistics.read(statistics_models(None, None))}
 
     async def stats(name: ModelName) -> dict[str, Any]:
-        return {"model_stats": statistics.read([model(name).name], MODEL_VERSION)}
+        return {"model_stats": statistics.read(statistics_models(name, None))}
 
     async def version_stats(name: ModelName, version: ModelVersion) -> dict[str, Any]:
-        return {"model_stats": statistics.read([model(name, version).name], MODEL_VERSION)}
+        return {"model_stats": statistics.read(statistics_models(name, version))}
 
     for path, stats_handler, summary in (
         ("/models/stats", all_stats, "Statistics of every model (Triton)"),

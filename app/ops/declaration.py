@@ -368,6 +368,11 @@ class Op:
         """The op's opset version, from its spec's name: 8 for "Gather-8"."""
         return int(self.spec.rpartition("-")[2])
 
+    @functools.cached_property
+    def model_key(self) -> tuple[str, str]:
+        """The V2 model and version this declaration is served as: ("gather", "8")."""
+        return (self.name, str(self.version))
+
     def output_types(self, arrays: Arrays, attributes: Attributes, count: int) -> tuple[Any, ...]:
         """The element type (a NumPy dtype) of each of ``count`` outputs of a request."""
         data = arrays[self.output_type_from].dtype

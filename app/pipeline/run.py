@@ -114,11 +114,11 @@ class Pipeline:
             # Counted under its model when the exchange knows it (a gRPC message: once read).
             op = getattr(exchange, "op", None)
             if op is not None:
-                self.statistics.failed(op.name, time.perf_counter_ns() - started)
+                self.statistics.failed(op.model_key, time.perf_counter_ns() - started)
             await reservation.release()
             raise
         self.statistics.succeeded(
-            job.op.name,
+            job.op.model_key,
             time.perf_counter_ns() - started,
             reservation.waited_ns,
             decoded - started - waited,

@@ -35,15 +35,19 @@ _SECONDS_SAMPLE = "tensor_ops_model_stage_seconds_total"
 _LAST_SAMPLE = "tensor_ops_model_last_inference_timestamp_seconds"
 
 
+#: A model version's key in the tallies and the metrics' labels: its name and its version.
+Model = tuple[str, str]
+
+
 @functools.cache
-def _children(model: str, stage: str) -> tuple[Any, Any]:
+def _children(model: Model, stage: str) -> tuple[Any, Any]:
     # The labelled children looked up once per model and stage, not once a request.
-    return STAGE_COUNT.labels(model, stage), STAGE_SECONDS.labels(model, stage)
+    return STAGE_COUNT.labels(*model, stage), STAGE_SECONDS.labels(*model, stage)
 
 
 @functools.cache
-def _last(model: str) -> Any:
-    return LAST_INFERENCE.labels(model)
+def _last(model: Model) -> Any:
+    return LAST_INFERENCE.labels(*model)
 
 
 class _Tally:
@@ -73,12 +77,12 @@ class Statistics:
     def __init__(self, metrics_dir: str | None = None) -> None:
         #: Where every worker's samples are, with several workers (the settings' metrics_dir).
         self.metrics_dir = metrics_dir
-        self._tallies: dict[str, _Tally] = {}
+        self._tallies: dict[Model, _Tally] = {}
         #: The flush due within ``FLUSH_AFTER``; None without an event loop to run it (then
         #: each request is flushed at once).
         self._flush_timer: asyncio.TimerHandle | None = None
 
-    def _tally(self, model: str) -> _Tally:
+    def _tally(self, model: Model) -> _Tally:
         tally = self._tallies.get(model)
         if tally is None:
             tally = self._tallies[model] = _Tally()
@@ -106,7 +110,9 @@ class Statistics:
                 _last(model).set(tally.last)
                 tally.last = 0.0
 
-    def succeeded(self, model: str, total: int, queue: int, compute_input: int, infer: int) -> None:
+    def succeeded(
+        self, model: Model, total: int, queue: int, compute_input: int, infer: int
+    ) -> None:
         """A request of ``model`` answered: ``total`` ns in the pipeline, ``queue`` of them
         waiting for memory, ``compute_input`` reading and decoding, ``infer`` in the kernel; the
         rest is the encoding."""
@@ -127,7 +133,7 @@ class Statistics:
         if self._flush_timer is None:  # no event loop to defer to
             self.flush()
 
-    def failed(self, model: str, total: int) -> None:
+    def failed(self, model: Model, total: int) -> None:
         """A request of ``model`` refused or given up after ``total`` ns in the pipeline."""
         tally = self._tally(model)
         tally.counts[1] += 1
@@ -135,10 +141,10 @@ class Statistics:
         if self._flush_timer is None:  # no event loop to defer to
             self.flush()
 
-    def read(self, models: Iterable[str], version: str) -> list[dict[str, Any]]:
+    def read(self, models: Iterable[Model]) -> list[dict[str, Any]]:
         """This worker's figures flushed, then ``model_statistics`` of every worker's."""
         self.flush()
-        return model_statistics(models, version, self.metrics_dir)
+        return model_statistics(models, self.metrics_dir)
 
 
 def _samples(metrics_dir: str | None) -> Iterable[Any]:
@@ -153,7 +159,7 @@ def _samples(metrics_dir: str | None) -> Iterable[Any]:
 
 
 def model_statistics(
-    models: Iterable[str], version: str, metrics_dir: str | None = None
+    models: Iterable[Model], metrics_dir: str | None = None
 ) -> list[dict[str, Any]]:
     """Triton's ``ModelStatistics`` of each model, as JSON (the gRPC answer is made from it):
     counts and nanoseconds summed over the workers, ``last_inference`` in ms since the epoch
@@ -162,27 +168,28 @@ def model_statistics(
     Triton writes them for a model without decoupled responses, batching or memory to report. What
     workers have not flushed yet is not in them
     (``Statistics.read`` flushes its own first)."""
-    names = list(models)
-    counts: dict[tuple[str, str], float] = {}
-    seconds: dict[tuple[str, str], float] = {}
-    last: dict[str, float] = {}
+    wanted = list(models)
+    counts: dict[tuple[Model, str], float] = {}
+    seconds: dict[tuple[Model, str], float] = {}
+    last: dict[Model, float] = {}
     for sample in _samples(metrics_dir):
         labels = sample.labels
         if sample.name == _COUNT_SAMPLE:
-            key = (labels["model"], labels["stage"])
+            key = ((labels["model"], labels["version"]), labels["stage"])
             counts[key] = counts.get(key, 0.0) + sample.value
         elif sample.name == _SECONDS_SAMPLE:
-            key = (labels["model"], labels["stage"])
+            key = ((labels["model"], labels["version"]), labels["stage"])
             seconds[key] = seconds.get(key, 0.0) + sample.value
         elif sample.name == _LAST_SAMPLE:
-            model = labels["model"]
+            model = (labels["model"], labels["version"])
             last[model] = max(last.get(model, 0.0), sample.value)
     answer = []
-    for name in names:
+    for model in wanted:
+        name, version = model
         stats = {
             stage: {
-                "count": int(counts.get((name, stage), 0)),
-                "ns": round(seconds.get((name, stage), 0.0) * 1e9),
+                "count": int(counts.get((model, stage), 0)),
+                "ns": round(seconds.get((model, stage), 0.0) * 1e9),
             }
             for stage in STAGES
         }
@@ -191,7 +198,7 @@ def model_statistics(
             {
                 "name": name,
                 "version": version,
-                "last_inference": round(last.get(name, 0.0) * 1000),
+                "last_inference": round(last.get(model, 0.0) * 1000),
                 "inference_count": done,
                 "execution_count": done,
                 "inference_stats": {

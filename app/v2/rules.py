@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 from app.errors import Fault, ServiceError, quote
 from app.ops.declaration import BOOL, INTS, Attribute, AttributeRefusedError, variadic_index
 from app.pipeline.jobs import Job, Limits, check_shape
-from app.registry import REGISTRY, Op, attribute_names
+from app.registry import REGISTRY, Op, attribute_names, every_version, version_of, versions
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
 
@@ -28,7 +28,6 @@ class NamedInput(Protocol):
 Item = TypeVar("Item", bound=NamedInput)
 
 SERVER_NAME = "tensor-ops"
-MODEL_VERSION = "1"
 #: The output of an op of one output; an op of several has ``output_0``, ``output_1``...
 OUTPUT_NAME = "output"
 
@@ -48,21 +47,42 @@ Parameters = Mapping[str, Any]
 
 
 def model(name: str, version: str | None = None) -> Op:
-    """The op served as model ``name`` (at ``version``, when one is asked for); else 404."""
-    op = REGISTRY.get(name)
-    if op is None:
+    """The op served as model ``name`` at ``version`` (its opset version; the newest when none
+    is asked for); else 404 naming the models, or the versions of this one, served."""
+    if name not in REGISTRY:
         raise ServiceError(
             Fault.NOT_FOUND,
             ("model",),
             f"model {quote(name)} is not served here; models: {', '.join(REGISTRY)}",
         )
-    if version is not None and version != MODEL_VERSION:
+    op = version_of(name, version)
+    if op is None:
+        served = ", ".join(str(number) for number in versions(name))
         raise ServiceError(
             Fault.NOT_FOUND,
             ("model",),
-            f"model {name!r} has no version {quote(version)}; versions: {MODEL_VERSION}",
+            f"model {name!r} has no version {quote(str(version))}; versions: {served}",
         )
     return op
+
+
+def statistics_models(name: str | None, version: str | None) -> list[tuple[str, str]]:
+    """The models (name, version) whose statistics a request asks for: every version of every
+    model (no name), every version of one (no version, as Triton answers), or one version (else
+    404)."""
+    if name is None:
+        ops = every_version()
+    elif version is None:
+        model(name)  # 404 for a model not served
+        ops = list(versions(name).values())
+    else:
+        ops = [model(name, version)]
+    return [(op.name, model_version(op)) for op in ops]
+
+
+def model_version(op: Op) -> str:
+    """The V2 model version of ``op``: its opset version, as a string ("8" for Gather-8)."""
+    return op.model_key[1]
 
 
 def model_metadata(op: Op) -> dict[str, Any]:
@@ -103,7 +123,7 @@ def model_metadata(op: Op) -> dict[str, Any]:
     ]
     metadata: dict[str, Any] = {
         "name": op.name,
-        "versions": [MODEL_VERSION],
+        "versions": [str(number) for number in versions(op.name)],
         "platform": "openvino_opset",
         "inputs": inputs,
         "outputs": outputs,
@@ -174,8 +194,9 @@ def repository_index(ready_only: bool) -> list[dict[str, str]]:
     Each entry has the four fields of Triton's index response, ``reason`` empty: a ready model
     has none to give."""
     return [
-        {"name": name, "version": MODEL_VERSION, "state": "READY", "reason": ""}
+        {"name": name, "version": str(number), "state": "READY", "reason": ""}
         for name in REGISTRY
+        for number in versions(name)
     ]
 
 
@@ -252,7 +273,8 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, Any]:
             raise ServiceError(
                 Fault.UNKNOWN_INPUT,
                 ("body", name),
-                f"model {op.name!r} takes no {name} parameter",
+                f"model {op.name!r} takes no {name} parameter"
+                + (f" at version {op.version} ({op.spec})" if _older(op) else ""),
             )
         try:
             attributes[name] = declared.from_parameter(value)
@@ -268,6 +290,12 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, Any]:
                 f"missing parameter {item.name!r}: {op.name} requires it ({item.kind_words})",
             )
     return attributes
+
+
+def _older(op: Op) -> bool:
+    """Whether ``op`` is an older version than the newest its model serves."""
+    newest = REGISTRY.get(op.name)
+    return newest is not None and newest.version != op.version
 
 
 def wants_binary(
