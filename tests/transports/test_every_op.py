@@ -18,6 +18,7 @@ from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
 from tensor_ops_wire.dtypes import dtype_from_name, element_type_of
 from tensor_ops_wire.npy import decode_npy_base64
+from tensor_ops_wire.ops import query_text
 from tests.support import free_port, launch_server, npz_bytes, stop_server
 
 pytestmark = pytest.mark.anyio
@@ -117,7 +118,7 @@ async def test_the_npz_route(client: httpx.AsyncClient, op_name: str, example_na
     op = REGISTRY[op_name]
     arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
     dtype = op.examples[example_name]["value"].get("dtype")
-    query = {key: str(value) for key, value in attributes.items()}
+    query = {key: query_text(value) for key, value in attributes.items()}
     if dtype is not None and element_type_of(dtype_from_name(dtype)).numpy == "bfloat16":
         query["dtype"] = "bfloat16"
     response = await client.post(
