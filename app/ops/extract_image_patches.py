@@ -1,12 +1,25 @@
 """ExtractImagePatches-3: the patches of a 4-D image, as a convolution would visit them, stacked
 in the depth dimension."""
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
+from app.ops.declaration import (
+    ALL_TYPES,
+    DATA_CONSTRAINT,
+    INTS,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Plan,
+    example,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
 
@@ -181,3 +194,155 @@ def extract_image_patches_planned(
     else:
         np.copyto(target, view)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# The declaration
+
+
+def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
+    data = arrays["data"]
+    checked = extract_image_patches_plan(
+        data,
+        attributes["sizes"],
+        attributes["strides"],
+        attributes["rates"],
+        attributes["auto_pad"],
+    )
+    return Plan(
+        checked.output_shape, functools.partial(extract_image_patches_planned, data, checked)
+    )
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return _plan(arrays, attributes).run(out)
+
+
+def _workspace(arrays: Arrays, attributes: Attributes) -> int:
+    data = arrays["data"]
+    checked = extract_image_patches_plan(
+        data,
+        attributes["sizes"],
+        attributes["strides"],
+        attributes["rates"],
+        attributes["auto_pad"],
+    )
+    return patches_workspace_bytes(data, checked)
+
+
+_IMAGE = [[[[row * 10 + col + 1 for col in range(10)] for row in range(10)]]]
+_TWO_MAPS = [[[[m * 25 + row * 5 + col + 1 for col in range(5)] for row in range(5)]
+              for m in range(2)]]  # fmt: skip
+# fmt: off
+#: The spec's worked examples (name, summary, request, output).
+_EXAMPLES: list[tuple[str, str, dict[str, Any], Any]] = [
+    ("example_1", "ExtractImagePatches-3 example 1: sizes 3,3, strides 5,5, rates 1,1, valid, "
+     "on a 1x1x10x10 image of 1..100",
+     {"data": _IMAGE, "sizes": [3, 3], "strides": [5, 5], "rates": [1, 1], "auto_pad": "valid"},
+     [[[[1, 6], [51, 56]], [[2, 7], [52, 57]], [[3, 8], [53, 58]], [[11, 16], [61, 66]],
+       [[12, 17], [62, 67]], [[13, 18], [63, 68]], [[21, 26], [71, 76]], [[22, 27], [72, 77]],
+       [[23, 28], [73, 78]]]]),
+    ("example_2", "ExtractImagePatches-3 example 2: sizes 4,4, strides 8,8, rates 1,1, valid",
+     {"data": _IMAGE, "sizes": [4, 4], "strides": [8, 8], "rates": [1, 1], "auto_pad": "valid"},
+     [[[[v]] for v in (1, 2, 3, 4, 11, 12, 13, 14, 21, 22, 23, 24, 31, 32, 33, 34)]]),
+    ("example_3", "ExtractImagePatches-3 example 3: sizes 4,4, strides 9,9, rates 1,1, "
+     "same_upper (zeros where the patches reach past the image)",
+     {"data": _IMAGE, "sizes": [4, 4], "strides": [9, 9], "rates": [1, 1],
+      "auto_pad": "same_upper"},
+     [[[[0, 0], [0, 89]], [[0, 0], [81, 90]], [[0, 0], [82, 0]], [[0, 0], [83, 0]],
+       [[0, 9], [0, 99]], [[1, 10], [91, 100]], [[2, 0], [92, 0]], [[3, 0], [93, 0]],
+       [[0, 19], [0, 0]], [[11, 20], [0, 0]], [[12, 0], [0, 0]], [[13, 0], [0, 0]],
+       [[0, 29], [0, 0]], [[21, 30], [0, 0]], [[22, 0], [0, 0]], [[23, 0], [0, 0]]]]),
+    ("example_4", "ExtractImagePatches-3 example 4: sizes 3,3, strides 5,5, rates 2,2, valid",
+     {"data": _IMAGE, "sizes": [3, 3], "strides": [5, 5], "rates": [2, 2], "auto_pad": "valid"},
+     [[[[1, 6], [51, 56]], [[3, 8], [53, 58]], [[5, 10], [55, 60]], [[21, 26], [71, 76]],
+       [[23, 28], [73, 78]], [[25, 30], [75, 80]], [[41, 46], [91, 96]], [[43, 48], [93, 98]],
+       [[45, 50], [95, 100]]]]),
+    ("example_5", "ExtractImagePatches-3 example 5: sizes 2,2, strides 3,3, rates 1,1, valid, "
+     "on a 1x2x5x5 image of two feature maps (1..25, 26..50)",
+     {"data": _TWO_MAPS, "sizes": [2, 2], "strides": [3, 3], "rates": [1, 1],
+      "auto_pad": "valid"},
+     [[[[1, 4], [16, 19]], [[26, 29], [41, 44]], [[2, 5], [17, 20]], [[27, 30], [42, 45]],
+       [[6, 9], [21, 24]], [[31, 34], [46, 49]], [[7, 10], [22, 25]], [[32, 35], [47, 50]]]]),
+]
+# fmt: on
+
+
+def _list(name: str, words: str) -> Attribute:
+    return Attribute(name, None, words, kind=INTS)
+
+
+OP = Op(
+    name="extract_image_patches",
+    spec="ExtractImagePatches-3",
+    summary="ExtractImagePatches-3: the patches of a 4-D image, stacked in the depth dimension",
+    description="ExtractImagePatches-3 over a 4-D `data` [batch, depth, in_rows, in_cols]: the "
+    "patches of `sizes` [rows, cols], `strides` apart, sampled `rates` apart (as a dilated "
+    "convolution), each vectorized into the depth dimension: the output is [batch, sizes[0] * "
+    "sizes[1] * depth, out_rows, out_cols], element (i * sizes[1] + j) * depth + c of a patch "
+    "being channel c at patch position (i, j). `auto_pad` valid takes only patches inside the "
+    "image; same_upper / same_lower pad with zeros to ceil(in / stride) patches (an odd padding's "
+    "extra at the end / beginning). Send JSON (tensors as nested arrays or base64 .npy) or an "
+    ".npz archive.",
+    request_doc="ExtractImagePatches-3: the patches of `data` by `sizes`, `strides`, `rates` and "
+    "`auto_pad`.",
+    inputs=(
+        Input(
+            "data",
+            "The image, [batch, depth, in_rows, in_cols] (input 1, type T).",
+            DATA_CONSTRAINT + " A 4-D tensor.",
+            ALL_TYPES,
+            rank="4",
+        ),
+    ),
+    attributes=(
+        _list(
+            "sizes", "The size [size_rows, size_cols] of the patches: two non-negative integers."
+        ),
+        _list(
+            "strides",
+            "The distance [stride_rows, stride_cols] between two consecutive patches: two "
+            "positive integers.",
+        ),
+        _list(
+            "rates",
+            "The input stride [rate_rows, rate_cols] between two samples of a patch (as a dilated "
+            "convolution's rate): two non-negative integers.",
+        ),
+        Attribute(
+            "auto_pad",
+            None,
+            "How the padding is calculated: valid (none), same_upper or same_lower (zeros up to "
+            "ceil(in / stride) patches, an odd padding's extra at the end or the beginning).",
+            choices=AUTO_PADS,
+        ),
+    ),
+    plan=_plan,
+    kernel=_kernel,
+    workspace=_workspace,
+    examples={
+        name: example(summary, request, output) for name, summary, request, output in _EXAMPLES
+    },  # fmt: skip
+    decisions=(
+        "ExtractImagePatches-3 padding (same_upper/same_lower): the number of patches is "
+        "ceil(in / stride) and the total padding max((out - 1) * stride + size_eff - in, 0), "
+        "split evenly with the odd one at the end (same_upper) or the beginning (same_lower), as "
+        "the spec's example 3 shows; valid takes floor((in - size_eff) / stride) + 1 patches, 0 "
+        "when the image is smaller than a patch.",
+        "ExtractImagePatches-3 output depth order: (i * sizes[1] + j) * depth + c, the patch "
+        "position outer and the channel inner, as the spec's example 5 shows.",
+        "ExtractImagePatches-3 strides of 0: the range of values says non-negative, but a "
+        "distance of 0 between patches gives no count of patches (a division by 0); refused "
+        "(422 naming strides).",
+        "ExtractImagePatches-3 sizes of 0 give patches of no sample (an output of depth 0); "
+        "rates of 0 sample one pixel size times (size_eff = size + (size - 1) * (0 - 1) = 1), as "
+        "the spec's formula says.",
+        "ExtractImagePatches-3 the padding's zeros are zero bits of the element type (False, 0, "
+        "+0.0).",
+        "ExtractImagePatches-3 amplifies: a few bytes may ask for a huge output (sizes "
+        "1000000,1000000 over a 1x1x1x1 image, same_upper: 10**12 elements); the planner gives "
+        "the shape and admission refuses it (413) before anything is built.",
+        "ExtractImagePatches-3 example pictures print 79 for the element 97 of the 1..100 image; "
+        "the image is read as the text says (1 through 100).",
+    ),
+)

@@ -19,6 +19,7 @@ from openvino import op as ov_op
 
 from app.ops.errors import SpecError
 from app.ops.extract_image_patches import (
+    OP,
     AUTO_PADS,
     effective_size,
     extract_image_patches,
@@ -264,3 +265,34 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
 
     return BenchmarkCase("extract_image_patches", "3x3 stride 3, f32", {"data": data},
                          attributes, data.dtype, 2 * data.nbytes, model)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OP.examples))
+def test_declared_examples(name: str) -> None:
+    request = OP.examples[name]["value"]
+    got = check(np.array(request["data"]), request["sizes"], request["strides"],
+                request["rates"], request["auto_pad"])  # fmt: skip
+    assert got.tolist() == OP.examples[name]["x-expected-output"]
+
+
+def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> None:
+    """A one-pixel image asking for 10**12 elements of patches: 413 at once, naming the limit,
+    on the JSON route (admission checks the planner's shape before any array exists)."""
+    import asyncio  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from app.main import create_app  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    request = {"data": [[[[1.5]]]], "sizes": [10**6, 10**6], "strides": [1, 1],
+               "rates": [1, 1], "auto_pad": "same_upper"}  # fmt: skip
+
+    async def ask() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(Settings(grpc_port=0)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.post("/extract_image_patches", json=request)
+
+    response = asyncio.run(ask())
+    assert response.status_code == 413
+    assert "TENSOR_OPS_MAX" in response.json()["detail"][0]["msg"]

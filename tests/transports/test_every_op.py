@@ -18,7 +18,7 @@ from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
 from tensor_ops_wire.dtypes import dtype_from_name, element_type_of
 from tensor_ops_wire.npy import decode_npy_base64
-from tensor_ops_wire.ops import query_text
+from tensor_ops_wire.ops import parameter_value, query_text
 from tests.support import free_port, launch_server, npz_bytes, stop_server
 
 pytestmark = pytest.mark.anyio
@@ -153,7 +153,10 @@ async def test_v2(client: httpx.AsyncClient, op_name: str, example_name: str, bi
                 "data": data.reshape(-1).tolist(),
             }
         )
-    parameters: dict[str, Any] = {**attributes, "binary_data_output": binary}
+    parameters: dict[str, Any] = {
+        **{name: parameter_value(value) for name, value in attributes.items()},
+        "binary_data_output": binary,
+    }
     response = await client.post(
         f"/v2/models/{op_name}/infer", json={"inputs": inputs, "parameters": parameters}
     )
