@@ -17,7 +17,7 @@ import openvino.opset15 as ov_opset15
 import pytest
 from openvino import op as ov_op
 
-from app.ops.col2im import col2im, col2im_plan
+from app.ops.col2im import OP, col2im, col2im_plan
 from app.ops.errors import SpecError
 from tests.cases import DATA_TYPES, make_data, raw
 from tests.ops.movement_support import BenchmarkCase, constant, from_positions, plugin_model
@@ -294,3 +294,37 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     arrays = {"data": data, "output_size": size, "kernel_size": kernel}
     return BenchmarkCase("col2im", "2x2 stride 2, f32", arrays, attributes, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OP.examples))
+def test_declared_examples(name: str) -> None:
+    request = OP.examples[name]["value"]
+    lists = [request.get(key, default) for key, default in
+             (("strides", (1, 1)), ("dilations", (1, 1)), ("pads_begin", (0, 0)),
+              ("pads_end", (0, 0)))]  # fmt: skip
+    got = check(np.array(request["data"], request["dtype"]), request["output_size"],
+                request["kernel_size"], *lists)  # fmt: skip
+    assert got.tolist() == OP.examples[name]["x-expected-output"]
+
+
+def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> None:
+    """One block asking for a 10**12-pixel image: 413 at once, naming the limit, on the JSON
+    route (admission checks the planner's shape before any array exists)."""
+    import asyncio  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from app.main import create_app  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    request = {"data": [[[1.5]]], "output_size": [10**6, 10**6], "kernel_size": [1, 1],
+               "strides": [10**7, 10**7]}  # fmt: skip
+
+    async def ask() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(Settings(grpc_port=0)))
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.post("/col2im", json=request)
+
+    response = asyncio.run(ask())
+    assert response.status_code == 413
+    assert "TENSOR_OPS_MAX" in response.json()["detail"][0]["msg"]
