@@ -6,6 +6,19 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from app.ops.declaration import (
+    BOOL,
+    ELEMENT_TYPE,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Output,
+    SplitPlan,
+    data_input,
+    example,
+)
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
 
@@ -202,3 +215,166 @@ def unique_workspace_bytes(data: npt.NDArray[Any], plan: UniquePlan) -> int:
     (float64 values, their bits and the NaN marks too) for every element, and a handful of
     8-byte arrays per compared element or slice (order, groups, inverse, firsts, counts)."""
     return 32 * int(data.size) + 8 * 8 * plan.compared
+
+
+# ------------------------------------------------------------------------------------------------
+# The declaration
+
+
+def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
+    data = arrays["data"]
+    checked = unique_plan(
+        data,
+        arrays.get("axis"),
+        attributes["sorted"],
+        attributes["index_element_type"],
+        attributes["count_element_type"],
+    )
+    # Sized only once it has run: admission reserves the bounds (every element unique).
+    return SplitPlan(checked.bounds, lambda: unique_planned(data, checked), bounded=True)
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    # An op of several outputs: the list of them (``out`` does not apply).
+    return list(_plan(arrays, attributes).run())
+
+
+def _workspace(arrays: Arrays, attributes: Attributes) -> int:
+    data = arrays["data"]
+    checked = unique_plan(
+        data,
+        arrays.get("axis"),
+        attributes["sorted"],
+        attributes["index_element_type"],
+        attributes["count_element_type"],
+    )
+    return unique_workspace_bytes(data, checked)
+
+
+_DATA = [[1, 2, 1], [1, 2, 1], [3, 1, 2]]
+# fmt: off
+#: The spec's three examples (3x3 float32 data; their values are not given: these are the
+#: text's answers on one 3x3 tensor).
+_EXAMPLES: list[tuple[str, str, dict[str, Any], Any]] = [
+    ("example_1", "Unique-10 Example 1: axis 0, sorted false, index_element_type i32 (rows "
+     "[1, 2, 1] twice and [3, 1, 2])",
+     {"data": _DATA, "axis": [0], "sorted": False, "index_element_type": "i32",
+      "dtype": "float32"},
+     [[[1.0, 2.0, 1.0], [3.0, 1.0, 2.0]], [0, 2], [0, 0, 1], [2, 1]]),
+    ("example_2", "Unique-10 Example 2: no axis (the flattened tensor), defaults: sorted, i64",
+     {"data": _DATA, "dtype": "float32"},
+     [[1.0, 2.0, 3.0], [0, 1, 6], [0, 1, 0, 0, 1, 0, 2, 0, 1], [5, 3, 1]]),
+    ("example_3", "Unique-10 Example 3: no axis, sorted false, index and count types i32",
+     {"data": [[3, 1, 3], [2, 2, 1], [0, 3, 1]], "sorted": False, "index_element_type": "i32",
+      "count_element_type": "i32", "dtype": "float32"},
+     [[3.0, 1.0, 2.0, 0.0], [0, 1, 3, 6], [0, 1, 0, 2, 2, 1, 3, 0, 1], [3, 3, 2, 1]]),
+]
+# fmt: on
+
+_TYPE_CHOICES = ("i64", "i32")
+
+OP = Op(
+    name="unique",
+    spec="Unique-10",
+    summary="Unique-10: the unique elements (or slices) of a tensor, their first indices, the "
+    "inverse and the counts",
+    description="Unique-10 over `data`: without `axis`, the unique elements of the flattened "
+    "tensor; with `axis`, its unique slices along it. Four outputs: `output_0` the unique "
+    "elements (slices), sorted ascending (`sorted` true) or in order of first occurrence; "
+    "`output_1` the index of each one's first occurrence; `output_2` for each input element "
+    "(slice) the index of its unique one in `output_0`; `output_3` each one's count. Indices "
+    "are of `index_element_type`, counts of `count_element_type` (i64 or i32). Elements compare "
+    "as IEEE values: -0.0 and +0.0 are one element, each NaN its own. The outputs are sized "
+    "only once it has run: admission reserves their largest sizes (every element unique) "
+    "before it runs. Send JSON (tensors as nested arrays or base64 .npy) or an .npz archive.",
+    request_doc="Unique-10: the unique elements of `data` (along `axis` if given).",
+    inputs=(
+        data_input("search for unique elements"),
+        Input(
+            "axis",
+            "The axis whose slices are compared (input 2, type T_AXIS; optional: left out, the "
+            "flattened tensor's elements are).",
+            "T_AXIS: int64 or int32, a scalar or a 1D tensor of one element in [-r; r-1]. JSON "
+            "form is int64.",
+            ("int32", "int64"),
+            rank="0 or 1",
+            optional=True,
+        ),
+    ),
+    attributes=(
+        Attribute(
+            "sorted",
+            True,
+            "Whether the unique elements are sorted ascending (true) or in the order they first "
+            "occur (false).",
+            kind=BOOL,
+        ),
+        Attribute(
+            "index_element_type",
+            "i64",
+            "The type of output_1 and output_2: i64 or i32.",
+            choices=_TYPE_CHOICES,
+            kind=ELEMENT_TYPE,
+        ),
+        Attribute(
+            "count_element_type",
+            "i64",
+            "The type of output_3: i64 or i32.",
+            choices=_TYPE_CHOICES,
+            kind=ELEMENT_TYPE,
+        ),
+    ),
+    outputs=(
+        Output("output_0", "The unique elements (or slices along axis), of data's type."),
+        Output(
+            "output_1",
+            "Each unique one's first occurrence in data (1D).",
+            element_type="index_element_type",
+        ),
+        Output(
+            "output_2",
+            "For each element (slice) of data, the index of its unique one in output_0 (1D).",
+            element_type="index_element_type",
+        ),
+        Output("output_3", "Each unique one's number of occurrences (1D).", "count_element_type"),
+    ),
+    plan=_plan,
+    kernel=_kernel,
+    workspace=_workspace,
+    examples={
+        name: example(summary, request, output) for name, summary, request, output in _EXAMPLES
+    },  # fmt: skip
+    decisions=(
+        "Unique-10 equality: elements compare as IEEE values: -0.0 and +0.0 are one unique "
+        "element (given with the bits of its first occurrence), and a NaN equals nothing, "
+        "itself included, so each NaN is a unique element of its own (as the CPU plugin does "
+        "unsorted); slices are equal when every element is.",
+        "Unique-10 sorted ascending: by value (unsigned values as unsigned), NaNs after +inf in "
+        "the order they occur; slices lexicographically, element by element in row-major order.",
+        "Unique-10 the outputs' sizes are known only after computing: admission reserves the "
+        "largest each may be (output_0 data's size, output_1 to output_3 one index or count an "
+        "element or slice compared) plus the kernel's workspace (about 32 bytes an element and "
+        "64 a slice for its sort keys, order and groups), before anything is computed; the "
+        "answer takes each output's real shape.",
+        "Unique-10 index_element_type or count_element_type i32 with more than 2**31 - 1 "
+        "elements (slices) to index or count: refused (422 naming the attribute) rather than "
+        "wrapped.",
+        "Unique-10 axis on rank-0 data: the range [-r; r-1] is empty, refused naming axis; "
+        "without axis a scalar is one element.",
+        "Unique-10's three examples give shapes and types without values: /docs shows the "
+        "text's answers on 3x3 float32 tensors with the examples' attributes.",
+    ),
+    disagreements=(
+        "Unique-10 unsigned values are sorted as signed by the CPU plugin: data uint32 [1, "
+        "2**31], sorted, gives output_0 [2147483648, 1]; the spec's ascending order is [1, "
+        "2147483648].",
+        "Unique-10 sorted with NaNs: the CPU plugin's sort breaks on them (values out of "
+        "order): data float32 [1, nan, -0.0, 0.0, nan, -1], sorted, gives output_0 [-1, -0, 1, "
+        "nan, 0, nan] (0 after a NaN, apart from -0); the spec's answer is [-1, -0, 1, nan, "
+        "nan].",
+        "Unique-10 along an axis with 8-bit data (int8, uint8), the CPU plugin's output_1, "
+        "output_2 and output_3 are uninitialised memory: data int8 [[1, 2]], axis 1 gives "
+        "first indices like [-1793130496, 32558] (run to run different); the spec's answer is "
+        "[0, 1], [0, 1], [1, 1].",
+    ),
+)

@@ -19,7 +19,8 @@ import pytest
 from openvino import op as ov_op
 
 from app.ops.errors import SpecError
-from app.ops.unique import unique, unique_plan
+from app.ops.declaration import SplitPlan
+from app.ops.unique import OP, unique, unique_plan
 from tests.cases import DATA_TYPES, make_data, raw
 from tests.ops.movement_support import BenchmarkCase, plugin_model
 from tests.support import assert_same_bits
@@ -299,3 +300,26 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
 
     return BenchmarkCase("unique", "flattened, i8", {"data": data}, {}, data.dtype,
                          data.nbytes + 8 * data.size, model)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(OP.examples))
+def test_declared_examples(name: str) -> None:
+    request = OP.examples[name]["value"]
+    got = check(np.array(request["data"], request["dtype"]), request.get("axis", [None])[0],
+                request.get("sorted", True), request.get("index_element_type", "i64"),
+                request.get("count_element_type", "i64"))  # fmt: skip
+    assert [output.tolist() for output in got] == OP.examples[name]["x-expected-output"]
+
+
+def test_the_plan_reserves_the_bounds_and_the_answer_shrinks() -> None:
+    data = np.array([[1, 2, 1], [1, 2, 1]], np.int16)
+    plan = OP.plan({"data": data}, OP.attribute_defaults())
+    assert isinstance(plan, SplitPlan) and plan.bounded
+    assert plan.output_shapes == ((6,), (6,), (6,), (6,))
+    assert [output.shape for output in plan.run()] == [(2,), (2,), (6,), (2,)]
+    assert OP.output_types({"data": data}, OP.attribute_defaults(), 4) == (
+        np.dtype(np.int16),
+        np.dtype(np.int64),
+        np.dtype(np.int64),
+        np.dtype(np.int64),
+    )
