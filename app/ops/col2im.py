@@ -355,7 +355,7 @@ OP = Op(
             "dilations",
             (1, 1),
             "The local stride of a block's elements: two non-negative integers.",
-        ),  # fmt: skip
+        ),
         _list("pads_begin", (0, 0), "The zero pixels added at the beginning of each axis."),
         _list("pads_end", (0, 0), "The zero pixels added at the end of each axis."),
     ),
@@ -364,7 +364,7 @@ OP = Op(
     workspace=_workspace,
     examples={
         name: example(summary, request, output) for name, summary, request, output in _EXAMPLES
-    },  # fmt: skip
+    },
     decisions=(
         "Col2Im-15 a block's C x K values are channel-major (index c * K + k, k = i * "
         "kernel_size[1] + j): the spec's sentence ('each block contains Product(kernel_size) "

@@ -322,7 +322,7 @@ OP = Op(
     workspace=_workspace,
     examples={
         name: example(summary, request, output) for name, summary, request, output in _EXAMPLES
-    },  # fmt: skip
+    },
     decisions=(
         "ExtractImagePatches-3 padding (same_upper/same_lower): the number of patches is "
         "ceil(in / stride) and the total padding max((out - 1) * stride + size_eff - in, 0), "

@@ -547,8 +547,9 @@ def _declare(version: int, examples: list[tuple[str, str, dict[str, Any], Any]])
         plan=_planner(version),
         kernel=_kernel(version),
         workspace=scatter_elements_update_workspace,
-        examples={name: example(summary, request, output)
-                  for name, summary, request, output in examples},  # fmt: skip
+        examples={
+            name: example(summary, request, output) for name, summary, request, output in examples
+        },
         decisions=_DECISIONS if version == 12 else _DECISIONS_3,
         disagreements=_DISAGREEMENTS if version == 12 else (),
     )

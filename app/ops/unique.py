@@ -343,7 +343,7 @@ OP = Op(
     workspace=_workspace,
     examples={
         name: example(summary, request, output) for name, summary, request, output in _EXAMPLES
-    },  # fmt: skip
+    },
     decisions=(
         "Unique-10 equality: elements compare as IEEE values: -0.0 and +0.0 are one unique "
         "element (given with the bits of its first occurrence), and a NaN equals nothing, "

@@ -19,8 +19,8 @@ from openvino import op as ov_op
 
 from app.ops.errors import SpecError
 from app.ops.extract_image_patches import (
-    OP,
     AUTO_PADS,
+    OP,
     effective_size,
     extract_image_patches,
     extract_image_patches_plan,

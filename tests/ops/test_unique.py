@@ -18,8 +18,8 @@ import openvino.opset10 as ov_opset10
 import pytest
 from openvino import op as ov_op
 
-from app.ops.errors import SpecError
 from app.ops.declaration import SplitPlan
+from app.ops.errors import SpecError
 from app.ops.unique import OP, unique, unique_plan
 from tests.cases import DATA_TYPES, make_data, raw
 from tests.ops.movement_support import BenchmarkCase, plugin_model
@@ -298,7 +298,8 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     def model() -> Any:
         return plugin_model(ov_opset10.unique, data)
 
-    return BenchmarkCase("unique", "flattened, i8", {"data": data}, {}, data.dtype,
+    attributes = {"sorted": True, "index_element_type": "i64", "count_element_type": "i64"}
+    return BenchmarkCase("unique", "flattened, i8", {"data": data}, attributes, data.dtype,
                          data.nbytes + 8 * data.size, model)  # fmt: skip
 
 
