@@ -43,9 +43,10 @@ RUN pip install --no-compile --no-deps ./client . \
 
 # The kernels' compiled loops (numba), compiled once here, into app/ops/__pycache__ of the
 # installed package, for any x86-64 CPU (NUMBA_CPU_NAME, set in the final stage too: the cache
-# is keyed by it): a container loads them in a second at start-up, read-only root filesystem or
-# not, instead of compiling them. -P: the installed app, not ./app.
-RUN NUMBA_CPU_NAME=generic python -P -c "import app.ops"
+# is keyed by it): a container loads them in a second at start-up (beside the service, which
+# answers meanwhile), read-only root filesystem or not, instead of compiling them. -P: the
+# installed app, not ./app. app.ops.compiled compiles them when imported (app.ops does not).
+RUN NUMBA_CPU_NAME=generic python -P -c "import app.ops.compiled"
 
 # ---- final stage: the runtime and the virtual environment, nothing else ----
 FROM python:3.11.7-slim-bookworm

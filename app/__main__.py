@@ -46,7 +46,6 @@ if __name__ == "__main__":
 import logging  # noqa: E402
 import shutil  # noqa: E402
 import ssl  # noqa: E402
-import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, NoReturn  # noqa: E402
@@ -61,7 +60,6 @@ from app.grpc.ports import (  # noqa: E402
     port_is_free,
 )
 from app.keyfile import KeyFileError, read_keys  # noqa: E402
-from app.numba_cache import kernels_cached  # noqa: E402
 from app.observability import configure_logging, log_format  # noqa: E402
 from app.settings import Settings, tracing_problems, workers_problem  # noqa: E402
 
@@ -82,13 +80,12 @@ def main() -> None:
             LOG.error("gRPC cannot start: %s", error)
             sys.exit(1)
     if settings.port:
-        # uvicorn binds HTTP after the app has started (gRPC, the kernels): its refusal would
+        # uvicorn binds HTTP after the app has started (gRPC): its refusal would
         # come after all that, among the lines of the start and of the stop that follows.
         problem = _http_port_problem(settings.host, settings.port)
         if problem:
             LOG.error("HTTP cannot start: %s", problem)
             sys.exit(1)
-    _warm_kernels(settings.workers)
     metrics_dir = None
     if settings.workers > 1 and not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         # Set before any worker imports prometheus_client: each writes its samples there.
@@ -231,27 +228,6 @@ def _http_port_problem(host: str, port: int) -> str | None:
         "free port with TENSOR_OPS_PORT (and, for a second instance, TENSOR_OPS_GRPC_PORT: "
         "gRPC listens beside HTTP, on 8001 unless set)"
     )
-
-
-def _warm_kernels(workers: int) -> None:
-    """The kernels compiled (or loaded) before uvicorn starts, each step a log line: with the
-    cache cold, one says the start takes a few seconds, and why. One worker (this process)
-    loads them itself; several would each compile them at once, so one process compiles them
-    into the cache first, and the workers then load them."""
-    cold = not kernels_cached()
-    if cold:
-        LOG.info("compiling the kernels (first start only, a few seconds)")
-    elif workers > 1:
-        return  # each worker loads them from the cache
-    started = time.perf_counter()
-    if workers == 1:
-        import app.ops.compiled  # noqa: F401, PLC0415 - this process is the worker
-    else:
-        done = subprocess.run([sys.executable, "-c", "import app.ops.compiled"], check=False)
-        if done.returncode:
-            LOG.warning("the kernels did not compile ahead of the workers; each compiles them")
-            return
-    LOG.info("kernels ready in %.1f s", time.perf_counter() - started)
 
 
 def _refuse_start(problems: list[str]) -> NoReturn:

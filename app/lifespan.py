@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from app import tracing
 from app.access import AccessControl
 from app.grpc.server import GrpcServer
+from app.ops import loops
 from app.pipeline.run import Pipeline
 from app.settings import Settings
 
@@ -78,11 +79,24 @@ def on_reload_signal(
     return undo
 
 
+async def _freeze_when_compiled() -> None:
+    """Once the compiled loops are ready, what compiling them left moved out of the collector's
+    reach, as the start-up's objects are (see below)."""
+    # Polled, not waited for in a thread: a stop before then is not held up by that thread.
+    while not loops.compiling_over():
+        await asyncio.sleep(0.2)
+    if loops.compiled_ready():
+        gc.collect()
+        gc.freeze()
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """gRPC started beside HTTP, and both drained on the way out."""
     settings: Settings = app.state.settings
     pipeline: Pipeline = app.state.pipeline
+    # The numba loops compile (or load) beside the service: NumPy's answer until they are ready.
+    compiling = loops.start_compiling()
     grpc_server = None
     access: AccessControl | None = app.state.access
     # Whether this process is one of several workers (shared memory is refused then): before
@@ -106,6 +120,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     if not gc.get_freeze_count():
         gc.collect()
         gc.freeze()
+    # The compiled loops' objects too, once they are there.
+    frozen = asyncio.ensure_future(_freeze_when_compiled()) if compiling else None
     stopping: asyncio.Future[None] | None = None
 
     def begin_stopping() -> None:
@@ -123,6 +139,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         yield
     finally:
+        if frozen is not None:
+            frozen.cancel()
         undo_reload()
         undo()
         begin_stopping()

@@ -24,6 +24,7 @@ from app.ops.declaration import (
     SplitPlan,
     Workspace,
 )
+from app.ops.loops import COMPILED_MODULE
 
 __all__ = [
     "ALL_TYPES",
@@ -63,6 +64,8 @@ def _collect_versions() -> list[tuple[Op, ...]]:
     ``OLDER`` (declarations of the same name, older specs)."""
     found = []
     for module in pkgutil.iter_modules(app.ops.__path__):
+        if f"app.ops.{module.name}" == COMPILED_MODULE:
+            continue  # no op; compiled beside the service once it runs (app/ops/loops.py)
         loaded = importlib.import_module(f"app.ops.{module.name}")
         declared = getattr(loaded, "OP", None)
         if not isinstance(declared, Op):

@@ -11,6 +11,7 @@ import pytest
 from fastapi import FastAPI
 
 from app.main import create_app
+from app.ops import loops
 from app.settings import Settings
 from tests import progress
 from tests.support import launch_server, stop_server
@@ -34,6 +35,7 @@ SYSTEM_TIER = (
     "deploy/test_docs_browser.py",
     "hostile/test_memory_matrix.py",
     "hostile/test_memory_ops.py",
+    "hostile/test_declared_limits_memory.py",
     # Long runs (see above).
     "grpc/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
     "grpc/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",
@@ -54,6 +56,9 @@ def in_system_tier(relative: str, name: str) -> bool:
 
 def pytest_configure(config: pytest.Config) -> None:
     progress.register(config)
+    # The compiled loops serve every test, as they serve a started service: NumPy's stand-ins
+    # (which answer while they compile) are held to the same bits in tests/ops/test_numpy_stand_ins.py.
+    loops.wait_compiled()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -170,7 +170,7 @@ PROTECTED = [
     ),
     pytest.param("POST", "/v2/models/roll/infer", {"json": V2_ROLL}, "error", id="v2-infer"),
     pytest.param(
-        "POST", "/v2/models/roll/versions/1/infer", {"json": V2_ROLL}, "error", id="v2-infer-v1"
+        "POST", "/v2/models/roll/versions/7/infer", {"json": V2_ROLL}, "error", id="v2-infer-v1"
     ),
     pytest.param("GET", "/v2", {}, "error", id="v2-server-metadata"),
     pytest.param("GET", "/v2/models/gather", {}, "error", id="v2-model-metadata"),

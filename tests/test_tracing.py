@@ -229,7 +229,7 @@ HTTP_CASES = [
         id="v2-json",
     ),
     pytest.param(
-        "/v2/models/roll/versions/1/infer",
+        "/v2/models/roll/versions/7/infer",
         "/v2/models/{name}/versions/{version}/infer",
         {"content": V2_BINARY, "headers": V2_BINARY_HEADERS},
         rolled_v2_binary,

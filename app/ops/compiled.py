@@ -1,10 +1,11 @@
-"""The compiled loops of Roll and Gather (numba), compiled when this module is imported.
+"""The compiled loops of the ops (numba), compiled when this module is imported.
 
 Each loop is compiled for explicit signatures, so no request ever waits for the compiler: a call
 whose types match no signature is a ``TypeError``, never a compilation. The loops work on the
 raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
-index types): 14 compiled signatures in all.
+index types), the strided block copy (Reverse, Pad) and the tiled transpose of every width: 22
+compiled signatures in all.
 
 The machine code is cached on disk (numba's ``cache=True``): in ``NUMBA_CACHE_DIR`` when it is
 set, else in ``__pycache__`` beside this file. A cache directory that exists but cannot be
@@ -202,6 +203,94 @@ def _roll_loop(
             d -= 1
 
 
+def _strided_copy_loop(
+    source: Any, out: Any, table: Any, source_start: int, out_start: int, run: int, step: int
+) -> None:  # pragma: no cover - compiled
+    """Copy a block of ``source`` into ``out`` (both flat): rows of ``run`` elements, each written
+    forward into ``out`` and read from ``source`` ``step`` elements apart (1 forward, -1
+    reversed, 0 one element repeated, any other a stride). ``table`` holds, for the dimensions
+    before the rows, their lengths, then their strides in ``source`` (signed: negative walks
+    backwards), then their strides in ``out``, all in elements; the first row starts at
+    ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and symmetric modes
+    are such blocks, a reversed row copied at the speed of a forward one."""
+    u = np.uint64
+    dims = table.size // 3
+    lengths = table[:dims]
+    source_strides = table[dims : 2 * dims]
+    out_strides = table[2 * dims :]
+    rows = 1
+    for d in range(dims):
+        rows *= lengths[d]
+    index = np.zeros(dims, np.int64)
+    at_source = source_start
+    at_out = out_start
+    size = u(run)
+    for _ in range(rows):
+        s = u(at_source)
+        o = u(at_out)
+        if step == 1:
+            for e in range(size):
+                out[o + e] = source[s + e]
+        elif step == -1:
+            for e in range(size):
+                out[o + e] = source[s - e]
+        elif step == 0:
+            value = source[s]
+            for e in range(size):
+                out[o + e] = value
+        else:
+            for e in range(size):
+                out[o + e] = source[u(np.int64(s) + np.int64(e) * step)]
+        d = dims - 1
+        while d >= 0:
+            index[d] += 1
+            at_source += source_strides[d]
+            at_out += out_strides[d]
+            if index[d] < lengths[d]:
+                break
+            at_source -= lengths[d] * source_strides[d]
+            at_out -= lengths[d] * out_strides[d]
+            index[d] = 0
+            d -= 1
+
+
+def _transpose_loop(
+    source: Any, out: Any, batch: int, rows: int, columns: int, tile: int
+) -> None:  # pragma: no cover - compiled
+    """A batch of 2-D transposes: ``source`` (batch, rows, columns) into ``out`` (batch,
+    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side, the
+    tiles down a strip of columns one after another. A tile's source rows are copied into a
+    small buffer first (the rows of a matrix whose width is a power of two fall in one cache set
+    and evict one another), the next tile's rows prefetched meanwhile (a strided stream the
+    CPU's prefetcher does not follow across so many rows); then each target row is written
+    whole from the buffer."""
+    u = np.uint64
+    height = u(rows)
+    width = u(columns)
+    side = u(tile)
+    plane = height * width
+    total = u(source.size)
+    buffer = np.empty(tile * tile, source.dtype)
+    for b in range(u(batch)):
+        base = b * plane
+        for left in range(u(0), width, side):
+            wide = min(side, width - left)
+            for top in range(u(0), height, side):
+                tall = min(side, height - top)
+                for r in range(tall):
+                    at = base + (top + r) * width + left
+                    ahead = at + side * width
+                    if ahead < total:
+                        _prefetch(source, ahead)
+                    row = r * side
+                    for c in range(wide):
+                        buffer[row + c] = source[at + c]
+                for c in range(wide):
+                    at = base + (left + c) * height + top
+                    for r in range(tall):
+                        out[at + r] = buffer[r * side + c]
+
+
 # ---------------------------------------------------------------------------------------------
 # Signatures
 
@@ -252,10 +341,41 @@ roll_rows = _compiled(
 )
 
 
+#: strided_copy(source, out, table, source_start, out_start, run, step): each width.
+strided_copy = _compiled(
+    _strided_copy_loop,
+    [
+        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 4)
+        for width in _WIDTHS
+    ],
+)
+
+#: transpose_tiles(source, out, batch, rows, columns, tile): each width.
+transpose_tiles = _compiled(
+    _transpose_loop,
+    [types.void(_readonly(width), _mutable(width), *[_I64] * 4) for width in _WIDTHS],
+)
+
+_LOOPS = (
+    ("take", take),
+    ("take_slices", take_slices),
+    ("roll", roll_rows),
+    ("strided_copy", strided_copy),
+    ("transpose_tiles", transpose_tiles),
+)
+
+
 def compiled_signatures() -> Iterator[tuple[str, int]]:
     """Each compiled loop and how many signatures it has (for tests and logs)."""
-    for name, dispatcher in (("take", take), ("take_slices", take_slices), ("roll", roll_rows)):
+    for name, dispatcher in _LOOPS:
         yield name, len(dispatcher.signatures)
 
 
-__all__ = ["compiled_signatures", "roll_rows", "take", "take_slices"]
+__all__ = [
+    "compiled_signatures",
+    "roll_rows",
+    "strided_copy",
+    "take",
+    "take_slices",
+    "transpose_tiles",
+]

@@ -88,6 +88,14 @@ JSON_LIKE_DATA = "data"  # from the request's ``dtype``, or as NumPy infers it (
 JSON_INT64 = "int64"  # int64: integers only, no fractions, no booleans
 JSON_INFERRED = "inferred"  # as NumPy infers it: booleans -> bool, integers -> int64
 
+#: How many elements an index-like input may hold, or how large a count attribute may be,
+#: checked by the pipeline on the input's shape (the attribute's value) before the op's plan
+#: runs, so that no plan turns a long input into Python lists or shapes before it is refused.
+LIMIT_RANK = "rank"  # one element a dimension at most: the rank limit (Transpose's input_order)
+LIMIT_OUTPUTS = "outputs"  # one element (a count) an output at most: MAX_OUTPUTS (split_lengths)
+LIMIT_SCALAR = "scalar"  # a single element (Split's axis)
+LIMITS = (LIMIT_RANK, LIMIT_OUTPUTS, LIMIT_SCALAR)
+
 
 @dataclass(frozen=True)
 class Input:
@@ -108,6 +116,13 @@ class Input:
     #: How its JSON form is typed (JSON_LIKE_DATA, JSON_INT64 or JSON_INFERRED); "" for the
     #: default: like data when every type is allowed, else int64.
     json_form: str = ""
+    #: How many elements it may hold, checked before the plan (LIMIT_RANK, LIMIT_OUTPUTS,
+    #: LIMIT_SCALAR); "" for a tensor counted as a tensor (data, indices, updates), whose plan
+    #: must then cost no more than its reservation.
+    limit: str = ""
+
+    def __post_init__(self) -> None:
+        assert self.limit in ("", *LIMITS), f"{self.name}: unknown limit {self.limit!r}"
 
     @property
     def type_words(self) -> str:
@@ -155,8 +170,13 @@ class Attribute:
     #: The strings an enumerated or element-type attribute takes (``mode``: index, mask).
     choices: tuple[str, ...] = ()
     kind: str = ""
+    #: The largest value a count attribute may take, checked before the plan (LIMIT_OUTPUTS:
+    #: Split's num_splits); "" for an attribute whose value makes nothing (an axis).
+    limit: str = ""
 
     def __post_init__(self) -> None:
+        if self.limit not in ("", LIMIT_OUTPUTS):
+            raise ValueError(f"attribute {self.name}: unknown limit {self.limit!r}")
         if not self.kind:
             object.__setattr__(self, "kind", STRING if self.choices else INT)
         if self.kind not in ATTRIBUTE_KINDS:
@@ -210,7 +230,8 @@ class Attribute:
                 return None
             got = _json_kind(value)
             if isinstance(value, str):
-                got = "another string" if len(value) > 40 else f'"{value}"'
+                # Escaped: a client's controls and line separators never reach a log raw.
+                got = "another string" if len(value) > 40 else json_quoted(value)
             return f"must be {self.kind_words}; got {got}"
         if self.kind == BOOL:
             return None if isinstance(value, bool) else f"must be {self.kind_words}"
@@ -479,6 +500,25 @@ MAX_VARIADIC = 1024
 MAX_OUTPUTS = 1024
 
 
+def limit_elements(limit: str, rank_limit: int) -> int:
+    """The most elements an input of ``limit`` holds (the largest value of a count attribute),
+    the rank limit being ``rank_limit``."""
+    if limit == LIMIT_RANK:
+        return rank_limit
+    if limit == LIMIT_OUTPUTS:
+        return MAX_OUTPUTS
+    return 1
+
+
+def limit_words(limit: str, rank_limit: int) -> str:
+    """Why an input of ``limit`` holds at most so many elements, in words."""
+    if limit == LIMIT_RANK:
+        return f"one a dimension, and a tensor has at most {rank_limit} (the rank limit)"
+    if limit == LIMIT_OUTPUTS:
+        return f"one an output, and a request makes at most {MAX_OUTPUTS} outputs"
+    return "a single value"
+
+
 def variadic_index(number: str) -> int | None:
     """The index a variadic input's suffix spells (``"3"`` in ``data_3``): digits without a
     leading zero, below MAX_VARIADIC; None otherwise."""
@@ -531,3 +571,16 @@ def narrowed_by_the_cpu_plugin(spec: str) -> tuple[str, ...]:
         f"{spec}, float16 signalling NaNs on the CPU plugin: quieted (0x7c01 comes back "
         "0x7e01); the service passes NaN payloads through.",
     )
+
+
+def json_quoted(text: str) -> str:
+    """``text`` as a JSON string, every control and line separator escaped."""
+    escaped = []
+    for char in text:
+        if char in '"\\':
+            escaped.append("\\" + char)
+        elif char.isprintable() and char not in "\u2028\u2029":
+            escaped.append(char)
+        else:
+            escaped.append(f"\\u{ord(char):04x}" if ord(char) <= 0xFFFF else f"\\U{ord(char):08x}")
+    return '"' + "".join(escaped) + '"'

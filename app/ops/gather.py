@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INTEGER_TYPES,
     Arrays,
@@ -20,7 +20,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, into_c_ordered, is_integer_type
 
 # A row (the elements of data along axis and after it, for one batch and outer index) of at
 # least this many bytes has the next one prefetched while it is gathered: its elements are read
@@ -140,16 +140,12 @@ def gather_planned(
     out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """``gather`` with the inputs already checked: ``plan`` is ``gather_plan``'s for them."""
-    if out is None:
-        out = np.empty(plan.output_shape, dtype=data.dtype)
-    if out.size:
-        if out.flags.c_contiguous:
-            _gather_into(as_raw(data), indices, plan, as_raw(out))
-        else:
-            target = np.empty(plan.output_shape, dtype=data.dtype)
-            _gather_into(as_raw(data), indices, plan, as_raw(target))
-            np.copyto(out, target)
-    return out
+    return into_c_ordered(
+        out,
+        plan.output_shape,
+        data.dtype,
+        lambda target: _gather_into(as_raw(data), indices, plan, as_raw(target)),
+    )
 
 
 def _gather_into(
@@ -178,7 +174,7 @@ def _gather_into(
     if inner > 1:
         # Slices: moved as bytes (8-byte words when they are whole words).
         unit = _WORD if (inner * itemsize) % 8 == 0 else _BYTE
-        compiled.take_slices(
+        loops.take_slices(
             flat_source.view(unit), flat_indices, flat_out.view(unit),
             batches, outer, length, count, inner * itemsize // unit.itemsize, wrap,
         )  # fmt: skip
@@ -186,7 +182,7 @@ def _gather_into(
     # Prefetch the next row when it is long and this one's indices cover much of it.
     row_bytes = length * itemsize
     prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
-    compiled.take(
+    loops.take(
         flat_source, flat_indices, flat_out,
         batches, outer, length, count, wrap, _CACHE_LINE // itemsize if prefetch else 0,
     )  # fmt: skip
@@ -279,6 +275,7 @@ GATHER = Op(
             "[-data.rank, data.rank - 1]. JSON form is int64.",
             INTEGER_TYPES,
             rank="0 or 1",
+            limit="scalar",
         ),
     ),
     attributes=(
@@ -354,3 +351,161 @@ GATHER = Op(
 
 #: What app/registry.py collects.
 OP = GATHER
+
+
+# ------------------------------------------------------------------------------------------------
+# The older versions: Gather-7 (no negative indices) and Gather-1 (nor batch_dims)
+
+
+def _require_in_range(spec: str, indices: npt.NDArray[Any], length: int) -> None:
+    """Gather-1 and -7 take indices in ``[0, data.shape[axis] - 1]`` only ("the values for
+    indices are in the range"): Gather-8's negative indices and zeros for the others are not
+    theirs. The check reads the indices once and allocates nothing of their size."""
+    if indices.size == 0:
+        return
+    low, high = int(indices.min()), int(indices.max())
+    if low >= 0 and high < length:
+        return
+    bad = low if low < 0 else high
+    allowed = f"[0, {length - 1}]" if length else "none: data.shape[axis] is 0"
+    raise SpecError(
+        "indices",
+        f"{spec}: index {bad} is out of range for data.shape[axis] = {length} (allowed values: "
+        f"{allowed}; negative indices are Gather-8's)",
+    )
+
+
+def _planner_in_range(spec: str) -> Any:
+    def plan(arrays: Arrays, attributes: Attributes) -> Plan:
+        data, indices = arrays["data"], arrays["indices"]
+        checked = gather_plan(
+            data.shape,
+            indices.shape,
+            indices.dtype,
+            arrays["axis"],
+            attributes.get("batch_dims", 0),
+        )
+        _require_in_range(spec, indices, data.shape[checked.axis])
+        return Plan(checked.output_shape, functools.partial(gather_planned, data, indices, checked))
+
+    return plan
+
+
+def _in_range_kernel(spec: str) -> Any:
+    planner = _planner_in_range(spec)
+
+    def kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+        return planner(arrays, attributes).run(out)
+
+    return kernel
+
+
+_IN_RANGE_INDICES = (
+    "T_IND: any integer type, any shape (a scalar too). Values in [0, data.shape[axis] - 1] "
+    "only: a negative or larger index is refused. JSON form is int64."
+)
+
+GATHER_7 = Op(
+    name="gather",
+    position=1,
+    spec="Gather-7",
+    summary="Gather-7: take slices along an axis at given indices (no negative indices)",
+    description="Gather-7 over `data`: as Gather-8, but every index must be in "
+    "`[0, data.shape[axis] - 1]` (a negative or larger one is refused, 422).",
+    request_doc="Gather-7: the slices of `data` along `axis` at `indices`, batch by batch.",
+    inputs=(
+        data_input("gather from"),
+        Input(
+            "indices", "Indices to gather (input 2, type T_IND).", _IN_RANGE_INDICES, INTEGER_TYPES
+        ),
+        GATHER.inputs[2],
+    ),
+    attributes=GATHER.attributes,
+    plan=_planner_in_range("Gather-7"),
+    kernel=_in_range_kernel("Gather-7"),
+    workspace=_gather_workspace,
+    examples={
+        "example_1": example(
+            "Gather-7 Example 1: default batch_dims",
+            {"data": [1, 2, 3, 4, 5], "indices": [0, 0, 4], "axis": 0, "batch_dims": 0},
+            [1, 1, 5],
+        ),
+        "example_2": example(
+            "Gather-7 Example 2: batch_dims = 1",
+            {"data": _BATCHES, "indices": [[0, 0, 4], [4, 0, 0]], "axis": 1, "batch_dims": 1},
+            [[1, 1, 5], [10, 6, 6]],
+        ),
+        "example_3": example(
+            "Gather-7 Example 3: batch_dims = 2",
+            {
+                "data": [_BATCHES, [[11, 12, 13, 14, 15], [16, 17, 18, 19, 20]]],
+                "indices": [[[0, 0, 4], [4, 0, 0]], [[1, 2, 4], [4, 3, 2]]],
+                "axis": 2,
+                "batch_dims": 2,
+            },
+            [[[1, 1, 5], [10, 6, 6]], [[12, 13, 15], [20, 19, 18]]],
+        ),
+        "example_4": example(
+            "Gather-7 Example 4: axis > batch_dims",
+            {"data": _FOUR_D, "indices": [[1, 2, 4], [4, 3, 2]], "axis": 2, "batch_dims": 1},
+            [
+                [[[5, 6, 7, 8], [9, 10, 11, 12], [17, 18, 19, 20]]],
+                [[[37, 38, 39, 40], [33, 34, 35, 36], [29, 30, 31, 32]]],
+            ],
+        ),
+        "example_5": example(
+            "Gather-7 Example 5: negative batch_dims",
+            {"data": _BATCHES, "indices": [[0, 0, 4], [4, 0, 0]], "axis": 1, "batch_dims": -1},
+            [[1, 1, 5], [10, 6, 6]],
+        ),
+    },
+    decisions=(
+        "Gather-7, an index outside [0, data.shape[axis] - 1] (a negative one included): refused "
+        "(422, naming indices), since the spec gives the indices' range and no meaning outside "
+        "it; Gather-8's negative indices and zeros are not Gather-7's.",
+    ),
+    disagreements=(
+        "Gather-7 on the CPU plugin: a negative index gives zeros (Gather-7 of [1, 2, 3] at [-1] "
+        "along axis 0 gives [0]); the spec allows no negative index, and the service refuses it.",
+    ),
+)
+
+GATHER_1 = Op(
+    name="gather",
+    position=1,
+    spec="Gather-1",
+    summary="Gather-1: take slices along an axis at given indices (no batch_dims)",
+    description="Gather-1 over `data`: the output shape is "
+    "`data.shape[:axis] + indices.shape + data.shape[axis + 1:]`; every index must be in "
+    "`[0, data.shape[axis] - 1]` (a negative or larger one is refused, 422). No attributes.",
+    request_doc="Gather-1: the slices of `data` along `axis` at `indices`.",
+    inputs=GATHER_7.inputs,
+    plan=_planner_in_range("Gather-1"),
+    kernel=_in_range_kernel("Gather-1"),
+    workspace=_gather_workspace,
+    examples={
+        "example_1": example(
+            "Gather-1: the spec's example (axis 1) at a smaller size",
+            {"data": [[1, 2, 3], [4, 5, 6]], "indices": [[2, 0], [1, 1]], "axis": 1},
+            [[[3, 1], [2, 2]], [[6, 4], [5, 5]]],
+        ),
+        "example_2": example(
+            "Gather-1 along axis 0 with a negative axis",
+            {"data": [[1, 2], [3, 4], [5, 6]], "indices": [2, 0], "axis": -2},
+            [[5, 6], [1, 2]],
+        ),
+    },
+    decisions=(
+        "Gather-1, an index outside [0, data.shape[axis] - 1] (a negative one included): refused "
+        "(422, naming indices), since the spec gives the indices' range and no meaning outside it.",
+        "Gather-1, the types of indices and axis: any integer type, as Gather-7 and -8 say (the "
+        "spec names none).",
+    ),
+    disagreements=(
+        "Gather-1 on the CPU plugin: a negative index gives zeros; the spec allows none, and the "
+        "service refuses it.",
+    ),
+)
+
+#: The older versions served beside Gather-8 (the registry collects them).
+OLDER = (GATHER_7, GATHER_1)

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INT32_OR_INT64,
     Arrays,
@@ -21,7 +21,8 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.index_rules import check_in_bounds
+from app.ops.raw import as_raw, into_c_ordered
 
 _INDEX_NUMBERS = frozenset(np.dtype(name).num for name in INT32_OR_INT64)
 # Positions are computed this many output elements at a time (their workspace's bound).
@@ -33,28 +34,6 @@ class GatherElementsPlan(NamedTuple):
 
     axis: int
     output_shape: tuple[int, ...]
-
-
-def check_in_bounds(name: str, indices: npt.NDArray[Any], length: int, words: str) -> None:
-    """Refuse (SpecError on ``name``) any value of ``indices`` outside ``[0, length - 1]``."""
-    if indices.size == 0:
-        return
-    low, high = int(indices.min()), int(indices.max())
-    if low >= 0 and high < length:
-        return
-    flat = indices.reshape(-1)
-    for first in range(0, flat.size, _CHUNK):
-        block = flat[first : first + _CHUNK]
-        bad = (block < 0) | (block >= length)
-        if bad.any():
-            offset = int(np.argmax(bad))
-            place = [int(p) for p in np.unravel_index(first + offset, indices.shape)]
-            raise SpecError(
-                name,
-                f"{name}{place} = {int(block[offset])} is out of bounds for a dimension of "
-                f"length {length}: {words}",
-            )
-    raise AssertionError("unreachable: an extreme is out of bounds")  # pragma: no cover
 
 
 def gather_elements_plan(
@@ -88,11 +67,15 @@ def gather_elements_plan(
                 "indices must have the same shape as data except for the axis dimension; got "
                 f"data of shape {data_shape}, indices of shape {indices.shape}, axis {axis}",
             )
+    length = data_shape[normal]
     check_in_bounds(
-        "indices",
         indices,
-        data_shape[normal],
-        f"all index values are expected to be within bounds [0, s-1] (s = {data_shape[normal]})",
+        length,
+        lambda place, value: SpecError(
+            "indices",
+            f"indices{place} = {value} is out of bounds for a dimension of length {length}: all "
+            f"index values are expected to be within bounds [0, s-1] (s = {length})",
+        ),
     )
     return GatherElementsPlan(normal, indices.shape)
 
@@ -122,15 +105,12 @@ def gather_elements_planned(
     out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """``gather_elements`` with the inputs already checked (``plan`` is their plan)."""
-    if out is None:
-        out = np.empty(plan.output_shape, dtype=data.dtype)
-    if out.size == 0:
-        return out
-    target = out if out.flags.c_contiguous else np.empty(plan.output_shape, dtype=data.dtype)
-    _gather_elements_into(as_raw(data), indices, plan.axis, as_raw(target))
-    if target is not out:
-        np.copyto(out, target)
-    return out
+    return into_c_ordered(
+        out,
+        plan.output_shape,
+        data.dtype,
+        lambda target: _gather_elements_into(as_raw(data), indices, plan.axis, as_raw(target)),
+    )
 
 
 def _native(indices: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -158,7 +138,7 @@ def _gather_elements_into(
     count = indices.shape[axis]
     flat_source, flat_out, flat_indices = source.ravel(), out.ravel(), _native(indices)
     if inner == 1:
-        compiled.take(flat_source, flat_indices, flat_out, outer, 1, length, count, length, 0)
+        loops.take(flat_source, flat_indices, flat_out, outer, 1, length, count, length, 0)
         return
     block = count * inner  # output elements of one outer index
     rows = max(1, _CHUNK // block)
@@ -171,7 +151,7 @@ def _gather_elements_into(
         positions += places
         starts = np.arange(first, last, dtype=np.int64) * np.int64(length * inner)
         positions += starts[:, None, None]
-        compiled.take(
+        loops.take(
             flat_source, positions.reshape(-1), flat_out[first * block : last * block],
             1, 1, total, positions.size, 0, 0,
         )  # fmt: skip

@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     INTEGER_TYPES,
     Arrays,
@@ -20,11 +20,11 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.index_rules import check_index_values, row_positions
+from app.ops.raw import as_raw, into_c_ordered, is_integer_type
 
 _BYTE, _WORD = np.dtype(np.uint8), np.dtype(np.uint64)
 # A refusal looks for the first index out of range this many tuples at a time.
-_BLOCK_ROWS = 1 << 16
 
 
 class GatherNDPlan(NamedTuple):
@@ -37,73 +37,6 @@ class GatherNDPlan(NamedTuple):
     output_shape: tuple[int, ...]
     #: Whether any index is negative (else the kernel skips counting from the end).
     negative: bool
-
-
-def check_index_values(
-    name: str, indices: npt.NDArray[Any], lengths: tuple[int, ...], words: str
-) -> bool:
-    """Refuse (SpecError on ``name``) an index tuple (the last dimension of ``indices``) holding a
-    value outside ``[-s, s - 1]`` for its dimension's length ``s`` in ``lengths``; return whether
-    any value is negative.
-
-    Each column's least and greatest values are compared, as Python ints: a uint64 of 2**63 or
-    more is out of range, never read as negative. Only a refusal looks further, for the first
-    value out of range.
-    """
-    count = len(lengths)
-    if count == 0 or indices.size == 0:
-        return False
-    table = indices.reshape(-1, count)
-    # The extremes of all values first (a contiguous pass), of each column only when those
-    # are not in every dimension's range.
-    low, high = int(table.min()), int(table.max())
-    if low >= 0 and high < min(lengths):
-        return False
-    lows = [int(table[:, column].min()) for column in range(count)]
-    highs = [int(table[:, column].max()) for column in range(count)]
-    if all(-s <= low and high < s for low, high, s in zip(lows, highs, lengths, strict=True)):
-        return low < 0
-    for first in range(0, table.shape[0], _BLOCK_ROWS):
-        block = table[first : first + _BLOCK_ROWS]
-        for column, s in enumerate(lengths):
-            values = block[:, column]
-            if values.dtype.kind == "u":
-                bad = values.astype(np.uint64) >= np.uint64(s)
-            else:
-                wide = values.astype(np.int64)
-                bad = (wide >= s) | (wide < -s)
-            if bad.any():
-                offset = int(np.argmax(bad))
-                value, row = int(values[offset]), first + offset
-                position = [int(p) for p in np.unravel_index(row, indices.shape[:-1])]
-                raise SpecError(
-                    name,
-                    f"{name}{[*position, column]} = {value} is out of range for a dimension "
-                    f"of length {s}: {words} [-s, s-1] where s is the corresponding dimension",
-                )
-    raise AssertionError("unreachable: a column's extreme is out of range")  # pragma: no cover
-
-
-def row_positions(
-    indices: npt.NDArray[Any], lengths: tuple[int, ...], negative: bool = True
-) -> npt.NDArray[np.int64]:
-    """The flat position, among the ``prod(lengths)`` slices, that each index tuple (the last
-    dimension of ``indices``, checked in range) points at: negative values count from the end
-    (``negative`` False when none is, to skip that step)."""
-    count = len(lengths)
-    table = indices.reshape(-1, count)
-    positions = np.zeros(table.shape[0], dtype=np.int64)
-    stride = 1
-    for column in range(count - 1, -1, -1):
-        length = lengths[column]
-        values = table[:, column].astype(np.int64)
-        if negative:
-            values += (values < 0) * np.int64(length)
-        if stride != 1:
-            values *= np.int64(stride)
-        positions += values
-        stride *= length
-    return positions
 
 
 def gather_nd_plan(
@@ -189,15 +122,12 @@ def gather_nd_planned(
     out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """``gather_nd`` with the inputs already checked: ``plan`` is ``gather_nd_plan``'s."""
-    if out is None:
-        out = np.empty(plan.output_shape, dtype=data.dtype)
-    if out.size == 0:
-        return out
-    target = out if out.flags.c_contiguous else np.empty(plan.output_shape, dtype=data.dtype)
-    _gather_nd_into(as_raw(data), indices, plan, as_raw(target))
-    if target is not out:
-        np.copyto(out, target)
-    return out
+    return into_c_ordered(
+        out,
+        plan.output_shape,
+        data.dtype,
+        lambda target: _gather_nd_into(as_raw(data), indices, plan, as_raw(target)),
+    )
 
 
 def _gather_nd_into(
@@ -233,11 +163,11 @@ def _gather_nd_into(
     flat_source, flat_out = source.ravel(), out.ravel()
     itemsize = source.dtype.itemsize
     if slice_size == 1:
-        compiled.take(flat_source, positions, flat_out, 1, 1, total, positions.size, 0, 0)
+        loops.take(flat_source, positions, flat_out, 1, 1, total, positions.size, 0, 0)
         return
     unit = _WORD if (slice_size * itemsize) % 8 == 0 else _BYTE
     width = slice_size * itemsize // unit.itemsize
-    compiled.take_slices(
+    loops.take_slices(
         flat_source.view(unit), positions, flat_out.view(unit),
         1, 1, total, positions.size, width, 0,
     )  # fmt: skip
@@ -391,3 +321,111 @@ GATHER_ND = Op(
 
 #: What app/registry.py collects.
 OP = GATHER_ND
+
+
+# ------------------------------------------------------------------------------------------------
+# The older version: GatherND-5 (batches flattened into one dimension, no negative indices)
+
+
+def _plan_gather_nd_5(arrays: Arrays, attributes: Attributes) -> Plan:
+    data, indices = arrays["data"], arrays["indices"]
+    plan = gather_nd_plan(data.shape, indices, attributes["batch_dims"])
+    if plan.negative:
+        raise SpecError(
+            "indices",
+            "GatherND-5: every index must be in [0, s-1] where s is the dimension it is applied "
+            "to; a negative index is GatherND-8's",
+        )
+    batches = plan.batch_dims
+    shape = plan.output_shape
+    if batches:
+        # (multiplication of the batch dimensions) + indices.shape[b:-1] + data.shape[b + n:]
+        shape = (math.prod(plan.batch_shape), *plan.output_shape[batches:])
+
+    def run(out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+        target = None if out is None else out.reshape(plan.output_shape)
+        return gather_nd_planned(data, indices, plan, target).reshape(shape)
+
+    return Plan(shape, run)
+
+
+def _gather_nd_5(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return _plan_gather_nd_5(arrays, attributes).run(out)
+
+
+GATHER_ND_5 = Op(
+    name="gather_nd",
+    spec="GatherND-5",
+    summary="GatherND-5: gather elements or slices at index tuples (batches flattened)",
+    description="GatherND-5 over `data`: as GatherND-8, but with `batch_dims` > 0 the batch "
+    "dimensions become one, their product: the output shape is `(product of the batch "
+    "dimensions) + indices.shape[batch_dims:-1] + data.shape[batch_dims + indices.shape[-1]:]`; "
+    "every index must be in `[0, s-1]` (a negative one is refused, 422).",
+    request_doc="GatherND-5: the elements or slices of `data` at the index tuples of `indices`.",
+    inputs=(
+        data_input("gather from"),
+        Input(
+            "indices",
+            "Index tuples along the last dimension (input 2, type T_IND).",
+            "T_IND: any integer type, a tensor of a rank not less than 1, indices.shape[-1] <= "
+            "data.rank - batch_dims; all indices in the range [0, s-1] where s is the "
+            "corresponding dimension. JSON form is int64.",
+            INTEGER_TYPES,
+            rank=">= 1",
+        ),
+    ),
+    attributes=GATHER_ND.attributes,
+    plan=_plan_gather_nd_5,
+    kernel=_gather_nd_5,
+    workspace=_gather_nd_workspace,
+    examples={
+        "example_1": example(
+            "GatherND-5 Example 1: elements",
+            {"data": _SQUARE, "indices": [[0, 0], [1, 0]]},
+            [1, 3],
+        ),
+        "example_2": example(
+            "GatherND-5 Example 2: slices",
+            {"data": _SQUARE, "indices": [[1], [0]]},
+            [[3, 4], [1, 2]],
+        ),
+        "example_3": example(
+            "GatherND-5 Example 3: indices with leading dimensions",
+            {"data": _SQUARE, "indices": [[[1]], [[0]]]},
+            [[[3, 4]], [[1, 2]]],
+        ),
+        "example_4": example(
+            "GatherND-5 Example 4: elements, batch_dims = 1",
+            {"data": _SQUARE, "indices": [[1], [0]], "batch_dims": 1},
+            [2, 3],
+        ),
+        "example_5": example(
+            "GatherND-5 Example 5: slices, batch_dims = 1",
+            {"data": _TWO_BATCHES, "indices": [[1], [0]], "batch_dims": 1},
+            [[5, 6, 7, 8], [13, 14, 15, 16]],
+        ),
+        "example_6": example(
+            "GatherND-5 Example 6: batch_dims = 2, the six batches flattened",
+            {
+                "data": _TWO_BATCHES,
+                "indices": [[[[1]], [[0]], [[2]]], [[[0]], [[2]], [[2]]]],
+                "batch_dims": 2,
+            },
+            [[2], [5], [11], [13], [19], [23]],
+        ),
+    },
+    decisions=(
+        "GatherND-5, the output's first dimension with batch_dims > 0: the product of the batch "
+        "dimensions as data and indices broadcast them (the number of batches gathered); the "
+        "spec's formula names indices.shape[:b], which is the same where indices' batch "
+        "dimensions are not 1 broadcast against data's.",
+        "GatherND-5, a negative index: refused (422, naming indices); the spec says [0, s-1].",
+    ),
+    disagreements=(
+        "GatherND-5 on the CPU plugin: a negative index counts from the end (as GatherND-8's); "
+        "the spec allows none, and the service refuses it.",
+    ),
+)
+
+#: The older version served beside GatherND-8 (the registry collects it).
+OLDER = (GATHER_ND_5,)

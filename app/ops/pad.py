@@ -1,6 +1,8 @@
 """Pad-12: a tensor extended (or cropped) on its edges, the new elements a constant, the edge's,
 a reflection or a mirror of the data."""
 
+import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +22,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, copy_block, is_integer_type
 
 MODES = ("constant", "edge", "reflect", "symmetric")
 
@@ -74,18 +76,55 @@ def pad_shape(
     return begin, end, out
 
 
-def _source_index(length: int, begin: int, size: int, mode: str) -> npt.NDArray[np.int64]:
-    """For each output position along an axis, the data position it takes (edge, reflect and
-    symmetric modes), computed on the uncropped data."""
-    positions = np.arange(length, dtype=np.int64) - begin
-    if mode == "edge":
-        return np.clip(positions, 0, size - 1)
-    if mode == "reflect":
-        positions = np.abs(positions)
-        return np.where(positions > size - 1, 2 * (size - 1) - positions, positions)
-    # symmetric: -1 -> 0, -2 -> 1, size -> size - 1, ...
-    positions = np.where(positions < 0, -positions - 1, positions)
-    return np.where(positions > size - 1, 2 * size - 1 - positions, positions)
+#: One run of an axis: (first output position, count, first data position, step in data: 1
+#: forward, -1 reflected, 0 the edge repeated).
+Run = tuple[int, int, int, int]
+
+
+def _runs(length: int, begin: int, size: int, mode: str) -> list[Run]:
+    """The output positions along an axis, in at most three runs, with the data positions each
+    takes (edge, reflect and symmetric modes), computed on the uncropped data: the pads, never
+    more than the data's length in these modes (checked by ``pad_shape``), reflect it once."""
+    runs: list[Run] = []
+
+    def add(first: int, last: int, source: int, step: int) -> None:
+        """Positions ``[first, last)``, where ``first`` takes ``source``, kept to the output."""
+        low, high = max(first, 0), min(last, length)
+        if low < high:
+            runs.append((low, high - low, source + (low - first) * step, step))
+
+    # Before the data (position p takes data at p - begin < 0), the data, after it.
+    shift = {"edge": None, "reflect": 0, "symmetric": 1}[mode]
+    if shift is None:
+        add(-size - length, begin, 0, 0)
+        add(begin + size, length + size, size - 1, 0)
+    else:
+        add(-size, begin, begin + size - shift, -1)
+        add(begin + size, begin + 2 * size, size - 2 + shift, -1)
+    add(begin, begin + size, 0, 1)
+    return sorted(runs)
+
+
+def _blocks(
+    data_shape: tuple[int, ...], begin: list[int], shape: tuple[int, ...], mode: str
+) -> Iterator[tuple[tuple[Any, ...], tuple[Any, ...], tuple[int, ...]]]:
+    """Each block of the output with the data it copies: the output's slices, the data's slices
+    (reversed for a reflection, one element for an edge) and the block's shape, one block for
+    each run of each axis combined (at most 3 ** rank, one at a time)."""
+    axes = [_runs(length, begin[axis], size, mode)
+            for axis, (size, length) in enumerate(zip(data_shape, shape, strict=True))]  # fmt: skip
+    for combination in itertools.product(*axes):
+        into, taken = [], []
+        for first, count, source, step in combination:
+            into.append(slice(first, first + count))
+            if step == 1:
+                taken.append(slice(source, source + count))
+            elif step == -1:
+                taken.append(slice(source, source - count if source >= count else None, -1))
+            else:
+                taken.append(slice(source, source + 1))
+        # The Ellipsis keeps a view for a scalar too (indexing it by () would copy it out).
+        yield (*into, Ellipsis), (*taken, Ellipsis), tuple(run[1] for run in combination)
 
 
 def _padded(
@@ -105,54 +144,52 @@ def _padded(
     if mode == "constant":
         fill = np.zeros((), source.dtype) if value is None else as_raw(value.astype(data.dtype))
         # The data's part that stays (cropped where a pad is negative), then the new elements.
-        inner_out, inner_in = [], []
+        inner_out: list[Any] = []
+        inner_in: list[Any] = []
         for axis, (size, length) in enumerate(zip(data.shape, shape, strict=True)):
             first = max(begin[axis], 0)
             last = min(begin[axis] + size, length)
             inner_out.append(slice(first, max(first, last)))
             inner_in.append(slice(first - begin[axis], max(first, last) - begin[axis]))
+        # Each element written once: an axis's pads span the axes before it only where they
+        # keep data (their own pads are filled already), the axes after it whole.
         for axis, kept in enumerate(inner_out):
-            before = [slice(None)] * len(shape)
-            before[axis] = slice(0, kept.start)
+            before = [*inner_out[:axis], slice(0, kept.start)] + [slice(None)] * (
+                len(shape) - axis - 1
+            )
             target[tuple(before)] = fill
-            after = [slice(None)] * len(shape)
-            after[axis] = slice(kept.stop, None)
+            after = [*inner_out[:axis], slice(kept.stop, None)] + [slice(None)] * (
+                len(shape) - axis - 1
+            )
             target[tuple(after)] = fill
-        np.copyto(target[tuple(inner_out)], source[tuple(inner_in)], casting="equiv")
+        # The Ellipsis keeps a rank-0 tensor's part an array (``target[()]`` is a scalar).
+        np.copyto(target[(*inner_out, ...)], source[(*inner_in, ...)], casting="equiv")
         return out
-    # Edge, reflect, symmetric: each output element is data at an index per axis; the axes are
-    # taken one after another, the last into the output.
-    current = source
-    moved = [
-        axis
-        for axis, (size, length) in enumerate(zip(data.shape, shape, strict=True))
-        if not (begin[axis] == 0 and length == size)
-    ]
-    if not moved:
-        np.copyto(target, source, casting="equiv")
-        return out
-    for count, axis in enumerate(moved):
-        index = _source_index(shape[axis], begin[axis], data.shape[axis], mode)
-        if count == len(moved) - 1:
-            np.take(current, index, axis=axis, out=target, mode="clip")
+    # Edge, reflect, symmetric: blocks of the output, each a copy of a (reversed, or broadcast)
+    # slice of the data: a compiled strided copy between C-ordered arrays, NumPy's otherwise.
+    flat = target.flags.c_contiguous and source.flags.c_contiguous
+    flat_target, flat_source = target.reshape(-1), source.reshape(-1)
+    for into, taken, block in _blocks(data.shape, begin, shape, mode):
+        piece = np.broadcast_to(source[taken], block)
+        if flat:
+            copy_block(flat_target, target[into], flat_source, piece)
         else:
-            current = np.take(current, index, axis=axis, mode="clip")
+            np.copyto(target[into], piece, casting="equiv")
     return out
 
 
+#: What the edge, reflect and symmetric modes hold while they copy, per dimension of data: an
+#: axis's runs, one block's slices, views and the copy's table (Python objects and a few int64s;
+#: no array the size of an axis, the data or the output).
+WORKSPACE_PER_DIMENSION = 8192
+
+
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
-    """The intermediate arrays of the edge, reflect and symmetric modes: at most the larger of
-    data and output for each axis but the last moved, and the index arrays."""
-    data = arrays["data"]
-    try:
-        _, _, shape = pad_shape(data.shape, arrays["pads_begin"], arrays["pads_end"],
-                                attributes["pad_mode"])  # fmt: skip
-    except SpecError:
-        return 0
+    """The few objects the edge, reflect and symmetric modes hold, per dimension of data (the
+    constant mode holds nothing)."""
     if attributes["pad_mode"] == "constant":
         return 0
-    largest = max(int(np.prod(shape, dtype=object)), data.size) * data.dtype.itemsize
-    return max(len(shape) - 1, 0) * largest + 8 * sum(shape)
+    return WORKSPACE_PER_DIMENSION * (arrays["data"].ndim + 1)
 
 
 def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
@@ -256,6 +293,7 @@ OP = Op(
             "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
         Input(
             "pads_end",
@@ -263,6 +301,7 @@ OP = Op(
             "T_INT: any integer type, a 1D tensor of data's rank. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
         Input(
             "pad_value",
@@ -271,6 +310,7 @@ OP = Op(
             ALL_TYPES,
             rank="0",
             optional=True,
+            limit="scalar",
         ),
     ),
     attributes=(
@@ -299,3 +339,122 @@ OP = Op(
     ),
     disagreements=narrowed_by_the_cpu_plugin("Pad-12"),
 )
+
+
+# ------------------------------------------------------------------------------------------------
+# The older version: Pad-1 (pads not negative: no cropping)
+
+
+def _plan_pad_1(arrays: Arrays, attributes: Attributes) -> Plan:
+    for name in ("pads_begin", "pads_end"):
+        pads = arrays[name]
+        # Looked at only as the 1D integer tensor of data's rank that Pad-12's checks demand
+        # (anything else is theirs to refuse): its least value, read without a copy.
+        well_formed = pads.ndim == 1 and pads.size == arrays["data"].ndim > 0
+        if well_formed and is_integer_type(pads.dtype) and pads.min() < 0:
+            raise SpecError(
+                name,
+                f"Pad-1: {name} must not be negative (T_INT: a non-negative integer type), got "
+                f"{int(pads.min())}; cropping by negative pads is Pad-12's",
+            )
+    return _plan(arrays, attributes)
+
+
+def _kernel_pad_1(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    return _plan_pad_1(arrays, attributes).run(out)
+
+
+def _pads_input(name: str, where: str, position: int) -> Input:
+    return Input(
+        name,
+        f"Elements to add at the {where} of each axis (input {position}).",
+        "T_INT: any integer type, non-negative values, a 1D tensor of data's rank. JSON form is "
+        "int64.",
+        INTEGER_TYPES,
+        rank="1",
+        limit="rank",
+    )
+
+
+PAD_1 = Op(
+    name="pad",
+    spec="Pad-1",
+    summary="Pad-1: extend a tensor on its edges",
+    description="Pad-1 over `data`: `pads_begin[D]` and `pads_end[D]` (not negative) elements "
+    "added at each end of dimension D; the output's dimension D is "
+    "`pads_begin[D] + data.shape[D] + pads_end[D]`. The new elements are `pad_value` (0 when "
+    "left out) in `constant` mode, the edge's in `edge` mode, a reflection without or with the "
+    "edge in `reflect` and `symmetric` modes.",
+    request_doc="Pad-1: `data` padded by `pads_begin` and `pads_end` as `pad_mode` says.",
+    inputs=(
+        data_input("pad"),
+        _pads_input("pads_begin", "beginning", 2),
+        _pads_input("pads_end", "end", 3),
+        OP.inputs[3],
+    ),
+    attributes=OP.attributes,
+    plan=_plan_pad_1,
+    kernel=_kernel_pad_1,
+    workspace=_workspace,
+    examples={
+        f"example_{mode}": example(
+            f"Pad-1, the spec's example in {mode} mode", {**_POSITIVE, "pad_mode": mode}, answer
+        )
+        for mode, answer in (
+            (
+                "constant",
+                [
+                    [0, 1, 2, 3, 4, 0, 0, 0],
+                    [0, 5, 6, 7, 8, 0, 0, 0],
+                    [0, 9, 10, 11, 12, 0, 0, 0],
+                    [0] * 8,
+                    [0] * 8,
+                ],
+            ),
+            (
+                "edge",
+                [
+                    [1, 1, 2, 3, 4, 4, 4, 4],
+                    [5, 5, 6, 7, 8, 8, 8, 8],
+                    [9, 9, 10, 11, 12, 12, 12, 12],
+                    [9, 9, 10, 11, 12, 12, 12, 12],
+                    [9, 9, 10, 11, 12, 12, 12, 12],
+                ],
+            ),
+            (
+                "reflect",
+                [
+                    [2, 1, 2, 3, 4, 3, 2, 1],
+                    [6, 5, 6, 7, 8, 7, 6, 5],
+                    [10, 9, 10, 11, 12, 11, 10, 9],
+                    [6, 5, 6, 7, 8, 7, 6, 5],
+                    [2, 1, 2, 3, 4, 3, 2, 1],
+                ],
+            ),
+            (
+                "symmetric",
+                [
+                    [1, 1, 2, 3, 4, 4, 3, 2],
+                    [5, 5, 6, 7, 8, 8, 7, 6],
+                    [9, 9, 10, 11, 12, 12, 11, 10],
+                    [9, 9, 10, 11, 12, 12, 11, 10],
+                    [5, 5, 6, 7, 8, 8, 7, 6],
+                ],
+            ),
+        )
+    },
+    decisions=(
+        "Pad-1, a negative pad: refused (422, naming the input); T_INT is a non-negative integer "
+        "type, and cropping is Pad-12's.",
+        "Pad-1, pad_value given in a mode other than constant: refused, as Pad-12's (the spec "
+        "says it should not be set with other values of pad_mode).",
+    ),
+    disagreements=(
+        "Pad-1 on the CPU plugin: a negative pad crops (as Pad-12's); the spec allows none, and "
+        "the service refuses it.",
+        *narrowed_by_the_cpu_plugin("Pad-1"),
+    ),
+)
+
+#: The older version served beside Pad-12 (the registry collects it).
+OLDER = (PAD_1,)

@@ -1,9 +1,13 @@
-"""Views of any element type as unsigned integers of the same width, for bit-exact moves."""
+"""Views of any element type as unsigned integers of the same width, and the block copy of such
+views, for bit-exact moves."""
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from app.ops import compiled
 
 _UNSIGNED_OF_WIDTH: dict[int, np.dtype[Any]] = {
     1: np.dtype(np.uint8),
@@ -29,3 +33,83 @@ def as_raw(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
 def is_integer_type(dtype: np.dtype[Any]) -> bool:
     """True for the spec's "any supported integer type": signed or unsigned, not bool."""
     return dtype.kind in "iu"
+
+
+def into_c_ordered(
+    out: npt.NDArray[Any] | None,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    fill: Callable[[npt.NDArray[Any]], object],
+) -> npt.NDArray[Any]:
+    """An op's output, written by ``fill``, which writes into a C-ordered array only: ``out``
+    (made when None) itself when it is one, else a fresh array then copied into ``out`` (bit for
+    bit when both are of one type). An empty output is left as it is."""
+    if out is None:
+        out = np.empty(shape, dtype)
+    if out.size == 0:
+        return out
+    if out.flags.c_contiguous:
+        fill(out)
+        return out
+    target = np.empty(shape, dtype)
+    fill(target)
+    if out.dtype == target.dtype:
+        np.copyto(as_raw(out), as_raw(target))
+    else:
+        np.copyto(out, target)
+    return out
+
+
+def _geometry(view: npt.NDArray[Any], base: npt.NDArray[Any]) -> tuple[int, list[int]]:
+    """Where ``view`` starts in the flat ``base`` and its strides, in elements (signed); a view
+    reaching outside ``base`` (not a view of it) is refused, as the compiled copy does not check
+    its bounds."""
+    item = base.itemsize
+    start = view.__array_interface__["data"][0] - base.__array_interface__["data"][0]
+    strides = [stride // item for stride in view.strides]
+    reach = [(length - 1) * stride for length, stride in zip(view.shape, strides, strict=True)]
+    low = start // item + sum(step for step in reach if step < 0)
+    high = start // item + sum(step for step in reach if step > 0)
+    if view.dtype != base.dtype or start % item or low < 0 or high >= base.size:
+        raise ValueError("copy_block: a block is not a view of its flat array")
+    return start // item, strides
+
+
+def copy_block(
+    out: npt.NDArray[Any],
+    out_block: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    source_block: npt.NDArray[Any],
+) -> None:
+    """``out_block[...] = source_block`` by the compiled strided copy: ``out`` and ``source``
+    are flat C-ordered raw arrays, the blocks views of the same shape into them (sliced,
+    reversed with negative steps, or broadcast with zero strides). Dimensions that walk on from
+    one another in both are merged first, so a block reversed along every axis is one reversed
+    row: NumPy's own copy of a negative-stride view goes element by element (2-6x a plain copy
+    for bytes), this one at about a copy's speed."""
+    if out_block.size == 0:
+        return
+    out_start, out_strides = _geometry(out_block, out)
+    source_start, source_strides = _geometry(source_block, source)
+    lengths = list(out_block.shape)
+    # Dimensions of length 1 move nothing (a block of one element is a row of one); the rest
+    # merge from the inside out.
+    merged = [
+        [length, source_strides[d], out_strides[d]]
+        for d, length in enumerate(lengths)
+        if length != 1
+    ] or [[1, 1, 1]]
+    while len(merged) > 1:
+        outer, inner = merged[-2], merged[-1]
+        if outer[1] != inner[1] * inner[0] or outer[2] != inner[2] * inner[0]:
+            break
+        merged[-2:] = [[outer[0] * inner[0], inner[1], inner[2]]]
+    run, step, into = merged[-1]
+    rows = merged[:-1]
+    if into != 1:
+        # Rows of one element (a block one element wide), each placed by the table.
+        rows, run, step = merged, 1, 1
+    table = np.array(
+        [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
+    )
+    compiled.strided_copy(source, out, table, source_start, out_start, run, step)

@@ -19,7 +19,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, copy_block, is_integer_type
 
 
 def reverse_axes(rank: int, axis: npt.NDArray[Any], mode: str) -> tuple[int, ...]:
@@ -83,10 +83,15 @@ def _reversed(
 ) -> npt.NDArray[Any]:
     if out is None:
         out = np.empty(data.shape, data.dtype)
-    source = as_raw(data)
-    if axes:
-        source = np.flip(source, axes)
-    np.copyto(as_raw(out), source, casting="equiv")
+    source, target = as_raw(data), as_raw(out)
+    if not axes or not data.size:
+        np.copyto(target, source, casting="equiv")
+    elif source.flags.c_contiguous and target.flags.c_contiguous:
+        # The compiled strided copy: rows reversed at a copy's speed, and the axes that walk on
+        # from one another merged (reversed along every axis, the data is one reversed row).
+        copy_block(target.reshape(-1), target, source.reshape(-1), np.flip(source, axes))
+    else:
+        np.copyto(target, np.flip(source, axes), casting="equiv")
     return out
 
 
@@ -122,6 +127,7 @@ OP = Op(
             (*INTEGER_TYPES, "bool"),
             rank="1",
             json_form=JSON_INFERRED,
+            limit="rank",
         ),
     ),
     attributes=(

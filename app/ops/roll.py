@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from app.ops import compiled
+from app.ops import loops
 from app.ops.declaration import (
     Arrays,
     Attributes,
@@ -18,7 +18,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.raw import as_raw, into_c_ordered
 from tensor_ops_wire.npy import encode_npy_base64
 
 #: T_IND_1 and T_IND_2 of the spec: the element types ``shift`` and ``axes`` may have.
@@ -28,6 +28,8 @@ _ROLL_INDEX_NUMBERS = frozenset(dtype.num for dtype in ROLL_INDEX_TYPES)
 
 # Up to this many axes entries, shifts are summed in Python integers.
 _SMALL = 64
+# Beyond that, they are read this many at a time (a few MiB of temporaries at most).
+_BLOCK = 1 << 16
 # The table of a roll with no dimensions before its rows.
 _NO_DIMENSIONS = np.zeros(0, np.int64)
 _BYTE, _WORD = np.dtype(np.uint8), np.dtype(np.uint64)
@@ -77,28 +79,35 @@ def roll_shifts(
     axes_rank = max(rank, 1)
     if axes.size <= _SMALL:
         return _net_shifts_small(data_shape, shift, axes, axes_rank)
-    axes_flat = axes.astype(np.int64).reshape(-1)
-    outside = np.flatnonzero((axes_flat < -axes_rank) | (axes_flat >= axes_rank))
-    if outside.size:
-        position = int(outside[0])
-        _out_of_range(axes, position, int(axes_flat[position]), rank)
-    if rank == 0:
+    # Many axes (the spec lets an axis repeat, its shifts adding up): read a block at a time,
+    # so the temporaries are a few blocks' worth whatever the length (axes and shift are
+    # tensors counted as tensors: 4 million of each cost their decoding, and no more).
+    axes_flat = axes.reshape(-1)
+    shifts_flat = shift.reshape(-1)
+    lengths = np.asarray(data_shape if rank else (1,), dtype=np.int64)
+    # Each block's shifts are reduced first: the sum of raw int64 shifts could overflow, the
+    # sum of remainders (each below an axis length of a tensor that fits in memory) cannot.
+    totals = np.zeros(axes_rank, dtype=np.int64)
+    empty = 0 in data_shape
+    for first in range(0, axes_flat.size, _BLOCK):
+        block = axes_flat[first : first + _BLOCK].astype(np.int64)
+        outside = np.flatnonzero((block < -axes_rank) | (block >= axes_rank))
+        if outside.size:
+            position = first + int(outside[0])
+            _out_of_range(axes, position, int(axes_flat[position]), rank)
+        if rank == 0 or empty:
+            continue  # every axis checked; nothing moves
+        block %= rank
+        amounts = (
+            np.int64(shifts_flat[0])
+            if shift.ndim == 0
+            else shifts_flat[first : first + _BLOCK].astype(np.int64)
+        )
+        np.add.at(totals, block, amounts % lengths[block])
+        totals %= lengths
+    if rank == 0 or empty:
         return {}
-    axes_flat = np.where(axes_flat < 0, axes_flat + rank, axes_flat)
-    shifts_flat = np.broadcast_to(shift.astype(np.int64).reshape(-1), axes_flat.shape)
-    if 0 in data_shape:
-        return {}
-    lengths = np.asarray(data_shape, dtype=np.int64)[axes_flat]
-    # Reduce each shift first: the sum of raw int64 shifts could overflow, the sum of remainders
-    # (each below an axis length of a tensor that fits in memory) cannot.
-    totals = np.zeros(rank, dtype=np.int64)
-    np.add.at(totals, axes_flat, shifts_flat % lengths)
-    net: dict[int, int] = {}
-    for axis in np.unique(axes_flat).tolist():
-        amount = int(totals[axis]) % data_shape[axis]
-        if amount:
-            net[axis] = amount
-    return net
+    return {axis: int(amount) for axis, amount in enumerate(totals.tolist()) if amount}
 
 
 def _out_of_range(axes: npt.NDArray[Any], position: int, value: int, rank: int) -> None:
@@ -154,17 +163,11 @@ def roll_planned(
     data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any] | None = None
 ) -> npt.NDArray[Any]:
     """``roll`` with the inputs already checked: ``net`` is ``roll_shifts``' for them."""
-    if out is None:
-        out = np.empty(data.shape, dtype=data.dtype)
     if not net:
-        np.copyto(as_raw(out), as_raw(data))
-    elif out.flags.c_contiguous:
-        _roll_into(data, net, out)
-    else:
-        target = np.empty(data.shape, dtype=data.dtype)
-        _roll_into(data, net, target)
-        np.copyto(as_raw(out), as_raw(target))
-    return out
+        target = np.empty(data.shape, dtype=data.dtype) if out is None else out
+        np.copyto(as_raw(target), as_raw(data))
+        return target
+    return into_c_ordered(out, data.shape, data.dtype, lambda target: _roll_into(data, net, target))
 
 
 def _roll_into(data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any]) -> None:
@@ -201,7 +204,7 @@ def _roll_into(data: npt.NDArray[Any], net: dict[int, int], out: npt.NDArray[Any
     if out.nbytes >= large and _roll_in_blocks(source, target, shape[:last], net, row, split):
         return
     # Whole 8-byte words are copied a word at a time, however long the runs.
-    compiled.roll_rows(source, target, table, row, split)
+    loops.roll_rows(source, target, table, row, split)
 
 
 def _roll_in_blocks(

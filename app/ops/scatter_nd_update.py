@@ -24,9 +24,13 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.gather_nd import check_index_values, row_positions
+from app.ops.index_rules import (
+    check_index_values,
+    last_occurrences,
+    row_positions,
+    sort_by_position,
+)
 from app.ops.raw import as_raw
-from app.ops.scatter_update import last_occurrences, sort_by_position
 
 REDUCTIONS = ("none", "sum", "sub", "prod", "min", "max")
 _INDEX_NUMBERS = frozenset(np.dtype(name).num for name in INT32_OR_INT64)
@@ -506,3 +510,94 @@ SCATTER_ND_UPDATE = Op(
 
 #: What app/registry.py collects.
 OP = SCATTER_ND_UPDATE
+
+
+# ------------------------------------------------------------------------------------------------
+# The older version: ScatterNDUpdate-3 (no reduction, no negative indices)
+
+
+def _plan_scatter_nd_update_3(arrays: Arrays, attributes: Attributes) -> Plan:
+    data, indices, updates = arrays["data"], arrays["indices"], arrays["updates"]
+    plan = scatter_nd_update_plan(data, indices, updates, "none")
+    if plan.negative:
+        raise SpecError(
+            "indices",
+            "ScatterNDUpdate-3: every index value i_j must be within [0, s_j - 1] where s_j = "
+            "data.shape[j]; a negative index is ScatterNDUpdate-15's",
+        )
+    return Plan(
+        plan.output_shape,
+        functools.partial(scatter_nd_update_planned, data, indices, updates, plan),
+    )
+
+
+def _scatter_nd_update_3(
+    arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None
+) -> Any:
+    return _plan_scatter_nd_update_3(arrays, attributes).run(out)
+
+
+SCATTER_ND_UPDATE_3 = Op(
+    name="scatter_nd_update",
+    spec="ScatterNDUpdate-3",
+    summary="ScatterNDUpdate-3: a copy of data with elements or slices at index tuples replaced",
+    description="ScatterNDUpdate-3 over `data`: a copy of `data` where the element or slice each "
+    "index tuple (along the last dimension of `indices`) names becomes its update; `updates` has "
+    "the shape `indices.shape[:-1] + data.shape[indices.shape[-1]:]`. Indices must be within "
+    "[0, s_j - 1] (a negative one is refused, 422); no reduction.",
+    request_doc="ScatterNDUpdate-3: a copy of `data` with `updates` written at `indices`.",
+    inputs=(
+        data_input("copy and update"),
+        Input(
+            "indices",
+            "Index tuples along the last dimension (input 2, type T_IND).",
+            "T_IND: int32 or int64, rank q >= 1, k = indices.shape[-1] at most r; every value "
+            "i_j within bounds [0, s_j - 1] where s_j = data.shape[j]. JSON form is int64.",
+            INT32_OR_INT64,
+            rank=">= 1",
+        ),
+        SCATTER_ND_UPDATE.inputs[2],
+    ),
+    plan=_plan_scatter_nd_update_3,
+    kernel=_scatter_nd_update_3,
+    workspace=scatter_nd_update_workspace,
+    examples={
+        "example_1": example(
+            "ScatterNDUpdate-3 Example 1: four single elements",
+            {
+                "data": [1, 2, 3, 4, 5, 6, 7, 8],
+                "indices": [[4], [3], [1], [7]],
+                "updates": _TENS[:4],
+            },
+            [1, 30, 3, 20, 10, 6, 7, 40],
+        ),
+        "example_1_spec_values": example(
+            "ScatterNDUpdate-3 Example 1 with the spec's updates [9, 10, 11, 12]",
+            {
+                "data": [1, 2, 3, 4, 5, 6, 7, 8],
+                "indices": [[4], [3], [1], [7]],
+                "updates": [9, 10, 11, 12],
+            },
+            [1, 11, 3, 10, 9, 6, 7, 12],
+        ),
+        "example_2": example(
+            "ScatterNDUpdate-3 Example 2: two 4x4 slices",
+            {"data": _SLABS_DATA, "indices": [[0], [2]], "updates": _SLABS_UPDATES},
+            [_SLABS_UPDATES[0], _SLABS_DATA[1], _SLABS_UPDATES[1], _SLABS_DATA[3]],
+        ),
+    },
+    decisions=(
+        "ScatterNDUpdate-3, duplicate index tuples (the spec: the result is undefined): the "
+        "updates apply in row-major order of indices, the last one stays, as ScatterNDUpdate-15 "
+        "with reduction none; the answer is the same on every way in.",
+        "ScatterNDUpdate-3, a negative index: refused (422, naming indices); the spec's bounds "
+        "are [0, s_j - 1].",
+    ),
+    disagreements=(
+        "ScatterNDUpdate-3 on the CPU plugin: a negative index counts from the end (as "
+        "ScatterNDUpdate-15's); the spec allows none, and the service refuses it.",
+    ),
+)
+
+#: The older version served beside ScatterNDUpdate-15 (the registry collects it).
+OLDER = (SCATTER_ND_UPDATE_3,)

@@ -20,7 +20,8 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.index_rules import MARKS_PER_VALUE, check_in_bounds, last_occurrences
+from app.ops.raw import as_raw, into_c_ordered, is_integer_type
 
 # Slices are put this many at a time (the bound of the positions and selected updates held).
 _CHUNK = 1 << 20
@@ -29,7 +30,6 @@ _CHUNK = 1 << 20
 _LARGE_SLICE = 256
 _UNITS = {size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)}
 # Repeated indices are looked for by marks (one byte a slot) up to this many slots an index.
-_MARKS_PER_VALUE = 16
 
 
 class ScatterUpdatePlan(NamedTuple):
@@ -85,36 +85,18 @@ def scatter_update_plan(
             f"data.shape[:axis] + indices.shape + data.shape[axis + 1:] = {expected}, got "
             f"shape {updates.shape}",
         )
-    check_in_bounds(indices, data.shape[normal])
+    length = data.shape[normal]
+
+    def refusal(place: list[int], value: int) -> SpecError:
+        kind = "negative" if value < 0 else "points to a non-existing element"
+        return SpecError(
+            "indices",
+            f"indices{place} = {value} is {kind}: all index values must be within bounds "
+            f"[0, s - 1] along the axis of size s = {length}",
+        )
+
+    check_in_bounds(indices, length, refusal)
     return ScatterUpdatePlan(normal, data.shape)
-
-
-def check_in_bounds(indices: npt.NDArray[Any], length: int) -> None:
-    """Refuse any index outside ``[0, length - 1]`` (negative ones too), compared as Python ints
-    (a uint64 of 2**63 or more is out of bounds, never negative)."""
-    if indices.size == 0:
-        return
-    low, high = int(indices.min()), int(indices.max())
-    if low >= 0 and high < length:
-        return
-    flat = indices.reshape(-1)
-    for first in range(0, flat.size, _CHUNK):
-        block = flat[first : first + _CHUNK]
-        if block.dtype.kind == "u":
-            bad = block.astype(np.uint64) >= np.uint64(length)
-        else:
-            wide = block.astype(np.int64)
-            bad = (wide < 0) | (wide >= length)
-        if bad.any():
-            offset = int(np.argmax(bad))
-            place = [int(p) for p in np.unravel_index(first + offset, indices.shape)]
-            kind = "negative" if int(block[offset]) < 0 else "points to a non-existing element"
-            raise SpecError(
-                "indices",
-                f"indices{place} = {int(block[offset])} is {kind}: all index values must be "
-                f"within bounds [0, s - 1] along the axis of size s = {length}",
-            )
-    raise AssertionError("unreachable: an extreme is out of bounds")  # pragma: no cover
 
 
 def scatter_update(
@@ -145,15 +127,26 @@ def scatter_update_planned(
     out: npt.NDArray[Any] | None = None,
 ) -> npt.NDArray[Any]:
     """``scatter_update`` with the inputs already checked (``plan`` is their plan)."""
-    if out is None:
-        out = np.empty(plan.output_shape, dtype=data.dtype)
-    if not out.flags.c_contiguous:
-        np.copyto(as_raw(out), as_raw(scatter_update_planned(data, indices, updates, plan)))
-        return out
+    return into_c_ordered(
+        out,
+        plan.output_shape,
+        data.dtype,
+        lambda target: _scatter_update_into(data, indices, updates, plan, target),
+    )
+
+
+def _scatter_update_into(
+    data: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    updates: npt.NDArray[Any],
+    plan: ScatterUpdatePlan,
+    out: npt.NDArray[Any],
+) -> None:
+    """Scatter into ``out`` (C-contiguous, not empty): data copied, then the updates put."""
     target, source = as_raw(out), as_raw(updates)
     np.copyto(target, as_raw(data))
     if updates.size == 0:
-        return out
+        return
     if data.dtype.itemsize > 1 and updates.dtype.isnative != out.dtype.isnative:
         source = source.byteswap()
     shape = data.shape
@@ -171,7 +164,7 @@ def scatter_update_planned(
         for first in range(0, outer, step):
             part = rows[first : first + step]
             view[first : first + step, targets, :] = part if keep is None else part[:, keep, :]
-        return out
+        return
     # Short slices: each is one element of a type of its width (an unsigned integer, or raw
     # bytes), and the slices are put by flat positions, a chunk of rows at a time: the
     # positions of the first chunk serve every chunk, each put into its own part of the output.
@@ -191,56 +184,6 @@ def scatter_update_planned(
             part = part[:, keep]
         region = into[first:last].reshape(-1)
         region[positions[: (last - first) * targets.size]] = part.reshape(-1)
-    return out
-
-
-def sort_by_position(
-    flat: npt.NDArray[np.int64],
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """``flat`` sorted, and the position in ``flat`` of each sorted value, equal values in the
-    order they come in (a stable sort).
-
-    Values (non-negative) and positions are packed into one int64 key, ``value * n + i``, when
-    that cannot overflow: NumPy's unstable sort of keys (vectorised) is several times faster
-    than its stable argsort, and the keys being distinct, it is stable just the same.
-    """
-    count = flat.size
-    largest = int(flat.max()) if count else 0
-    if count and (largest + 1) * count < 1 << 62:
-        keys = flat * np.int64(count)
-        keys += np.arange(count, dtype=np.int64)
-        keys.sort()
-        ordered, order = np.divmod(keys, np.int64(count))
-        return ordered, order
-    order = np.argsort(flat, kind="stable").astype(np.int64)
-    return flat[order], order
-
-
-def last_occurrences(
-    flat: npt.NDArray[np.int64], slots: int = 0
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64] | None]:
-    """The distinct values of ``flat`` (non-negative) and, for each, the position of its last
-    occurrence; the positions None when no value repeats (``flat`` itself is then the distinct
-    values).
-
-    A stable sort puts equal values together in their order: the last of each run is kept.
-    When the values lie in ``[0, slots)`` and ``slots`` is at most ``_MARKS_PER_VALUE`` times
-    their number, one mark per slot first tells, without a sort, whether any value repeats.
-    """
-    if flat.size < 2:
-        return flat, None
-    if 0 < slots <= _MARKS_PER_VALUE * flat.size:
-        marks = np.zeros(slots, dtype=bool)
-        marks[flat] = True
-        if np.count_nonzero(marks) == flat.size:
-            return flat, None
-    ordered, order = sort_by_position(flat)
-    last = np.empty(ordered.size, dtype=bool)
-    np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
-    last[-1] = True
-    if last.all():
-        return flat, None
-    return ordered[last], order[last]
 
 
 def scatter_update_workspace(arrays: Arrays) -> int:
@@ -250,7 +193,7 @@ def scatter_update_workspace(arrays: Arrays) -> int:
     indices, updates = arrays["indices"], arrays["updates"]
     swapped = updates.nbytes if not updates.dtype.isnative else 0
     chunk = min(updates.nbytes, max(_CHUNK, updates.size // max(1, indices.size)) * 8)
-    return indices.size * (33 + _MARKS_PER_VALUE) + swapped + chunk
+    return indices.size * (33 + MARKS_PER_VALUE) + swapped + chunk
 
 
 # ------------------------------------------------------------------------------------------------
@@ -309,6 +252,7 @@ SCATTER_UPDATE = Op(
             "(r = rank of data). JSON form is int64.",
             INTEGER_TYPES,
             rank="0 or 1",
+            limit="scalar",
         ),
     ),
     plan=_plan_scatter_update,

@@ -146,6 +146,7 @@ def _index(name: str, number: int, words: str) -> Input:
         "T_IND: any integer type, a 1D tensor of one value per sliced axis. JSON form is int64.",
         INTEGER_TYPES,
         rank="1",
+        limit="rank",
     )
 
 
@@ -203,6 +204,7 @@ OP = Op(
             INTEGER_TYPES,
             rank="1",
             optional=True,
+            limit="rank",
         ),
     ),
     plan=_plan,

@@ -1,6 +1,5 @@
 """Split-1: a tensor cut along one axis into ``num_splits`` pieces of one length."""
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -19,45 +18,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import is_integer_type
-
-
-def split_axis(rank: int, axis: npt.NDArray[Any], scalar_only: bool = True) -> int:
-    """The axis an ``axis`` input names, checked and normalised: a scalar of an integer type
-    in ``[-rank, rank - 1]`` (VariadicSplit-1 also takes a tensor of shape [1])."""
-    if not is_integer_type(axis.dtype):
-        raise SpecError("axis", f"axis must be of an integer type, got {axis.dtype.name}")
-    if scalar_only and axis.ndim != 0:
-        raise SpecError("axis", f"axis must be a scalar, got a tensor of shape {list(axis.shape)}")
-    if not scalar_only and axis.shape not in ((), (1,)):
-        raise SpecError(
-            "axis",
-            f"axis must be a scalar or a tensor of shape [1], got shape {list(axis.shape)}",
-        )
-    value = int(axis.reshape(-1)[0])
-    if not -rank <= value < rank:
-        raise SpecError(
-            "axis", f"axis {value} is out of range [{-rank}, {rank - 1}] for data of rank {rank}"
-        )
-    return value % rank
-
-
-def split_shapes(
-    shape: tuple[int, ...], axis: int, lengths: list[int]
-) -> tuple[tuple[int, ...], ...]:
-    """The pieces' shapes: data's, with ``lengths[i]`` along ``axis``."""
-    return tuple((*shape[:axis], length, *shape[axis + 1 :]) for length in lengths)
-
-
-def pieces(data: npt.NDArray[Any], axis: int, lengths: list[int]) -> list[npt.NDArray[Any]]:
-    """Views of ``data``, one a piece, in order."""
-    bounds = np.cumsum([0, *lengths])
-    index: list[slice] = [slice(None)] * data.ndim
-    views = []
-    for first, last in itertools.pairwise(bounds.tolist()):
-        index[axis] = slice(first, last)
-        views.append(data[tuple(index)])
-    return views
+from app.ops.split_rules import pieces, split_axis, split_shapes
 
 
 def split_lengths(
@@ -116,6 +77,7 @@ OP = Op(
             "int64.",
             INTEGER_TYPES,
             rank="0",
+            limit="scalar",
         ),
     ),
     attributes=(
@@ -123,6 +85,7 @@ OP = Op(
             "num_splits",
             None,
             "How many outputs: within [1, data.shape[axis]], dividing it evenly (required).",
+            limit="outputs",
         ),
     ),
     plan=_plan,

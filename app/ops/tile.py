@@ -103,6 +103,7 @@ OP = Op(
             "T2: any integer type, a 1D tensor of factors of 0 or more. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
     ),
     plan=_plan,

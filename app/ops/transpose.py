@@ -5,6 +5,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import compiled
 from app.ops.declaration import (
     INTEGER_TYPES,
     Arrays,
@@ -66,12 +67,9 @@ def transpose(
     return _transposed(arg, order, out)
 
 
-#: Tiles (rows, columns of the source) a 2-D transpose copies one at a time, by item size: a
-#: tile of source and target stays in the caches while NumPy's strided copy walks it (a copy of
-#: the whole transposed view misses the cache on every element: 15-45x a plain copy).
-_TILES = {1: (128, 128), 2: (1024, 64), 4: (64, 256), 8: (256, 64)}
-#: Below this many bytes the whole view is copied at once.
-_TILED_FROM = 1 << 20
+#: The side of the square tiles a 2-D transpose moves one at a time, in elements, by item size
+#: (the fastest measured on 64 MiB: docs/benchmarks.md).
+_TILE = {1: 128, 2: 64, 4: 64, 8: 64}
 
 
 def _transposed(
@@ -82,24 +80,15 @@ def _transposed(
         out = np.empty(source.shape, arg.dtype)
     target = as_raw(out)
     swapped = _as_swap(arg.shape, order)
-    tiled = arg.flags.c_contiguous and arg.nbytes >= _TILED_FROM and arg.itemsize in _TILES
-    if swapped is None or not tiled:
+    flat = arg.flags.c_contiguous and out.flags.c_contiguous and arg.itemsize in _TILE
+    if swapped is None or not flat or not arg.size:
         np.copyto(target, source, casting="equiv")
         return out
+    # A batch of 2-D transposes: the compiled tiled loop (NumPy's copy of the transposed view
+    # misses the cache on every element, and tiles cut by NumPy cost a call each).
     batch, rows, columns = swapped
-    tile_rows, tile_columns = _TILES[arg.dtype.itemsize]
-    if rows < tile_rows or columns < tile_columns:
-        # A thin side: the caches hold a tile's worth already, and tiles would be many.
-        np.copyto(target, source, casting="equiv")
-        return out
-    grid = as_raw(arg).reshape(batch, rows, columns)
-    into = target.reshape(batch, columns, rows)
-    for start in range(0, columns, tile_columns):
-        stop = start + tile_columns
-        for first in range(0, rows, tile_rows):
-            last = first + tile_rows
-            piece = grid[:, first:last, start:stop].transpose(0, 2, 1)
-            np.copyto(into[:, start:stop, first:last], piece, casting="equiv")
+    compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows, columns,
+                             _TILE[arg.itemsize])  # fmt: skip
     return out
 
 
@@ -154,6 +143,7 @@ OP = Op(
             "every integer in [0, n - 1]; or of 0 elements. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
         ),
     ),
     plan=_plan,

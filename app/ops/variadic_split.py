@@ -19,7 +19,7 @@ from app.ops.declaration import (
 )
 from app.ops.errors import SpecError
 from app.ops.raw import is_integer_type
-from app.ops.split import pieces, split_axis, split_shapes
+from app.ops.split_rules import pieces, split_axis, split_shapes
 
 
 def variadic_lengths(
@@ -109,6 +109,7 @@ OP = Op(
             "rank(data) - 1]. JSON form is int64.",
             INTEGER_TYPES,
             rank="0 or 1",
+            limit="scalar",
         ),
         Input(
             "split_lengths",
@@ -117,6 +118,7 @@ OP = Op(
             "adding up to data.shape[axis]. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="outputs",
         ),
     ),
     plan=_plan,

@@ -14,7 +14,7 @@ from app import tracing
 from app.errors import Fault, ServiceError, from_spec
 from app.metrics import ELEMENTS
 from app.ops import SpecError
-from app.ops.declaration import MAX_OUTPUTS
+from app.ops.declaration import LIMIT_SCALAR, MAX_OUTPUTS, limit_elements, limit_words
 from app.registry import Arrays, Op, Plan, SplitPlan
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.npy import MAX_NBYTES, MAX_RANK, numpy_can_hold
@@ -251,6 +251,53 @@ def with_kernel_span(job: Job) -> Job:
     )
 
 
+def check_declared_limits(
+    op: Op, arrays: Arrays, attributes: Mapping[str, Any], rank_limit: int
+) -> None:
+    """Refuse an index-like input longer than its declared limit (``Input.limit``), or a count
+    attribute above its own (``Attribute.limit``), before the op's plan reads either: a plan
+    may then make a list or a shape of each element, or of each count, and costs no more than
+    a few of them. 413 for a length or count past a limit (the rank limit, MAX_OUTPUTS); 422
+    for more than one value where the spec takes a single one. Located at the input or the
+    attribute, the message saying how many were given and the limit."""
+    for item in op.inputs:
+        if not item.limit:
+            continue
+        array = arrays.get(item.name)
+        if array is None:
+            continue  # optional and left out
+        most = limit_elements(item.limit, rank_limit)
+        if array.size <= most:
+            continue
+        if item.limit == LIMIT_SCALAR:
+            # The spec's own words for a single value (the rank it declares), as its plan says.
+            kind = "a scalar" if item.rank == "0" else "a scalar or a 1D tensor with one element"
+            raise ServiceError(
+                Fault.SPEC_VIOLATION,
+                ("body", item.name),
+                f"{item.name} must be {kind}, got {array.size} elements (shape "
+                f"{shown(array.shape)})",
+            )
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            ("body", item.name),
+            f"{item.name} has {array.size} elements (shape {shown(array.shape)}); it holds at "
+            f"most {most}: {limit_words(item.limit, rank_limit)}",
+        )
+    for attribute in op.attributes:
+        if not attribute.limit:
+            continue
+        value = attributes.get(attribute.name)
+        most = limit_elements(attribute.limit, rank_limit)
+        if isinstance(value, int) and value > most:
+            raise ServiceError(
+                Fault.TOO_LARGE,
+                ("body", attribute.name),
+                f"{attribute.name} = {value} is above the limit of {most}: "
+                f"{limit_words(attribute.limit, rank_limit)}",
+            )
+
+
 def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limits) -> Job:
     """Check ``arrays`` (every input of ``op``, decoded) against the spec; size the output.
 
@@ -277,6 +324,7 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
                 ("body", name),
                 f"{name} must be of {item.type_words}, got {array.dtype.name}",
             )
+    check_declared_limits(op, arrays, attributes, rank_limit)
     try:
         planned = op.plan(arrays, attributes)
     except SpecError as error:

@@ -90,6 +90,9 @@ class Pipeline:
             else:
                 decoding = exchange.prepare(body)
             await reservation.grow_to(len(body) + decoding)
+            # A small body may decode large (an .npz member deflated 1,000 to 1): decoding and
+            # the plan, which reads what was decoded, go to a thread by what they will hold.
+            large = large or decoding > self.settings.offload_bytes
             if large:
                 job = await run_sized(True, exchange.decode, self.limits)
             else:

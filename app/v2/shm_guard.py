@@ -30,8 +30,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import carray, cfunc, types
-from numba.extending import intrinsic
 
 #: Mappings guarded at once: the regions registered, and those unregistered that a request
 #: still holds. Past it, a registration is refused.
@@ -71,17 +69,21 @@ _install_lock = threading.Lock()
 _handler: list[Any] = []
 
 
-@intrinsic  # type: ignore[untyped-decorator]
-def _pointer(typingctx: Any, address: Any) -> Any:
-    """An address (an integer) as a pointer, in compiled code."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
-
-    return types.voidptr(types.intp), codegen
-
-
 def _compile_handler() -> Any:
+    # numba imported here, with the first region, not with the module: its import is most of a
+    # second of every start of the service, most of which never maps a region.
+    from numba import carray, cfunc, types  # noqa: PLC0415
+    from numba.extending import intrinsic  # noqa: PLC0415
+
+    @intrinsic  # type: ignore[untyped-decorator]
+    def _pointer(typingctx: Any, address: Any) -> Any:
+        """An address (an integer) as a pointer, in compiled code."""
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+
+        return types.voidptr(types.intp), codegen
+
     table_at = _TABLE.ctypes.data
     previous_at = _PREVIOUS.ctypes.data
     slots, page = SLOTS, _PAGE

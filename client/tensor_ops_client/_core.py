@@ -73,6 +73,19 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _RESERVED = frozenset({"dtype"})
 
 
+def check_version(version: object) -> str | None:
+    """An op's version as the wire carries it ("7"), None for the newest; ValueError for what
+    no version can be (a negative number, a fraction, letters)."""
+    if version is None:
+        return None
+    if isinstance(version, bool) or not isinstance(version, int | str):
+        raise ValueError(f"version must be an opset version number, got {version!r:.40}")
+    text = str(version)
+    if not text.isascii() or not text.isdigit() or len(text) > 4:
+        raise ValueError(f"version must be an opset version number, got {text!r:.40}")
+    return text
+
+
 def check_call(op: str, inputs: Mapping[str, object], attributes: Mapping[str, object]) -> None:
     """Refuses (ValueError) what no transport could carry: a name that is not a plain word
     (letters, digits, ``_``, ``.``, ``-``), an attribute named as an input or as ``dtype``.
@@ -198,6 +211,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         op: str,
         inputs: Mapping[str, npt.ArrayLike],
         attributes: Mapping[str, AttributeValue] | None = None,
+        version: int | str | None = None,
     ) -> ArrayT:
         """Any op of the service by its name (``GET /info`` lists them): ``inputs`` by their
         names, ``attributes`` (integers, or strings for enumerations such as Pad's
@@ -208,7 +222,9 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         attribute an integer (the query of ``npz``, a field of ``json``'s body, a request
         parameter of ``v2`` and ``grpc``). The service checks the op, its inputs and its
         attributes: an op it does not have is refused with its 404, a missing input or an
-        unknown attribute with its 422. A ``data`` input of bfloat16 gives a bfloat16 output,
+        unknown attribute with its 422. ``version`` picks the op's opset version (``7`` for
+        Gather-7; the newest when None; one the service does not serve is its 404). A ``data``
+        input of bfloat16 gives a bfloat16 output,
         as the service's ops keep the element type of ``data``. ``roll()`` and ``gather()``
         are this call, typed.
 
@@ -219,7 +235,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         array([[2],
                [3]])
         """
-        return cast(ArrayT, self._run(self._call_plan(op, inputs, attributes or {})))
+        return cast(ArrayT, self._run(self._call_plan(op, inputs, attributes or {}, version)))
 
     def verify(
         self,
@@ -308,17 +324,24 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
     # --- The plans --------------------------------------------------------------------------
 
     def _call_plan(
-        self, op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, AttributeValue]
+        self,
+        op: str,
+        arrays: Mapping[str, npt.ArrayLike],
+        attributes: Mapping[str, AttributeValue],
+        version: int | str | None = None,
     ) -> Plan[Any]:
         check_call(op, arrays, attributes)
+        model_version = check_version(version)
         # What NumPy cannot hold (ragged, not numbers, integers beyond int64) is refused here,
         # in the service's words, before anything is sent.
         arrays = tensors_of(arrays)
         attempts = Attempts(self.retry)
         if self.shared_memory:
-            return (yield from shared_memory_plan(self, op, arrays, attributes, attempts))
+            return (
+                yield from shared_memory_plan(self, op, arrays, attributes, attempts, model_version)
+            )
         if self.transport == "grpc":
-            message = infer_request(op, arrays, attributes)
+            message = infer_request(op, arrays, attributes, model_version)
             while True:
                 try:
                     answer = yield SendGrpc(message, attempts.timeout(self.timeout))
@@ -328,7 +351,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
                     if wait is None:
                         raise
                 yield Wait(wait)
-        request = op_request(op, arrays, attributes, self.transport)
+        request = op_request(op, arrays, attributes, self.transport, model_version)
         request.headers.update(self._auth)
 
         def read(answer: HttpAnswer) -> Any:

@@ -191,7 +191,10 @@ def _detail(
 
 
 def infer_request(
-    op: str, arrays: Mapping[str, npt.ArrayLike], attributes: Mapping[str, AttributeValue]
+    op: str,
+    arrays: Mapping[str, npt.ArrayLike],
+    attributes: Mapping[str, AttributeValue],
+    version: str | None = None,
 ) -> bytes:
     """The bytes of the ``ModelInferRequest`` of one op call, each tensor as raw contents and
     each attribute an ``int64_param`` of the request's parameters.
@@ -201,7 +204,7 @@ def infer_request(
     """
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
-    request = pb.ModelInferRequest(model_name=op)
+    request = pb.ModelInferRequest(model_name=op, model_version=version or "")
     for name, given in attributes.items():
         number = parameter_value(given)
         if isinstance(number, str):

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +60,7 @@ def op_request(
     arrays: Mapping[str, npt.ArrayLike],
     attributes: Mapping[str, AttributeValue],
     transport: str,
+    version: str | None = None,
 ) -> HttpRequest:
     """The request of one op call over ``transport`` (``"npz"``, ``"json"`` or ``"v2"``): each
     input a tensor of its name, each attribute an integer where the transport carries them (the
@@ -74,7 +76,7 @@ def op_request(
         content, head_length = _v2_body(op, tensors, attributes)
         return HttpRequest(
             "POST",
-            f"/v2/models/{op}/infer",
+            infer_path(op, version),
             content,
             {"content-type": "application/octet-stream", HEADER_LENGTH: str(head_length)},
             answer="v2",
@@ -90,9 +92,16 @@ def op_request(
         headers = {"content-type": "application/json", "accept": "application/x-npy"}
         content = _json_body(tensors, attributes, bfloat16)
         params = {}
-    return HttpRequest(
-        "POST", f"/{op}", content, headers, params, answer="npy", data_dtype=data_dtype
-    )
+    path = f"/{op}" if version is None else f"/{op}/v{version}"
+    return HttpRequest("POST", path, content, headers, params, answer="npy", data_dtype=data_dtype)
+
+
+def infer_path(op: str, version: str | None) -> str:
+    """The V2 infer route of ``op``, at ``version`` when one is given (else the newest)."""
+    model = quote(op, safe="")
+    if version is None:
+        return f"/v2/models/{model}/infer"
+    return f"/v2/models/{model}/versions/{quote(version, safe='')}/infer"
 
 
 def data_type(tensors: Mapping[str, npt.NDArray[Any]]) -> np.dtype[Any] | None:

@@ -23,10 +23,10 @@ import numpy.typing as npt
 from tensor_ops_client._actions import SendGrpc, Wait
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_client._grpc import infer_output
-from tensor_ops_client._http import HttpRequest, data_type, read_output
+from tensor_ops_client._http import HttpRequest, data_type, infer_path, read_output
 from tensor_ops_client._raw import raw_input, raw_output
 from tensor_ops_client._retry import Attempts, Retry
-from tensor_ops_wire.ops import AttributeValue
+from tensor_ops_wire.ops import AttributeValue, parameter_value
 
 #: Tensors start at multiples of this many bytes in the object (the widest element).
 ALIGN = 8
@@ -82,8 +82,10 @@ def shared_memory_plan(
     arrays: Mapping[str, npt.NDArray[Any]],
     attributes: Mapping[str, AttributeValue],
     attempts: Attempts,
+    version: str | None = None,
 ) -> Generator[Any, Any, Any]:
-    """One op call through a region made for it (see the module's documentation)."""
+    """One op call through a region made for it (see the module's documentation); ``version``
+    the op's version (None: the newest)."""
     shape = output_shape(op, arrays, attributes)
     data = arrays.get("data")
     # An op whose outputs this client cannot size: its inputs go through the region, its
@@ -121,18 +123,24 @@ def shared_memory_plan(
         yield from _json_call(client, f"{path}/register", register, attempts)
         try:
             if not sized:
-                return (yield from _answered_call(client, op, inputs, arrays, attributes, attempts))
+                return (
+                    yield from _answered_call(
+                        client, op, inputs, arrays, attributes, attempts, version
+                    )
+                )
             output = {REGION: region, BYTE_SIZE: output_bytes, OFFSET: output_offset}
             if client.transport == "grpc":
-                yield from _grpc_call(client, op, inputs, output, attributes, attempts)
+                yield from _grpc_call(client, op, inputs, output, attributes, attempts, version)
             else:
                 head: dict[str, Any] = {
                     "inputs": inputs,
                     "outputs": [{"name": "output", "parameters": output}],
                 }
                 if attributes:
-                    head["parameters"] = dict(attributes)
-                yield from _json_call(client, f"/v2/models/{quote(op)}/infer", head, attempts)
+                    head["parameters"] = {
+                        name: parameter_value(value) for name, value in attributes.items()
+                    }
+                yield from _json_call(client, infer_path(op, version), head, attempts)
             assert shape is not None and data is not None
             view = shared[output_offset : output_offset + output_bytes]
             result = np.array(raw_output(view, data.dtype, shape), copy=True)
@@ -155,15 +163,17 @@ def _answered_call(
     arrays: Mapping[str, npt.NDArray[Any]],
     attributes: Mapping[str, AttributeValue],
     attempts: Attempts,
+    version: str | None = None,
 ) -> Generator[Any, Any, Any]:
     """A call whose inputs are in the region and whose outputs come in the answer."""
     if client.transport == "grpc":
-        answer = yield from _grpc_call(client, op, inputs, None, attributes, attempts)
+        answer = yield from _grpc_call(client, op, inputs, None, attributes, attempts, version)
         return infer_output(answer)
-    head = {"inputs": inputs, "parameters": {**attributes, "binary_data_output": True}}
+    parameters = {name: parameter_value(value) for name, value in attributes.items()}
+    head = {"inputs": inputs, "parameters": {**parameters, "binary_data_output": True}}
     request = HttpRequest(
         "POST",
-        f"/v2/models/{quote(op)}/infer",
+        infer_path(op, version),
         json.dumps(head, separators=(",", ":")).encode(),
         {"content-type": "application/json", **client._auth},
         answer="v2",
@@ -192,13 +202,16 @@ def _grpc_call(
     output: dict[str, Any] | None,
     attributes: Mapping[str, AttributeValue],
     attempts: Attempts,
+    version: str | None = None,
 ) -> Generator[Any, Any, Any]:
     """One ModelInfer, its inputs in the region; its output there too when ``output`` says
     where (else in the answer, which is returned)."""
     from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb  # noqa: PLC0415
 
-    request = pb.ModelInferRequest(model_name=op)
-    _set_parameters(request.parameters, attributes)
+    request = pb.ModelInferRequest(model_name=op, model_version=version or "")
+    _set_parameters(
+        request.parameters, {name: parameter_value(value) for name, value in attributes.items()}
+    )
     for item in inputs:
         tensor = request.inputs.add(
             name=item["name"], datatype=item["datatype"], shape=item["shape"]
@@ -221,5 +234,7 @@ def _set_parameters(parameters: Any, values: Mapping[str, Any]) -> None:
     for name, value in values.items():
         if isinstance(value, str):
             parameters[name].string_param = value
+        elif isinstance(value, bool):
+            parameters[name].bool_param = value
         else:
             parameters[name].int64_param = value

@@ -104,6 +104,13 @@ def _add_service_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         "over gRPC; pip install 'tensor-ops-client[grpc]') (default: npz)",
     )
     group.add_argument(
+        "--op-version",
+        metavar="N",
+        type=int,
+        default=default(None),
+        help="the op's opset version (7 for Gather-7; default: the newest the service serves)",
+    )
+    group.add_argument(
         "--grpc-target",
         metavar="HOST:PORT",
         default=default(None),
@@ -510,7 +517,9 @@ def _run_op(args: argparse.Namespace) -> int:
     show_progress = args.progress if args.progress is not None else sys.stderr.isatty()
     with _progress_bars(show_progress) as hook, _client(args, hook) as client:
         try:
-            output = client.call(args.op.name, inputs, _op_attributes(args))
+            output = client.call(
+                args.op.name, inputs, _op_attributes(args), getattr(args, "op_version", None)
+            )
         except ValueError as error:  # a name from /info that no transport carries
             raise InputError(str(error)) from None
     if isinstance(output, list):

@@ -4,14 +4,16 @@
     .venv/bin/python tests/benchmarks/bench_kernels.py --smoke    # 1 MiB, for CI
     .venv/bin/python tests/benchmarks/bench_kernels.py --only pad,tile
 
-Each op's case comes from its own test file: a module-level ``benchmark_case(nbytes)`` in
-``tests/ops/test_<op>.py`` giving a ``BenchmarkCase`` (the inputs and attributes of one large
-request, the bytes the op must move, and how to build the same node for OpenVINO). A new op's
-test file adds its case and this table has a row for it. Per op, interleaved, the median of
-several rounds: the op's plan and kernel into a ready output (as a request runs them), the byte
-floor (``np.copyto`` of the bytes it moves: read and written once) and the CPU plugin's
-inference into a ready output on the same data (every core). It prints ratios and asserts no
-time (the machine is shared and noisy).
+Each op's cases come from its own test file: a module-level ``benchmark_cases(nbytes)`` (a
+list) or ``benchmark_case(nbytes)`` (one) in ``tests/ops/test_<op>.py`` giving ``BenchmarkCase``
+values (the inputs and attributes of one large request, the bytes the op must move, and how to
+build the same node for OpenVINO). A new op's test file adds its cases and this table has a row
+for each. Per case, interleaved, the median of several rounds: the op's plan and kernel into a
+ready output (as a request runs them), the byte floor (``np.copyto`` of the bytes it moves: read
+and written once), a plain copy of the output's bytes (the physical limit: every output byte
+written once, from somewhere) and the CPU plugin's inference into a ready output on the same
+data, on one thread as ours runs. It prints ratios and asserts no time (the machine is shared
+and noisy).
 """
 
 import argparse
@@ -33,18 +35,29 @@ from app.registry import REGISTRY  # noqa: E402
 from tests.ops.movement_support import BenchmarkCase  # noqa: E402
 
 
-def cases(nbytes: int, only: set[str] | None) -> dict[str, BenchmarkCase]:
-    """Each op's case, from its test file's ``benchmark_case``."""
-    found = {}
+def cases(nbytes: int, only: set[str] | None) -> list[BenchmarkCase]:
+    """Each op's cases, from its test file's ``benchmark_cases`` or ``benchmark_case``."""
+    found: list[BenchmarkCase] = []
     for path in sorted((ROOT / "tests" / "ops").glob("test_*.py")):
         module = importlib.import_module(f"tests.ops.{path.stem}")
-        make = getattr(module, "benchmark_case", None)
-        if make is None:
-            continue
-        case: BenchmarkCase = make(nbytes)
-        if only is None or case.op in only:
-            found[case.op] = case
+        many = getattr(module, "benchmark_cases", None)
+        one = getattr(module, "benchmark_case", None)
+        made: list[BenchmarkCase] = (
+            list(many(nbytes)) if many is not None else [one(nbytes)] if one is not None else []
+        )
+        found.extend(case for case in made if only is None or case.op in only)
     return found
+
+
+def output_bytes(case: BenchmarkCase) -> int:
+    """The bytes of the op's output (all its outputs) on ``case``."""
+    planned = REGISTRY[case.op].plan(case.arrays, case.attributes)
+    if isinstance(planned, SplitPlan):
+        shapes = list(planned.output_shapes)
+    else:
+        assert isinstance(planned, Plan)
+        shapes = [planned.output_shape]
+    return sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes) * case.dtype.itemsize
 
 
 def ours(case: BenchmarkCase) -> Callable[[], Any]:
@@ -76,8 +89,9 @@ def ours(case: BenchmarkCase) -> Callable[[], Any]:
     return run
 
 
-def floor(case: BenchmarkCase) -> Callable[[], Any]:
-    source = np.ones(case.moved_bytes // 2, np.uint8)
+def copy_of(nbytes: int) -> Callable[[], Any]:
+    """A plain copy of ``nbytes`` (read once, written once)."""
+    source = np.ones(nbytes, np.uint8)
     target = np.empty_like(source)
     return lambda: np.copyto(target, source)
 
@@ -88,7 +102,8 @@ def openvino(case: BenchmarkCase) -> Callable[[], Any] | None:
     import openvino as ov  # noqa: PLC0415
 
     model, feed = case.openvino()
-    request = ov.Core().compile_model(model, "CPU").create_infer_request()
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1})
+    request = compiled.create_infer_request()
     for index, array in enumerate(feed):
         request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
     request.infer()  # outputs allocated once
@@ -116,21 +131,28 @@ def main() -> None:
     nbytes = (1 << 20) if args.smoke else (64 << 20)
     rounds = 3 if args.smoke else 9
     only = set(args.only.split(",")) if args.only else None
-    print(f"{'op (case)':<44} {'ours':>9} {'floor':>9} {'ovino':>9} {'/floor':>7} {'/ovino':>7}")
-    for name, case in cases(nbytes, only).items():
-        thunks = {"ours": ours(case), "floor": floor(case)}
+    print(
+        f"{'op (case)':<44} {'ours':>9} {'floor':>9} {'memcpy':>9} {'ovino':>9} {'/floor':>7} "
+        f"{'/memcpy':>7} {'/ovino':>7}"
+    )
+    for case in cases(nbytes, only):
+        thunks = {
+            "ours": ours(case),
+            "floor": copy_of(case.moved_bytes // 2),
+            "memcpy": copy_of(output_bytes(case)),
+        }
         plugin = openvino(case)
         if plugin is not None:
             thunks["openvino"] = plugin
         seconds = median_seconds(thunks, rounds)
         theirs = seconds.get("openvino")
-        mine, copy = seconds["ours"], seconds["floor"]
+        mine, copy, limit = seconds["ours"], seconds["floor"], seconds["memcpy"]
         plugin_ms = "-" if theirs is None else f"{theirs * 1e3:.1f}m"
         versus = "-" if theirs is None else f"{mine / theirs:.2f}"
-        label = f"{name} ({case.label})"
+        label = f"{case.op} ({case.label})"
         print(
-            f"{label:<44} {mine * 1e3:8.1f}m {copy * 1e3:8.1f}m {plugin_ms:>9} "
-            f"{mine / copy:7.2f} {versus:>7}",
+            f"{label:<44} {mine * 1e3:8.1f}m {copy * 1e3:8.1f}m {limit * 1e3:8.1f}m {plugin_ms:>9} "
+            f"{mine / copy:7.2f} {mine / limit:7.2f} {versus:>7}",
             flush=True,
         )
 

@@ -4,6 +4,10 @@
 
 - ``POST /echo``: the request body back, as it is (the same bytes both ways);
 - ``POST /constant``: reads the body, answers a small constant JSON;
+- ``POST /roll``: the same NumPy call as the service's ``POST /roll`` on a JSON body
+  (``{"data": [...], "shift": ..., "axes": ...}``) and nothing else: ``orjson.loads``,
+  ``np.array``, ``np.roll``, the answer's JSON by ``orjson.dumps`` (issue 46's anchor of a small
+  request: the framework's floor plus the work, no checks, no log line, no metrics);
 - ``GET /health``: what ``launch_server`` of ``tests/support.py`` waits for.
 
 ``python -m tests.benchmarks.echo_app [uvicorn options]`` runs uvicorn's own command line on
@@ -14,6 +18,8 @@ benchmark can start it on a free port exactly as ``python -m uvicorn`` would.
 import os
 import sys
 
+import numpy as np
+import orjson
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -32,6 +38,17 @@ async def echo(request: Request) -> Response:
 async def constant(request: Request) -> Response:
     await request.body()
     return Response(_CONSTANT, media_type="application/json")
+
+
+@app.post("/roll")
+async def roll(request: Request) -> Response:
+    payload = orjson.loads(await request.body())
+    data = np.array(payload["data"])
+    rolled = np.roll(data, payload["shift"], payload["axes"])
+    answer = {"data": rolled, "dtype": rolled.dtype.name, "shape": list(rolled.shape)}
+    return Response(
+        orjson.dumps(answer, option=orjson.OPT_SERIALIZE_NUMPY), media_type="application/json"
+    )
 
 
 @app.get("/health")

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.registry import REGISTRY
 from tests.fuzz.driver import Service, check, fuzz_settings
 from tests.fuzz.grammar import (
     EDGE_SIZES,
@@ -71,8 +72,9 @@ _ODD_OUTPUTS = st.one_of(
     ),
 )
 _PATHS = {
-    model: [f"/v2/models/{model}/infer", f"/v2/models/{model}/versions/1/infer"]
+    model: [f"/v2/models/{model}/infer", f"/v2/models/{model}/versions/{version}/infer"]
     for model in _INPUTS
+    for version in (REGISTRY[model].version,)
 }
 _ODD_PATHS = st.sampled_from(
     ["/v2/models/roll/versions/2/infer", "/v2/models/conv/infer", "/v2/models/gather/infer/"]

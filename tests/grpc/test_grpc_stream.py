@@ -122,7 +122,7 @@ def test_each_request_is_answered_with_its_id_bit_exact(server: tuple[str, str])
             response = result.get_response()
             assert response.id == sent
             assert response.model_name == "roll"
-            assert response.model_version == "1"
+            assert response.model_version == "7"  # Roll-7
             assert_same_bits(result.as_numpy("output"), expected.pop(response.id))
         assert not expected
     finally:

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.ops import gather, roll
-from app.registry import REGISTRY
+from app.registry import REGISTRY, versions
 from tests.support import (
     DTYPES,
     GATHER_BATCH_CASES,
@@ -86,7 +86,7 @@ def run(
 def check_output(output: Array, response: Any, model: str, expected: Array) -> None:
     assert_same_bits(output, expected)
     assert response.model_name == model
-    assert response.model_version == "1"
+    assert response.model_version == str(REGISTRY[model].version)
     [tensor] = response.outputs
     assert tensor.name == "output"
     assert tensor.datatype == np_to_triton_dtype(expected.dtype)
@@ -125,11 +125,12 @@ def test_server_metadata(triton: Any) -> None:
     ("model", "inputs"),
     [("roll", ["data", "shift", "axes"]), ("gather", ["data", "indices", "axis"])],
 )
-@pytest.mark.parametrize("version", ["", "1"])
+@pytest.mark.parametrize("version", ["", "newest"])
 def test_model_metadata(triton: Any, model: str, inputs: list[str], version: str) -> None:
-    metadata = triton.get_model_metadata(model, model_version=version)
+    asked = str(REGISTRY[model].version) if version else ""
+    metadata = triton.get_model_metadata(model, model_version=asked)
     assert metadata.name == model
-    assert list(metadata.versions) == ["1"]
+    assert list(metadata.versions) == [str(number) for number in versions(model)]
     assert metadata.platform == "openvino_opset"
     assert [tensor.name for tensor in metadata.inputs] == inputs
     assert [list(tensor.shape) for tensor in metadata.inputs] == [[-1]] * 3
@@ -140,14 +141,15 @@ def test_model_metadata(triton: Any, model: str, inputs: list[str], version: str
 @pytest.mark.parametrize("model", ["roll", "gather"])
 def test_model_is_ready(triton: Any, model: str) -> None:
     assert triton.is_model_ready(model) is True
-    assert triton.is_model_ready(model, model_version="1") is True
+    for number in versions(model):
+        assert triton.is_model_ready(model, model_version=str(number)) is True
 
 
 def test_unknown_model_or_version_is_not_found(triton: Any) -> None:
     calls: list[Callable[[], Any]] = [
         lambda: triton.get_model_metadata("conv"),
         lambda: triton.is_model_ready("conv"),
-        lambda: triton.get_model_metadata("roll", model_version="7"),
+        lambda: triton.get_model_metadata("roll", model_version="8"),
     ]
     for call in calls:
         with pytest.raises(InferenceServerException) as caught:
@@ -312,7 +314,7 @@ def test_versioned_infer(triton: Any) -> None:
         "shift": np.array(2, np.int64),
         "axes": np.array(0, np.int64),
     }
-    output, _ = run(triton, "roll", arrays, model_version="1")
+    output, _ = run(triton, "roll", arrays, model_version="7")
     assert output.tolist() == [3, 4, 0, 1, 2]
     with pytest.raises(InferenceServerException) as caught:
         run(triton, "roll", arrays, model_version="2")

@@ -281,7 +281,13 @@ def test_the_job_runs_its_kernel_from_the_plan_it_carries(
 
 
 def test_compiled_for_fixed_signatures_only() -> None:
-    assert dict(compiled.compiled_signatures()) == {"take": 8, "take_slices": 4, "roll": 2}
+    assert dict(compiled.compiled_signatures()) == {
+        "take": 8,
+        "take_slices": 4,
+        "roll": 2,
+        "strided_copy": 4,
+        "transpose_tiles": 4,
+    }
     source = np.zeros(4, np.float32)  # not a raw unsigned view: no signature takes it
     with pytest.raises(TypeError):
         compiled.take(source, np.zeros(1, np.int64), source, 1, 1, 4, 1, 4, 0)
@@ -293,7 +299,8 @@ def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
     script = (
         "import json; from app.ops import compiled; "
         "print(json.dumps([[sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]"
-        " for d in (compiled.take, compiled.take_slices, compiled.roll_rows)]))"
+        " for d in (compiled.take, compiled.take_slices, compiled.roll_rows,"
+        " compiled.strided_copy, compiled.transpose_tiles)]))"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
 
@@ -325,3 +332,35 @@ def test_edge_indices_cover_the_extremes() -> None:
         if info.min < 0:
             assert {-1, -5, -6} <= values
     assert list(itertools.islice(legal_axes(3, 2), 3)) == [(0, 0), (1, 0), (1, 1)]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_a_block_copy_takes_any_view_of_its_flat_array(dtype: Any) -> None:
+    """``copy_block`` copies strided, reversed and broadcast views (each stride a row may have:
+    forward, reversed, repeated, every third) as NumPy's assignment does, bit for bit."""
+    from app.ops.raw import copy_block  # noqa: PLC0415
+
+    source = np.arange(7 * 9 * 11, dtype=np.uint64).astype(dtype).reshape(7, 9, 11)
+    flat = source.reshape(-1)
+    views = [
+        source[::2, ::-1, 1:],
+        source[::-1, 3:4, ::-1],
+        np.broadcast_to(source[:, :, 5:6], (7, 9, 10)),
+        source[1:, ::-2, ::3],
+        source[..., 0],
+    ]
+    for view in views:
+        out = np.full(view.shape, 255, dtype)
+        copy_block(out.reshape(-1), out, flat, view)
+        assert_same_bits(out, np.ascontiguousarray(view))
+
+
+def test_a_block_copy_refuses_what_is_not_a_view_of_its_flat_array() -> None:
+    """The compiled copy reads without bounds checks, so a block outside its array is refused
+    before it runs."""
+    from app.ops.raw import copy_block  # noqa: PLC0415
+
+    source = np.arange(16, dtype=np.uint8)
+    out = np.zeros(16, np.uint8)
+    with pytest.raises(ValueError, match="not a view"):
+        copy_block(out, out, source, np.arange(16, dtype=np.uint8))

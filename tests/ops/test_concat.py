@@ -4,6 +4,7 @@ inputs, and OpenVINO's CPU plugin on generated cases."""
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import openvino as ov
 import openvino.opset1 as ov_opset1
 import pytest
@@ -118,13 +119,23 @@ def test_openvino_cpu_plugin_agrees(shapes: list[tuple[int, ...]], axis: int) ->
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Concat of two float32 halves of ``nbytes`` along axis 0."""
-    half = square(nbytes)[: int((nbytes // 4) ** 0.5) // 2]
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Concat of two halves of ``nbytes`` along the outer and the inner axis, float32 and
+    int8."""
+    found = []
+    for dtype in (np.float32, np.int8):
+        whole = square(nbytes, dtype)
+        short = {"float32": "f32", "int8": "i8"}[whole.dtype.name]
+        found.append(_concat_case(f"2 halves, axis 0, {short}", whole[: whole.shape[0] // 2], 0))
+        inner = np.ascontiguousarray(whole[:, : whole.shape[1] // 2])
+        found.append(_concat_case(f"2 halves, inner axis, {short}", inner, 1))
+    return found
 
+
+def _concat_case(label: str, half: npt.NDArray[Any], axis: int) -> BenchmarkCase:
     def model() -> Any:
-        return plugin_model(lambda p: ov_opset1.concat([p, p], 0), half)
+        return plugin_model(lambda p: ov_opset1.concat([p, p], axis), half)
 
     arrays = {"data_0": half, "data_1": half}
-    return BenchmarkCase("concat", "2 halves, f32", arrays, {"axis": 0}, half.dtype,
+    return BenchmarkCase("concat", label, arrays, {"axis": axis}, half.dtype,
                          4 * half.nbytes, model)  # fmt: skip

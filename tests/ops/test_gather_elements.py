@@ -233,17 +233,24 @@ def test_gather_elements_matches_openvino() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """GatherElements of a float32 matrix of ``nbytes / 2`` along its inner axis."""
-    data = square(nbytes // 2)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """GatherElements of a matrix of ``nbytes / 2`` along its inner axis (int32 indices),
+    float32 and int8."""
+    return [_gather_elements_case(nbytes, dtype) for dtype in (np.float32, np.int8)]
+
+
+def _gather_elements_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    data = square(nbytes // 2, dtype)
     indices = np.broadcast_to(
         np.arange(data.shape[1] - 1, -1, -1, dtype=np.int32), data.shape
     ).copy()
+    short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
 
     def model() -> Any:
         import openvino.opset6 as ov_opset6  # noqa: PLC0415
 
         return plugin_model(lambda p: ov_opset6.gather_elements(p, constant(indices), 1), data)
 
-    return BenchmarkCase("gather_elements", "inner axis, f32", {"data": data, "indices": indices},
-                         {"axis": 1}, data.dtype, 3 * data.nbytes, model)  # fmt: skip
+    arrays = {"data": data, "indices": indices}
+    return BenchmarkCase("gather_elements", f"inner axis, {short}", arrays, {"axis": 1},
+                         data.dtype, 2 * data.nbytes + indices.nbytes, model)  # fmt: skip

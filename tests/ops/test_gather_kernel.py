@@ -222,11 +222,17 @@ def test_plan_gives_the_output_shape_without_data() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Gather along the inner axis of an int8 matrix of ``nbytes`` (every column, shuffled)."""
-    data = square(nbytes, np.int8)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Gather along the inner axis of a matrix of ``nbytes`` (every column, shuffled), float32
+    and int8."""
+    return [_gather_case(nbytes, dtype) for dtype in (np.float32, np.int8)]
+
+
+def _gather_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    data = square(nbytes, dtype)
     indices = np.random.default_rng(0).permutation(data.shape[1]).astype(np.int32)
     axis = np.array(1)
+    short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
 
     def model() -> Any:
         import openvino.opset8 as ov_opset8  # noqa: PLC0415
@@ -235,5 +241,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "indices": indices, "axis": axis}
-    return BenchmarkCase("gather", "inner axis, i8", arrays, {"batch_dims": 0}, data.dtype,
+    return BenchmarkCase("gather", f"inner axis, {short}", arrays, {"batch_dims": 0}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip

@@ -4,6 +4,7 @@ CPU plugin on generated cases."""
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from openvino.utils.node_factory import NodeFactory
 
@@ -124,16 +125,24 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: Any, mode: str
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Reverse along the inner axis of a float32 matrix of ``nbytes``."""
-    data = square(nbytes)
-    axis = np.array([1])
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Reverse along the inner axis and along both axes of a matrix of ``nbytes``, float32 and
+    int8."""
+    found = []
+    for dtype in (np.float32, np.int8):
+        data = square(nbytes, dtype)
+        short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
+        for label, axis in (("inner axis", np.array([1])), ("both axes", np.array([0, 1]))):
+            found.append(_reverse_case(f"{label}, {short}", data, axis))
+    return found
 
+
+def _reverse_case(label: str, data: npt.NDArray[Any], axis: npt.NDArray[Any]) -> BenchmarkCase:
     def model() -> Any:
         factory = NodeFactory("opset1")
         build = lambda p: factory.create("Reverse", [p.output(0), constant(axis).output(0)],  # noqa: E731
                                          {"mode": "index"})  # fmt: skip
         return plugin_model(build, data)
 
-    return BenchmarkCase("reverse", "inner axis, f32", {"data": data, "axis": axis},
+    return BenchmarkCase("reverse", label, {"data": data, "axis": axis},
                          {"mode": "index"}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

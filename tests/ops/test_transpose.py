@@ -4,6 +4,7 @@ OpenVINO's CPU plugin on generated cases."""
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import openvino.opset1 as ov_opset1
 import pytest
 
@@ -123,15 +124,25 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], order: list[int]) ->
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Transpose of a float32 matrix of ``nbytes``."""
-    arg = square(nbytes)
-    order = np.array([1, 0])
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Transpose of a matrix of ``nbytes`` and NCHW -> NHWC of a batch of ``nbytes``, float32
+    and int8."""
+    found = []
+    for dtype in (np.float32, np.int8):
+        arg = square(nbytes, dtype)
+        short = {"float32": "f32", "int8": "i8"}[arg.dtype.name]
+        found.append(_transpose_case(f"2-D, {short}", arg, np.array([1, 0])))
+        side = int((nbytes // arg.itemsize // 64) ** 0.5)
+        batch = np.arange(64 * side * side).astype(dtype).reshape(1, 64, side, side)
+        found.append(_transpose_case(f"NCHW->NHWC, {short}", batch, np.array([0, 2, 3, 1])))
+    return found
 
+
+def _transpose_case(label: str, arg: npt.NDArray[Any], order: npt.NDArray[Any]) -> BenchmarkCase:
     def model() -> Any:
         return plugin_model(lambda p: ov_opset1.transpose(p, constant(order)), arg)
 
-    return BenchmarkCase("transpose", "2-D, f32", {"arg": arg, "input_order": order}, {},
+    return BenchmarkCase("transpose", label, {"arg": arg, "input_order": order}, {},
                          arg.dtype, 2 * arg.nbytes, model)  # fmt: skip
 
 

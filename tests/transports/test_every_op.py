@@ -13,7 +13,7 @@ import pytest
 
 from app.main import create_app
 from app.ops.declaration import JSON_INFERRED, Op
-from app.registry import REGISTRY
+from app.registry import REGISTRY, every_version, versions
 from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
 from tensor_ops_wire.dtypes import dtype_from_name, element_type_of
@@ -23,8 +23,9 @@ from tests.support import free_port, launch_server, npz_bytes, stop_server
 
 pytestmark = pytest.mark.anyio
 
-#: (op, example name) of every example of every op.
-EXAMPLES = [(op.name, name) for op in REGISTRY.values() for name in op.examples]
+#: (op, version, example name) of every example of every version of every op.
+EXAMPLES = [(op.name, op.version, name) for op in every_version() for name in op.examples]
+IDS = [f"{name}-v{version}-{example}" for name, version, example in EXAMPLES]
 
 
 def _split(op: Op, value: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], str | None]:
@@ -97,10 +98,17 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-@pytest.mark.parametrize(("op_name", "example_name"), EXAMPLES)
-async def test_the_json_route(client: httpx.AsyncClient, op_name: str, example_name: str) -> None:
-    op = REGISTRY[op_name]
-    response = await client.post(f"/{op_name}", json=op.examples[example_name]["value"])
+@pytest.mark.parametrize(("op_name", "version", "example_name"), EXAMPLES, ids=IDS)
+async def test_the_json_route(
+    client: httpx.AsyncClient, op_name: str, version: int, example_name: str
+) -> None:
+    op = versions(op_name)[version]
+    # The newest version at /<op> and at /<op>/v<N>, an older one at /<op>/v<N> only.
+    paths = [f"/{op_name}/v{version}"] + ([f"/{op_name}"] if REGISTRY[op_name] is op else [])
+    for path in paths:
+        response = await client.post(path, json=op.examples[example_name]["value"])
+        assert response.status_code == 200, response.text
+    response = await client.post(paths[-1], json=op.examples[example_name]["value"])
     assert response.status_code == 200, response.text
     body = response.json()
     if op.several_outputs:
@@ -113,16 +121,18 @@ async def test_the_json_route(client: httpx.AsyncClient, op_name: str, example_n
     assert got == expected_outputs(op, example_name)
 
 
-@pytest.mark.parametrize(("op_name", "example_name"), EXAMPLES)
-async def test_the_npz_route(client: httpx.AsyncClient, op_name: str, example_name: str) -> None:
-    op = REGISTRY[op_name]
+@pytest.mark.parametrize(("op_name", "version", "example_name"), EXAMPLES, ids=IDS)
+async def test_the_npz_route(
+    client: httpx.AsyncClient, op_name: str, version: int, example_name: str
+) -> None:
+    op = versions(op_name)[version]
     arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
     dtype = op.examples[example_name]["value"].get("dtype")
     query = {key: query_text(value) for key, value in attributes.items()}
     if dtype is not None and element_type_of(dtype_from_name(dtype)).numpy == "bfloat16":
         query["dtype"] = "bfloat16"
     response = await client.post(
-        f"/{op_name}",
+        f"/{op_name}/v{version}",
         params=query,
         content=npz_bytes(**arrays),
         headers={"content-type": "application/x-npz"},
@@ -137,9 +147,11 @@ async def test_the_npz_route(client: httpx.AsyncClient, op_name: str, example_na
 
 
 @pytest.mark.parametrize("binary", [False, True])
-@pytest.mark.parametrize(("op_name", "example_name"), EXAMPLES)
-async def test_v2(client: httpx.AsyncClient, op_name: str, example_name: str, binary: bool) -> None:
-    op = REGISTRY[op_name]
+@pytest.mark.parametrize(("op_name", "version", "example_name"), EXAMPLES, ids=IDS)
+async def test_v2(
+    client: httpx.AsyncClient, op_name: str, version: int, example_name: str, binary: bool
+) -> None:
+    op = versions(op_name)[version]
     arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
     inputs = []
     for name, array in arrays.items():
@@ -154,13 +166,17 @@ async def test_v2(client: httpx.AsyncClient, op_name: str, example_name: str, bi
             }
         )
     parameters: dict[str, Any] = {
-        **{name: parameter_value(value) for name, value in attributes.items()},
+        **{key: parameter_value(value) for key, value in attributes.items()},
         "binary_data_output": binary,
     }
     response = await client.post(
-        f"/v2/models/{op_name}/infer", json={"inputs": inputs, "parameters": parameters}
+        f"/v2/models/{op_name}/versions/{version}/infer",
+        json={"inputs": inputs, "parameters": parameters},
     )
     assert response.status_code == 200, response.text
+    assert response.headers.get("inference-header-content-length") or (
+        response.json()["model_version"] == str(version)
+    )
     if binary:
         length = int(response.headers["inference-header-content-length"])
         head = httpx.Response(200, content=response.content[:length]).json()
@@ -203,9 +219,11 @@ def server() -> Iterator[tuple[str, str]]:
 def test_the_client_on_every_transport(server: tuple[str, str], transport: Transport) -> None:
     url, target = server
     with TensorOpsClient(url, transport=transport, grpc_target=target, retry=False) as tops:
-        for op_name, example_name in EXAMPLES:
-            op = REGISTRY[op_name]
+        for op_name, version, example_name in EXAMPLES:
+            op = versions(op_name)[version]
             arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
-            result = tops.call(op_name, arrays, attributes)
+            # The newest version asked for by number or not at all; an older one by number.
+            asked = None if REGISTRY[op_name] is op and version % 2 else version
+            result = tops.call(op_name, arrays, attributes, version=asked)
             got = [plain(item) for item in result] if op.several_outputs else [plain(result)]
             assert got == expected_outputs(op, example_name), (op_name, example_name)

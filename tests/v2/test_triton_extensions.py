@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from tritonclient.utils import InferenceServerException
 
-from app.registry import REGISTRY
+from app.registry import REGISTRY, versions
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.support import (
     address,
@@ -77,7 +77,7 @@ def test_model_config(
     http: Any, grpc: Any, model: str, inputs: list[str], types: list[str]
 ) -> None:
     config = http.get_model_config(model)
-    assert config == http.get_model_config(model, model_version="1")
+    assert config == http.get_model_config(model, model_version=str(REGISTRY[model].version))
     assert config["name"] == model
     assert config["platform"] == "openvino_opset"
     assert config["backend"] == "tensor-ops"
@@ -88,7 +88,7 @@ def test_model_config(
     assert config["output"] == [{"name": "output", "data_type": "TYPE_FP32", "dims": [-1]}]
     assert "FP16" in config["parameters"]["data.datatypes"]["string_value"].split(",")
     # gRPC answers the same configuration, in tritonclient's own ModelConfig message.
-    message = grpc.get_model_config(model, model_version="1").config
+    message = grpc.get_model_config(model, model_version=str(REGISTRY[model].version)).config
     assert message.name == model
     assert message.backend == "tensor-ops"
     assert message.max_batch_size == 0
@@ -113,9 +113,14 @@ def test_unknown_models_and_versions_are_404(http: Any, grpc: Any, server: Any) 
 def test_repository_index(http: Any, grpc: Any, server: Any) -> None:
     # Each entry as Triton's index response has it: name, version, state and reason (a
     # string; empty: a ready model has no reason to give).
-    expected = [{"name": name, "version": "1", "state": "READY", "reason": ""} for name in REGISTRY]
+    # One entry per model and version (gather: 1, 7 and 8), oldest version first.
+    expected = [
+        {"name": name, "version": str(number), "state": "READY", "reason": ""}
+        for name in REGISTRY
+        for number in versions(name)
+    ]
     assert expected[:2] == [
-        {"name": "roll", "version": "1", "state": "READY", "reason": ""},
+        {"name": "roll", "version": "7", "state": "READY", "reason": ""},
         {"name": "gather", "version": "1", "state": "READY", "reason": ""},
     ]
     assert http.get_model_repository_index() == expected
@@ -308,7 +313,7 @@ def test_statistics_count_every_transport(http: Any, grpc: Any, server: Any) -> 
 def _roll_stats_grpc(client: Any) -> dict[str, Any]:
     """The gRPC answer in the HTTP answer's form (protobuf's JSON writes uint64 as strings
     and leaves out zeros)."""
-    message = client.get_inference_statistics("roll", model_version="1").model_stats[0]
+    message = client.get_inference_statistics("roll", model_version="7").model_stats[0]
     stats = message.inference_stats
 
     def duration(stage: str) -> dict[str, int]:

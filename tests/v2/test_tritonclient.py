@@ -11,6 +11,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from app.ops import gather, roll
+from app.registry import REGISTRY, versions
 from tests.support import (
     DTYPES,
     GATHER_BATCH_CASES,
@@ -77,7 +78,7 @@ def check_output(
 ) -> None:
     assert_same_bits(output, expected)
     assert response["model_name"] == model
-    assert response["model_version"] == "1"
+    assert response["model_version"] == str(REGISTRY[response["model_name"]].version)
     [tensor] = response["outputs"]
     assert tensor["name"] == "output"
     assert tensor["datatype"] == np_to_triton_dtype(expected.dtype)
@@ -119,13 +120,15 @@ def test_server_metadata_lists_binary_tensor_data(triton: Any) -> None:
         ("gather", ["data", "indices", "axis"], {"indices": INTEGER_TYPES, "axis": INTEGER_TYPES}),
     ],
 )
-@pytest.mark.parametrize("version", ["", "1"])
+@pytest.mark.parametrize("version", ["", "newest"])
 def test_model_metadata(
     triton: Any, model: str, inputs: list[str], index_types: dict[str, list[str]], version: str
 ) -> None:
-    metadata = triton.get_model_metadata(model, model_version=version)
+    asked = str(REGISTRY[model].version) if version else ""
+    metadata = triton.get_model_metadata(model, model_version=asked)
     assert metadata["name"] == model
-    assert metadata["versions"] == ["1"]
+    # Every version the service serves, oldest first (gather: 1, 7, 8).
+    assert metadata["versions"] == [str(number) for number in versions(model)]
     assert [tensor["name"] for tensor in metadata["inputs"]] == inputs
     for tensor in metadata["inputs"]:
         allowed = index_types.get(tensor["name"], list(DTYPES))
@@ -139,7 +142,8 @@ def test_model_metadata(
 @pytest.mark.parametrize("model", ["roll", "gather"])
 def test_model_is_ready(triton: Any, model: str) -> None:
     assert triton.is_model_ready(model) is True
-    assert triton.is_model_ready(model, model_version="1") is True
+    for number in versions(model):
+        assert triton.is_model_ready(model, model_version=str(number)) is True
     assert triton.is_model_ready(model, model_version="2") is False
 
 
@@ -150,9 +154,9 @@ def test_unknown_model_is_a_404(triton: Any) -> None:
     assert caught.value.status() == "404"
     assert "'conv' is not served here" in caught.value.message()
     with pytest.raises(InferenceServerException) as caught:
-        triton.get_model_metadata("roll", model_version="7")
+        triton.get_model_metadata("roll", model_version="8")
     assert caught.value.status() == "404"
-    assert "no version '7'" in caught.value.message()
+    assert "no version '8'; versions: 7" in caught.value.message()
     data = np.arange(3, dtype=np.int32)
     with pytest.raises(InferenceServerException) as caught:
         run(triton, "conv", {"data": data, "shift": data, "axes": data})
@@ -329,9 +333,9 @@ def test_versioned_infer(triton: Any) -> None:
         "shift": np.array(2, np.int64),
         "axes": np.array(0, np.int64),
     }
-    output, response = run(triton, "roll", arrays, model_version="1")
+    output, response = run(triton, "roll", arrays, model_version="7")
     assert output.tolist() == [3, 4, 0, 1, 2]
-    assert response["model_version"] == "1"
+    assert response["model_version"] == str(REGISTRY[response["model_name"]].version)
     with pytest.raises(InferenceServerException) as caught:
         run(triton, "roll", arrays, model_version="2")
     assert caught.value.status() == "404"

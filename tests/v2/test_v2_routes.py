@@ -13,6 +13,7 @@ import pytest
 from app.codecs.v2_tensors import V2_DTYPES
 from app.main import create_app
 from app.ops import gather, roll
+from app.registry import REGISTRY
 from app.settings import Settings
 from tests.support import assert_same_bits, gzip_bomb
 
@@ -100,7 +101,7 @@ async def test_health_and_server_metadata(client: httpx.AsyncClient) -> None:
 async def test_model_metadata_and_ready(
     client: httpx.AsyncClient, name: str, inputs: list[str]
 ) -> None:
-    for path in (f"/v2/models/{name}", f"/v2/models/{name}/versions/1"):
+    for path in (f"/v2/models/{name}", f"/v2/models/{name}/versions/{REGISTRY[name].version}"):
         metadata = (await client.get(path)).json()
         assert metadata["name"] == name
         assert [tensor["name"] for tensor in metadata["inputs"]] == inputs

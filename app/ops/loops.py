@@ -1,0 +1,194 @@
+"""The loops the kernels call: numba's (``app/ops/compiled.py``) once compiled, NumPy's until then.
+
+Compiling the numba loops takes seconds on a first start (a cold cache) and about a second
+even from the cache; a service that waited for them would answer nothing meanwhile. So they
+are compiled (or loaded) in a thread of their own, started with the service
+(``start_compiling``) or by the first call that needs one, and until they are ready a call is
+served by the loop's NumPy stand-in (``app/ops/numpy_loops.py``): the same arguments, the same
+bits written. A stand-in holds temporaries a compiled loop does not, so only a small call
+takes it; a larger one waits for the compiler, within the reservation it was admitted with.
+
+The choice is made per call. A test can ask for the stand-ins (``numpy_stand_ins``) to hold both
+ways to the same bits; a context variable, so that it reaches the worker threads a call
+runs in and nothing else.
+"""
+
+import contextlib
+import contextvars
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import numpy.typing as npt
+
+from app.ops import numpy_loops
+
+LOG = logging.getLogger("tensor_ops.service")
+
+Array = npt.NDArray[Any]
+
+#: The module numba compiles at import: imported by the compiling thread only.
+COMPILED_MODULE = "app.ops.compiled"
+
+
+class _Compiled:
+    """The compiled loops' module once imported, the thread importing it, and how it ended."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.module: ModuleType | None = None
+        self.failure: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.seconds = 0.0
+
+    def run(self) -> None:
+        started = time.perf_counter()
+        # Here, not at the top: it imports numba (most of a second), which the thread does.
+        from app.numba_cache import kernels_cached  # noqa: PLC0415
+
+        if not kernels_cached():
+            LOG.info(
+                "compiling the kernels (first start only, a few seconds); "
+                "NumPy's loops answer meanwhile"
+            )
+        try:
+            self.module = importlib.import_module(COMPILED_MODULE)
+        except BaseException as error:  # whatever it is, the stand-ins keep serving
+            self.failure = error
+            LOG.error("the kernels did not compile (%s); NumPy's loops serve every call", error)
+        else:
+            self.seconds = time.perf_counter() - started
+            LOG.info("kernels ready in %.1f s", self.seconds)
+        finally:
+            self.done.set()
+
+
+_COMPILED = _Compiled()
+_STAND_INS: contextvars.ContextVar[bool] = contextvars.ContextVar("numpy_stand_ins", default=False)
+
+
+def start_compiling() -> bool:
+    """Compile (or load) the loops in a thread of their own, once per process; True if this
+    call started it."""
+    with _COMPILED.lock:
+        if _COMPILED.thread is not None:
+            return False
+        _COMPILED.thread = threading.Thread(
+            target=_COMPILED.run, name="tensor-ops-compile", daemon=True
+        )
+        _COMPILED.thread.start()
+        return True
+
+
+def compiled_ready() -> bool:
+    """Whether the compiled loops serve the calls now."""
+    return _COMPILED.module is not None
+
+
+def compiling_over() -> bool:
+    """Whether the compiling thread has ended (ready, or failed)."""
+    return _COMPILED.done.is_set()
+
+
+def wait_compiled(timeout: float | None = None) -> bool:
+    """Start compiling if nothing has, and wait for it (at most ``timeout`` seconds); True
+    when the compiled loops are ready."""
+    start_compiling()
+    _COMPILED.done.wait(timeout)
+    return compiled_ready()
+
+
+def compiled_module() -> ModuleType:
+    """``app.ops.compiled``, waited for (its loops, for tests that look at the dispatchers)."""
+    wait_compiled()
+    if _COMPILED.module is None:
+        raise RuntimeError("the kernels did not compile") from _COMPILED.failure
+    return _COMPILED.module
+
+
+@contextlib.contextmanager
+def numpy_stand_ins() -> Iterator[None]:
+    """Within this block (and the threads it starts calls in), every loop is NumPy's."""
+    token = _STAND_INS.set(True)
+    try:
+        yield
+    finally:
+        _STAND_INS.reset(token)
+
+
+def _stand_in_or_loops(cheap: bool) -> ModuleType | None:
+    """The compiled loops' module, or None for the stand-ins: when asked for, or while
+    compiling for a cheap call (a costly one waits), or if compiling failed. (The callers look
+    at ``_COMPILED.module`` first: a ready service's call costs one look and one context
+    variable, not this.)"""
+    if _STAND_INS.get():
+        return None
+    module = _COMPILED.module
+    if module is not None:
+        return module
+    if cheap:
+        start_compiling()
+        return None
+    wait_compiled()
+    return _COMPILED.module
+
+
+def take(
+    source: Array,
+    indices: Array,
+    out: Array,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    wrap: int,
+    line: int,
+) -> None:
+    """``compiled.take`` (its docstring says what), or its stand-in."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(out.nbytes <= numpy_loops.CHEAP_OUTPUT_BYTES)
+        if module is None:
+            numpy_loops.take(source, indices, out, batches, outer, length, count, wrap, line)
+            return
+    module.take(source, indices, out, batches, outer, length, count, wrap, line)
+
+
+def take_slices(
+    source: Array,
+    indices: Array,
+    out: Array,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    inner: int,
+    wrap: int,
+) -> None:
+    """``compiled.take_slices``, or its stand-in."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(out.nbytes <= numpy_loops.CHEAP_OUTPUT_BYTES)
+        if module is None:
+            numpy_loops.take_slices(
+                source, indices, out, batches, outer, length, count, inner, wrap
+            )
+            return
+    module.take_slices(source, indices, out, batches, outer, length, count, inner, wrap)
+
+
+def roll_rows(source: Array, out: Array, table: Array, row: int, split: int) -> None:
+    """``compiled.roll_rows``, or its stand-in (which holds no temporaries: any size, but
+    few rolled dimensions)."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(numpy_loops.roll_is_cheap(table))
+        if module is None:
+            numpy_loops.roll_rows(source, out, table, row, split)
+            return
+    module.roll_rows(source, out, table, row, split)

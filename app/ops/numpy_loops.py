@@ -1,0 +1,129 @@
+"""The compiled loops' NumPy stand-ins: the same arguments, the same bits, while numba compiles.
+
+``app/ops/compiled.py`` runs these until its loops are ready (a first start compiles them for
+seconds): each takes exactly the arguments of its compiled twin and writes the same bits into
+``out``. They are vectorised NumPy, but not free: ``take`` and ``take_slices`` hold the
+positions as int64, a mask and the gathered block beside ``out`` (a few times the output), and
+``roll_rows`` makes two copies per combination of rolled dimensions. So the switch gives them
+small calls only (``cheap``); a larger one waits for the compiled loop, and the memory the
+admission model counts stays true.
+"""
+
+import itertools
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+Array = npt.NDArray[Any]
+
+#: The largest output (bytes) a stand-in writes: the gathered block and positions it holds beside
+#: it stay within a few MiB.
+CHEAP_OUTPUT_BYTES = 1 << 20
+#: The most rolled dimensions before the rows a roll stand-in takes: 2**n block copies.
+CHEAP_ROLLED_DIMENSIONS = 6
+
+
+def _positions(indices: Array, batches: int, count: int, wrap: int, length: int) -> Array:
+    """The indices as positions (int64), ``wrap`` added to the negative ones as the loop does;
+    those outside ``[0, length)`` set to -1."""
+    positions = indices[: batches * count].astype(np.int64).reshape(batches, count)
+    positions += (positions >> 63) & wrap
+    positions[(positions < 0) | (positions >= length)] = -1
+    return positions
+
+
+def take(
+    source: Array,
+    indices: Array,
+    out: Array,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    wrap: int,
+    line: int,
+) -> None:
+    """``compiled.take``: single elements (``line``, the prefetch distance, has no use here)."""
+    _gather(source, indices, out, batches, outer, length, count, 1, wrap)
+
+
+def take_slices(
+    source: Array,
+    indices: Array,
+    out: Array,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    inner: int,
+    wrap: int,
+) -> None:
+    """``compiled.take_slices``: ``source`` is (batches, outer, length, inner), ``out``
+    (batches, outer, count, inner); a position out of range gives a slice of zeros."""
+    _gather(source, indices, out, batches, outer, length, count, inner, wrap)
+
+
+def _gather(
+    source: Array,
+    indices: Array,
+    out: Array,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    inner: int,
+    wrap: int,
+) -> None:
+    target = out[: batches * outer * count * inner].reshape(batches, outer, count, inner)
+    if target.size == 0:
+        return
+    if length == 0:
+        target.fill(0)
+        return
+    rows = source[: batches * outer * length * inner].reshape(batches, outer, length, inner)
+    positions = _positions(indices, batches, count, wrap, length)
+    outside = positions < 0
+    chosen = np.where(outside, 0, positions).reshape(batches, 1, count, 1)
+    np.copyto(target, np.take_along_axis(rows, chosen, axis=2))
+    np.copyto(target, 0, where=outside.reshape(batches, 1, count, 1))
+
+
+def roll_rows(source: Array, out: Array, table: Array, row: int, split: int) -> None:
+    """``compiled.roll_rows``: rows of ``row`` units, each rolled by ``split``; the dimensions
+    before the rows (lengths, shifts and strides in ``table``, C order) rolled by their shifts,
+    as block copies: two a rolled dimension, combined, and two within each row."""
+    dims = table.size // 3
+    lengths = [int(length) for length in table[:dims]]
+    shifts = [int(shift) for shift in table[dims : 2 * dims]]
+    shape = (*lengths, row)
+    rows = 1
+    for length in lengths:
+        rows *= length
+    whole = source[: rows * row].reshape(shape)
+    target = out[: rows * row].reshape(shape)
+    # Per dimension, the (output, source) slice pairs: one for an unrolled one, two for a
+    # rolled one (the output's first ``shift`` come from the source's last ``shift``).
+    pieces: list[list[tuple[slice, slice]]] = []
+    for length, shift in zip(lengths, shifts, strict=True):
+        if shift == 0:
+            pieces.append([(slice(None), slice(None))])
+        else:
+            pieces.append(
+                [
+                    (slice(shift, None), slice(0, length - shift)),
+                    (slice(0, shift), slice(length - shift, None)),
+                ]
+            )
+    head = row - split
+    for combination in itertools.product(*pieces):
+        into = tuple(pair[0] for pair in combination)
+        taken = tuple(pair[1] for pair in combination)
+        np.copyto(target[(*into, slice(split, None))], whole[(*taken, slice(0, head))])
+        np.copyto(target[(*into, slice(0, split))], whole[(*taken, slice(head, None))])
+
+
+def roll_is_cheap(table: Array) -> bool:
+    """Whether ``roll_rows`` over ``table`` makes few enough block copies for a stand-in."""
+    dims = table.size // 3
+    return int(np.count_nonzero(table[dims : 2 * dims])) <= CHEAP_ROLLED_DIMENSIONS

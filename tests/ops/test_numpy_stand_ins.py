@@ -1,0 +1,171 @@
+"""The loops' NumPy stand-ins (app/ops/numpy_loops.py), which answer while numba compiles, write
+the bits the compiled loops write: every op of the registry whose kernel reaches a loop, run both
+ways on every example of its spec, and Roll's and Gather's whole corpus (tests/cases.py: every
+element type, index types and their extremes, empty and strided inputs, up to 8 rolled axes)."""
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from app import registry
+from app.ops import gather, loops, numpy_loops, roll
+from app.pipeline.jobs import Job, Limits, make_job
+from app.settings import Settings
+from tests.cases import GATHER_CASES, ROLL_CASES
+from tests.support import assert_same_bits
+from tests.transports.test_every_op import example_arrays
+
+Array = npt.NDArray[Any]
+LIMITS = Limits.of(Settings())
+STAND_INS = ("take", "take_slices", "roll_rows")
+
+
+@pytest.fixture(autouse=True)
+def compiled_loops() -> None:
+    assert loops.wait_compiled(), "the numba loops did not compile"
+
+
+@pytest.fixture
+def stand_in_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The names of the stand-ins called, in order, while the test runs."""
+    calls: list[str] = []
+
+    def counted(name: str, loop: Callable[..., None]) -> Callable[..., None]:
+        def call(*arguments: Any) -> None:
+            calls.append(name)
+            loop(*arguments)
+
+        return call
+
+    for name in STAND_INS:
+        monkeypatch.setattr(numpy_loops, name, counted(name, getattr(numpy_loops, name)))
+    yield calls
+
+
+def outputs(run: Callable[[], Any]) -> list[Array]:
+    """What ``run`` answers, as a list of arrays (an op of several outputs gives several)."""
+    result = run()
+    if isinstance(result, np.ndarray):
+        return [result]
+    return [np.asarray(item) for item in result]
+
+
+def answers(job: Job) -> list[Array]:
+    """A job's outputs: one, or each of an op of several."""
+    return [job.output()] if job.split is None else job.outputs()
+
+
+def both_ways(run: Callable[[], Any], calls: list[str]) -> tuple[list[Array], list[Array], int]:
+    """``run``'s outputs by the compiled loops and by the stand-ins, and how many stand-in calls
+    the second made (none may be made by the first)."""
+    compiled = outputs(run)
+    assert calls == [], "a stand-in ran while the compiled loops were ready"
+    with loops.numpy_stand_ins():
+        stood_in = outputs(run)
+    return compiled, stood_in, len(calls)
+
+
+EXAMPLES = [(op, name) for op in registry.REGISTRY.values() for name in op.examples]
+
+
+@pytest.mark.parametrize(("op", "example"), EXAMPLES, ids=[f"{o.name}-{n}" for o, n in EXAMPLES])
+def test_every_example_of_every_op_has_the_same_bits_both_ways(
+    op: Any, example: str, stand_in_calls: list[str]
+) -> None:
+    arrays, given = example_arrays(op, op.examples[example]["value"])
+    attributes = {**op.attribute_defaults(), **given}
+
+    def run() -> Any:
+        return answers(make_job(op, arrays, attributes, LIMITS))
+
+    compiled, stood_in, _ = both_ways(run, stand_in_calls)
+    assert len(compiled) == len(stood_in)
+    for first, second in zip(compiled, stood_in, strict=True):
+        assert first.shape == second.shape
+        assert_same_bits(second, first)
+
+
+def test_the_ops_whose_kernels_reach_a_loop_ran_their_stand_ins(
+    stand_in_calls: list[str],
+) -> None:
+    """Each op whose examples reach a compiled loop reached its stand-in as often under
+    ``numpy_stand_ins``: the test above compared the two ways, not one way twice."""
+    reached: dict[str, int] = {}
+    for op in registry.REGISTRY.values():
+        for example in op.examples.values():
+            arrays, given = example_arrays(op, example["value"])
+            attributes = {**op.attribute_defaults(), **given}
+            with loops.numpy_stand_ins():
+                before = len(stand_in_calls)
+                answers(make_job(op, arrays, attributes, LIMITS))
+                reached[op.name] = reached.get(op.name, 0) + len(stand_in_calls) - before
+    with_loops = {name for name, count in reached.items() if count}
+    # Roll and the Gather family run their compiled loops; the other ops none.
+    assert {"roll", "gather"} <= with_loops, reached
+    assert set(stand_in_calls) == set(STAND_INS)
+
+
+@pytest.mark.parametrize("case", ROLL_CASES, ids=[case.name for case in ROLL_CASES])
+def test_roll_corpus_has_the_same_bits_both_ways(case: Any, stand_in_calls: list[str]) -> None:
+    def run() -> Array:
+        return roll(case.data, case.shift, case.axes)
+
+    ((compiled,), (stood_in,), _) = both_ways(run, stand_in_calls)
+    assert_same_bits(stood_in, compiled)
+
+
+@pytest.mark.parametrize("case", GATHER_CASES, ids=[case.name for case in GATHER_CASES])
+def test_gather_corpus_has_the_same_bits_both_ways(case: Any, stand_in_calls: list[str]) -> None:
+    def run() -> Array:
+        return gather(case.data, case.indices, case.axis, case.batch_dims)
+
+    ((compiled,), (stood_in,), _) = both_ways(run, stand_in_calls)
+    assert_same_bits(stood_in, compiled)
+    assert compiled.shape == stood_in.shape
+
+
+def test_while_compiling_a_cheap_call_stands_in_and_a_costly_one_waits(
+    monkeypatch: pytest.MonkeyPatch, stand_in_calls: list[str]
+) -> None:
+    """The stand-ins hold temporaries beside the output: only calls of at most
+    CHEAP_OUTPUT_BYTES of output take them while numba compiles; a larger one waits for the
+    compiled loop."""
+    module = loops.compiled_module()
+    compiling = loops._Compiled()
+    compiling.thread = threading.Thread()  # "started": no call starts another
+    monkeypatch.setattr(loops, "_COMPILED", compiling)
+    source = np.arange(256, dtype=np.uint8)
+    indices = np.arange(-256, 256, dtype=np.int64)
+    cheap = np.empty(numpy_loops.CHEAP_OUTPUT_BYTES // indices.size * indices.size, np.uint8)
+    outer = cheap.size // indices.size
+    loops.take(np.tile(source, outer), indices, cheap, 1, outer, 256, indices.size, 256, 0)
+    assert stand_in_calls == ["take"]
+    assert_same_bits(cheap, np.tile(np.concatenate([source, source]), outer))
+
+    def ready() -> None:
+        compiling.module = module
+        compiling.done.set()
+
+    costly = np.empty(cheap.size + indices.size, np.uint8)
+    outer += 1
+    timer = threading.Timer(0.2, ready)
+    timer.start()
+    loops.take(np.tile(source, outer), indices, costly, 1, outer, 256, indices.size, 256, 0)
+    timer.join()
+    assert stand_in_calls == ["take"]  # the compiled loop wrote it
+    assert_same_bits(costly, np.tile(np.concatenate([source, source]), outer))
+
+
+def test_a_roll_of_many_rolled_dimensions_waits_for_the_compiled_loop() -> None:
+    # Two block copies per rolled dimension before the rows, combined: 2**6 at most.
+    def table(rolled: int) -> npt.NDArray[np.int64]:
+        dims = 8
+        shifts = [1] * rolled + [0] * (dims - rolled)
+        return np.array([2] * dims + shifts + [1] * dims, np.int64)
+
+    assert numpy_loops.roll_is_cheap(table(numpy_loops.CHEAP_ROLLED_DIMENSIONS))
+    assert not numpy_loops.roll_is_cheap(table(numpy_loops.CHEAP_ROLLED_DIMENSIONS + 1))
