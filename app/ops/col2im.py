@@ -12,6 +12,7 @@ from app.ops.declaration import (
     ALL_TYPES,
     DATA_CONSTRAINT,
     INTS,
+    LIMIT_RANK,
     Arrays,
     Attribute,
     Attributes,
@@ -294,6 +295,7 @@ def _size_input(name: str, number: int, words: str) -> Input:
         "dimension). JSON form is int64.",
         _INDEX_TYPES,
         rank="1",
+        limit=LIMIT_RANK,
     )
 
 

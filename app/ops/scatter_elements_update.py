@@ -13,6 +13,7 @@ from app.ops.declaration import (
     BOOL,
     INTEGER_TYPES,
     JSON_LIKE_DATA,
+    LIMIT_SCALAR,
     Arrays,
     Attribute,
     Attributes,
@@ -422,6 +423,7 @@ def _inputs(version: int) -> tuple[Input, ...]:
             "JSON form is int64.",
             INTEGER_TYPES,
             rank="0 or 1",
+            limit=LIMIT_SCALAR,
         ),
     )
 

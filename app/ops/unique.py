@@ -9,6 +9,7 @@ import numpy.typing as npt
 from app.ops.declaration import (
     BOOL,
     ELEMENT_TYPE,
+    LIMIT_SCALAR,
     Arrays,
     Attribute,
     Attributes,
@@ -299,6 +300,7 @@ OP = Op(
             ("int32", "int64"),
             rank="0 or 1",
             optional=True,
+            limit=LIMIT_SCALAR,
         ),
     ),
     attributes=(
