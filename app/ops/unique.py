@@ -1,0 +1,382 @@
+"""Unique-10: the unique elements (or slices along an axis) of a tensor, where each first
+occurs, where each input element went, and how often each occurs."""
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from app.ops.declaration import (
+    BOOL,
+    ELEMENT_TYPE,
+    LIMIT_SCALAR,
+    Arrays,
+    Attribute,
+    Attributes,
+    Input,
+    Op,
+    Output,
+    SplitPlan,
+    data_input,
+    example,
+)
+from app.ops.errors import SpecError
+from app.ops.raw import as_raw
+
+ELEMENT_TYPES = ("i64", "i32")
+_NUMPY_OF: dict[str, np.dtype[Any]] = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32)}
+_INT32_MAX = 2**31 - 1
+_BFLOAT16 = np.dtype("bfloat16")
+_SIGN = np.uint64(1 << 63)
+
+
+class UniquePlan(NamedTuple):
+    """What the checks of one Unique found: the axis (None: the flattened tensor), how many
+    elements or slices are compared (``compared``), and each output's largest shape (the first,
+    second and fourth shrink to the number of unique ones once it is known)."""
+
+    axis: int | None
+    compared: int
+    sorted: bool
+    index_type: np.dtype[Any]
+    count_type: np.dtype[Any]
+    bounds: tuple[tuple[int, ...], ...]
+
+
+def unique_plan(
+    data: npt.NDArray[Any],
+    axis: npt.NDArray[Any] | None = None,
+    sort: bool = True,
+    index_element_type: str = "i64",
+    count_element_type: str = "i64",
+) -> UniquePlan:
+    """Check the inputs and attributes against the spec and bound the outputs, with nothing
+    allocated: at most ``count`` unique elements (or slices), ``count`` indices, ``count``
+    counts; the third output has exactly ``count`` indices."""
+    for name, type_name in (
+        ("index_element_type", index_element_type),
+        ("count_element_type", count_element_type),
+    ):
+        if type_name not in ELEMENT_TYPES:
+            raise SpecError(name, f'{name} must be "i64" or "i32", got {type_name!r}')
+    if not isinstance(sort, bool | np.bool_):
+        raise SpecError("sorted", f"sorted must be a boolean, got {sort!r}")
+    normal: int | None = None
+    if axis is None:
+        count = int(data.size)
+        first_bound: tuple[int, ...] = (count,)
+    else:
+        if axis.dtype.name not in ("int32", "int64"):
+            raise SpecError(
+                "axis", f"axis must be of type int64 or int32 (T_AXIS), got {axis.dtype}"
+            )
+        if axis.shape not in ((), (1,)):
+            raise SpecError(
+                "axis",
+                f"axis must be 1D with a single element or a scalar, got shape {list(axis.shape)}",
+            )
+        rank = data.ndim
+        value = int(axis.reshape(-1)[0])
+        if not -rank <= value <= rank - 1:
+            raise SpecError(
+                "axis",
+                f"axis must be in the range [-r; r-1] = [{-rank}; {rank - 1}] where r = {rank} is "
+                f"the rank of the input tensor, got {value}",
+            )
+        normal = value % rank
+        count = int(data.shape[normal])
+        first_bound = tuple(data.shape)
+    if index_element_type == "i32" and count > _INT32_MAX:
+        raise SpecError(
+            "index_element_type",
+            f'index_element_type "i32" cannot hold the indices of {count} elements',
+        )
+    if count_element_type == "i32" and count > _INT32_MAX:
+        raise SpecError(
+            "count_element_type",
+            f'count_element_type "i32" cannot hold a count of up to {count}',
+        )
+    return UniquePlan(
+        normal,
+        count,
+        bool(sort),
+        _NUMPY_OF[index_element_type],
+        _NUMPY_OF[count_element_type],
+        (first_bound, (count,), (count,), (count,)),
+    )
+
+
+def unique(
+    data: npt.ArrayLike,
+    axis: npt.ArrayLike | None = None,
+    sort: bool = True,
+    index_element_type: str = "i64",
+    count_element_type: str = "i64",
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
+    """Unique-10: ``(unique, first_indices, inverse, counts)``; ``sort`` is the spec's
+    ``sorted`` attribute.
+
+    Elements are compared by value, as IEEE comparison does: -0.0 and +0.0 are one element
+    (given with the bits of its first occurrence), each NaN is an element of its own. Sorted
+    ascending (NaNs last, in input order; unsigned values as unsigned), or in the order of first
+    occurrence. With ``axis``, slices along it are compared element by element (row-major), and
+    sorted lexicographically.
+    """
+    data = np.asarray(data)
+    plan = unique_plan(
+        data,
+        None if axis is None else np.asarray(axis),
+        sort,
+        index_element_type,
+        count_element_type,
+    )
+    return unique_planned(data, plan)
+
+
+def sortable_keys(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.uint64], Any]:
+    """uint64 keys whose order is the values' ascending order and whose equality is the values'
+    equality (-0.0 is +0.0), and where the values are NaN (None for types without NaN)."""
+    dtype = values.dtype
+    if dtype.kind in "bu":
+        return values.astype(np.uint64), None
+    if dtype.kind == "i":
+        return values.astype(np.int64).view(np.uint64) ^ _SIGN, None
+    wide = values.astype(np.float64)
+    nan = np.isnan(wide)
+    wide[wide == 0] = 0.0  # -0.0 is +0.0
+    bits = wide.view(np.uint64)
+    negative = (bits & _SIGN) != 0
+    keys = np.where(negative, ~bits, bits | _SIGN)
+    keys[nan] = np.uint64(2**64 - 1)  # after +inf
+    return keys, nan
+
+
+def unique_planned(
+    data: npt.NDArray[Any], plan: UniquePlan
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
+    """``unique`` with the inputs already checked: one stable sort of the elements' (or the
+    slices') keys; groups of equal keys are the unique ones, the first of each its first
+    occurrence."""
+    count = plan.compared
+    if count == 0:
+        empty_index = np.zeros(0, plan.index_type)
+        return (
+            np.array(data.reshape(0) if plan.axis is None else data),
+            empty_index,
+            empty_index.copy(),
+            np.zeros(0, plan.count_type),
+        )
+    if plan.axis is None:
+        rows = data.reshape(count, 1)
+    else:
+        rows = np.moveaxis(data, plan.axis, 0).reshape(count, -1)
+    keys, nan = sortable_keys(rows)
+    if keys.shape[1] == 1:
+        order = np.argsort(keys[:, 0], kind="stable")
+        ordered = keys[order, 0]
+        new_group = np.empty(count, dtype=bool)
+        new_group[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
+    else:
+        # np.lexsort sorts by its last key first: the slices' first element leads.
+        order = np.lexsort(keys.T[::-1]) if keys.shape[1] else np.arange(count)
+        ordered_rows = keys[order]
+        new_group = np.empty(count, dtype=bool)
+        new_group[0] = True
+        np.any(ordered_rows[1:] != ordered_rows[:-1], axis=1, out=new_group[1:])
+    if nan is not None:
+        # A NaN equals nothing, itself included: each element (slice) with one starts a group.
+        new_group |= nan.any(axis=1)[order]
+    starts = np.flatnonzero(new_group)
+    first = order[starts]
+    counts = np.diff(np.append(starts, count))
+    group = np.cumsum(new_group) - 1
+    inverse = np.empty(count, dtype=np.int64)
+    inverse[order] = group
+    if not plan.sorted:
+        # Unique ones in the order they first occur.
+        by_occurrence = np.argsort(first, kind="stable")
+        rank = np.empty_like(by_occurrence)
+        rank[by_occurrence] = np.arange(by_occurrence.size)
+        first, counts, inverse = first[by_occurrence], counts[by_occurrence], rank[inverse]
+    if plan.axis is None:
+        values = np.take(as_raw(data).reshape(-1), first).view(data.dtype)
+    else:
+        values = np.take(as_raw(data), first, axis=plan.axis).view(data.dtype)
+    return (
+        values,
+        first.astype(plan.index_type),
+        inverse.astype(plan.index_type),
+        counts.astype(plan.count_type),
+    )
+
+
+def unique_workspace_bytes(data: npt.NDArray[Any], plan: UniquePlan) -> int:
+    """The most bytes ``unique`` holds beyond its input and its outputs' bounds: 8-byte keys
+    (float64 values, their bits and the NaN marks too) for every element, and a handful of
+    8-byte arrays per compared element or slice (order, groups, inverse, firsts, counts)."""
+    return 32 * int(data.size) + 8 * 8 * plan.compared
+
+
+# ------------------------------------------------------------------------------------------------
+# The declaration
+
+
+def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
+    data = arrays["data"]
+    checked = unique_plan(
+        data,
+        arrays.get("axis"),
+        attributes["sorted"],
+        attributes["index_element_type"],
+        attributes["count_element_type"],
+    )
+    # Sized only once it has run: admission reserves the bounds (every element unique).
+    return SplitPlan(checked.bounds, lambda: unique_planned(data, checked), bounded=True)
+
+
+def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+    # An op of several outputs: the list of them (``out`` does not apply).
+    return list(_plan(arrays, attributes).run())
+
+
+def _workspace(arrays: Arrays, attributes: Attributes) -> int:
+    data = arrays["data"]
+    checked = unique_plan(
+        data,
+        arrays.get("axis"),
+        attributes["sorted"],
+        attributes["index_element_type"],
+        attributes["count_element_type"],
+    )
+    return unique_workspace_bytes(data, checked)
+
+
+_DATA = [[1, 2, 1], [1, 2, 1], [3, 1, 2]]
+# fmt: off
+#: The spec's three examples (3x3 float32 data; their values are not given: these are the
+#: text's answers on one 3x3 tensor).
+_EXAMPLES: list[tuple[str, str, dict[str, Any], Any]] = [
+    ("example_1", "Unique-10 Example 1: axis 0, sorted false, index_element_type i32 (rows "
+     "[1, 2, 1] twice and [3, 1, 2])",
+     {"data": _DATA, "axis": [0], "sorted": False, "index_element_type": "i32",
+      "dtype": "float32"},
+     [[[1.0, 2.0, 1.0], [3.0, 1.0, 2.0]], [0, 2], [0, 0, 1], [2, 1]]),
+    ("example_2", "Unique-10 Example 2: no axis (the flattened tensor), defaults: sorted, i64",
+     {"data": _DATA, "dtype": "float32"},
+     [[1.0, 2.0, 3.0], [0, 1, 6], [0, 1, 0, 0, 1, 0, 2, 0, 1], [5, 3, 1]]),
+    ("example_3", "Unique-10 Example 3: no axis, sorted false, index and count types i32",
+     {"data": [[3, 1, 3], [2, 2, 1], [0, 3, 1]], "sorted": False, "index_element_type": "i32",
+      "count_element_type": "i32", "dtype": "float32"},
+     [[3.0, 1.0, 2.0, 0.0], [0, 1, 3, 6], [0, 1, 0, 2, 2, 1, 3, 0, 1], [3, 3, 2, 1]]),
+]
+# fmt: on
+
+_TYPE_CHOICES = ("i64", "i32")
+
+OP = Op(
+    name="unique",
+    spec="Unique-10",
+    summary="Unique-10: the unique elements (or slices) of a tensor, their first indices, the "
+    "inverse and the counts",
+    description="Unique-10 over `data`: without `axis`, the unique elements of the flattened "
+    "tensor; with `axis`, its unique slices along it. Four outputs: `output_0` the unique "
+    "elements (slices), sorted ascending (`sorted` true) or in order of first occurrence; "
+    "`output_1` the index of each one's first occurrence; `output_2` for each input element "
+    "(slice) the index of its unique one in `output_0`; `output_3` each one's count. Indices "
+    "are of `index_element_type`, counts of `count_element_type` (i64 or i32). Elements compare "
+    "as IEEE values: -0.0 and +0.0 are one element, each NaN its own. The outputs are sized "
+    "only once it has run: admission reserves their largest sizes (every element unique) "
+    "before it runs. Send JSON (tensors as nested arrays or base64 .npy) or an .npz archive.",
+    request_doc="Unique-10: the unique elements of `data` (along `axis` if given).",
+    inputs=(
+        data_input("search for unique elements"),
+        Input(
+            "axis",
+            "The axis whose slices are compared (input 2, type T_AXIS; optional: left out, the "
+            "flattened tensor's elements are).",
+            "T_AXIS: int64 or int32, a scalar or a 1D tensor of one element in [-r; r-1]. JSON "
+            "form is int64.",
+            ("int32", "int64"),
+            rank="0 or 1",
+            optional=True,
+            limit=LIMIT_SCALAR,
+        ),
+    ),
+    attributes=(
+        Attribute(
+            "sorted",
+            True,
+            "Whether the unique elements are sorted ascending (true) or in the order they first "
+            "occur (false).",
+            kind=BOOL,
+        ),
+        Attribute(
+            "index_element_type",
+            "i64",
+            "The type of output_1 and output_2: i64 or i32.",
+            choices=_TYPE_CHOICES,
+            kind=ELEMENT_TYPE,
+        ),
+        Attribute(
+            "count_element_type",
+            "i64",
+            "The type of output_3: i64 or i32.",
+            choices=_TYPE_CHOICES,
+            kind=ELEMENT_TYPE,
+        ),
+    ),
+    outputs=(
+        Output("output_0", "The unique elements (or slices along axis), of data's type."),
+        Output(
+            "output_1",
+            "Each unique one's first occurrence in data (1D).",
+            element_type="index_element_type",
+        ),
+        Output(
+            "output_2",
+            "For each element (slice) of data, the index of its unique one in output_0 (1D).",
+            element_type="index_element_type",
+        ),
+        Output("output_3", "Each unique one's number of occurrences (1D).", "count_element_type"),
+    ),
+    plan=_plan,
+    kernel=_kernel,
+    workspace=_workspace,
+    examples={
+        name: example(summary, request, output) for name, summary, request, output in _EXAMPLES
+    },
+    decisions=(
+        "Unique-10 equality: elements compare as IEEE values: -0.0 and +0.0 are one unique "
+        "element (given with the bits of its first occurrence), and a NaN equals nothing, "
+        "itself included, so each NaN is a unique element of its own (as the CPU plugin does "
+        "unsorted); slices are equal when every element is.",
+        "Unique-10 sorted ascending: by value (unsigned values as unsigned), NaNs after +inf in "
+        "the order they occur; slices lexicographically, element by element in row-major order.",
+        "Unique-10 the outputs' sizes are known only after computing: admission reserves the "
+        "largest each may be (output_0 data's size, output_1 to output_3 one index or count an "
+        "element or slice compared) plus the kernel's workspace (about 32 bytes an element and "
+        "64 a slice for its sort keys, order and groups), before anything is computed; the "
+        "answer takes each output's real shape.",
+        "Unique-10 index_element_type or count_element_type i32 with more than 2**31 - 1 "
+        "elements (slices) to index or count: refused (422 naming the attribute) rather than "
+        "wrapped.",
+        "Unique-10 axis on rank-0 data: the range [-r; r-1] is empty, refused naming axis; "
+        "without axis a scalar is one element.",
+        "Unique-10's three examples give shapes and types without values: /docs shows the "
+        "text's answers on 3x3 float32 tensors with the examples' attributes.",
+    ),
+    disagreements=(
+        "Unique-10 unsigned values are sorted as signed by the CPU plugin: data uint32 [1, "
+        "2**31], sorted, gives output_0 [2147483648, 1]; the spec's ascending order is [1, "
+        "2147483648].",
+        "Unique-10 sorted with NaNs: the CPU plugin's sort breaks on them (values out of "
+        "order): data float32 [1, nan, -0.0, 0.0, nan, -1], sorted, gives output_0 [-1, -0, 1, "
+        "nan, 0, nan] (0 after a NaN, apart from -0); the spec's answer is [-1, -0, 1, nan, "
+        "nan].",
+        "Unique-10 along an axis with 8-bit data (int8, uint8), the CPU plugin's output_1, "
+        "output_2 and output_3 are uninitialised memory: data int8 [[1, 2]], axis 1 gives "
+        "first indices like [-1793130496, 32558] (run to run different); the spec's answer is "
+        "[0, 1], [0, 1], [1, 1].",
+    ),
+)
