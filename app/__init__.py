@@ -1,1 +1,1 @@
-"""tensor-ops: OpenVINO's Roll-7 and Gather-8 as an HTTP service."""
+"""tensor-ops: OpenVINO's movement ops as an HTTP and gRPC service."""

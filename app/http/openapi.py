@@ -35,8 +35,9 @@ OPS_TAG = "ops"
 TAGS = [
     {
         "name": OPS_TAG,
-        "description": "Roll-7 and Gather-8 on JSON bodies (nested arrays or base64 `.npy` "
-        "tensors) or on `.npz` archives.",
+        "description": "The movement family's ops, `POST /<op>` for the newest version and "
+        "`POST /<op>/v<N>` for each, on JSON bodies (nested arrays or base64 `.npy` tensors) or "
+        "on `.npz` archives.",
     },
     {
         "name": "KServe V2",

@@ -1,4 +1,5 @@
-"""The kernels: Roll-7 and Gather-8 on NumPy arrays, with the specs' rules checked."""
+"""The ops of OpenVINO's movement family: one module each, its kernel on NumPy arrays and its
+declaration, the specs' rules checked."""
 
 from app.ops.errors import SpecError
 from app.ops.gather import GatherPlan, gather, gather_plan
