@@ -211,6 +211,7 @@ def _index_input(name: str, position: int, text: str) -> Input:
         "int64.",
         INTEGER_TYPES,
         rank="1",
+        limit="rank",  # one element an axis: counted on its shape before it is read
     )
 
 

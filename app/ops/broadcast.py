@@ -209,6 +209,7 @@ def _inputs(version: int) -> tuple[Input, ...]:
             "int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",  # the output's rank: counted on its shape before it is read
         ),
         Input(
             "axes_mapping",
@@ -218,6 +219,7 @@ def _inputs(version: int) -> tuple[Input, ...]:
             "[0, len(target_shape) - 1]. JSON form is int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
             optional=True,
         ),
     )

@@ -228,6 +228,7 @@ def _input(name: str, number: int, words: str, shape: str) -> Input:
         DATA_CONSTRAINT + " Every input has the type of step_ids; their values are integers.",
         ALL_TYPES,
         rank=shape,
+        limit="scalar" if shape == "0" else "",
     )
 
 

@@ -167,6 +167,7 @@ def _index(name: str, number: int, words: str) -> Input:
         "T_IND: any integer type, a 1D tensor of one value per sliced axis. JSON form is int64.",
         INTEGER_TYPES,
         rank="1",
+        limit="rank",  # one value per sliced axis: counted on its shape before it is read
     )
 
 
@@ -202,6 +203,7 @@ OP = Op(
             "int64.",
             INTEGER_TYPES,
             rank="1",
+            limit="rank",
             optional=True,
         ),
     ),

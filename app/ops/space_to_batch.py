@@ -193,6 +193,7 @@ def _index_input(name: str, position: int, text: str) -> Input:
         "T2: any integer type, a 1-D tensor of shape [N], N the rank of data. JSON form is int64.",
         INTEGER_TYPES,
         rank="1",
+        limit="rank",  # one element an axis: counted on its shape before it is read
     )
 
 

@@ -222,6 +222,7 @@ def _index(name: str, number: int, words: str, optional: bool = False) -> Input:
         "T_IND: any integer type, a 1D tensor of one value per slicing step. JSON form is int64.",
         INTEGER_TYPES,
         rank="1",
+        limit="rank",  # one value per slicing step: counted on its shape before it is read
         optional=optional,
     )
 

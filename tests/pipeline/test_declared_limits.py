@@ -62,7 +62,7 @@ def index_like(op: Op) -> Iterator[str]:
 OPS = {op.spec: op for op in every_version()}
 LONG_INPUTS = [(spec, name) for spec, op in OPS.items() for name in index_like(op)]
 INTEGER_ATTRIBUTES = [
-    (spec, item.name) for spec, op in OPS.items() for item in op.attributes if not item.choices
+    (spec, item.name) for spec, op in OPS.items() for item in op.attributes if item.kind == "int"
 ]
 
 

@@ -30,6 +30,7 @@ from app.registry import REGISTRY
 from app.settings import Settings
 from tensor_ops_wire.dtypes import element_type_of
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.ops import parameter_value, query_text
 from tests.support import (
     DTYPES,
     grpc_channel,
@@ -137,7 +138,7 @@ async def send(
     elif way == "npz":
         response = await client.post(
             f"/{op.name}",
-            params={**{key: str(value) for key, value in attributes.items()}, **dtype},
+            params={**{key: query_text(value) for key, value in attributes.items()}, **dtype},
             content=npz_bytes(False, **arrays),
             headers={"content-type": "application/x-npz"},
         )
@@ -147,7 +148,10 @@ async def send(
                 {"name": name, "shape": list(array.shape), "datatype": v2_name(array.dtype)}
                 for name, array in arrays.items()
             ],
-            "parameters": {**attributes, "binary_data_output": True},
+            "parameters": {
+                **{key: parameter_value(value) for key, value in attributes.items()},
+                "binary_data_output": True,
+            },
         }
         chunks = [np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
                   for array in arrays.values()]  # fmt: skip
@@ -199,7 +203,8 @@ def _grpc_message(op: Op, arrays: dict[str, Array], attributes: dict[str, Any]) 
         message.inputs.add(name=name, datatype=v2_name(array.dtype), shape=list(array.shape))
         little = np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<"))
         message.raw_input_contents.append(little.tobytes())
-    for name, value in attributes.items():
+    for name, given in attributes.items():
+        value = parameter_value(given)  # a list as one "1,0,1" string
         if isinstance(value, bool):
             message.parameters[name].bool_param = value
         elif isinstance(value, int):
@@ -227,7 +232,9 @@ async def _grpc(stub: Any, op: Op, arrays: dict[str, Array], attributes: dict[st
 def in_process(op: Op, arrays: dict[str, Array], attributes: dict[str, Any]) -> Outcome:
     """What the pipeline makes of the request with no transport: its outputs, or its refusal."""
     try:
-        job = make_job(op, arrays, {**op.attribute_defaults(), **attributes}, Limits.of(Settings()))
+        given = {key: tuple(value) if isinstance(value, list) else value
+                 for key, value in attributes.items()}  # fmt: skip
+        job = make_job(op, arrays, {**op.attribute_defaults(), **given}, Limits.of(Settings()))
     except ServiceError as error:
         problem = error.problems[0]
         return ("refused", problem.kind.status, problem.loc[-1], problem.msg)
