@@ -236,6 +236,11 @@ class GrpcExchange:
             decode=decode,
         )
 
+    def let_go(self) -> None:
+        """Drop the message (its bytes, the views of them, what was parsed of it): a stream's
+        message is done with once answered or refused, whatever still holds this exchange."""
+        self.head, self.raw, self.request = b"", None, pb.ModelInferRequest()
+
     def encoding_bytes(self, job: Job) -> int:
         # The inputs and output in shared memory are the client's: only copies count.
         copied = 0 if self.shared is None else self.shared.copied_bytes

@@ -70,6 +70,10 @@ class Streams:
         reservation: Reservation | None = None
         status: str | None = "UNKNOWN"
         sent, counted = 0, False
+        #: This message's bytes counted in the stream's bound (``StreamOrder.unwritten``).
+        charged = 0
+        #: Whether the next message's read has been handed on (``arrived``), once.
+        handed_on = False
 
         async def read(held: Reservation) -> Body:
             nonlocal reservation, counted
@@ -77,14 +81,25 @@ class Streams:
             message = await self._next_message(context, held, notes, order, index)
             if message is None:
                 raise _EndOfStreamError
-            arrived()
             self.service.calls_in_flight += 1
             counted = True
             return message
 
+        def reserved() -> None:
+            # All this message will hold is reserved now: it is counted in the stream's bound
+            # before the next message is read, so the bound holds whatever the timing (a
+            # message counted when its answer was made let every message that arrived while
+            # the others ran past the bound).
+            nonlocal charged, handed_on
+            assert reservation is not None
+            charged = reservation.held
+            order.unwritten += charged
+            handed_on = True
+            arrived()
+
         try:
             try:
-                answer, reservation = await self.service.pipeline.run(read, exchange)
+                answer, reservation = await self.service.pipeline.run(read, exchange, reserved)
                 message = answer.buffers[0]
             except _EndOfStreamError:
                 status = None
@@ -98,22 +113,38 @@ class Streams:
             else:
                 status, sent = "OK", len(message)
                 held, reservation = reservation, None  # the writer gives it back once written
-                return StreamOutcome(message, held, call.request_id, order=order)
+                outcome = StreamOutcome(message, held, call.request_id, order, charged)
+                charged = 0  # the outcome's now
+                return outcome
             status = CODES[error.kind].name
             call.fault, call.field = logged_fault(error.problems[0])
             # Nothing came (``counted`` is set once a message is in hand: an empty one has no
             # bytes but came, and is answered as any other).
             if not notes.received and not counted:
                 return StreamOutcome(b"", None, call.request_id, end=error)
+            if not handed_on:  # refused before its memory was all reserved: the stream goes on
+                handed_on = True
+                arrived()
             refusal = _stream_refusal(exchange.request, error)
+            # The error's traceback holds this frame, which holds the error and the exchange
+            # (the message's bytes): a cycle only the collector would break, and a stream that
+            # goes on is sent more before it runs. Broken here, as the call wrapper does.
+            del error
             sent = len(refusal)
             return StreamOutcome(refusal, None, call.request_id)
         except asyncio.CancelledError:
             status = "CANCELLED"
             raise
         finally:
+            exchange.let_go()
+            if charged:
+                order.unwritten -= charged
             if notes.reserved >= TRIM_FROM_BYTES:
                 order.large = True
+                # The slices gRPC received this message in, freed in its arenas, go back to
+                # the system once this message is done, answered or refused, as a call's do:
+                # a long stream must not keep every large message it was sent.
+                self.service.receiver.heap.after_call(notes.reserved)
             if reservation is not None:
                 await reservation.release()
             if counted:
@@ -159,25 +190,25 @@ class StreamOutcome:
     """A stream message's answer, in the order it must be written: its bytes and the
     reservation that holds them until then, or the refusal that ends the stream."""
 
-    __slots__ = ("end", "message", "order", "request_id", "reservation")
+    __slots__ = ("charged", "end", "message", "order", "request_id", "reservation")
 
     def __init__(
         self,
         message: bytes,
         reservation: Reservation | None,
         request_id: str,
-        end: ServiceError | None = None,
         order: StreamOrder | None = None,
+        charged: int = 0,
+        end: ServiceError | None = None,
     ) -> None:
         self.message = message
         self.reservation = reservation
         self.request_id = request_id
         self.end = end
-        #: The stream's count of unwritten bytes, which this answer's are part of until given
-        #: back.
+        #: The stream's count of unwritten bytes (``order``), of which ``charged`` are this
+        #: answer's until given back.
         self.order = order
-        if order is not None and reservation is not None:
-            order.unwritten += reservation.held
+        self.charged = charged
 
     async def release(self) -> None:
         self.release_now()
@@ -187,9 +218,10 @@ class StreamOutcome:
         # error that ended it holds its frames) must not keep them.
         self.message = b""
         held, self.reservation = self.reservation, None
+        if self.order is not None and self.charged:
+            self.order.unwritten -= self.charged
+            self.charged = 0
         if held is not None:
-            if self.order is not None:
-                self.order.unwritten -= held.held
             held.release_now()
 
 
@@ -205,9 +237,10 @@ def _release_outcome(task: asyncio.Task[StreamOutcome | None]) -> None:
 #: The messages of one stream served at once: each is read while those before it run and
 #: their answers are written, in order.
 STREAM_WINDOW = 32
-#: The answers of one stream made and not yet taken by its client hold at most this share of
-#: the budget (with the messages already in hand): past it, no next message is read until the
-#: client takes some.
+#: The messages of one stream in hand and their answers not yet taken by its client hold at
+#: most this share of the budget, and the one message being admitted beside it: a message is
+#: counted once all it will hold is reserved, and only then is the next one read. Past it, no
+#: next message is read until the client takes some.
 STREAM_UNWRITTEN_SHARE = 4
 
 
@@ -286,8 +319,10 @@ async def serve_stream(
                 item.cancel()
                 unfinished.append(item)
         if order.large:
-            # Its buffers, freed as gRPC tears the stream down, go back to the system.
+            # Its buffers, freed as gRPC tears the stream down (after this returns), go back
+            # to the system.
             service.receiver.heap.after_call(TRIM_FROM_BYTES)
+            context.add_done_callback(lambda _: service.receiver.heap.after_call(TRIM_FROM_BYTES))
         # A message whose work is in a thread ends when the thread does: the stream's end waits
         # for them, so that the stop sees the memory back.
         await asyncio.gather(*unfinished, return_exceptions=True)

@@ -83,7 +83,8 @@ class StreamOrder:
         #: Messages whose reads have been posted (the next one's index).
         self.posted = 0
         self.written = 0
-        #: The bytes held by answers made and not yet written (taken by the client).
+        #: The bytes held by messages in hand whose memory is all reserved and by answers not
+        #: yet written (taken by the client).
         self.unwritten = 0
         #: A message of the stream held ``TRIM_FROM_BYTES`` or more (its end trims the heap).
         self.large = False

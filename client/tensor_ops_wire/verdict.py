@@ -49,7 +49,9 @@ FIRST_LIMIT = 10
 EXTRA_LIMIT = 10
 #: What ``nan_payload`` and ``signed_zero`` may be.
 _IGNORE_OR_COMPARE = ("ignore", "compare")
-_TOLERANCE_KEYS = ("ulp", "atol", "rtol", "nan_payload", "signed_zero")
+#: The keys of a JSON ``tolerance``.
+TOLERANCE_KEYS = ("ulp", "atol", "rtol", "nan_payload", "signed_zero")
+_TOLERANCE_KEYS = TOLERANCE_KEYS
 _UNSIGNED: dict[int, np.dtype[Any]] = {
     1: np.dtype(np.uint8),
     2: np.dtype(np.uint16),
