@@ -85,6 +85,14 @@ _FROM_WIRE = {
 }
 
 
+class ClientKey(str):
+    """A part of a location that is the client's own text, not one of the service's names (a
+    candidate's output name, a tolerance key it made up): shown in the refusal, one element
+    however it is spelled, and never logged as a field."""
+
+    __slots__ = ()
+
+
 class Problem:
     """One broken rule: its kind, where it is, and what it says."""
 
@@ -180,8 +188,14 @@ _LOGGED_FIELD = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 
 def logged_fault(problem: Problem) -> tuple[str, str | None]:
     """A refusal's fault kind and field as its access line may show them: the field only where
-    it is one of the service's names (an unknown field's name is the client's own text)."""
-    field = problem.field
+    it is one of the service's names (an unknown field's name is the client's own text), and
+    only up to the first of its parts that is the client's (``ClientKey``)."""
+    loc = problem.loc
+    for index, part in enumerate(loc):
+        if isinstance(part, ClientKey):
+            loc = loc[:index]
+            break
+    field = ".".join(str(part) for part in loc if part not in ("body", "header", "query"))
     if problem.kind is Fault.UNKNOWN_INPUT or not _LOGGED_FIELD.fullmatch(field):
         return problem.kind.value, None
     return problem.kind.value, field
@@ -197,7 +211,8 @@ def quote(text: str) -> str:
 def _cut(part: str | int) -> str | int:
     # A location may hold a client's key (an unknown field): never more than a short prefix.
     if isinstance(part, str) and len(part) > QUOTE_LIMIT:
-        return f"{part[:QUOTE_LIMIT]}... ({len(part)} characters)"
+        cut = f"{part[:QUOTE_LIMIT]}... ({len(part)} characters)"
+        return ClientKey(cut) if isinstance(part, ClientKey) else cut
     return part
 
 

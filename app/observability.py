@@ -52,7 +52,13 @@ def json_line(created: float, level: str, logger: str, message: str, fields: dic
         "message": message,
         **fields,
     }
-    return orjson.dumps(line, default=str).decode()
+    text = orjson.dumps(line, default=str).decode()
+    # JSON escapes only C0 controls: DEL, the C1 controls (U+0085 and U+009B among them) and
+    # the line and paragraph separators are escaped too, so that no reader of the log splits
+    # or rewrites a line on what a client sent. Only a line with non-ASCII text pays for it.
+    if text.isascii():
+        return text.replace("\x7f", "\\u007f")
+    return _JSON_UNSAFE.sub(_json_escaped, text)
 
 
 class _Clock:
@@ -329,7 +335,15 @@ def _value_text(value: Any) -> str:
     return text
 
 
-_CONTROLS = re.compile(r"[\x00-\x1f\x7f]")
+#: Every control character (C0, DEL, C1: U+0085 and U+009B among them) and the line and
+#: paragraph separators (U+2028, U+2029): each would split a line, or rewrite it on a terminal.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: What JSON leaves raw of those (it escapes C0 itself).
+_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029]")
+
+
+def _json_escaped(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
 
 
 def _escaped(match: re.Match[str]) -> str:

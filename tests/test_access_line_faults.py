@@ -136,3 +136,44 @@ async def test_a_refused_grpc_call_names_its_fault_and_field(
         "spec_violation",
         "axes",
     )
+
+
+@pytest.mark.parametrize(
+    ("extra", "loc", "field"),
+    [
+        (
+            {"outputs": {SECRET: {"data": [1, 2], "dtype": 5}}},
+            ["body", "outputs", SECRET, "dtype"],
+            "outputs",
+        ),
+        ({"outputs": {SECRET: {"values": [1]}}}, ["body", "outputs", SECRET], "outputs"),
+        (
+            {"outputs": {"output": [2, 1]}, "tolerance": {f"u.l.p{SECRET}": 1}},
+            ["body", "tolerance", f"u.l.p{SECRET}"],
+            "tolerance",
+        ),
+        (
+            {"outputs": {"output": [2, 1]}, "tolerance": {"ulp": -1}},
+            ["body", "tolerance", "ulp"],
+            "tolerance.ulp",
+        ),
+    ],
+    ids=["candidate-dtype", "candidate-shape", "made-up-tolerance-key", "service-tolerance-key"],
+)
+async def test_a_verify_refusal_logs_the_service_s_names_never_the_client_s_keys(
+    client: httpx.AsyncClient,
+    lines: list[logging.LogRecord],
+    extra: dict[str, Any],
+    loc: list[str],
+    field: str,
+) -> None:
+    """A candidate's output name and a tolerance key the client made up are its own text: the
+    refusal locates them (one element each, dots and all), the access line's ``field`` stops
+    before them. A key of the service's (``ulp``) is logged."""
+    body = {"data": [1, 2], "shift": 1, "axes": 0, **extra}
+    response = await client.post("/verify/roll", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == loc
+    line = lines[-1].__dict__
+    assert (line["status"], line["fault"], line["field"]) == (422, "invalid_field", field)
+    assert SECRET not in repr(line), line

@@ -156,6 +156,52 @@ def test_text_escapes_control_characters() -> None:
     assert formatter.format(other).endswith("warning grpc: a\\x1b[31mred\\r\\nline")
 
 
+#: Every control and line separator a client's text may carry, and how each line format writes
+#: it: C0, DEL, C1 (U+0080, U+0085 next line, U+009B the terminal's escape, U+009F) and the line
+#: and paragraph separators.
+SEPARATORS = {
+    "\x00": ("\\x00", "\\u0000"),
+    "\x1b": ("\\x1b", "\\u001b"),
+    "\x7f": ("\\x7f", "\\u007f"),
+    "\x80": ("\\x80", "\\u0080"),
+    "\x85": ("\\x85", "\\u0085"),
+    "\x9b": ("\\x9b", "\\u009b"),
+    "\x9f": ("\\x9f", "\\u009f"),
+    "\u2028": ("\\u2028", "\\u2028"),
+    "\u2029": ("\\u2029", "\\u2029"),
+}
+
+
+@pytest.mark.parametrize("character", list(SEPARATORS), ids=[f"U+{ord(c):04X}" for c in SEPARATORS])
+def test_every_format_escapes_every_control_and_line_separator(character: str) -> None:
+    """A path carrying the character, in an access line of each format: written escaped (the
+    text format as Python writes it, JSON as \\uXXXX), so the line stays one line; JSON's read
+    back gives the client's text whole. Before: C1, U+0085, U+009B, U+2028 and U+2029 raw."""
+    text_escape, json_escape = SEPARATORS[character]
+    fields = {
+        "request_id": "abc",
+        "method": "GET",
+        "route": "unmatched",
+        "path": f"/x{character}y",
+        "status": 404,
+        "duration_ms": 0.25,
+        "bytes_in": 0,
+        "bytes_out": 9,
+        "reserved_bytes": 0,
+    }
+    record = logging.makeLogRecord(
+        {"name": "tensor_ops.access", "levelname": "INFO", "msg": "request", **fields}
+    )
+    text = TextFormatter().format(record)
+    assert f"GET /x{text_escape}y 404" in text, text
+    line = observability.json_line(0.0, "info", "tensor_ops.access", "request", fields)
+    assert f'"path":"/x{json_escape}y"' in line, line
+    for written in (text, line):
+        assert not any(char in written for char in SEPARATORS), repr(written)
+        assert written.splitlines() == [written]
+    assert json.loads(line)["path"] == f"/x{character}y"
+
+
 def test_a_bad_log_format_is_refused_in_one_line() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "app"],

@@ -19,6 +19,9 @@ from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from app.access import AccessControl
 from app.errors import Fault, ServiceError, fault_headers
+from app.grpc.answer import answer_limit
+from app.grpc.handlers import inference_handler
+from app.grpc.keys import admitted_key, route_keys
 from app.grpc.ports import (
     GrpcPortError,
     claimed,
@@ -27,18 +30,9 @@ from app.grpc.ports import (
     port_is_free,
     unbindable_message,
 )
-from app.grpc.service import (
-    AUTHORIZATION_KEY,
-    CODES,
-    SERVICE_NAME,
-    STREAM_METHOD,
-    CallNotes,
-    InferenceService,
-    Receiver,
-    answer_limit,
-    inference_handler,
-    metadata_value,
-)
+from app.grpc.receive import CallNotes, Receiver
+from app.grpc.service import InferenceService
+from app.grpc.status import CODES, SERVICE_NAME, STREAM_METHOD
 from app.pipeline.run import Pipeline
 from app.settings import Settings
 from app.v2.shared_memory import Regions
@@ -252,11 +246,11 @@ class HealthKeys(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         method = handler_call_details.method
-        if not method.startswith("/grpc.health.") or not self.access.grpc_needs_key(method):
+        keys = route_keys(self.access, method)
+        if not method.startswith("/grpc.health.") or keys is None:
             return await continuation(handler_call_details)
-        value, count = metadata_value(handler_call_details.invocation_metadata, AUTHORIZATION_KEY)
         try:
-            self.access.keys.admit_value(value, count)
+            admitted_key(keys, handler_call_details.invocation_metadata)
         except ServiceError as error:
             return _refusing(error, streams=method.endswith("/Watch"))
         return await continuation(handler_call_details)

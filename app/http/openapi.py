@@ -22,7 +22,8 @@ from app.http.body import too_large
 from app.http.errors import render_detail
 from app.http.op_routes import JSON_TYPE, JsonExchange, exchange_for_media, op_paths
 from app.http.schemas import SHARED_SCHEMAS, link_shared_schemas, request_model
-from app.http.v2 import INFER_PATH, V2Exchange
+from app.http.v2 import INFER_PATH
+from app.http.v2_exchange import V2Exchange
 from app.pipeline.admission import busy_error
 from app.pipeline.jobs import Limits
 from app.registry import REGISTRY, Op, every_version

@@ -19,7 +19,7 @@ from fastapi.responses import Response
 
 from app.codecs.json_body import JsonBody
 from app.codecs.json_tensors import decode_data
-from app.errors import Fault, ServiceError, from_wire, quote
+from app.errors import ClientKey, Fault, ServiceError, from_wire, quote
 from app.http.errors import ErrorBody, render_detail
 from app.http.op_routes import JSON_TYPE, NPZ_TYPE, JsonExchange, media_type
 from app.http.responses import serve_http
@@ -32,6 +32,7 @@ from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npz import inflated_size
 from tensor_ops_wire.verdict import (
     CHUNK_ELEMENTS,
+    TOLERANCE_KEYS,
     Tolerance,
     ToleranceError,
     compare,
@@ -98,7 +99,15 @@ def _tolerance(value: object, where: tuple[str, ...]) -> Tolerance:
     try:
         return parse_tolerance(value)
     except ToleranceError as error:
-        loc = (*where, *error.loc)  # a client's key is one element, dots and all
+        # A key of the service's stays a name; the client's own is one element however it is
+        # spelled (dots and all), and never logged.
+        loc = (
+            *where,
+            *(
+                part if part == "tolerance" or part in TOLERANCE_KEYS else ClientKey(part)
+                for part in error.loc
+            ),
+        )
         raise ServiceError(Fault.INVALID_FIELD, loc, error.message) from None
 
 
@@ -171,13 +180,15 @@ def _json_candidates(value: object) -> dict[str, npt.NDArray[Any]]:
             if unknown or "data" not in given:
                 raise ServiceError(
                     Fault.INVALID_FIELD,
-                    ("body", "outputs", name),
+                    ("body", "outputs", ClientKey(name)),
                     'an output given as an object is {"data": TENSOR, "dtype": NAME}',
                 )
             tensor, dtype = given["data"], given.get("dtype")
             if dtype is not None and not isinstance(dtype, str):
                 raise ServiceError(
-                    Fault.INVALID_FIELD, ("body", "outputs", name, "dtype"), "dtype is a name"
+                    Fault.INVALID_FIELD,
+                    ("body", "outputs", ClientKey(name), "dtype"),
+                    "dtype is a name",
                 )
         try:
             candidates[name], _ = decode_data(tensor, dtype)
@@ -185,7 +196,7 @@ def _json_candidates(value: object) -> dict[str, npt.NDArray[Any]]:
             for problem in error.problems:  # the candidate's place, not data's
                 rest = problem.loc[1:]
                 rest = rest[1:] if rest[:1] == ("data",) else rest
-                problem.loc = ("body", "outputs", name, *rest)
+                problem.loc = ("body", "outputs", ClientKey(name), *rest)
             raise
     return candidates
 

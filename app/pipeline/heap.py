@@ -5,7 +5,8 @@ the arenas (below ``MALLOC_MMAP_THRESHOLD_`` nothing is unmapped), so a worker t
 few large messages, or had a few stalled uploads cut off, kept them resident. ``malloc_trim``
 returns the free pages of every arena. It runs once a little after the call that freed them
 ended (gRPC frees a call's buffers as it tears the call down), in a thread, and at most once at
-a time; elsewhere than glibc it does nothing.
+a time (a call that ends while one is pending has one more after it); elsewhere than glibc it
+does nothing.
 """
 
 import asyncio
@@ -40,13 +41,22 @@ class HeapTrimmer:
 
     def __init__(self) -> None:
         self._pending = False
+        #: A call ended while a trim was pending: its memory may be freed after that trim
+        #: has run, so one more follows it.
+        self._again = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     def after_call(self, nbytes: int) -> None:
         """A call that held ``nbytes`` has ended (from its done callback, on the loop)."""
-        if _TRIM is None or nbytes < TRIM_FROM_BYTES or self._pending:
+        if _TRIM is None or nbytes < TRIM_FROM_BYTES:
             return
-        self._pending = True
+        if self._pending:
+            self._again = True
+            return
+        self._schedule()
+
+    def _schedule(self) -> None:
+        self._pending, self._again = True, False
         task = asyncio.get_running_loop().create_task(self._trim())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -56,5 +66,9 @@ class HeapTrimmer:
             await asyncio.sleep(_DELAY_SECONDS)
             if _TRIM is not None:
                 await asyncio.to_thread(_TRIM, 0)
-        finally:
-            self._pending = False
+        except BaseException:
+            self._pending = self._again = False  # the loop is ending: nothing more to trim
+            raise
+        self._pending = False
+        if self._again:
+            self._schedule()

@@ -65,8 +65,11 @@ class Pipeline:
         #: Triton's statistics of the requests this pipeline runs (app/pipeline/statistics.py).
         self.statistics = Statistics(settings.metrics_dir)
 
-    async def run(self, read: BodyReader, exchange: Exchange) -> tuple[Answer, Reservation]:
-        """The answer to one request, and the reservation the caller releases once it is sent.
+    async def run(
+        self, read: BodyReader, exchange: Exchange, reserved: Callable[[], None] | None = None
+    ) -> tuple[Answer, Reservation]:
+        """The answer to one request, and the reservation the caller releases once it is sent;
+        ``reserved`` is called once all the request will hold is reserved, before its work.
 
         Any failure releases the reservation and propagates (a ``ServiceError`` for the client's
         faults), for the transport to render. With tracing on, the stages are spans: "read",
@@ -106,6 +109,8 @@ class Pipeline:
             # The output and its encoding, and the kernel's own temporaries while it runs.
             compute = exchange.encoding_bytes(job) + job.workspace_bytes
             await reservation.grow_to(max(reservation.held, reservation.peak) + compute)
+            if reserved is not None:
+                reserved()
             answer = (
                 await run_sized(True, exchange.encode, job) if offload else exchange.encode(job)
             )

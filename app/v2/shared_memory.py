@@ -22,6 +22,11 @@ it is listed, used and unregistered only with that key; to any other it does not
 same answer as an unknown name), and another key may register a region of the same name. The
 objects a region may map can be restricted to names with a prefix
 (``TENSOR_OPS_SHARED_MEMORY_PREFIX``). CUDA shared memory is refused: the service has no GPU.
+
+Long (some 640 lines) because it is the one module that maps client memory: a region's life
+(registered, owned, mapped, closed when the last request's views go) and a request's places in
+it (read in place, written in place, checked after the work) hold the same mappings, and their
+rules (bounds, alignment, owners, the region cut short under a request) must be read together.
 """
 
 from __future__ import annotations

@@ -55,7 +55,9 @@ FIRST_LIMIT = 10
 EXTRA_LIMIT = 10
 #: What ``nan_payload`` and ``signed_zero`` may be.
 _IGNORE_OR_COMPARE = ("ignore", "compare")
-_TOLERANCE_KEYS = ("ulp", "atol", "rtol", "nan_payload", "signed_zero")
+#: The keys of a JSON ``tolerance``.
+TOLERANCE_KEYS = ("ulp", "atol", "rtol", "nan_payload", "signed_zero")
+_TOLERANCE_KEYS = TOLERANCE_KEYS
 #: Why an element differs, each mismatch counted under exactly one (shared/api.md section 10),
 #: tried in this order: the first that explains it is its cause.
 CAUSES = (

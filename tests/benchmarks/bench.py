@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from app.http.op_routes import JsonExchange, NpzExchange  # noqa: E402
-from app.http.v2 import V2Exchange  # noqa: E402
+from app.http.v2_exchange import V2Exchange  # noqa: E402
 from app.ops import gather, roll  # noqa: E402
 from app.pipeline.jobs import Limits  # noqa: E402
 from app.pipeline.run import Exchange  # noqa: E402

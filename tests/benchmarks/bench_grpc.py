@@ -64,7 +64,7 @@ from tritonclient.grpc import service_pb2
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from app.grpc.service import GrpcExchange  # noqa: E402
+from app.grpc.exchange import GrpcExchange  # noqa: E402
 from app.pipeline.jobs import Limits  # noqa: E402
 from app.settings import Settings  # noqa: E402
 from tensor_ops_client import TensorOpsClient  # noqa: E402
@@ -665,7 +665,7 @@ STAGE_GROUPS = [
     ("anchors", ["copyto", "fresh", "fresh_numpy", "kernel"]),
     ("tritonclient, per call", ["t_tobytes_real", "t_request", "t_serialise", "t_parse", "t_read"]),
     ("gRPC's Python layer, each side", ["g_send", "g_receive"]),
-    ("service (app/grpc/service.py)", ["s_prepare", "s_decode", "s_encode"]),
+    ("exchange (app/grpc/exchange.py)", ["s_prepare", "s_decode", "s_encode"]),
     ("echo (grpc_echo.py)", ["e_answer"]),
     ("what split_raw/join_raw avoid", ["p_in", "p_out"]),
 ]

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ def write_cases(folder: Path, count: int) -> None:
         output = np.roll(data, 1, axis=1)
         if number % 10 == 0:
             output.view(np.uint32)[1, 2] ^= 1
-        inputs = {"data": data, "shift": 1, "axes": 1}
+        inputs: dict[str, Any] = {"data": data, "shift": 1, "axes": 1}
         write_case(
             folder / f"{number // 1000:02d}" / f"{number:05d}.npz",
             "roll",

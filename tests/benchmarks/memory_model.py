@@ -61,7 +61,7 @@ import orjson  # noqa: E402
 
 from app.http.op_routes import JsonExchange, NpzExchange  # noqa: E402
 from app.http.responses import BuffersResponse  # noqa: E402
-from app.http.v2 import V2Exchange  # noqa: E402
+from app.http.v2_exchange import V2Exchange  # noqa: E402
 from app.ops.gather import _signed_indices  # noqa: E402
 from app.pipeline.admission import MemoryBudget, Reservation  # noqa: E402
 from app.pipeline.jobs import Job, Limits  # noqa: E402

@@ -47,12 +47,14 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TENSOR_OPS_GRPC_PORT", "0")
 
+import app.grpc.exchange  # noqa: E402
+import app.grpc.handlers  # noqa: E402
 import app.grpc.service  # noqa: E402
 import app.http.body  # noqa: E402
 import app.http.observer  # noqa: E402
 import app.http.op_routes  # noqa: E402
 import app.http.responses  # noqa: E402
-import app.http.v2  # noqa: E402
+import app.http.v2_exchange  # noqa: E402
 import app.observability  # noqa: E402
 import app.pipeline.jobs  # noqa: E402
 from app import tracing  # noqa: E402
@@ -110,13 +112,13 @@ def instrument() -> None:
     wrap(responses, "read_body", "read body")
     wrap(responses, "BuffersResponse", "response object")
     wrap(app.observability, "record", "request id, metrics, log line")
-    for module in (app.http.op_routes, app.http.v2, app.grpc.service):
+    for module in (app.http.op_routes, app.http.v2_exchange, app.grpc.exchange):
         wrap(module, "make_job", "spec checks, output sized (make_job)")
     wrap(app.pipeline.jobs.Job, "output", "kernel")
     for exchange in (
         app.http.op_routes.JsonExchange,
-        app.http.v2.V2Exchange,
-        app.grpc.service.GrpcExchange,
+        app.http.v2_exchange.V2Exchange,
+        app.grpc.exchange.GrpcExchange,
     ):
         wrap(exchange, "prepare", "envelope (prepare)")
         wrap(exchange, "decode", "decode and check inputs")
@@ -181,7 +183,7 @@ def grpc_call(service: Any) -> Callable[[], Awaitable[None]]:
         del tensor
         request.raw_input_contents.append(array.tobytes())
     message = request.SerializeToString()
-    handle = app.grpc.service.observed("ModelInfer", service.model_infer)
+    handle = app.grpc.handlers.observed("ModelInfer", service.model_infer)
 
     class Context:
         """What grpc.aio's servicer context gives the handler. ModelInfer is served as a

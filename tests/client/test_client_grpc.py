@@ -19,7 +19,7 @@ import numpy.typing as npt
 import pytest
 
 from app.errors import Fault
-from app.grpc.service import CODES
+from app.grpc.status import CODES
 from app.ops import gather, roll
 from tensor_ops_client import AsyncTensorOpsClient, TensorOpsClient, TensorOpsError, main
 from tensor_ops_client._grpc import rpc_failure

@@ -240,7 +240,7 @@ def test_no_case_found_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFi
 
 def _roll_case(folder: Path, name: str, output: Any = None, **extra: Any) -> Path:
     data = np.array([np.inf, 0.1, 1.0, 2.0], dtype=np.float64)
-    inputs = {"data": data, "shift": 1, "axes": 0}
+    inputs: dict[str, Any] = {"data": data, "shift": 1, "axes": 0}
     return write_case(
         folder / name, "roll", inputs, None if output is None else {"output": output}, **extra
     )

@@ -22,8 +22,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from app.codecs.grpc_tensors import packed_varints
 from app.errors import Fault
+from app.grpc.exchange import GrpcExchange
 from app.grpc.server import GrpcServer
-from app.grpc.service import CODES, SERVICE_NAME, GrpcExchange
+from app.grpc.status import CODES, SERVICE_NAME
 from app.main import create_app
 from app.metrics import REQUESTS
 from app.ops import gather, roll

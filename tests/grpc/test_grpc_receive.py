@@ -34,7 +34,7 @@ import numpy as np
 import orjson
 import pytest
 
-from app.grpc.service import message_coding
+from app.grpc.receive import message_coding
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.grpc_raw import RawConnection, deflated, framed, gzip_bomb, gzipped
 from tests.support import (

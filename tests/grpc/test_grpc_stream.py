@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from app.grpc.service import RECEIVE_COPIES
+from app.grpc.receive import RECEIVE_COPIES
 from app.main import create_app
 from app.pipeline.admission import MemoryBudget
 from app.registry import REGISTRY

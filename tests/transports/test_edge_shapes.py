@@ -210,7 +210,7 @@ def _grpc_message(op: Op, arrays: dict[str, Array], attributes: dict[str, Any]) 
         elif isinstance(value, int):
             message.parameters[name].int64_param = value
         else:
-            message.parameters[name].string_param = value
+            message.parameters[name].string_param = str(value)
     return message
 
 

@@ -25,7 +25,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from app.errors import ServiceError
-from app.http.v2 import V2Exchange
+from app.http.v2_exchange import V2Exchange
 from app.main import create_app
 from app.ops import gather, roll
 from app.pipeline.jobs import Limits

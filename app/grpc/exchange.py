@@ -1,0 +1,294 @@
+"""One ``ModelInfer`` message through the request pipeline (``GrpcExchange``): its raw contents
+split out of the received bytes without a copy, the rest parsed and decoded into a job, and
+the answer's bytes made (``answer.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from app.codecs.grpc_tensors import (
+    ARENA_BYTES_PER_ELEMENT,
+    can_be_typed,
+    decode_contents,
+    typed_bytes,
+    typed_wire_bytes,
+)
+from app.codecs.v2_tensors import decode_v2_binary, v2_datatype
+from app.errors import (
+    Fault,
+    ServiceError,
+    from_wire,
+)
+from app.grpc.answer import (
+    answer_limit,
+    raw_answer,
+    several_answer,
+    typed_answer,
+    wrapped,
+)
+from app.grpc.shared_memory import grpc_answer, raw_positions
+from app.grpc.status import unreadable
+from app.pipeline.jobs import Job, Limits, make_job
+from app.pipeline.run import Answer, Body
+from app.registry import Op, version_of
+from app.v2.rules import (
+    INPUT_EXTENSIONS,
+    OUTPUT_EXTENSIONS,
+    model,
+    op_attributes,
+    read_inputs,
+    refuse_extensions,
+    requested_outputs,
+    wants_binary,
+)
+from app.v2.shared_memory import (
+    INPUT_EXTENSIONS_ON,
+    OUTPUT_EXTENSIONS_ON,
+    SharedTensors,
+    decoded_checked,
+)
+from tensor_ops_wire.errors import TensorError
+from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
+from tensor_ops_wire.grpc_v2.framing import (
+    RAW_INPUT_FIELD,
+    FramingError,
+    entry,
+    split_raw,
+    split_raw_counted,
+)
+
+INPUTS_NUMBER = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["inputs"].number
+
+
+#: Messages up to this size are parsed by protobuf whole (their raw contents copied, a few
+#: bytes); larger ones have their raw contents split out as views first.
+_PARSED_WHOLE = 64 * 1024
+#: A typed message's arena and the arrays made from it, per byte of the message (see prepare).
+_TYPED_BYTES_PER_WIRE_BYTE = 2 * ARENA_BYTES_PER_ELEMENT + 1
+#: An entry at the top of a message (an input, an output, a parameter) parsed and read, as
+#: measured: an empty input tensor some 80 bytes in the arena and 380 as a Python object.
+_ENTRY_BYTES = 512
+
+
+def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A protobuf map of ``InferParameter`` as plain values (bool, int, str or float; None for
+    an unset one), for the protocol's rules to read as they read JSON's."""
+    values: dict[str, Any] = {}
+    if not parameters:
+        return values
+    for name, parameter in parameters.items():
+        choice = parameter.WhichOneof("parameter_choice")
+        values[name] = None if choice is None else getattr(parameter, choice)
+    return values
+
+
+class GrpcExchange:
+    """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
+
+    def __init__(self, shared: SharedTensors | None = None, stream: bool = False) -> None:
+        #: A message of a ``ModelStreamInfer`` stream: its answer is written wrapped in a
+        #: ``ModelStreamInferResponse``, in the same single copy as the output's.
+        self.stream = stream
+        self.head = b""
+        #: The raw contents as views of the message; None: left in the parsed message.
+        self.raw: list[memoryview] | None = None
+        self.request = pb.ModelInferRequest()
+        self.raw_output = True
+        #: Tensors in shared memory (None: the extension is off).
+        self.shared = shared
+        self.shared_output = False
+        #: The outputs the message names, of an op of several (None: all of them).
+        self.requested: frozenset[str] | None = None
+
+    @property
+    def op(self) -> Op | None:
+        """The model the message names, once it has been parsed and if it is served (for the
+        statistics of a request refused after that)."""
+        request = self.request
+        return version_of(request.model_name, request.model_version)
+
+    def prepare(self, body: Body) -> int:
+        entries = 0
+        if len(body) <= _PARSED_WHOLE:
+            # Small: protobuf parses it all, faster than the split's walk in Python (its
+            # entries cost at most the model's slack: 32 Ki of two bytes, 16 MiB).
+            self.head = bytes(body)
+        else:
+            try:
+                self.head, self.raw, entries = split_raw_counted(body, RAW_INPUT_FIELD)
+            except FramingError as error:
+                raise unreadable(str(error)) from None
+        # The head holds names, shapes and parameters, and typed contents when there are any:
+        # parsed, each element takes up to 8 bytes of protobuf's arena for each byte (at least)
+        # on the wire, and as much again as an array. Each top-level entry (an input, an
+        # output, a parameter) is a message of its own, and a Python object when read.
+        return _TYPED_BYTES_PER_WIRE_BYTE * len(self.head) + _ENTRY_BYTES * entries
+
+    def decode(self, limits: Limits) -> Job:
+        return decoded_checked(self.shared, lambda: self._decode(limits))
+
+    def _decode(self, limits: Limits) -> Job:
+        try:
+            request = pb.ModelInferRequest.FromString(self.head)
+        except DecodeError as error:
+            reason = str(error)
+            try:  # the framing's own words, when that is what is wrong
+                split_raw(self.head, RAW_INPUT_FIELD)
+            except FramingError as framing:
+                reason = str(framing)
+            raise unreadable(reason) from None
+        if self.raw is None:
+            self.raw = [memoryview(item) for item in request.raw_input_contents]
+        self.request = request
+        op = model(request.model_name, request.model_version or None)
+        parameters = parameter_values(request.parameters)
+        # Lazily: a message may name an output a million times, each read and let go.
+        outputs = ((item.name, parameter_values(item.parameters)) for item in request.outputs)
+        shared = self.shared
+        extensions = OUTPUT_EXTENSIONS if shared is None else OUTPUT_EXTENSIONS_ON
+        self.raw_output = wants_binary(
+            parameters, outputs, default=True, extensions=extensions, op=op
+        )
+        arrays = self._inputs(request, op, limits)
+        job = make_job(op, arrays, op_attributes(op, parameters), limits)
+        self.requested = requested_outputs(job, (item.name for item in request.outputs))
+        if shared is not None and shared.place_output(
+            ((item.name, parameter_values(item.parameters)) for item in request.outputs), job
+        ):
+            self.shared_output = True  # written into the client's region, not sent
+        else:
+            self._refuse_what_cannot_be_sent(job, limits)
+        return job
+
+    def _inputs(self, request: Any, op: Op, limits: Limits) -> dict[str, Any]:
+        raw = self.raw or []
+        shared = self.shared
+        # Inputs in shared memory have no raw contents: the others' entries, in order.
+        positions = None if shared is None else raw_positions(request.inputs)
+        carried = (
+            len(request.inputs) if positions is None else len(positions) - positions.count(None)
+        )
+        if raw and len(raw) != carried:
+            raise ServiceError(
+                Fault.TENSOR_DECODE,
+                ("body", "raw_input_contents"),
+                f"raw_input_contents has {len(raw)} entries for {carried} inputs"
+                f"{'' if positions is None else ' not in shared memory'}: "
+                "give one for every input, in order, or none and each input's contents",
+            )
+        head = self.head
+        extensions = INPUT_EXTENSIONS if shared is None else INPUT_EXTENSIONS_ON
+
+        def check(item: Any) -> None:
+            refuse_extensions(
+                parameter_values(item.parameters),
+                extensions,
+                ("body", item.name, "parameters"),
+                "send the tensor in the request, in raw_input_contents or in contents",
+            )
+            if min(item.shape, default=0) < 0:
+                raise ServiceError(
+                    Fault.INVALID_FIELD,
+                    ("body", item.name, "shape"),
+                    f"dimensions must be non-negative integers, got {min(item.shape)}",
+                )
+
+        def decode(index: int, item: Any) -> Any:
+            shape = list(item.shape)
+            if positions is not None:
+                position = positions[index]
+                if position is None:
+                    assert shared is not None
+                    in_contents = "contents" if item.contents.ByteSize() else None
+                    return shared.input(
+                        item.name,
+                        parameter_values(item.parameters),
+                        shape,
+                        item.datatype,
+                        in_contents,
+                    )
+                index = position
+            try:
+                if raw:
+                    if item.contents.ByteSize():
+                        raise ServiceError(
+                            Fault.TENSOR_DECODE,
+                            ("body", item.name),
+                            "has both contents and an entry in raw_input_contents; give one",
+                        )
+                    return decode_v2_binary(raw[index], shape, item.datatype, "its raw contents")
+                wire = entry(head, INPUTS_NUMBER, index)
+                return decode_contents(item.contents, shape, item.datatype, wire)
+            except TensorError as error:
+                raise from_wire(error, item.name) from None
+
+        return read_inputs(
+            op,
+            request.inputs,
+            limits,
+            check=check,
+            decode=decode,
+        )
+
+    def let_go(self) -> None:
+        """Drop the message (its bytes, the views of them, what was parsed of it): a stream's
+        message is done with once answered or refused, whatever still holds this exchange."""
+        self.head, self.raw, self.request = b"", None, pb.ModelInferRequest()
+
+    def encoding_bytes(self, job: Job) -> int:
+        # The inputs and output in shared memory are the client's: only copies count.
+        copied = 0 if self.shared is None else self.shared.copied_bytes
+        if self.shared_output:
+            return copied
+        if self._raw_output(job):
+            # The output array, then the message it is joined into (one copy, wrapped or not).
+            return 2 * job.output_bytes + copied
+        typed = typed_bytes(job.sizing_dtype, job.output_count)
+        # A stream's typed answer is copied once more into its wrapper.
+        return job.output_bytes + (2 if self.stream else 1) * typed + copied
+
+    def _refuse_what_cannot_be_sent(self, job: Job, limits: Limits) -> None:
+        """413 before any work for an answer over the send limit: typed contents take up to
+        ten bytes an element (a negative INT8 too), and the request's id is echoed."""
+        raw = self._raw_output(job)
+        output = job.output_bytes if raw else typed_wire_bytes(job.sizing_dtype, job.output_count)
+        # Names, datatype, a shape of up to 64 dimensions and framing: under 4 KiB, and the id.
+        answer = output + len(self.request.id.encode()) + 4096
+        limit = answer_limit(limits.max_output_bytes)
+        if answer <= limit:
+            return
+        form = "raw contents" if raw else "typed contents (up to 10 bytes an element)"
+        advice = "" if raw else "; ask for raw contents (the parameter binary_data_output true)"
+        raise ServiceError(
+            Fault.TOO_LARGE,
+            ("body",),
+            f"the answer would take up to {answer} bytes as {form}, above the {limit} bytes a "
+            f"gRPC answer may take here (TENSOR_OPS_MAX_OUTPUT_BYTES and 1 MiB for its head, "
+            f"at most 2 GiB){advice}",
+        )
+
+    def _raw_output(self, job: Job) -> bool:
+        return self.raw_output or not can_be_typed(job.output_dtype)
+
+    def encode(self, job: Job) -> Answer:
+        answer = self._encode(job)
+        if self.shared is not None:
+            self.shared.verify()  # no object of the request cut short while it ran
+        return answer
+
+    def _encode(self, job: Job) -> Answer:
+        request_id = self.request.id
+        if self.shared_output:
+            assert self.shared is not None
+            return wrapped(grpc_answer(job, request_id, self.shared), self.stream)
+        datatype = v2_datatype(job.output_dtype)
+        raw = self._raw_output(job)
+        if job.split is not None:
+            answer = several_answer(job, datatype, request_id, self.requested, raw)
+            return wrapped(answer, self.stream)
+        if raw:
+            return raw_answer(job, datatype, request_id, self.stream)
+        return wrapped(typed_answer(job, datatype, request_id), self.stream)
