@@ -55,7 +55,7 @@ FROM python:3.11.7-slim-bookworm
 # LICENSE's, as in both distributions' metadata.
 LABEL org.opencontainers.image.title="tensor-ops" \
       org.opencontainers.image.description="OpenVINO's movement ops over HTTP, KServe V2 and gRPC" \
-      org.opencontainers.image.version="0.3.0" \
+      org.opencontainers.image.version="0.4.0" \
       org.opencontainers.image.licenses="Apache-2.0"
 
 # MALLOC_ARENA_MAX: the worker threads share two malloc arenas instead of one each, so memory
