@@ -91,11 +91,11 @@ def _differences(op: Any) -> list[str]:
     found = [op.description]
     mine = {item.name: item for item in op.inputs}
     theirs = {item.name: item for item in newest.inputs}
-    for name in theirs.keys() - mine.keys():
+    for name in sorted(theirs.keys() - mine.keys()):
         found.append(f"No input `{name}`.")
-    for name in mine.keys() - theirs.keys():
+    for name in sorted(mine.keys() - theirs.keys()):
         found.append(f"An input `{name}` the newest has not.")
-    for name in mine.keys() & theirs.keys():
+    for name in [name for name in mine if name in theirs]:
         if mine[name].element_types != theirs[name].element_types:
             found.append(f"`{name}`: {mine[name].type_words} (newest: {theirs[name].type_words}).")
         if mine[name].constraint != theirs[name].constraint:

@@ -134,10 +134,18 @@ def test_each_version_lists_its_breaking_changes_first() -> None:
 
 
 def test_the_release_tells_of_tracing_moving_to_an_extra_as_breaking() -> None:
-    text: Any = releases()[0][2]
+    # 0.3.0 moved tracing to an extra; its section says so under its breaking changes.
+    text: Any = next(body for version, _, body in releases() if version == "0.3.0")
     breaking = text.split("### ", 2)[1]
     assert breaking.startswith("Breaking changes")
     assert "tensor-ops[tracing]" in breaking
+
+
+def test_the_release_tells_first_what_version_1_of_gather_and_pad_means_now() -> None:
+    # Issue 44: the versions change what "1" means; the release says so first, and how to move.
+    text: Any = releases()[0][2]
+    first = text.split("### ", 2)[1].split("\n- ", 2)[1]
+    assert "Gather-1" in first and "Pad-1" in first and "send no version" in first
 
 
 def test_the_changelog_leaves_engineering_figures_to_the_benchmarks_page() -> None:

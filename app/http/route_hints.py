@@ -8,6 +8,7 @@ named without a word here.
 """
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 
 import orjson
@@ -61,10 +62,18 @@ def _what_to_send(route: APIRoute) -> str:
 
 def _listing(routes: Sequence[APIRoute]) -> str:
     outside = [r for r in routes if not r.path_format.startswith(V2_PREFIX)]
-    entries = [f"{' '.join(_methods(r))} {r.path_format}" for r in outside]
+    # An op's version routes are told once, as a pattern, not one by one.
+    versioned = [r for r in outside if _VERSIONED.fullmatch(r.path_format)]
+    entries = [f"{' '.join(_methods(r))} {r.path_format}" for r in outside if r not in versioned]
+    if versioned:
+        entries.append("POST /<op>/v<N> for version N of an op")
     if len(outside) < len(routes):
         entries.append(f"KServe V2 under {V2_PREFIX}/ (GET {V2_PREFIX} for the server's metadata)")
     return ", ".join(entries)
+
+
+#: An op's route at one of its versions: ``/gather/v7``.
+_VERSIONED = re.compile(r"/[a-z0-9_]+/v[0-9]+")
 
 
 def _nearest(path: str, routes: Sequence[APIRoute]) -> APIRoute | None:

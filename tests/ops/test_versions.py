@@ -35,9 +35,11 @@ def refusal(spec: str, arrays: dict[str, Any], attributes: dict[str, Any] | None
 
 def test_the_versions_served() -> None:
     assert {name: list(versions(name)) for name in OLDER} == {
+        "broadcast": [1, 3],
         "gather": [1, 7, 8],
         "gather_nd": [5, 8],
         "pad": [1, 12],
+        "scatter_elements_update": [3, 12],
         "scatter_nd_update": [3, 15],
     }
     for name, older in OLDER.items():

@@ -191,20 +191,7 @@ def test_every_op_has_cases_and_its_edges_where_it_takes_them() -> None:
     assert {"roll", "concat", "tile", "transpose", "reverse"} <= empty
 
 
-@pytest.mark.parametrize(
-    "op_name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True, reason="issue 42.8: Pad-12 of a rank-0 tensor fails in its kernel"
-            ),
-        )
-        if name == "pad"
-        else name
-        for name in REGISTRY
-    ],
-)
+@pytest.mark.parametrize("op_name", list(REGISTRY))
 def test_no_case_the_op_admits_fails_in_its_computation(op_name: str) -> None:
     assert [case for op, case in CRASHED if op == op_name] == []
 
