@@ -155,15 +155,31 @@ def edge_values(dtype: np.dtype[Any]) -> list[Any]:
     bits: dict[str, tuple[type, list[int]]] = {
         "float64": (
             np.uint64,
-            [0x7FF8000000000123, 0x7FF0000000000123, 0x8000000000000000, 0x7FF0000000000000,
-             0xFFF0000000000000, 0x0000000000000001, 0x7E37E43C8800759C, 0x3FB999999999999A,
-             0x7FEFFFFFFFFFFFFF],
-        ),  # qNaN, sNaN, -0.0, inf, -inf, smallest subnormal, 1e300, 0.1, max  # fmt: skip
+            [
+                0x7FF8000000000123,
+                0x7FF0000000000123,
+                0x8000000000000000,
+                0x7FF0000000000000,
+                0xFFF0000000000000,
+                0x0000000000000001,
+                0x7E37E43C8800759C,
+                0x3FB999999999999A,
+                0x7FEFFFFFFFFFFFFF,
+            ],
+        ),  # qNaN, sNaN, -0.0, inf, -inf, smallest subnormal, 1e300, 0.1, max
         "float32": (
             np.uint32,
-            [0x7FC00123, 0x7F800123, 0x80000000, 0x7F800000, 0xFF800000, 0x00000001,
-             0x3DCCCCCD, 0x7F7FFFFF],
-        ),  # fmt: skip
+            [
+                0x7FC00123,
+                0x7F800123,
+                0x80000000,
+                0x7F800000,
+                0xFF800000,
+                0x00000001,
+                0x3DCCCCCD,
+                0x7F7FFFFF,
+            ],
+        ),
         "float16": (np.uint16, [0x7E01, 0x7C01, 0x8000, 0x7C00, 0xFC00, 0x0001, 0x2E66, 0x7BFF]),
         "bfloat16": (np.uint16, [0x7FC1, 0x7F81, 0x8000, 0x7F80, 0xFF80, 0x0001, 0x3DCD, 0x7F7F]),
     }
@@ -199,6 +215,41 @@ def _decoded(value: Any) -> npt.NDArray[Any]:
     return np.asarray(value)
 
 
+def _base(key: str) -> str:
+    """An input's declared name: a variadic one is sent as <name>_0, <name>_1, ..."""
+    stem = key.rstrip("0123456789")
+    return stem.removesuffix("_") if stem != key and stem.endswith("_") else key
+
+
+def _request_case(
+    request: Mapping[str, Any],
+    inputs: set[str],
+    like_data: Sequence[str],
+    dtype: str,
+    op: str,
+    seed: int,
+) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
+    """An example request's arrays and attributes: its data-like inputs cast to ``dtype`` (and
+    given edge values where the op only moves data), its integer index inputs as int64."""
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    attributes: dict[str, Any] = {}
+    for key, value in request.items():
+        if key == "dtype":
+            continue
+        if key in inputs or _base(key) in inputs:
+            arrays[key] = _decoded(value)
+        else:
+            attributes[key] = value
+    moves = op not in _COMPARES_VALUES and attributes.get("reduction", "none") == "none"
+    for key, array in arrays.items():
+        if _base(key) in like_data:
+            cast = array.astype(dtype)
+            arrays[key] = with_edge_values(cast, seed) if moves else cast
+        elif array.dtype.kind in "iu":
+            arrays[key] = array.astype(np.int64)
+    return arrays, attributes
+
+
 def make_cases(
     info: Mapping[str, Any],
     openapi: Mapping[str, Any],
@@ -231,29 +282,10 @@ def make_cases(
             )
             examples = list(content.get("examples", {}).values())
             for dtype in dtypes:
-                made = 0
-                for number, example in enumerate(examples):
-                    if per_op is not None and made >= per_op:
-                        break
-                    request = example["value"]
-                    arrays: dict[str, npt.NDArray[Any]] = {}
-                    attributes: dict[str, Any] = {}
-                    for key, value in request.items():
-                        if key == "dtype":
-                            continue
-                        if key in inputs or key.rstrip("0123456789").endswith("_"):
-                            arrays[key] = _decoded(value)
-                        else:
-                            attributes[key] = value
-                    moves = name not in _COMPARES_VALUES and attributes.get(
-                        "reduction", "none"
-                    ) in ("none", None)
-                    for key in arrays:
-                        if key in like_data:
-                            cast = arrays[key].astype(dtype)
-                            arrays[key] = with_edge_values(cast, seed + number) if moves else cast
-                        elif arrays[key].dtype.kind in "iu":
-                            arrays[key] = arrays[key].astype(np.int64)
+                for number, example in enumerate(examples[:per_op]):
+                    arrays, attributes = _request_case(
+                        example["value"], inputs, like_data, dtype, name, seed + number
+                    )
                     yield ConformCase(
                         op=name,
                         version=served,
@@ -261,11 +293,10 @@ def make_cases(
                         dtype=dtype,
                         inputs=arrays,
                         attributes=attributes,
-                        like_data=like_data,
+                        like_data=tuple(key for key in arrays if _base(key) in like_data),
                         model_attributes={**defaults, **attributes},
                         path=Path(name) / f"v{served}" / f"{dtype}-{number}.npz",
                     )
-                    made += 1
 
 
 # ---- the child process: OpenVINO ------------------------------------------------------------
@@ -331,7 +362,7 @@ def _child(cases: list[ConformCase], device: str, answers: Any) -> None:
         answers.put((index, "started", None))
         try:
             answers.put((index, "outputs", run_case(case, device, core)))
-        except Exception as error:  # noqa: BLE001 - any refusal is the device's, recorded
+        except Exception as error:
             answers.put((index, "error", f"{type(error).__name__}: {error}".strip()))
 
 

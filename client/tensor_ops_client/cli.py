@@ -21,9 +21,9 @@ from tensor_ops_client._cli_io import (
     write_npz,
     write_output,
 )
+from tensor_ops_client._conform import add_conform_command, run_conform
 from tensor_ops_client._core import TRANSPORTS
 from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
-from tensor_ops_client._conform import add_conform_command, run_conform
 from tensor_ops_client._verify_command import add_verify_command, run_verify
 from tensor_ops_client._version import __version__
 from tensor_ops_client.client import (

@@ -124,7 +124,9 @@ def test_cpu_plugin_classes_are_named(
     rows = {(row["op"], row["version"], row["dtype"]): row for row in document["summary"]}
     for (op, version, dtype), row in rows.items():
         count = sum(
-            1 for c in document["cases"] if (c["op"], c["version"], c["dtype"]) == (op, version, dtype)
+            1
+            for c in document["cases"]
+            if (c["op"], c["version"], c["dtype"]) == (op, version, dtype)
         )
         assert row["not_equal"] == count
         assert row["equal"] == row["waived"] == row["refused"] == row["device_failed"] == 0
