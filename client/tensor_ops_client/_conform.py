@@ -245,7 +245,8 @@ def _request_case(
         if _base(key) in like_data:
             cast = array.astype(dtype)
             arrays[key] = with_edge_values(cast, seed) if moves else cast
-        elif array.dtype.kind in "iu":
+        elif array.dtype.kind != "b":
+            # Index-like: integers (an empty JSON list decodes as float64).
             arrays[key] = array.astype(np.int64)
     return arrays, attributes
 
@@ -303,8 +304,8 @@ def make_cases(
 
 
 def _node(case: ConformCase, parameters: list[Any]) -> Any:
-    """The op at its version: NodeFactory of the first opset from the version upward whose
-    node of that name is that version."""
+    """The op at its version: NodeFactory of the first opset from the version upward that
+    makes a node of that name."""
     import openvino as ov  # noqa: PLC0415
     from openvino.utils.node_factory import NodeFactory  # noqa: PLC0415
 
@@ -316,24 +317,24 @@ def _node(case: ConformCase, parameters: list[Any]) -> Any:
             arguments.append(parameter.output(0))
         else:
             arguments.append(ov.op.Constant(array).output(0))
-    wanted = f"opset{case.version}"
     problem = f"no opset holds {case.type_name}-{case.version}"
     attributes = {
         key: list(value) if isinstance(value, tuple) else value
         for key, value in case.model_attributes.items()
     }
+    # An op's version is the opset it first appeared in, or (ScatterNDUpdate-3, listed from
+    # opset4) a later one: the first opset from the version upward that makes it holds it.
     for number in range(int(case.version), 100):
         try:
             factory = NodeFactory(f"opset{number}")
         except (RuntimeError, ValueError):
             break
         try:
-            node = factory.create(case.type_name, arguments, attributes)
+            return factory.create(case.type_name, arguments, attributes)
         except (RuntimeError, ValueError, TypeError) as error:
             problem = f"{case.type_name}-{case.version}: {error}"
-            continue
-        if node.get_type_info().version_id == wanted:
-            return node
+            if "Couldn't create operation" not in str(error):
+                break  # the opset holds it and refused the node: no later version instead
     raise RuntimeError(problem)
 
 
@@ -406,6 +407,8 @@ def run_batch(cases: list[ConformCase], device: str, timeout: float) -> None:
         if child.is_alive():
             child.kill()
             child.join()
+        answers.close()
+        answers.join_thread()
         start = done_to
 
 

@@ -423,7 +423,7 @@ def judge_cases(
     judge: Any,
     found: Sequence[tuple[Path, str]],
     tolerance: Any,
-    waivers: Sequence[Waiver],
+    waivers: list[Waiver],
     keep: Callable[[Case], bool] = lambda case: True,
     jobs: int = DEFAULT_JOBS,
     show: bool = False,
