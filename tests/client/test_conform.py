@@ -9,9 +9,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 
+from app.registry import REGISTRY
 from tensor_ops_client import read_case
 from tensor_ops_client._conform import INSTALL, edge_values, make_cases
 from tensor_ops_client.cli import main
@@ -32,6 +34,17 @@ def test_without_openvino_one_line_says_how_to_install(
     assert "pip install 'tensor-ops-client[openvino]'" in captured.err
     assert captured.out == ""
     assert not (tmp_path / "cases").exists()
+
+
+@pytest.mark.anyio
+async def test_info_names_the_inputs_typed_as_the_data(client: httpx.AsyncClient) -> None:
+    # conform makes these a model's Parameters, every other input a Constant.
+    details = (await client.get("/info")).json()["op_details"]
+    for op in REGISTRY.values():
+        expected = [item.name for item in op.inputs if item.like_data]
+        assert details[op.name]["like_data"] == expected, op.name
+    assert details["pad"]["like_data"] == ["data", "pad_value"]
+    assert details["roll"]["like_data"] == ["data"]
 
 
 def test_the_openvino_extra_has_a_lower_bound_only() -> None:
