@@ -18,7 +18,6 @@ as ``tensor-ops verify`` judges it, with its reports and exit statuses.
 import argparse
 import json
 import multiprocessing
-import queue
 import sys
 import time
 from collections import Counter
@@ -355,45 +354,63 @@ def run_case(case: ConformCase, device: str, core: Any) -> dict[str, npt.NDArray
 
 
 def _child(cases: list[ConformCase], device: str, answers: Any) -> None:
-    """Runs in the child: each case's outputs, or its error's words, one message a case."""
+    """Runs in the child: each case's outputs, or its error's words, one message a case, sent
+    on the pipe ``answers`` (written at once: a crash loses nothing already sent)."""
     import openvino as ov  # noqa: PLC0415
 
     core = ov.Core()
     for index, case in enumerate(cases):
-        answers.put((index, "started", None))
+        answers.send((index, "started", None))
         try:
-            answers.put((index, "outputs", run_case(case, device, core)))
+            answers.send((index, "outputs", run_case(case, device, core)))
         except Exception as error:
-            answers.put((index, "error", f"{type(error).__name__}: {error}".strip()))
+            answers.send((index, "error", f"{type(error).__name__}: {error}".strip()))
 
 
-def run_batch(cases: list[ConformCase], device: str, timeout: float) -> None:
+def _message(reader: Any, wait: float) -> tuple[int, str, Any] | None:
+    """The child's next message within ``wait`` seconds; None when none came; EOFError when
+    the child is gone (it held the only writer)."""
+    if not reader.poll(wait):
+        return None
+    message: tuple[int, str, Any] = reader.recv()
+    return message
+
+
+def run_batch(
+    cases: list[ConformCase],
+    device: str,
+    timeout: float,
+    child_main: Callable[[list[ConformCase], str, Any], None] = _child,
+) -> None:
     """Run one op's cases in child processes, filling each case's outputs or device_error: a
     child that dies leaves its case a crash and a new one resumes after it; a case that does
-    not finish within ``timeout`` seconds is hanged."""
+    not finish within ``timeout`` seconds is hanged. ``child_main`` is what a child runs
+    (``_child``; a module-level function, for spawn imports it by name)."""
     context = multiprocessing.get_context("spawn")
     start = 0
     while start < len(cases):
-        answers = context.Queue()
-        child = context.Process(target=_child, args=(cases[start:], device, answers))
+        reader, writer = context.Pipe(duplex=False)
+        child = context.Process(target=child_main, args=(cases[start:], device, writer))
         child.start()
-        current = start
-        done_to = start
-        deadline = time.monotonic() + timeout * 4  # the first also starts OpenVINO
+        writer.close()  # the child's copy is the only one left: its end is the reader's EOF
+        current = done_to = start
+        deadline = time.monotonic() + timeout * 4  # the first case also starts OpenVINO
         while done_to < len(cases):
             try:
-                index, kind, value = answers.get(timeout=0.5)
-            except queue.Empty:
-                if not child.is_alive():
-                    cases[current].device_error = f"crashed (exit code {child.exitcode})"
-                    done_to = current + 1
-                    break
+                message = _message(reader, 0.5)
+            except (EOFError, OSError):
+                child.join(5)
+                cases[current].device_error = f"crashed (exit code {child.exitcode})"
+                done_to = current + 1
+                break
+            if message is None:
                 if time.monotonic() > deadline:
                     child.kill()
                     cases[current].device_error = f"{HANGED}no answer within {timeout:g} s"
                     done_to = current + 1
                     break
                 continue
+            index, kind, value = message
             current = start + index
             if kind == "started":
                 deadline = time.monotonic() + timeout
@@ -403,12 +420,11 @@ def run_batch(cases: list[ConformCase], device: str, timeout: float) -> None:
             else:
                 cases[current].device_error = value
                 done_to = current + 1
+        reader.close()
         child.join(5)
         if child.is_alive():
             child.kill()
             child.join()
-        answers.close()
-        answers.join_thread()
         start = done_to
 
 
@@ -419,7 +435,7 @@ def _service_documents(client: Any) -> tuple[Any, Any]:
     """``GET /info`` and ``GET /openapi.json``, through the client's own HTTP connection (its
     address, key and TLS settings)."""
     info = client.info()
-    response = client._http.get("/openapi.json")
+    response = client._http.get("/openapi.json", headers=client._auth)
     response.raise_for_status()
     return info, response.json()
 

@@ -15,8 +15,16 @@ import pytest
 
 from app.registry import REGISTRY
 from tensor_ops_client import read_case
-from tensor_ops_client._conform import INSTALL, edge_values, make_cases
+from tensor_ops_client._conform import (
+    HANGED,
+    INSTALL,
+    ConformCase,
+    edge_values,
+    make_cases,
+    run_batch,
+)
 from tensor_ops_client.cli import main
+from tests.client.conform_children import crash_or_hang
 from tests.support import launch_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,6 +97,22 @@ def test_cases_cast_data_to_edge_values_and_keep_the_indices() -> None:
         assert case.inputs["shift"].dtype == np.int64
         assert case.type_name == "Roll" and case.version == "7"
     assert any(value > 2**32 for value in edge_values(np.dtype(np.uint64)))
+
+
+def test_a_crash_and_a_hang_are_recorded_and_the_batch_resumes() -> None:
+    data = {"data": np.zeros(2, np.float32)}
+    cases = [
+        ConformCase(op, "1", "Op", "float32", data, {}, ("data",))
+        for op in ("fine", "crash", "hang", "fine")
+    ]
+    run_batch(cases, "CPU", timeout=2, child_main=crash_or_hang)
+    # The first child ran all four from the start; the third, started after the hang, one.
+    assert cases[0].outputs is not None and cases[0].outputs["output"].tolist() == [4]
+    assert cases[0].device_error is None
+    assert cases[1].outputs is None and cases[1].device_error == "crashed (exit code 3)"
+    assert cases[2].outputs is None
+    assert cases[2].device_error == f"{HANGED}no answer within 2 s"
+    assert cases[3].outputs is not None and cases[3].outputs["output"].tolist() == [1]
 
 
 @pytest.fixture(scope="module")
