@@ -102,7 +102,8 @@ def op_details(op: Op) -> dict[str, Any]:
     spec, inputs, attribute defaults), where it has any: its ``optional`` inputs, its
     ``variadic`` one (sent as ``<name>_0``, ``<name>_1``, ...), its ``required`` attributes
     (which have no default), an enumeration's ``choices``, the ``outputs`` of an op of several, and
-    the inputs that are 1D tensors (``ranks``)."""
+    the inputs that are 1D tensors (``ranks``), and the inputs typed as the data
+    (``like_data``: what a device model takes at run time, the others being index-like)."""
     described: dict[str, Any] = {}
     optional = [item.name for item in op.inputs if item.optional]
     if optional:
@@ -122,6 +123,10 @@ def op_details(op: Op) -> dict[str, Any]:
     ranks = {item.name: item.rank for item in op.inputs if item.rank == "1"}
     if ranks:
         described["ranks"] = ranks
+    # tensor-ops conform makes these a model's Parameters and the index-like ones Constants.
+    like_data = [item.name for item in op.inputs if item.like_data]
+    if like_data:
+        described["like_data"] = like_data
     return described
 
 

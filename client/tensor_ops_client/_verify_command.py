@@ -412,13 +412,29 @@ def run_verify(args: argparse.Namespace, make_client: Callable[[argparse.Namespa
     else:
         judge = make_client(args)
     show = args.progress if args.progress is not None else sys.stderr.isatty()
-    keep = _filter(args)
     started = time.perf_counter()
+    outcomes = judge_cases(judge, found, tolerance, waivers, _filter(args), args.jobs, show)
+    return report_outcomes(
+        outcomes, time.perf_counter() - started, waivers, args.junit, args.markdown
+    )
+
+
+def judge_cases(
+    judge: Any,
+    found: Sequence[tuple[Path, str]],
+    tolerance: Any,
+    waivers: list[Waiver],
+    keep: Callable[[Case], bool] = lambda case: True,
+    jobs: int = DEFAULT_JOBS,
+    show: bool = False,
+) -> list[Outcome]:
+    """Each case file found judged by ``judge`` (a client, or ``LocalJudge``), ``jobs`` at a
+    time, the waivers applied: the outcomes, in the order found (``tensor-ops conform`` too)."""
     outcomes: list[Outcome] = []
     with (
         judge as client,
         _progress(show, len(found)) as advance,
-        ThreadPoolExecutor(max_workers=args.jobs) as pool,
+        ThreadPoolExecutor(max_workers=jobs) as pool,
     ):
         futures = [
             pool.submit(verify_one, client, path, name, tolerance, keep) for path, name in found
@@ -435,12 +451,22 @@ def run_verify(args: argparse.Namespace, make_client: Callable[[argparse.Namespa
                     outcome.outcome, outcome.reasons = "waived", reasons
             advance(outcome)
             outcomes.append(outcome)
-    elapsed = time.perf_counter() - started
+    return outcomes
+
+
+def report_outcomes(
+    outcomes: Sequence[Outcome],
+    elapsed: float,
+    waivers: Sequence[Waiver],
+    junit: str | None,
+    markdown_file: str | None,
+) -> int:
+    """The summary on stdout, the JUnit and Markdown files when asked: the exit status."""
     stale = [waiver.words() for waiver in waivers if not waiver.matched]
     print_report(outcomes, elapsed, stale, sys.stdout)
     status = exit_status(outcomes)
-    if args.junit is not None:
-        write_junit(outcomes, elapsed, Path(args.junit))
-    if args.markdown is not None:
-        Path(args.markdown).write_text(markdown(outcomes, elapsed, stale, status == OK))
+    if junit is not None:
+        write_junit(outcomes, elapsed, Path(junit))
+    if markdown_file is not None:
+        Path(markdown_file).write_text(markdown(outcomes, elapsed, stale, status == OK))
     return status

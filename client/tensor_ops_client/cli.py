@@ -21,6 +21,7 @@ from tensor_ops_client._cli_io import (
     write_npz,
     write_output,
 )
+from tensor_ops_client._conform import add_conform_command, run_conform
 from tensor_ops_client._core import TRANSPORTS
 from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
 from tensor_ops_client._verify_command import add_verify_command, run_verify
@@ -332,6 +333,7 @@ def build_parser(ops: Sequence[OpSpec] = OPS) -> argparse.ArgumentParser:
         _op_command(commands, op, service)
 
     add_verify_command(commands, service)
+    add_conform_command(commands, service)
     command(
         "health",
         "Whether the service is live and ready (exit 0 ready, 3 live but not ready, 4 no answer)",
@@ -617,7 +619,7 @@ def _ops_for(argv: Sequence[str]) -> tuple[OpSpec, ...]:
         args, _ = first.parse_known_args(argv)
     except InputError:
         return OPS
-    known = {op.name for op in OPS} | {"health", "info", "completion", "verify"}
+    known = {op.name for op in OPS} | {"health", "info", "completion", "verify", "conform"}
     if args.command is None or args.command in known:
         return OPS
     if args.url is None and not os.environ.get(URL_VARIABLE):
@@ -668,6 +670,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run_info(args)
         if args.command == "verify":
             return run_verify(args, _client)
+        if args.command == "conform":
+            return run_conform(args, _client)
         return _run_op(args)
     except InputError as error:
         print(f"tensor-ops: {error}", file=sys.stderr)
