@@ -145,6 +145,8 @@ class InferenceService:
     async def model_config(self, context: Any, notes: CallNotes) -> Any:
         request = await self.parsed(pb.ModelConfigRequest, context, notes)
         config = model_config(model(request.name, request.version or None))
+        # The service's ModelConfig message has no version_policy: HTTP's JSON carries it.
+        config.pop("version_policy")
         return pb.ModelConfigResponse(config=json_format.ParseDict(config, pb.ModelConfig()))
 
     async def model_statistics(self, context: Any, notes: CallNotes) -> Any:

@@ -173,6 +173,8 @@ class ModelConfig(BaseModel):
     name: str
     platform: str
     backend: str
+    #: Which versions are served: ``{"all": {}}``, every one (Triton's ModelVersionPolicy).
+    version_policy: dict[str, dict[str, Any]]
     max_batch_size: int
     input: list[ModelConfigTensor]
     output: list[ModelConfigTensor]

@@ -179,6 +179,9 @@ def model_config(op: Op) -> dict[str, Any]:
         "name": op.name,
         "platform": metadata["platform"],
         "backend": BACKEND,
+        # Every version is served at once, as Triton's "all" policy says (its default serves
+        # the latest only; here an older version is a model's own, never a stale copy).
+        "version_policy": {"all": {}},
         "max_batch_size": 0,
         "input": inputs,
         "output": [

@@ -81,6 +81,7 @@ def test_model_config(
     assert config["name"] == model
     assert config["platform"] == "openvino_opset"
     assert config["backend"] == "tensor-ops"
+    assert config["version_policy"] == {"all": {}}  # every version served, as Triton's "all"
     assert config["max_batch_size"] == 0
     assert [item["name"] for item in config["input"]] == inputs
     assert [item["data_type"] for item in config["input"]] == types
