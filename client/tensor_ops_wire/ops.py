@@ -131,11 +131,6 @@ GATHER = OpSpec(
 OPS: tuple[OpSpec, ...] = (ROLL, GATHER)
 
 
-def op_spec(name: str) -> OpSpec | None:
-    """The op of this name in ``OPS``, or None."""
-    return next((op for op in OPS if op.name == name), None)
-
-
 class OpListError(ValueError):
     """An op list (``GET /info``'s ``ops``) that is not as the service writes it."""
 
