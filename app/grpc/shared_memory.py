@@ -41,6 +41,10 @@ def grpc_calls(service: Any) -> dict[str, Any]:
     async def register(context: Any, notes: Any) -> Any:
         regions.require_enabled()
         request = await service.parsed(pb.SystemSharedMemoryRegisterRequest, context, notes)
+        # Every refusal before the guard, whose first install compiles it.
+        regions.check_registration(
+            request.name, request.key, request.offset, request.byte_size, notes.key
+        )
         await shm_guard.ready()
         regions.register(request.name, request.key, request.offset, request.byte_size, notes.key)
         return pb.SystemSharedMemoryRegisterResponse()

@@ -130,6 +130,9 @@ def add_shared_memory_routes(router: APIRouter, regions: Regions) -> None:
     async def register(request: Request, name: str) -> Response:
         regions.require_enabled()
         body = await _register_body(request)
+        owner = request_owner(request)
+        key, offset, size = body["key"], body.get("offset", 0), body["byte_size"]
+        regions.check_registration(name, key, offset, size, owner)  # refusals before the guard
         await shm_guard.ready()
         regions.register(
             name, body["key"], body.get("offset", 0), body["byte_size"], request_owner(request)

@@ -298,6 +298,21 @@ class Regions:
     def register(
         self, name: str, key: Any, offset: Any, byte_size: Any, owner: Owner = None
     ) -> None:
+        """Map ``byte_size`` bytes of object ``key`` from ``offset`` as region ``name``."""
+        loc = ("body",)
+        offset, byte_size = self.check_registration(name, key, offset, byte_size, owner)
+        view, object_id, descriptor, guard = _mapped(key, offset, byte_size, loc)
+        region = Region(name, key, offset, byte_size, view, object_id, descriptor, guard)
+        with self._lock:
+            self._refuse_taken(owner, name)  # registered meanwhile (the open ran unlocked)
+            self._regions[owner, name] = region
+
+    def check_registration(
+        self, name: str, key: Any, offset: Any, byte_size: Any, owner: Owner = None
+    ) -> tuple[int, int]:
+        """Every refusal a registration can get before its object is mapped (several workers, a
+        bad name, key, offset or size, a name taken): the transports ask before they install
+        the mapping's guard, whose first install compiles it; the offset and size checked."""
         self.require_enabled()
         loc = ("body",)
         check_region_name(name, ("path", "name"))
@@ -320,11 +335,7 @@ class Regions:
             raise refused((*loc, "byte_size"), "byte_size must be at least 1")
         with self._lock:
             self._refuse_taken(owner, name)
-        view, object_id, descriptor, guard = _mapped(key, offset, byte_size, loc)
-        region = Region(name, key, offset, byte_size, view, object_id, descriptor, guard)
-        with self._lock:
-            self._refuse_taken(owner, name)  # registered meanwhile (the open ran unlocked)
-            self._regions[owner, name] = region
+        return offset, byte_size
 
     def _require_allowed(self, key: str, loc: tuple[str, ...]) -> None:
         """Refuse an object whose name does not start with TENSOR_OPS_SHARED_MEMORY_PREFIX."""
