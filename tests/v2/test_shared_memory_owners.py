@@ -194,8 +194,10 @@ def test_the_objects_a_region_may_map_can_be_restricted(
         )
         assert refused.status_code == 400
         assert "TENSOR_OPS_SHARED_MEMORY_PREFIX" in refused.json()["error"]
+        # The first region a worker maps installs its guard, which compiles it (numba, in the
+        # background since the kernels compile there): seconds on a loaded machine.
         taken = httpx.post(
-            f"{url}{SYSTEM}/region/b/register", json={"key": allowed, "byte_size": 16}
+            f"{url}{SYSTEM}/region/b/register", json={"key": allowed, "byte_size": 16}, timeout=120
         )
         assert taken.status_code == 200, taken.text
     finally:
