@@ -1,6 +1,9 @@
 """The numba internals ``app/numba_cache.py`` relies on are still there: an upgrade that
 moves them fails here, naming what moved, rather than as a cold cache in production."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numba
@@ -65,3 +68,32 @@ def test_the_cache_directory_is_where_numba_writes(tmp_path: Path) -> None:
         in_tree = caching.InTreeCacheLocator.from_function(sample, str(KERNELS))
         assert in_tree is not None
         assert Path(in_tree.get_cache_path()) == cache_directory()
+
+
+GUARD_BESIDE_KERNELS = """
+import sys
+from app.ops import loops
+from app.v2 import shm_guard
+
+loops.start_compiling()
+shm_guard._install()
+# The guard compiled after the kernels, never beside them (numba deadlocks two first compiles).
+print("kernels over", loops.compiling_over(), "ready", loops.compiled_ready())
+"""
+
+
+def test_the_mapping_guard_never_compiles_beside_the_kernels(tmp_path: Path) -> None:
+    """Regression: the first region of a fresh start (a cold cache: the kernels compile for
+    seconds) installed the SIGBUS guard while the kernels compiled, and numba's two first
+    compiles deadlocked (a registration that never answered, one start in two)."""
+    done = subprocess.run(
+        [sys.executable, "-c", GUARD_BESIDE_KERNELS],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "kernels over True ready True"

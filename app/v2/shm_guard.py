@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import loops
+
 #: Mappings guarded at once: the regions registered, and those unregistered that a request
 #: still holds. Past it, a registration is refused.
 SLOTS = 1024
@@ -70,6 +72,13 @@ _handler: list[Any] = []
 
 
 def _compile_handler() -> Any:
+    # After the kernels, never beside them: numba's first compile in a process initialises its
+    # target context under two locks taken in opposite orders by two compiling threads
+    # (``threadsafe_cached_property`` and the compiler lock), so the kernels' thread and this one
+    # compiling at once deadlock both (a fresh start's first registration hung for good, about
+    # one start in two on a cold cache). Waiting costs the first registration of a fresh start
+    # the kernels' compile (a second from the cache); once they are in, nothing is shared.
+    loops.wait_compiled()
     # numba imported here, with the first region, not with the module: its import is most of a
     # second of every start of the service, most of which never maps a region.
     from numba import carray, cfunc, types  # noqa: PLC0415
