@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from app import tracing
 from app.access import AccessControl
 from app.grpc.server import GrpcServer
+from app.http.loop import serve_with
 from app.ops import loops
 from app.pipeline.run import Pipeline
 from app.settings import Settings
@@ -97,6 +98,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     pipeline: Pipeline = app.state.pipeline
     # The numba loops compile (or load) beside the service: NumPy's answer until they are ready.
     compiling = loops.start_compiling()
+    # TLS handshakes within this app's head time limit (uvicorn binds after the lifespan starts).
+    serve_with(settings)
     grpc_server = None
     access: AccessControl | None = app.state.access
     # Whether this process is one of several workers (shared memory is refused then): before

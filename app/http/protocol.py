@@ -261,8 +261,8 @@ class _HeadRefusedError(Exception):
 
 @functools.cache
 def head_timeout() -> float:
-    """Seconds a TLS handshake may take, for the event loop uvicorn makes before it loads the
-    app (``app.http.loop``): the rate window of the settings the environment gives."""
+    """Seconds a TLS handshake may take when the app served gave the event loop none (no
+    lifespan ran, ``app.http.loop``): the rate window of the settings the environment gives."""
     return Settings().rate_window
 
 
