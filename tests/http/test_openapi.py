@@ -4,6 +4,7 @@ tag, every way in named, the `.npz`-only query parameters labelled; and ``GET /`
 browser to /docs and tells a client what is offered."""
 
 import re
+import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,9 +22,18 @@ from app.version import VERSION
 pytestmark = pytest.mark.anyio
 
 
+#: Each client's app, and each app's /openapi.json as served: fetched and parsed once per app,
+#: not once per test (half a second each, two hundred tests).
+_APPS: "weakref.WeakKeyDictionary[httpx.AsyncClient, FastAPI]" = weakref.WeakKeyDictionary()
+_SCHEMAS: "weakref.WeakKeyDictionary[FastAPI, dict[str, Any]]" = weakref.WeakKeyDictionary()
+
+
 async def _client(app: FastAPI, root_path: str = "") -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=app, root_path=root_path)
-    return httpx.AsyncClient(transport=transport, base_url="http://test")
+    client = httpx.AsyncClient(transport=transport, base_url="http://test")
+    if not root_path:  # a root path changes the document's servers: not shared
+        _APPS[client] = app
+    return client
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +48,14 @@ async def client(service: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def _schema(client: httpx.AsyncClient) -> dict[str, Any]:
+    app = _APPS.get(client)
+    if app is not None and app in _SCHEMAS:
+        return _SCHEMAS[app]
     response = await client.get("/openapi.json")
     assert response.status_code == 200
     schema: dict[str, Any] = response.json()
+    if app is not None:
+        _SCHEMAS[app] = schema
     return schema
 
 
