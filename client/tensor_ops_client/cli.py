@@ -684,8 +684,8 @@ def _ops_for(argv: Sequence[str]) -> tuple[tuple[OpSpec, ...], str | None, str |
     except InputError:
         return OPS, None, None
     known = {op.name for op in OPS} | {"health", "info", "completion", "verify", "conform"}
-    if args.command in known:
-        return OPS, None, None
+    if args.command in known or (args.command is None and not {"-h", "--help"} & set(argv)):
+        return OPS, None, None  # a command that needs no op list; --version; a usage error
     command: str | None = args.command
     args.transport, args.grpc_target, args.retries = "npz", None, 0  # /info is HTTP
     url = _url(args)
