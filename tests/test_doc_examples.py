@@ -3,10 +3,11 @@ says it prints: the docs cannot drift from the service.
 
 The pages follow these rules (docs/README.md repeats them for writers):
 
-- A fenced block whose info string is ``sh``, ``python``, ``js`` or ``java`` is an example, and
-  runs: ``sh`` with bash (``-e -o pipefail``), ``python`` with this interpreter, ``js`` with
-  ``node`` (as an ES module), ``java`` with ``java File.java`` (the source launcher, the file
-  named after its public class). Blocks of other languages (``text``, ``json``, ``yaml``,
+- A fenced block whose info string is ``sh``, ``python``, ``js``, ``java`` or ``go`` is an
+  example, and runs: ``sh`` with bash (``-e -o pipefail``), ``python`` with this interpreter,
+  ``js`` with ``node`` (as an ES module), ``java`` with ``java File.java`` (the source launcher,
+  the file named after its public class), ``go`` with ``go run main.go`` (a directory of its
+  own, outside any module: the standard library only). Blocks of other languages (``text``, ``json``, ``yaml``,
   ``pycon``, ``pyi``...) are not run.
 - Its expected output is the ``text`` block right after it (blank lines between allowed):
   stdout must be the same, line for line, trailing spaces aside; ``...`` in an expected line
@@ -19,7 +20,8 @@ The pages follow these rules (docs/README.md repeats them for writers):
   runs their tests (the first of a page's tests runs the whole page, under the page's lock), with this virtual environment's
   ``bin`` first on PATH (``python``, ``tensor-ops``) and ``TENSOR_OPS_URL`` naming the test's
   server (the command line's default is the pages' ``http://127.0.0.1:8000``).
-- When ``node``, ``java`` or ``curl`` is missing, its examples are skipped, saying so.
+- When ``node``, ``java``, ``go`` or ``curl`` is missing, its examples are skipped, saying so
+  (CI installs node, java and curl, not Go: its examples run where ``go`` is).
 """
 
 import fcntl
@@ -43,7 +45,7 @@ from tests.support import ROOT, free_port, launch_server, stop_server
 pytestmark = pytest.mark.e2e
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-RUNNABLE = {"sh", "python", "js", "java"}
+RUNNABLE = {"sh", "python", "js", "java", "go"}
 DOC_HTTP = "127.0.0.1:8000"
 DOC_GRPC = "127.0.0.1:8001"
 NOT_RUN = re.compile(r"^<!-- not run: (.+?) -->$")
@@ -186,6 +188,9 @@ def _run(block: Block, service: tuple[str, str], directory: Path) -> Ran:
     # The command line's own default address, 127.0.0.1:8000, is the test server's too.
     environment["TENSOR_OPS_URL"] = f"http://{http}"
     environment.pop("TENSOR_OPS_API_KEY", None)
+    # Go's build cache needs a home; a machine without $HOME gets one under the temporary dir.
+    if "HOME" not in environment and "GOCACHE" not in environment:
+        environment["GOCACHE"] = str(Path(tempfile.gettempdir()) / "tensor-ops-go-cache")
     try:
         command = _command(block, code, directory)
     except pytest.skip.Exception as skipped:
@@ -203,7 +208,9 @@ def _run(block: Block, service: tuple[str, str], directory: Path) -> Ran:
 
 
 def _command(block: Block, code: str, directory: Path) -> list[str]:
-    tool = {"sh": "bash", "python": sys.executable, "js": "node", "java": "java"}[block.language]
+    tool = {"sh": "bash", "python": sys.executable, "js": "node", "java": "java", "go": "go"}[
+        block.language
+    ]
     if block.language != "python" and shutil.which(tool) is None:
         pytest.skip(f"{tool} is not installed on this machine")
     if block.language == "sh" and "curl " in code and shutil.which("curl") is None:
@@ -216,6 +223,11 @@ def _command(block: Block, code: str, directory: Path) -> list[str]:
         script = directory / f"example_{block.line}.mjs"
         script.write_text(code)
         return ["node", str(script)]
+    if block.language == "go":
+        program = directory / f"go_{block.line}" / "main.go"
+        program.parent.mkdir(exist_ok=True)
+        program.write_text(code)
+        return ["go", "run", str(program)]
     public = re.search(r"public\s+(?:final\s+)?class\s+(\w+)", code)
     assert public, f"{block.id}: a Java example needs a public class"
     source = directory / f"{public.group(1)}.java"

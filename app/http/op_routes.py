@@ -38,7 +38,7 @@ from app.errors import (
     refuse_unknown_fields,
 )
 from app.http.errors import ErrorBody, render_detail
-from app.http.json_hints import explain_refusal
+from app.http.json_hints import explain_refusal, variadic_refusal
 from app.http.responses import serve_http
 from app.http.routes import Endpoint, OpRoute
 from app.http.schemas import OutputsResponse, TensorResponse, request_fields, request_model
@@ -218,7 +218,10 @@ class JsonExchange:
                 f"missing input {missing!r}; {op.name} takes {op.input_words}",
             )
         source = op.output_type_from
-        primary, self.form = decode_data(sent[source], fields["dtype"])
+        try:
+            primary, self.form = decode_data(sent[source], fields["dtype"])
+        except ServiceError as error:
+            raise _variadic_named(error, op, source) from None
         arrays: dict[str, Any] = {}
         for name, value in _ordered(op, sent):
             item = op.input_for(name)
@@ -227,7 +230,10 @@ class JsonExchange:
             if name == source:
                 arrays[name] = primary
             elif item.like_data:
-                arrays[name] = decode_like(value, name, primary.dtype, fields["dtype"])
+                try:
+                    arrays[name] = decode_like(value, name, primary.dtype, fields["dtype"])
+                except ServiceError as error:
+                    raise _variadic_named(error, op, name) from None
             elif item.json_typing == JSON_INFERRED:
                 arrays[name] = decode_inferred(value, name)
             else:
@@ -251,6 +257,12 @@ class JsonExchange:
                 job.output_shape, job.output_dtype, job.output, self.form, self.raw_npy
             )
         return Answer(buffers, media)
+
+
+def _variadic_named(error: ServiceError, op: Op, name: str) -> ServiceError:
+    """A variadic input's refusal at its own field, with how the op's inputs are sent."""
+    item = op.input_for(name)
+    return variadic_refusal(error, op, name) if item is not None and item.variadic else error
 
 
 def _answer_shape(job: Job) -> tuple[int, ...]:

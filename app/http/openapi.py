@@ -38,7 +38,11 @@ TAGS = [
         "name": OPS_TAG,
         "description": "The movement family's ops, `POST /<op>` for the newest version and "
         "`POST /<op>/v<N>` for each, on JSON bodies (nested arrays or base64 `.npy` tensors) or "
-        "on `.npz` archives.",
+        "on `.npz` archives. Each input and attribute is a field of its name; a variadic input "
+        "is sent as `data_0`, `data_1`, ... (Concat); the inputs of the data's type "
+        "(`pad_value`, `updates`, `data_1`...) take the data's element type in JSON form; an op "
+        "of several outputs (Split, VariadicSplit, Unique) answers `outputs`. `GET /info` lists "
+        "every op, its inputs, attributes (kinds, defaults, allowed values) and versions.",
     },
     {
         "name": "KServe V2",
@@ -69,11 +73,13 @@ element type (bool, int8-64, uint8-64, float16, bfloat16, float32, float64).
 - {routes} with a **JSON** body: tensors as nested arrays, or as base64
   `.npy` files (a JSON string is always read as base64 `.npy`).
 - The same routes with an **`.npz`** body (`Content-Type: application/x-npz`): one `.npy`
-  member per input, attributes in the query; the answer is the output's raw `.npy`.
+  member per input, attributes in the query; the answer is the output's raw `.npy` (an
+  `.npz` of `output_0`, `output_1`, ... for an op of several outputs).
 - **KServe V2** under `/v2` (JSON or binary tensors), for `tritonclient.http`.
 - **gRPC** {grpc}.
 - The **Python client and command line**: `pip install ./client`, then
-  `TensorOpsClient(url).roll(...)` or `tensor-ops roll ...`.
+  `TensorOpsClient(url).call("pad", {...}, {...})` or `tensor-ops pad ...` (every op a
+  command).
 
 Pick one of the specs' examples in a route's request body, then *Try it out* and *Execute*: the
 200 example of the same name is the answer to expect.

@@ -1,11 +1,12 @@
 """The JSON routes' request and response models, made from the registry with the specs' types."""
 
 import functools
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
-from app.ops.declaration import BOOL, INTS, MAX_LIST
+from app.ops.declaration import BOOL, INTS, MAX_LIST, MAX_VARIADIC
 from app.registry import ALL_TYPES, DATA_CONSTRAINT, REGISTRY, Input, Op
 from tensor_ops_wire.dtypes import DTYPE_NAMES
 
@@ -81,11 +82,52 @@ def _tensor_field(item: Input, *default: None, description: str = "") -> Any:
     return (Annotated[Any, schema], Field(*default, description=description or item.description))
 
 
+def numbers_below(limit: int) -> str:
+    """A regular expression of the decimal numbers 0 to ``limit - 1``, without leading zeros
+    (``variadic_index``'s spelling): ``0|[1-9][0-9]{0,2}|10[01][0-9]|102[0-3]`` for 1024."""
+    top = str(limit - 1)
+    parts = ["0"] if limit > 0 else []
+    if len(top) > 1:
+        shorter = "" if len(top) == 2 else f"{{0,{len(top) - 2}}}"
+        parts.append(f"[1-9][0-9]{shorter}" if len(top) > 2 else "[1-9]")
+    for position, digit in enumerate(top):
+        low = 1 if position == 0 else 0
+        if int(digit) > low:
+            below = f"[{low}-{int(digit) - 1}]" if int(digit) - 1 > low else str(low)
+            rest = len(top) - position - 1
+            tail = f"[0-9]{{{rest}}}" if rest > 1 else "[0-9]" if rest else ""
+            parts.append(top[:position] + below + tail)
+    if len(top) > 1 or top != "0":
+        parts.append(top)
+    return "|".join(dict.fromkeys(parts))
+
+
+def _variadic_schema(names: tuple[str, ...]) -> Callable[[dict[str, Any]], None]:
+    """The model's schema with ``<name>_<n>`` for every n the route takes (below
+    MAX_VARIADIC) as a pattern property typed as ``<name>_0``: a generated client (TypeScript,
+    Go) may then send ``data_2`` and beyond, which the route joins."""
+
+    def extend(schema: dict[str, Any]) -> None:
+        patterns = schema.setdefault("patternProperties", {})
+        for name in names:
+            typed = {
+                key: value
+                for key, value in schema["properties"][f"{name}_0"].items()
+                if key not in ("title", "default")
+            }
+            patterns[f"^{name}_({numbers_below(MAX_VARIADIC)})$"] = typed
+        # The numbered inputs a request may hold, and the op's other fields.
+        schema["maxProperties"] = MAX_VARIADIC * len(names) + len(schema["properties"])
+
+    return extend
+
+
 @functools.cache
 def request_model(op: Op) -> type[BaseModel]:
     """The JSON request body of ``op`` (``RollRequest``...), made from its declaration. A
-    variadic input shows as its first two fields (``data_0``, ``data_1``); the route takes every
-    ``data_<n>`` and checks them itself."""
+    variadic input shows as its first two fields (``data_0``, ``data_1``) and a pattern property
+    for every ``data_<n>`` below MAX_VARIADIC; the route takes every ``data_<n>`` and checks
+    them itself."""
     fields: dict[str, Any] = {}
     for item in op.inputs:
         if item.variadic:
@@ -135,9 +177,15 @@ def request_model(op: Op) -> type[BaseModel]:
             ),
         )
     fields["dtype"] = (DTypeName | None, Field(None, description="The element type of `data`."))
+    variadic = tuple(item.name for item in op.inputs if item.variadic)
+    config = (
+        ConfigDict(extra="forbid", json_schema_extra=_variadic_schema(variadic))
+        if variadic
+        else ConfigDict(extra="forbid")
+    )
     model: type[BaseModel] = create_model(
         f"{''.join(part.capitalize() for part in op.name.split('_'))}{_older_mark(op)}Request",
-        __config__=ConfigDict(extra="forbid"),
+        __config__=config,
         __doc__=op.request_doc,
         **fields,
     )

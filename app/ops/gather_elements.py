@@ -252,7 +252,7 @@ GATHER_ELEMENTS = Op(
     },
     decisions=(
         "GatherElements-6 indices outside [0, s-1] (negative ones included): the spec expects "
-        "every index value within bounds [0, s-1]; any other is refused with a 400 naming "
+        "every index value within bounds [0, s-1]; any other is refused with a 422 naming "
         "`indices`, before anything is gathered.",
         "GatherElements-6 with an empty data axis (s = 0): only an indices tensor with no "
         "elements is accepted (its output is empty); any index value would be out of bounds.",

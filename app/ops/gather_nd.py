@@ -300,7 +300,7 @@ GATHER_ND = Op(
         "GatherND-8 index tuples: indices.shape[-1] must not exceed data.rank - batch_dims (the "
         "spec says data.rank; beyond data.rank - batch_dims the tuple would index past data).",
         "GatherND-8 out-of-range indices: the spec requires every index in [-s, s-1]; any other "
-        "value (uint64 values of 2**63 and more included) is refused with a 400 naming "
+        "value (uint64 values of 2**63 and more included) is refused with a 422 naming "
         "`indices`, before anything is gathered.",
         "GatherND-8 with indices.shape[-1] = 0: each empty tuple selects its batch's whole data "
         "slice.",

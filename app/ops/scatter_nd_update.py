@@ -491,7 +491,7 @@ SCATTER_ND_UPDATE = Op(
         "([500, 2400, 60, 4], not [500, 3600, 40, 4]); the text's answers are served and "
         "tested.",
         "ScatterNDUpdate-15 out-of-bounds indices: the spec raises an exception; they are "
-        "refused with a 400 naming `indices`, before anything is copied.",
+        "refused with a 422 naming `indices`, before anything is copied.",
     ),
     disagreements=(
         "ScatterNDUpdate-15 float16 sums: the CPU plugin accumulates in float32 and rounds "

@@ -299,12 +299,12 @@ SCATTER_UPDATE = Op(
         "ScatterUpdate-3 Example 1 is shapes only (1000x256x10x15 data, 125x20 indices, axis "
         "1): it is a test, not a runnable /docs example (its updates would be 200 MB of JSON).",
         "ScatterUpdate-3 negative or out-of-bounds indices: the spec raises an exception; they "
-        "are refused with a 400 naming `indices`, before anything is copied.",
+        "are refused with a 422 naming `indices`, before anything is copied.",
     ),
     disagreements=(
         "ScatterUpdate-3 negative indices: the spec raises an exception; OpenVINO's CPU plugin "
         "crashes its process instead (`free(): invalid next size (fast)`): data int32 [1, 2, 3, "
-        "4], indices int64 [-1], updates [-9], axis 0. The service refuses them with a 400.",
+        "4], indices int64 [-1], updates [-9], axis 0. The service refuses them with a 422.",
     ),
 )
 

@@ -28,11 +28,11 @@ from tensor_ops_client._grpc import (
     infer_request,
 )
 from tensor_ops_client._http import HttpRequest, failure, op_request, read_output
-from tensor_ops_client._inputs import tensors_of
+from tensor_ops_client._inputs import given_as_numbers, tensors_of, typed_like
 from tensor_ops_client._retry import Attempts, Retry
 from tensor_ops_client._shm import shared_memory_plan
 from tensor_ops_client._verdict import Verdict, read_verdict, verify_request
-from tensor_ops_wire.ops import AttributeValue
+from tensor_ops_wire.ops import OPS, AttributeValue, OpListError, OpSpec, from_info
 from tensor_ops_wire.verdict import parse_tolerance, tolerance_json
 
 Transport = Literal["npz", "json", "v2", "grpc"]
@@ -190,6 +190,9 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         self._verify = verify
         self._cert = cert
         self._auth = {"authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        #: The service's ops as its ``GET /info`` describes them, read once, when a call first
+        #: needs to know which inputs take the data's element type (None: not read yet).
+        self._served: dict[str, OpSpec] | None = None
 
     def __repr__(self) -> str:
         # The key is never shown.
@@ -336,9 +339,10 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
     ) -> Plan[Any]:
         check_call(op, arrays, attributes)
         model_version = check_version(version)
+        given = arrays
         # What NumPy cannot hold (ragged, not numbers, integers beyond int64) is refused here,
         # in the service's words, before anything is sent.
-        arrays = tensors_of(arrays)
+        arrays = yield from self._typed_plan(op, given, tensors_of(given))
         attempts = Attempts(self.retry)
         if self.shared_memory:
             return (
@@ -376,7 +380,8 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
         check_call(op, outputs, {})
         # A ToleranceError (ValueError) before anything is sent; a preset sent as what it is.
         rule = None if tolerance is None else tolerance_json(parse_tolerance(tolerance))
-        arrays, candidates = tensors_of(inputs), tensors_of(outputs)
+        arrays = yield from self._typed_plan(op, inputs, tensors_of(inputs))
+        candidates = tensors_of(outputs)
         request = verify_request(
             op,
             arrays,
@@ -409,6 +414,44 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
                     raise
             yield Wait(wait)
 
+    def _typed_plan(
+        self,
+        op: str,
+        given: Mapping[str, npt.ArrayLike],
+        arrays: dict[str, npt.NDArray[Any]],
+    ) -> Plan[dict[str, npt.NDArray[Any]]]:
+        """``arrays``, with the inputs given as numbers that hold values of the data's element
+        type (Pad's ``pad_value``, the scatters' ``updates``, Concat's ``data_N``: ``/info``'s
+        ``like_data``) in the data's type, as the JSON route types them: ``pad_value=0.5``
+        beside float32 data is float32. Arrays keep the type their caller gave them."""
+        loose = [name for name, value in given.items() if given_as_numbers(value)]
+        known = {spec.name: spec for spec in OPS}
+        if not loose or set(loose) <= {"data", "data_0"}:
+            return arrays
+        if op not in known and self._served is None:
+            self._served = yield from self._served_plan()
+        spec = known.get(op) or (self._served or {}).get(op)
+        if spec is None or spec.type_source not in arrays:
+            return arrays
+        dtype = arrays[spec.type_source].dtype
+        return {
+            name: typed_like(array, dtype) if name in loose and spec.typed_as_data(name) else array
+            for name, array in arrays.items()
+        }
+
+    def _served_plan(self) -> Plan[dict[str, OpSpec]]:
+        """The service's ops from its ``GET /info`` (one attempt); none when it cannot say
+        (a gRPC-only service, an /info refused): the inputs then keep NumPy's types."""
+        try:
+            info = yield from self._info_once_plan()
+            described = from_info(info.get("ops", []), info.get("op_details"))
+        except (TensorOpsError, OpListError):
+            return {}
+        return {spec.name: spec for spec in described}
+
+    def _info_once_plan(self) -> Plan[dict[str, Any]]:
+        return (yield from self._info_plan(Attempts(Retry.of(False))))
+
     def _health_plan(self) -> Plan[Health]:
         live: HttpAnswer = yield SendHttp(
             HttpRequest("GET", "/health", headers=dict(self._auth)), self.timeout
@@ -422,7 +465,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
             raise failure(ready.status, bytes(ready.body), ready.headers)
         return Health(live=True, ready=ready.status == 200)
 
-    def _info_plan(self) -> Plan[dict[str, Any]]:
+    def _info_plan(self, attempts: Attempts | None = None) -> Plan[dict[str, Any]]:
         request = HttpRequest("GET", "/info", headers=dict(self._auth))
 
         def read(answer: HttpAnswer) -> dict[str, Any]:
@@ -434,7 +477,7 @@ class ClientBase(Generic[ArrayT, HealthT, InfoT, VerdictT]):
                 raise TensorOpsError(0, "the service's /info is not a JSON object")
             return info
 
-        return (yield from self._http_plan(request, Attempts(self.retry), read))
+        return (yield from self._http_plan(request, attempts or Attempts(self.retry), read))
 
 
 def _reason(error: httpx.HTTPError) -> str:

@@ -14,6 +14,7 @@ No I/O here. Arrays are taken as they are: only lists, tuples and Python scalars
 objects) are looked into.
 """
 
+import warnings
 from collections.abc import Mapping
 from itertools import chain
 from typing import Any
@@ -168,3 +169,41 @@ def _check(name: str, value: Any) -> None:
         f"value {shown(big)} is out of range for int64 [{_INT64.min}, {_INT64.max}]",
         "tensor_type",
     )
+
+
+def given_as_numbers(value: object) -> bool:
+    """Whether an input was given as Python numbers (a scalar, nested lists), not as an array
+    whose element type the caller chose."""
+    return not isinstance(value, np.ndarray | np.generic)
+
+
+def typed_like(array: npt.NDArray[Any], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+    """An input given as numbers, in ``dtype`` (the data's), as the JSON route types
+    ``pad_value``, ``updates`` or ``data_1``: ``0.5`` beside float32 data is float32's 0.5,
+    ``[1, 2]`` beside float32 is float32, ``0.1`` is rounded to float32 as the JSON route
+    rounds it. Values ``dtype`` cannot hold (``0.5`` beside int32 data, 300 beside int8, a
+    fraction that would overflow) stay as NumPy read them, for the service to refuse in its
+    words: nothing is truncated or wrapped here."""
+    if array.dtype == dtype or (array.dtype.kind == "b") != (dtype.kind == "b"):
+        return array  # booleans are no numbers' values and numbers no booleans, as in JSON
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a NaN or an overflow cast: refused below
+        try:
+            cast = array.astype(dtype)
+            back = cast.astype(array.dtype)
+        except (ValueError, TypeError, OverflowError):
+            return array
+    if array.dtype.kind == "f" and _is_float(dtype):
+        # Rounded to the nearer float, as the JSON route reads a fraction; not past the range.
+        overflowed = np.isinf(back) & ~np.isinf(array)
+        return array if overflowed.any() else cast
+    same = (
+        np.array_equal(back, array, equal_nan=True)
+        if array.dtype.kind == "f"
+        else np.array_equal(back, array)
+    )
+    return cast if same else array
+
+
+def _is_float(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind == "f" or dtype.name == "bfloat16"

@@ -24,6 +24,7 @@ from tensor_ops_client._cli_io import (
 from tensor_ops_client._conform import add_conform_command, run_conform
 from tensor_ops_client._core import TRANSPORTS
 from tensor_ops_client._grpc import DEFAULT_GRPC_PORT
+from tensor_ops_client._inputs import typed_like
 from tensor_ops_client._verify_command import add_verify_command, run_verify
 from tensor_ops_client._version import __version__
 from tensor_ops_client.client import (
@@ -59,10 +60,18 @@ examples:
   tensor-ops roll '[[1, 2, 3], [4, 5, 6]]' --shift 1 --axes 1
   tensor-ops gather data.npy --indices 3 0 -1 --axis 0 --format table
   tensor-ops gather inputs.npz -o out.npy          # data, indices and axis from the archive
+  tensor-ops pad '[[1, 2], [3, 4]]' --dtype float32 --pads-begin 0 1 --pads-end 1 0 \
+      --pad-value 0.5 --pad-mode constant
+  tensor-ops concat a.npy b.npy c.npy --axis 0 -o out.npy
+  tensor-ops split data.npy --axis 0 --num-splits 2 -o parts.npz
   tensor-ops --transport grpc roll big.npy --shift 5 --axes 0 -o out.npy
   tensor-ops verify cases/ --junit report.xml       # a device's outputs against the ops
   tensor-ops health && tensor-ops info
   source <(tensor-ops completion bash)
+
+Every op the service serves is a command: its GET /info lists them (tensor-ops info), and
+`tensor-ops OP --help` shows an op's inputs and attributes. Roll and Gather are known without
+the service; the others are read from it when named.
 
 The service: --url, else ${URL_VARIABLE}, else {DEFAULT_URL}. The API key: --api-key, else
 ${API_KEY_VARIABLE}.
@@ -70,7 +79,7 @@ ${API_KEY_VARIABLE}.
 {EXIT_STATUSES}"""
 
 INPUT_FORMS = """\
-inputs: DATA and each index input is one of
+inputs: DATA and each other input is one of
   file.npy            a .npy file ('-': a .npy on standard input)
   file.npz            the archive's member of the input's name (data, shift, axes, ...)
   file.npz:member     the archive's member named so
@@ -78,6 +87,8 @@ inputs: DATA and each index input is one of
                       float64 as the values are)
   file.csv            a CSV table of numbers, rank 1 or 2 (small tensors; float64 unless --dtype)
   '[[1, 2], [3, 4]]'  a JSON literal; index inputs also take integers: --shift 1 -2
+The inputs that hold values (--pad-value, --updates, Concat's tensors after the first) given as
+JSON or CSV take --dtype, else DATA's element type: --pad-value 0.5 beside float32 data.
 
 output: -o out.npy (.json: the service's JSON form; .csv: rank 1 or 2); without -o, a table on a
 terminal, the .npy bytes otherwise (--format to choose).
@@ -101,7 +112,7 @@ def _add_service_options(parser: argparse.ArgumentParser, suppress: bool) -> Non
         "--transport",
         choices=TRANSPORTS,
         default=default("npz"),
-        help="npz or json (POST /roll, /gather), v2 (KServe V2 over HTTP) or grpc (KServe V2 "
+        help="npz or json (POST /<op>), v2 (KServe V2 over HTTP) or grpc (KServe V2 "
         "over gRPC; pip install 'tensor-ops-client[grpc]') (default: npz)",
     )
     group.add_argument(
@@ -243,12 +254,17 @@ def _op_command(
     else:
         sub.add_argument(_INPUT + first.name, metavar=first.name.upper(), help=first.help)
     for item in others:
+        words = (
+            "numbers of the data's type (--dtype, else DATA's), or one tensor"
+            if item.like_data
+            else item.help
+        )
         sub.add_argument(
             _option(item.name),
             dest=_INPUT + item.name,
             nargs="+",
             metavar=item.name[0].upper(),
-            help=item.help + ("" if item.required else " (optional)"),
+            help=words + ("" if item.required else " (optional)"),
         )
     for attribute in op.attributes:
         words = f"{attribute.help} " if attribute.help else ""
@@ -297,17 +313,36 @@ def _op_command(
     sub.set_defaults(op=op)
 
 
+def _description(ops: Sequence[OpSpec], unread: str | None) -> str:
+    """What the tool is: every op the service serves gets a command, built from its ``GET
+    /info``; the ops listed are those it could build (or, the service not read, the ones known
+    without it, and why)."""
+    words = (
+        "Run the OpenVINO operations a tensor-ops service serves (the movement ops: Roll, "
+        "Gather, Pad, Concat, Split, ...): each op it lists in GET /info is a command, its "
+        "inputs and attributes its options."
+    )
+    if unread is None:
+        return f"{words} Commands for {_specs(ops)}."
+    return (
+        f"{words} Known without the service: {_specs(ops)}; the others come from the "
+        f"service's op list, and {unread}."
+    )
+
+
 def _specs(ops: Sequence[OpSpec]) -> str:
     names = [op.spec or op.name for op in ops]
     return " and ".join(names) if len(names) <= 2 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def build_parser(ops: Sequence[OpSpec] = OPS) -> argparse.ArgumentParser:
+def build_parser(ops: Sequence[OpSpec] = OPS, unread: str | None = None) -> argparse.ArgumentParser:
     """The command line's parser: a command per op of ``ops`` (by default the ops this package
-    knows, ``tensor_ops_wire.ops.OPS``), then ``health``, ``info`` and ``completion``."""
+    knows without asking the service, ``tensor_ops_wire.ops.OPS``), then ``verify``,
+    ``conform``, ``health``, ``info`` and ``completion``; ``unread`` says why the service's op
+    list is not among them (shown under ``--help``)."""
     parser = argparse.ArgumentParser(
         prog="tensor-ops",
-        description=f"Run OpenVINO {_specs(ops)} on a tensor-ops service.",
+        description=_description(ops, unread),
         epilog=MAIN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -403,7 +438,7 @@ def _progress_bars(enabled: bool) -> Iterator[Callable[[str, int, int | None], N
 
 
 def _client(args: argparse.Namespace, progress: Any = None) -> TensorOpsClient:
-    url = args.url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    url = _url(args)
     retries = Retry().attempts - 1 if args.retries is None else args.retries
     try:
         return TensorOpsClient(
@@ -442,23 +477,45 @@ def _index_input(
 
 
 def _op_inputs(args: argparse.Namespace) -> dict[str, npt.NDArray[Any]]:
-    """The inputs of the op's command: DATA and the options, else DATA's archive's members."""
+    """The inputs of the op's command: DATA and the options, else DATA's archive's members.
+    The inputs that hold values of the data's type (Pad's ``--pad-value``, ``--updates``,
+    Concat's second and later tensors) read as numbers take ``--dtype``, else the data's type,
+    as the JSON route types them."""
     op: OpSpec = args.op
     first, *others = op.inputs
+    dtype = element_type(args.dtype)
     if op.variadic == first.name:
         sources: list[str] = getattr(args, _INPUT + first.name)
-        dtype = element_type(args.dtype)
-        return {
-            f"{first.name}_{index}": read_tensor(given, f"{first.name}_{index}", dtype)
-            for index, given in enumerate(sources)
-        } | _other_inputs(args, others, "")
+        head = read_tensor(sources[0], f"{first.name}_0", dtype)
+        tensors = {f"{first.name}_0": head} | {
+            f"{first.name}_{index}": _like_data(given, f"{first.name}_{index}", dtype, head)
+            for index, given in enumerate(sources[1:], start=1)
+        }
+        return tensors | _other_inputs(args, others, "", head)
     source: str = getattr(args, _INPUT + first.name)
-    data = read_tensor(source, first.name, element_type(args.dtype))
-    return {first.name: data} | _other_inputs(args, others, source)
+    data = read_tensor(source, first.name, dtype)
+    return {first.name: data} | _other_inputs(args, others, source, data)
+
+
+def _typed_file(spec: str) -> bool:
+    """Whether ``spec`` names a file whose arrays carry their element type (.npy, .npz, -)."""
+    return spec == "-" or spec.endswith((".npy", ".npz")) or ".npz:" in spec
+
+
+def _like_data(
+    spec: str, name: str, dtype: np.dtype[Any] | None, data: npt.NDArray[Any]
+) -> npt.NDArray[Any]:
+    """An input of the data's type: ``--dtype``'s when given (as for DATA), else, read as
+    numbers (JSON, CSV), in the data's type where its values are values of it; a .npy keeps
+    its own."""
+    array = read_tensor(spec, name, dtype)
+    if dtype is not None or _typed_file(spec):
+        return array
+    return typed_like(array, data.dtype)
 
 
 def _other_inputs(
-    args: argparse.Namespace, others: Sequence[Any], source: str
+    args: argparse.Namespace, others: Sequence[Any], source: str, data: npt.NDArray[Any]
 ) -> dict[str, npt.NDArray[Any]]:
     """The inputs given as options, else as members of DATA's archive (``source``)."""
     inputs: dict[str, npt.NDArray[Any]] = {}
@@ -466,7 +523,11 @@ def _other_inputs(
     for item in others:
         name = item.name
         given = getattr(args, _INPUT + name)
-        if given is not None:
+        if given is not None and item.like_data:
+            # Numbers of the data's type: one tensor (file or JSON), or numbers as a list.
+            spec = given[0] if len(given) == 1 else "[" + ", ".join(given) + "]"
+            inputs[name] = _like_data(spec, name, element_type(args.dtype), data)
+        elif given is not None:
             inputs[name] = _index_input(given, _option(name), name, item.rank)
         elif name in archive:
             inputs[name] = read_tensor(f"{source.removesuffix('.npz')}.npz:{name}", name)
@@ -607,33 +668,51 @@ class _Lenient(argparse.ArgumentParser):
         raise InputError(message)
 
 
-def _ops_for(argv: Sequence[str]) -> tuple[OpSpec, ...]:
-    """The ops to build commands of: ``OPS``, and when the command names none of them (nor
-    ``health``, ``info`` or ``completion``) and the service is named (``--url`` or
-    ``$TENSOR_OPS_URL``), the ops its ``GET /info`` lists besides. A service that cannot be
-    asked is noted on stderr; the command is then refused as unknown."""
+def _ops_for(argv: Sequence[str]) -> tuple[tuple[OpSpec, ...], str | None, str | None]:
+    """The ops to build commands of, why the service's could not be read (None when they
+    were, or were not needed) and the command named (None: none, or a command known without
+    the service): ``OPS``, and when the command names none of them (nor
+    ``health``, ``info``, ``completion``, ``verify`` or ``conform``), or no command is named
+    (``tensor-ops --help``), the ops the service's ``GET /info`` lists besides. The service is
+    asked where every command calls it: ``--url``, else ``$TENSOR_OPS_URL``, else the default
+    address."""
     first = _Lenient(add_help=False, allow_abbrev=False)
     _add_service_options(first, suppress=False)
     first.add_argument("command", nargs="?")
     try:
         args, _ = first.parse_known_args(argv)
     except InputError:
-        return OPS
+        return OPS, None, None
     known = {op.name for op in OPS} | {"health", "info", "completion", "verify", "conform"}
-    if args.command is None or args.command in known:
-        return OPS
-    if args.url is None and not os.environ.get(URL_VARIABLE):
-        return OPS
+    if args.command in known or (args.command is None and not {"-h", "--help"} & set(argv)):
+        return OPS, None, None  # a command that needs no op list; --version; a usage error
+    command: str | None = args.command
     args.transport, args.grpc_target, args.retries = "npz", None, 0  # /info is HTTP
+    url = _url(args)
     try:
         with _client(args) as client:
             info = client.info()
             served = from_info(info.get("ops", []), info.get("op_details"))
-    except (InputError, TensorOpsError, OpListError) as error:
-        reason = error.message if isinstance(error, TensorOpsError) else str(error)
-        print(f"tensor-ops: the service's op list could not be read: {reason}", file=sys.stderr)
-        return OPS
-    return OPS + tuple(op for op in served if op.name not in known and _fits(op))
+    except TensorOpsError as error:
+        if error.status == 0:
+            return (
+                OPS,
+                (
+                    f"no service answers at {url} to list its ops (give its address with --url or "
+                    f"${URL_VARIABLE}): {error.message}"
+                ),
+                command,
+            )
+        return OPS, f"the service at {url} did not give its op list: {error.message}", command
+    except (InputError, OpListError) as error:
+        return OPS, f"the op list of the service at {url} could not be read: {error}", command
+    served_ops = tuple(op for op in served if op.name not in known and _fits(op))
+    return OPS + served_ops, None, None
+
+
+def _url(args: argparse.Namespace) -> str:
+    """The service's address: ``--url``, else ``$TENSOR_OPS_URL``, else the default."""
+    return str(args.url or os.environ.get(URL_VARIABLE) or DEFAULT_URL)
 
 
 def _fits(op: OpSpec) -> bool:
@@ -650,7 +729,17 @@ def _fits(op: OpSpec) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """``tensor-ops roll in.npy --shift 1 --axes 0 -o out.npy``; the exit status is 0 (done),
     2 (usage), 3 (refused by the service) or 4 (no answer)."""
-    parser = build_parser(_ops_for(sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    ops, unread, command = _ops_for(given)
+    if unread is not None and command is not None:
+        # An op this package does not know, and no op list to find it in: one line, not
+        # argparse's "invalid choice" among the two ops known without the service.
+        print(
+            f"tensor-ops: {command!r} is no op known without the service, and {unread}",
+            file=sys.stderr,
+        )
+        return UNREACHABLE if unread.startswith("no service") else USAGE
+    parser = build_parser(ops, unread)
     args = parser.parse_args(argv)
     if args.command != "completion":
         if args.grpc_target is not None and args.transport != "grpc":

@@ -29,6 +29,10 @@ class InputSpec:
     required: bool = True
     #: "1": a 1D tensor (one integer given is a list of one); "any" otherwise.
     rank: str = "any"
+    #: Whether it holds values of the data's element type (Pad's ``pad_value``, the
+    #: ``updates`` of the scatters, Concat's ``data_N``) rather than indices: given as numbers
+    #: (a Python value, JSON on the command line), it takes the data's type, as on the JSON route.
+    like_data: bool = False
 
 
 #: An attribute's value as a client gives it: an integer, a string (an enumeration's, an element
@@ -86,6 +90,23 @@ class OpSpec:
     def input_names(self) -> tuple[str, ...]:
         return tuple(item.name for item in self.inputs)
 
+    @property
+    def type_source(self) -> str:
+        """The input whose element type the output and the inputs like it take: the first
+        (``data``; Concat's ``data_0``)."""
+        first = self.inputs[0].name
+        return f"{first}_0" if self.variadic == first else first
+
+    def typed_as_data(self, name: str) -> bool:
+        """Whether the input sent as ``name`` takes the type source's element type when given
+        as numbers: a value input beside it (``pad_value``, ``updates``, ``data_1``...)."""
+        if name == self.type_source:
+            return False
+        base, _, number = name.rpartition("_")
+        if self.variadic is not None and base == self.variadic and number.isdigit():
+            return True
+        return any(item.name == name and item.like_data for item in self.inputs)
+
     def attribute_defaults(self) -> dict[str, AttributeValue]:
         """The attributes that have defaults, by name (a required one is not among them)."""
         return {item.name: item.default for item in self.attributes if item.default is not None}
@@ -96,7 +117,7 @@ ROLL = OpSpec(
     spec="Roll-7",
     summary="Roll-7: shift the elements of DATA by --shift along --axes",
     inputs=(
-        InputSpec("data", "the data tensor (see inputs below)"),
+        InputSpec("data", "the data tensor (see inputs below)", like_data=True),
         InputSpec("shift"),
         InputSpec("axes"),
     ),
@@ -113,7 +134,7 @@ GATHER = OpSpec(
     spec="Gather-8",
     summary="Gather-8: the slices of DATA along --axis at --indices (out-of-range ones: zeros)",
     inputs=(
-        InputSpec("data", "the data tensor (see inputs below)"),
+        InputSpec("data", "the data tensor (see inputs below)", like_data=True),
         InputSpec("indices"),
         InputSpec("axis", "an integer, or one tensor"),
     ),
@@ -139,7 +160,8 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
     """The ops of ``GET /info``'s ``"ops"`` list (``name``, ``spec``, ``inputs`` as a list of
     names, ``attributes`` as ``{name: default}``), with what its ``"op_details"`` (``details``)
     says of each where it applies: ``required`` (the attributes without a default),
-    ``optional``, ``variadic``, ``choices`` and ``outputs``."""
+    ``optional``, ``variadic``, ``choices``, ``outputs`` and ``like_data`` (the inputs of the
+    data's element type)."""
     if not isinstance(ops, Sequence) or isinstance(ops, str | bytes):
         raise OpListError("the op list is not a list")
     if details is None:
@@ -176,6 +198,7 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
         ):
             raise OpListError(f"{name}: kinds is not an object of names")
         optional = _names(entry.get("optional", []), name, "optional")
+        like_data = _names(entry.get("like_data", []), name, "like_data")
         required = _names(entry.get("required", []), name, "required")
         attributes = {**attributes, **dict.fromkeys(required)}
         choices = entry.get("choices", {})
@@ -204,6 +227,7 @@ def from_info(ops: Any, details: Any = None) -> tuple[OpSpec, ...]:
                         else "integers, or one tensor",
                         item not in optional,
                         str(ranks.get(item, "any")),
+                        item in like_data,
                     )
                     for i, item in enumerate(inputs)
                 ),

@@ -12,8 +12,10 @@ import httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
+from jsonschema import Draft202012Validator
 
 from app.main import create_app
+from app.ops.declaration import MAX_VARIADIC
 from app.pipeline.admission import UNCOUNTED_BYTES
 from app.registry import REGISTRY
 from app.settings import Settings
@@ -214,3 +216,34 @@ async def test_v2_infer_has_an_example_per_model_with_its_answer(
         else [np.array(expected).reshape(-1).tolist()]
     )
     assert outputs == flat
+
+
+VARIADIC = [op for op in REGISTRY.values() if op.variadic is not None]
+
+
+@pytest.mark.parametrize("op", VARIADIC, ids=[op.name for op in VARIADIC])
+async def test_a_variadic_input_takes_every_number_the_route_takes(
+    client: httpx.AsyncClient, op: Any
+) -> None:
+    """A generated client follows the schema: ``data_2`` and beyond (below MAX_VARIADIC) must
+    be in it, typed as ``data_0``, and what the route refuses (``data_01``, ``data_1024``) not."""
+    schema = await _schema(client)
+    body = schema["paths"][f"/{op.name}"]["post"]["requestBody"]["content"]["application/json"]
+    model = body["schema"]
+    # The document itself is the root its references point into.
+    validator = Draft202012Validator({**schema, "$ref": model["$ref"]})
+    name = op.variadic.name
+    example = next(iter(op.examples.values()))["value"]
+    others = {key: value for key, value in example.items() if not key.startswith(f"{name}_")}
+    first = example[f"{name}_0"]
+    three = {f"{name}_{index}": first for index in range(3)} | others
+    assert list(validator.iter_errors(three)) == []
+    assert list(validator.iter_errors({**three, f"{name}_{MAX_VARIADIC - 1}": first})) == []
+    for refused in (f"{name}_{MAX_VARIADIC}", f"{name}_01", f"{name}_x", "data_2_"):
+        errors = list(validator.iter_errors({**three, refused: first}))
+        assert errors, refused
+    # The element types of data_2 are data_0's.
+    assert list(validator.iter_errors({**three, f"{name}_2": {"not": "a tensor"}}))
+    # What the schema lets through, the route takes: three inputs joined.
+    response = await client.post(f"/{op.name}", json=three)
+    assert response.status_code == 200, response.text
