@@ -13,15 +13,18 @@ import pytest
 
 from app import registry
 from app.ops import gather, loops, numpy_loops, roll
+from app.ops import gather_tree as gather_tree_module
+from app.ops.gather_tree import gather_tree
 from app.pipeline.jobs import Job, Limits, make_job
 from app.settings import Settings
 from tests.cases import GATHER_CASES, ROLL_CASES
+from tests.ops.test_gather_tree import beams
 from tests.support import assert_same_bits
 from tests.transports.test_every_op import example_arrays
 
 Array = npt.NDArray[Any]
 LIMITS = Limits.of(Settings())
-STAND_INS = ("take", "take_slices", "roll_rows")
+STAND_INS = ("take", "take_slices", "roll_rows", "gather_tree", "first_fraction")
 
 
 @pytest.fixture(autouse=True)
@@ -34,10 +37,10 @@ def stand_in_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the stand-ins called, in order, while the test runs."""
     calls: list[str] = []
 
-    def counted(name: str, loop: Callable[..., None]) -> Callable[..., None]:
-        def call(*arguments: Any) -> None:
+    def counted(name: str, loop: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*arguments: Any) -> Any:
             calls.append(name)
-            loop(*arguments)
+            return loop(*arguments)  # first_fraction answers a position
 
         return call
 
@@ -104,8 +107,8 @@ def test_the_ops_whose_kernels_reach_a_loop_ran_their_stand_ins(
                 answers(make_job(op, arrays, attributes, LIMITS))
                 reached[op.name] = reached.get(op.name, 0) + len(stand_in_calls) - before
     with_loops = {name for name, count in reached.items() if count}
-    # Roll and the Gather family run their compiled loops; the other ops none.
-    assert {"roll", "gather"} <= with_loops, reached
+    # Roll, the Gather family and GatherTree run their compiled loops; the other ops none.
+    assert {"roll", "gather", "gather_tree"} <= with_loops, reached
     assert set(stand_in_calls) == set(STAND_INS)
 
 
@@ -126,6 +129,64 @@ def test_gather_corpus_has_the_same_bits_both_ways(case: Any, stand_in_calls: li
     ((compiled,), (stood_in,), _) = both_ways(run, stand_in_calls)
     assert_same_bits(stood_in, compiled)
     assert compiled.shape == stood_in.shape
+
+
+GATHER_TREE_TYPES = [
+    "int8",
+    "uint8",
+    "int32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+]
+
+
+@pytest.mark.parametrize("dtype", GATHER_TREE_TYPES)
+@pytest.mark.parametrize("shape", [(7, 5, 3), (1, 2, 4), (9, 1, 1), (4, 3, 0)])
+def test_gather_tree_beams_have_the_same_bits_both_ways(
+    dtype: str, shape: tuple[int, int, int], stand_in_calls: list[str]
+) -> None:
+    """Random beams of each kind of T (signed, unsigned, the four floats: parent ids read from
+    their bits), lengths 0 to past MAX_TIME, end tokens met or not; -0.0 ids equal to an
+    end_token of 0 in the float types."""
+    step_ids, parent_ids, max_seq_len, end = beams(np.dtype(dtype), shape, seed=len(dtype))
+    if step_ids.dtype.kind == "f" or dtype == "bfloat16":
+        step_ids[0, ..., :1] = -step_ids[0, ..., :1] * 0  # -0.0 (or 0.0) ids
+        end = np.array(0, step_ids.dtype)
+
+    def run() -> Array:
+        return gather_tree(step_ids, parent_ids, max_seq_len, end)
+
+    ((compiled,), (stood_in,), calls) = both_ways(run, stand_in_calls)
+    assert_same_bits(stood_in, compiled)
+    assert compiled.shape == shape
+    assert calls >= (1 if compiled.size else 0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_the_first_fraction_is_found_both_ways(dtype: str) -> None:
+    """Every kind of value that is not an integer (a half, a tiny fraction, NaN, both
+    infinities) is found at its place by the compiled scan and the stand-in alike; integers
+    (zeros of both signs, the largest exact ones) are not."""
+    kind = np.dtype(dtype)
+    integers = np.array([0.0, -0.0, 1.0, -3.0, 2.0**7, 2.0**8, -(2.0**10)], np.float64)
+    fractions = [0.5, -1.25, 2.0**-9, float("nan"), float("inf"), float("-inf")]
+    reading = gather_tree_module._FLOAT_BITS[kind.name]
+    for fraction in fractions:
+        for place in (0, 5, 9000):
+            values = np.resize(integers, 10000).astype(kind)
+            values[place] = fraction
+            raw = values.view(f"u{kind.itemsize}")
+            compiled = loops.first_fraction(raw, *reading)
+            with loops.numpy_stand_ins():
+                stood_in = loops.first_fraction(raw, *reading)
+            assert (compiled, stood_in) == (place, place), (fraction, place)
+    clean = np.resize(integers, 10000).astype(kind).view(f"u{kind.itemsize}")
+    assert loops.first_fraction(clean, *reading) == -1
+    with loops.numpy_stand_ins():
+        assert loops.first_fraction(clean, *reading) == -1
 
 
 def test_while_compiling_a_cheap_call_stands_in_and_a_costly_one_waits(
