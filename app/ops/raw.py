@@ -117,3 +117,39 @@ def copy_block(
         [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
     )
     compiled.strided_copy(source, out, table, source_start, out_start, run, step)
+
+
+def copy_gathered(out: npt.NDArray[Any], source: npt.NDArray[Any], view: npt.NDArray[Any]) -> None:
+    """``out[...] = view`` for a C-ordered raw ``out`` of ``view``'s shape, ``view`` a strided
+    view (any order, steps of any size) into the flat C-ordered raw array ``source``: by the
+    compiled strided copy, a row of ``out`` at a time, the rows taken in the order ``view``'s
+    dimensions walk ``source`` (the largest strides outermost). An image's patches or a
+    depth-to-space block then read each source line while it is in the cache, however far
+    apart they land in ``out``; NumPy's copy walks ``out``'s order and reads each line again
+    from memory per row it lands in."""
+    if out.size == 0:
+        return
+    compiled = loops.ready_module()
+    if compiled is None:  # while the loops compile: NumPy's copy of the same view
+        np.copyto(out, view, casting="equiv")
+        return
+    start, strides = _geometry(view, source)
+    out_strides = [0] * view.ndim
+    step = 1
+    for d in range(view.ndim - 1, -1, -1):
+        out_strides[d] = step
+        step *= view.shape[d]
+    dims = [
+        [length, strides[d], out_strides[d]] for d, length in enumerate(view.shape) if length != 1
+    ] or [[1, 1, 1]]
+    while len(dims) > 1:
+        outer, inner = dims[-2], dims[-1]
+        if outer[1] != inner[1] * inner[0] or outer[2] != inner[2] * inner[0]:
+            break
+        dims[-2:] = [[outer[0] * inner[0], inner[1], inner[2]]]
+    run, row_step, _ = dims[-1]
+    rows = sorted(dims[:-1], key=lambda dim: -abs(dim[1]))
+    table = np.array(
+        [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
+    )
+    compiled.strided_copy(source, out.reshape(-1), table, start, 0, run, row_step)

@@ -14,6 +14,7 @@ import pytest
 from app import registry
 from app.ops import gather, loops, numpy_loops, roll
 from app.ops import gather_tree as gather_tree_module
+from app.ops.extract_image_patches import extract_image_patches
 from app.ops.gather_tree import gather_tree
 from app.pipeline.jobs import Job, Limits, make_job
 from app.settings import Settings
@@ -187,6 +188,36 @@ def test_the_first_fraction_is_found_both_ways(dtype: str) -> None:
     assert loops.first_fraction(clean, *reading) == -1
     with loops.numpy_stand_ins():
         assert loops.first_fraction(clean, *reading) == -1
+
+
+PATCH_CASES = [
+    ((1, 2, 7, 9), [3, 2], [2, 3], [1, 2], "valid"),
+    ((2, 3, 6, 5), [2, 2], [1, 1], [2, 1], "same_upper"),
+    ((1, 1, 5, 5), [4, 3], [3, 2], [1, 1], "same_lower"),
+    ((1, 2, 4, 4), [1, 1], [5, 5], [1, 1], "valid"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", ">f4", "float64"])
+@pytest.mark.parametrize(("shape", "sizes", "strides", "rates", "auto_pad"), PATCH_CASES)
+def test_image_patches_have_the_same_bits_both_ways(
+    dtype: str,
+    shape: tuple[int, ...],
+    sizes: list[int],
+    strides: list[int],
+    rates: list[int],
+    auto_pad: str,
+) -> None:
+    """ExtractImagePatches' compiled copy (rows taken in the order they lie in the image,
+    raw.copy_gathered) against NumPy's copy of the same view, while the loops compile: padded
+    and not, rates and strides, big-endian data, a non-C-ordered image (NumPy's copy then)."""
+    data = np.random.default_rng(1).integers(0, 250, shape).astype(dtype)
+    for image in (data, data[..., ::-1]):
+        compiled = extract_image_patches(image, sizes, strides, rates, auto_pad)
+        with loops.numpy_stand_ins():
+            stood_in = extract_image_patches(image, sizes, strides, rates, auto_pad)
+        assert_same_bits(stood_in, compiled)
+        assert compiled.dtype == image.dtype
 
 
 def test_while_compiling_a_cheap_call_stands_in_and_a_costly_one_waits(
