@@ -204,11 +204,19 @@ def _roll_loop(
 
 
 def _strided_copy_loop(
-    source: Any, out: Any, table: Any, source_start: int, out_start: int, run: int, step: int
+    source: Any,
+    out: Any,
+    table: Any,
+    source_start: int,
+    out_start: int,
+    run: int,
+    step: int,
+    out_step: int,
 ) -> None:  # pragma: no cover - compiled
     """Copy a block of ``source`` into ``out`` (both flat): rows of ``run`` elements, each written
-    forward into ``out`` and read from ``source`` ``step`` elements apart (1 forward, -1
-    reversed, 0 one element repeated, any other a stride). ``table`` holds, for the dimensions
+    into ``out`` ``out_step`` elements apart (positive; 1 forward) and read from ``source``
+    ``step`` elements apart (1 forward, -1 reversed, 0 one element repeated, any other a
+    stride). ``table`` holds, for the dimensions
     before the rows, their lengths, then their strides in ``source`` (signed: negative walks
     backwards), then their strides in ``out``, all in elements; the first row starts at
     ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and symmetric modes
@@ -225,10 +233,23 @@ def _strided_copy_loop(
     at_source = source_start
     at_out = out_start
     size = u(run)
+    spread = u(out_step)
     for _ in range(rows):
         s = u(at_source)
         o = u(at_out)
-        if step == 1:
+        if out_step != 1:
+            # A row read forward and written ``out_step`` apart (depth-to-space, Col2Im's
+            # blocks): the next rows fill the gaps while the lines are in the cache.
+            if step == 1 and out_step == 2:
+                for e in range(size):
+                    out[o + e * u(2)] = source[s + e]
+            elif step == 1 and out_step == 4:
+                for e in range(size):
+                    out[o + e * u(4)] = source[s + e]
+            else:
+                for e in range(size):
+                    out[o + e * spread] = source[u(np.int64(s) + np.int64(e) * step)]
+        elif step == 1:
             for e in range(size):
                 out[o + e] = source[s + e]
         elif step == -1:
@@ -238,6 +259,17 @@ def _strided_copy_loop(
             value = source[s]
             for e in range(size):
                 out[o + e] = value
+        elif step == 2:
+            # Small constant steps (image patches, space-to-depth): the compiler vectorises
+            # a constant stride's loads as shuffles, not a variable one's.
+            for e in range(size):
+                out[o + e] = source[s + e * u(2)]
+        elif step == 3:
+            for e in range(size):
+                out[o + e] = source[s + e * u(3)]
+        elif step == 4:
+            for e in range(size):
+                out[o + e] = source[s + e * u(4)]
         else:
             for e in range(size):
                 out[o + e] = source[u(np.int64(s) + np.int64(e) * step)]
@@ -480,11 +512,11 @@ roll_rows = _compiled(
 )
 
 
-#: strided_copy(source, out, table, source_start, out_start, run, step): each width.
+#: strided_copy(source, out, table, source_start, out_start, run, step, out_step): each width.
 strided_copy = _compiled(
     _strided_copy_loop,
     [
-        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 4)
+        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 5)
         for width in _WIDTHS
     ],
 )
