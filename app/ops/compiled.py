@@ -425,7 +425,7 @@ def _gather_tree_loop(
                     finished[k] = 1
 
 
-def _first_fraction_loop(raw: Any, fraction: int, bias: int) -> int:  # pragma: no cover - compiled
+def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
     """The position of the first value of ``raw`` (a float's bits: ``fraction`` mantissa bits,
     exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1. Read in
     chunks whose test has no branch, the first found only in a chunk that has one."""
