@@ -19,7 +19,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, copy_gathered, is_integer_type
 
 #: Up to this many blocks, each is one strided copy into the output; past it, the uncropped
 #: output is one permuted copy (into a temporary of data's size when something is cropped).
@@ -126,8 +126,14 @@ def _moved(
     source = as_raw(data).reshape(*blocks, batch, *sizes)
     target = as_raw(out)
     count = len(blocks)
+    full = (batch, *(size * block for size, block in zip(sizes, blocks, strict=True)))
+    if full == shape and data.flags.c_contiguous and out.flags.c_contiguous:
+        # Nothing cropped: one compiled permuted copy, each output line written whole.
+        order = [count, *list(itertools.chain(*((count + 1 + a, a) for a in range(count))))]
+        split = target.reshape(batch, *itertools.chain(*zip(sizes, blocks, strict=True)))
+        copy_gathered(split, as_raw(data).reshape(-1), source.transpose(order))
+        return out
     if math.prod(blocks) > _BLOCKS_COPIED_ONE_BY_ONE:
-        full = (batch, *(size * block for size, block in zip(sizes, blocks, strict=True)))
         cropped = full != shape
         whole = np.empty(full, target.dtype) if cropped else target
         order = [count, *list(itertools.chain(*((count + 1 + a, a) for a in range(count))))]

@@ -4,8 +4,8 @@ Each loop is compiled for explicit signatures, so no request ever waits for the 
 whose types match no signature is a ``TypeError``, never a compilation. The loops work on the
 raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
-index types), the strided block copy (Reverse, Pad) and the tiled transpose of every width: 22
-compiled signatures in all.
+index types), the strided block copy (Reverse, Pad), the tiled transpose and GatherTree's walk of
+every width, and its check of float ids (3 widths): 29 compiled signatures in all.
 
 The machine code is cached on disk (numba's ``cache=True``): in ``NUMBA_CACHE_DIR`` when it is
 set, else in ``__pycache__`` beside this file. A cache directory that exists but cannot be
@@ -204,11 +204,19 @@ def _roll_loop(
 
 
 def _strided_copy_loop(
-    source: Any, out: Any, table: Any, source_start: int, out_start: int, run: int, step: int
+    source: Any,
+    out: Any,
+    table: Any,
+    source_start: int,
+    out_start: int,
+    run: int,
+    step: int,
+    out_step: int,
 ) -> None:  # pragma: no cover - compiled
     """Copy a block of ``source`` into ``out`` (both flat): rows of ``run`` elements, each written
-    forward into ``out`` and read from ``source`` ``step`` elements apart (1 forward, -1
-    reversed, 0 one element repeated, any other a stride). ``table`` holds, for the dimensions
+    into ``out`` ``out_step`` elements apart (positive; 1 forward) and read from ``source``
+    ``step`` elements apart (1 forward, -1 reversed, 0 one element repeated, any other a
+    stride). ``table`` holds, for the dimensions
     before the rows, their lengths, then their strides in ``source`` (signed: negative walks
     backwards), then their strides in ``out``, all in elements; the first row starts at
     ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and symmetric modes
@@ -225,10 +233,23 @@ def _strided_copy_loop(
     at_source = source_start
     at_out = out_start
     size = u(run)
+    spread = u(out_step)
     for _ in range(rows):
         s = u(at_source)
         o = u(at_out)
-        if step == 1:
+        if out_step != 1:
+            # A row read forward and written ``out_step`` apart (depth-to-space, Col2Im's
+            # blocks): the next rows fill the gaps while the lines are in the cache.
+            if step == 1 and out_step == 2:
+                for e in range(size):
+                    out[o + e * u(2)] = source[s + e]
+            elif step == 1 and out_step == 4:
+                for e in range(size):
+                    out[o + e * u(4)] = source[s + e]
+            else:
+                for e in range(size):
+                    out[o + e * spread] = source[u(np.int64(s) + np.int64(e) * step)]
+        elif step == 1:
             for e in range(size):
                 out[o + e] = source[s + e]
         elif step == -1:
@@ -238,6 +259,17 @@ def _strided_copy_loop(
             value = source[s]
             for e in range(size):
                 out[o + e] = value
+        elif step == 2:
+            # Small constant steps (image patches, space-to-depth): the compiler vectorises
+            # a constant stride's loads as shuffles, not a variable one's.
+            for e in range(size):
+                out[o + e] = source[s + e * u(2)]
+        elif step == 3:
+            for e in range(size):
+                out[o + e] = source[s + e * u(3)]
+        elif step == 4:
+            for e in range(size):
+                out[o + e] = source[s + e * u(4)]
         else:
             for e in range(size):
                 out[o + e] = source[u(np.int64(s) + np.int64(e) * step)]
@@ -291,6 +323,145 @@ def _transpose_loop(
                         out[at + r] = buffer[r * side + c]
 
 
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _parent_value(
+    raw: Any, kind: int, fraction: int, bias: int, bits: int
+) -> Any:  # pragma: no cover
+    """A parent id's value (int64) from its raw bits (``bits`` of them): ``kind`` 0 unsigned,
+    1 signed, 2 a float of ``fraction`` mantissa bits and exponent ``bias``. Only values the
+    checks let through need be right (integers in [0, BEAM_WIDTH), -0.0 too); the caller clips
+    the others."""
+    u = np.uint64
+    value = u(raw)
+    if kind == 0:
+        return np.int64(value)
+    if kind == 1:
+        if bits < 64 and value >> u(bits - 1):
+            return np.int64(value) - (np.int64(1) << bits)
+        return np.int64(value)
+    magnitude = value & ((u(1) << u(bits - 1)) - u(1))
+    exponent = np.int64(magnitude >> u(fraction)) - bias
+    if magnitude == 0 or exponent < 0:
+        return np.int64(0)
+    if exponent > fraction:
+        return np.int64(1) << 62
+    whole = (magnitude & ((u(1) << u(fraction)) - u(1))) | (u(1) << u(fraction))
+    return np.int64(whole >> u(fraction - exponent))
+
+
+def _gather_tree_loop(
+    steps: Any,
+    parents: Any,
+    out: Any,
+    lengths: Any,
+    state: Any,
+    ends: Any,
+    max_time: int,
+    batch_size: int,
+    beam_width: int,
+    block: int,
+    kind: int,
+    fraction: int,
+    bias: int,
+) -> None:  # pragma: no cover - compiled
+    """GatherTree-1. ``steps``, ``parents`` and ``out`` are the flat (max_time, batch_size,
+    beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says
+    (``_parent_value``; where the walk reads, the checks have let through only integers in
+    [0, BEAM_WIDTH); it clips whatever else into the batch's beams). ``lengths`` holds each
+    batch's decoded steps. A step at or past a batch's length is ``ends[0]`` (end_token's bits);
+    every value past a beam's first end_token (bits ``ends[0]`` or ``ends[1]``, its other zero)
+    becomes ``ends[0]``.
+
+    ``block`` batches are walked together, down their steps then up again to end the beams:
+    each step's piece of them is one run of memory, and all their steps stay in the cache
+    between the two walks. ``state`` (2 * block * beam_width) holds where each beam of the block
+    is (its position in a step's piece) and whether it has ended. The next step's piece is
+    prefetched while one is walked (the walk reads it in beam order)."""
+    u = np.uint64
+    width = u(beam_width)
+    row = u(batch_size) * width
+    end = ends[0]
+    alt = ends[1]
+    most = np.int64(beam_width) - 1
+    bits = 8 * steps.itemsize
+    line = u(max(1, 64 // steps.itemsize))
+    for first in range(u(0), u(batch_size), u(block)):
+        batches = min(u(block), u(batch_size) - first)
+        size = batches * width
+        index = state[:size]
+        finished = state[size : u(2) * size]
+        base = first * width
+        for k in range(size):
+            index[k] = k
+        t = max_time - 1
+        while t >= 0:
+            at = u(t) * row + base
+            if t >= 1:
+                for offset in range(u(0), size, line):
+                    _prefetch(steps, at - row + offset)
+                    _prefetch(parents, at - row + offset)
+            for j in range(batches):
+                start = j * width
+                piece = at + start
+                if t >= lengths[first + j]:
+                    for k in range(width):
+                        out[piece + k] = end
+                    continue
+                for k in range(start, start + width):
+                    out[at + k] = steps[at + u(index[k])]
+                if t > 0:
+                    for k in range(start, start + width):
+                        value = _parent_value(parents[at + u(index[k])], kind, fraction, bias, bits)
+                        index[k] = np.int64(start) + min(max(value, 0), most)
+            t -= 1
+        for k in range(size):
+            finished[k] = 0
+        for step in range(u(max_time)):
+            at = step * row + base
+            for k in range(size):
+                if finished[k]:
+                    out[at + k] = end
+                elif out[at + k] == end or out[at + k] == alt:
+                    finished[k] = 1
+
+
+def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
+    """The position of the first value of ``raw`` (a float's bits: ``fraction`` mantissa bits,
+    exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1. Read in
+    chunks whose test has no branch, the first found only in a chunk that has one."""
+    u = np.uint64
+    bits = u(8 * raw.itemsize)
+    mantissa = u(fraction)
+    magnitude_mask = (u(1) << (bits - u(1))) - u(1)
+    mantissa_mask = (u(1) << mantissa) - u(1)
+    all_ones = magnitude_mask >> mantissa
+    low = u(bias)
+    total = u(raw.size)
+    chunk = u(4096)
+    for start in range(u(0), total, chunk):
+        stop = min(total, start + chunk)
+        found = u(0)
+        for i in range(start, stop):
+            magnitude = u(raw[i]) & magnitude_mask
+            field = magnitude >> mantissa
+            shift = min(max(np.int64(low + mantissa) - np.int64(field), 0), fraction)
+            below = (u(raw[i]) & mantissa_mask) & ((u(1) << u(shift)) - u(1))
+            bad = (field == all_ones) | (field < low) | (below != u(0))
+            found |= u(bad & (magnitude != u(0)))
+        if found:
+            for i in range(start, stop):
+                magnitude = u(raw[i]) & magnitude_mask
+                field = magnitude >> mantissa
+                if magnitude == u(0):
+                    continue
+                if field == all_ones or field < low:
+                    return np.int64(i)
+                shift = min(np.int64(low + mantissa) - np.int64(field), np.int64(fraction))
+                if shift > 0 and (u(raw[i]) & ((u(1) << u(shift)) - u(1))):
+                    return np.int64(i)
+    return np.int64(-1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Signatures
 
@@ -341,11 +512,11 @@ roll_rows = _compiled(
 )
 
 
-#: strided_copy(source, out, table, source_start, out_start, run, step): each width.
+#: strided_copy(source, out, table, source_start, out_start, run, step, out_step): each width.
 strided_copy = _compiled(
     _strided_copy_loop,
     [
-        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 4)
+        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 5)
         for width in _WIDTHS
     ],
 )
@@ -356,12 +527,38 @@ transpose_tiles = _compiled(
     [types.void(_readonly(width), _mutable(width), *[_I64] * 4) for width in _WIDTHS],
 )
 
+#: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,
+#: block, kind, fraction, bias): each width of ids; int64 lengths and state.
+gather_tree = _compiled(
+    _gather_tree_loop,
+    [
+        types.void(
+            _readonly(width),
+            _readonly(width),
+            _mutable(width),
+            _readonly(_I64),
+            _mutable(_I64),
+            _readonly(width),
+            *[_I64] * 7,
+        )
+        for width in _WIDTHS
+    ],
+)
+
+#: first_fraction(raw, fraction, bias): the float widths (2, 4 and 8 bytes).
+first_fraction = _compiled(
+    _first_fraction_loop,
+    [_I64(_readonly(width), _I64, _I64) for width in _WIDTHS[1:]],
+)
+
 _LOOPS = (
     ("take", take),
     ("take_slices", take_slices),
     ("roll", roll_rows),
     ("strided_copy", strided_copy),
     ("transpose_tiles", transpose_tiles),
+    ("gather_tree", gather_tree),
+    ("first_fraction", first_fraction),
 )
 
 
@@ -373,6 +570,8 @@ def compiled_signatures() -> Iterator[tuple[str, int]]:
 
 __all__ = [
     "compiled_signatures",
+    "first_fraction",
+    "gather_tree",
     "roll_rows",
     "strided_copy",
     "take",

@@ -18,7 +18,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.raw import as_raw, copy_gathered
 
 MODES = ("blocks_first", "depth_first")
 #: Up to this many blocks, each is one strided copy (the reads stay contiguous); past it, the
@@ -82,12 +82,16 @@ def _moved(
     # The output seen as [N, C', D1, bs, D2, bs, ..., DK, bs]: a view, since out is C-ordered.
     target = as_raw(out).reshape(batch, depth, *itertools.chain(*((s, block_size) for s in sizes)))
     first_block = 1 if mode == "blocks_first" else 2
+    # x'' of the spec: source axes [0, C', D1, b1, D2, b2, ...].
+    depth_axis = 1 + spatial if mode == "blocks_first" else 1
+    order = [0, depth_axis]
+    for axis in range(spatial):
+        order += [2 + spatial + axis, first_block + axis]
+    if data.flags.c_contiguous and out.flags.c_contiguous:
+        # The compiled copy: each block's lines written whole while in the cache.
+        copy_gathered(target, as_raw(data).reshape(-1), source.transpose(order))
+        return out
     if block_size**spatial > _BLOCKS_COPIED_ONE_BY_ONE:
-        # x'' of the spec: source axes [0, C', D1, b1, D2, b2, ...].
-        depth_axis = 1 + spatial if mode == "blocks_first" else 1
-        order = [0, depth_axis]
-        for axis in range(spatial):
-            order += [2 + spatial + axis, first_block + axis]
         np.copyto(target, source.transpose(order), casting="equiv")
         return out
     # One block (b1, ..., bK) at a time: its [N, C', D1, ..., DK] values, read contiguously,

@@ -21,7 +21,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.raw import as_raw, copy_gathered
 
 AUTO_PADS = ("valid", "same_upper", "same_lower")
 
@@ -191,6 +191,8 @@ def extract_image_patches_planned(
         return out
     if data.dtype.itemsize > 1 and data.dtype.isnative != out.dtype.isnative:
         np.copyto(target, view.byteswap())
+    elif source.flags.c_contiguous:
+        copy_gathered(target, source.reshape(-1), view)
     else:
         np.copyto(target, view)
     return out

@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import loops
 from app.ops.declaration import (
     ALL_TYPES,
     DATA_CONSTRAINT,
@@ -17,10 +18,14 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.raw import as_raw, into_c_ordered
 
 #: Elements checked at a time (the checks' temporaries stay this small, whatever the input).
 _CHUNK = 1 << 16
+#: The bytes of ids a block of batches walked together holds in each of its three arrays, and
+#: the most beams a block holds the state of (16 bytes each).
+_BLOCK_BYTES = 2 << 20
+_STATE_BEAMS = 1 << 16
 _NAMES = ("step_ids", "parent_ids", "max_seq_len", "end_token")
 
 
@@ -34,6 +39,12 @@ def _integral(name: str, array: npt.NDArray[Any]) -> None:
     if not _is_float(array.dtype):
         return
     flat = array.reshape(-1)
+    if array.flags.c_contiguous and array.dtype.name in _FLOAT_BITS:
+        # One pass over the bits, compiled: x - trunc(x) in NumPy is three.
+        first = loops.first_fraction(as_raw(flat), *_FLOAT_BITS[array.dtype.name])
+        if first >= 0:
+            _refuse_fraction(name, array, first)
+        return
     # float16 and bfloat16 are checked as float32 (exact); the others in their own type.
     kind = array.dtype if array.dtype.kind == "f" and array.dtype.itemsize >= 4 else np.float32
     fraction = np.empty(min(flat.size, _CHUNK), kind)
@@ -45,12 +56,14 @@ def _integral(name: str, array: npt.NDArray[Any]) -> None:
         with np.errstate(invalid="ignore"):  # inf - inf: the NaN that marks it
             np.subtract(chunk, part, out=part)
         if np.count_nonzero(part):
-            first = start + int(np.flatnonzero(part)[0])
-            where = [int(i) for i in np.unravel_index(first, array.shape)]
-            raise SpecError(
-                name,
-                f"{name} must have integer values only, got {flat[first].item()!r} at {where}",
-            )
+            _refuse_fraction(name, array, start + int(np.flatnonzero(part)[0]))
+
+
+def _refuse_fraction(name: str, array: npt.NDArray[Any], first: int) -> None:
+    """Refuse ``array``, whose flat element ``first`` is not an integer, naming it."""
+    where = [int(i) for i in np.unravel_index(first, array.shape)]
+    value = array.reshape(-1)[first].item()
+    raise SpecError(name, f"{name} must have integer values only, got {value!r} at {where}")
 
 
 def gather_tree_plan(
@@ -151,59 +164,71 @@ def _gathered(
     end_token: npt.NDArray[Any],
     out: npt.NDArray[Any] | None,
 ) -> npt.NDArray[Any]:
-    if out is None:
-        out = np.empty(step_ids.shape, step_ids.dtype)
-    max_time, batch_size, beam_width = step_ids.shape
-    if not out.size:
-        return out
-    width = batch_size * beam_width
-    steps = as_raw(step_ids).reshape(max_time, width)
-    parents = parent_ids.reshape(max_time, width)
-    target = as_raw(out).reshape(max_time, width)
-    end_bits = as_raw(end_token.reshape(1))[0]
-    decoded = np.repeat(np.array(lengths, np.int64), beam_width)
-    # The beam each (batch, beam) follows at the current step, as a flat index into a step's
-    # row; every beam starts as itself at its last decoded step.
-    row_start = np.repeat(np.arange(batch_size, dtype=np.int64) * beam_width, beam_width)
-    index = np.arange(width, dtype=np.int64)
-    undecoded = np.empty(width, np.bool_)
-    following = np.empty(width, parent_ids.dtype)
-    for level in range(max_time - 1, -1, -1):
-        # mode="clip" is not buffered as "raise" is: every index here names a beam already.
-        np.take(steps[level], index, out=target[level], mode="clip")
-        if not level:
-            break  # the first step's parents are never followed
-        np.take(parents[level], index, out=following, mode="clip")
-        np.less_equal(decoded, level, out=undecoded)
-        if undecoded.any():
-            np.copyto(target[level], end_bits, where=undecoded)
-            # A batch not decoded this far keeps each beam as itself.
-            index = np.where(undecoded, index, row_start + following.astype(np.int64))
-        else:
-            np.add(row_start, following.astype(np.int64), out=index)
-    if not lengths or min(lengths) == 0:
-        np.less_equal(decoded, 0, out=undecoded)
-        np.copyto(target[0], end_bits, where=undecoded)
-    _fill_past_the_end(out.reshape(max_time, width), end_token, target, end_bits)
-    return out
+    return into_c_ordered(
+        out,
+        step_ids.shape,
+        step_ids.dtype,
+        lambda target: _walk(step_ids, parent_ids, lengths, end_token, target),
+    )
 
 
-def _fill_past_the_end(
-    values: npt.NDArray[Any],
+#: How the walk reads a parent id's bits, by T's kind: (kind, mantissa bits, exponent bias).
+_FLOAT_BITS = {
+    "float16": (10, 15),
+    "bfloat16": (7, 127),
+    "float32": (23, 127),
+    "float64": (52, 1023),
+}
+
+
+def _parent_reading(dtype: np.dtype[Any]) -> tuple[int, int, int]:
+    """``loops.gather_tree``'s kind, fraction and bias for parent ids of type ``dtype``."""
+    if dtype.name in _FLOAT_BITS:
+        return (2, *_FLOAT_BITS[dtype.name])
+    return (1 if dtype.kind == "i" else 0, 0, 0)
+
+
+def _walk(
+    step_ids: npt.NDArray[Any],
+    parent_ids: npt.NDArray[Any],
+    lengths: list[int],
     end_token: npt.NDArray[Any],
-    target: npt.NDArray[Any],
-    end_bits: Any,
+    out: npt.NDArray[Any],
 ) -> None:
-    """Past the step holding a beam's first end_token (compared by value: -0.0 is 0), every
-    value is end_token (its bits)."""
-    finished = np.zeros(values.shape[1], np.bool_)
-    end_value = end_token[()]
-    hit = np.empty(values.shape[1], np.bool_)
-    for level in range(values.shape[0]):
-        if finished.any():
-            np.copyto(target[level], end_bits, where=finished)
-        np.equal(values[level], end_value, out=hit)
-        finished |= hit
+    """The compiled walk, batch by batch, into the C-ordered ``out``: the parent ids are read
+    from their own bits (float ids are integers, checked), so nothing is converted."""
+    max_time, batch_size, beam_width = step_ids.shape
+    steps = as_raw(np.ascontiguousarray(step_ids)).reshape(-1)
+    parents = as_raw(np.ascontiguousarray(parent_ids)).reshape(-1)
+    target = as_raw(out).reshape(-1)
+    ends = np.empty(2, target.dtype)
+    ends[0] = as_raw(end_token.reshape(1))[0]
+    # end_token is compared by value: a float zero equals the other zero too.
+    other = -end_token if _is_float(end_token.dtype) and end_token == 0 else end_token
+    ends[1] = as_raw(np.asarray(other, end_token.dtype).reshape(1))[0]
+    decoded = np.array(lengths, np.int64)
+    block = _block(max_time, batch_size, beam_width, out.itemsize)
+    state = np.empty(2 * block * beam_width, np.int64)
+    loops.gather_tree(steps, parents, target, decoded, state, ends, max_time, batch_size,
+                      beam_width, block, *_parent_reading(parent_ids.dtype))  # fmt: skip
+
+
+def _block(max_time: int, batch_size: int, beam_width: int, itemsize: int) -> int:
+    """The batches the walk takes together: their ids, parents and output about _BLOCK_BYTES
+    each (in the shared cache between the walk down and up), their state at most
+    _STATE_BEAMS beams; at least one batch."""
+    per_batch = max(1, max_time * beam_width * itemsize)
+    return max(1, min(batch_size, _BLOCK_BYTES // per_batch, _STATE_BEAMS // max(1, beam_width)))
+
+
+def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
+    """What the walk holds beside the output: each beam's state (16 bytes a beam of a block of
+    at most _STATE_BEAMS, or of one batch), the checks' chunk of _CHUNK values (8 bytes each at
+    most), and a copy of step_ids and parent_ids when they are not C-ordered."""
+    step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
+    beam_width = step_ids.shape[-1] if step_ids.ndim == 3 else 0
+    copied = sum(0 if item.flags.c_contiguous else item.nbytes for item in (step_ids, parent_ids))
+    return 16 * max(beam_width, _STATE_BEAMS) + 8 * _CHUNK + copied
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:
@@ -251,6 +276,7 @@ OP = Op(
     output_type_from="step_ids",
     plan=plan,
     kernel=_kernel,
+    workspace=workspace_bytes,
     examples={
         "example_tensorflow": example(
             "GatherTree-1 on TensorFlow's gather_tree example (the spec's is shapes only: "

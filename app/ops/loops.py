@@ -194,6 +194,44 @@ def roll_rows(source: Array, out: Array, table: Array, row: int, split: int) -> 
     module.roll_rows(source, out, table, row, split)
 
 
+def gather_tree(
+    steps: Array,
+    parents: Array,
+    out: Array,
+    lengths: Array,
+    state: Array,
+    ends: Array,
+    max_time: int,
+    batch_size: int,
+    beam_width: int,
+    block: int,
+    kind: int,
+    fraction: int,
+    bias: int,
+) -> None:
+    """``compiled.gather_tree``, or its stand-in (for at most CHEAP_OUTPUT_BYTES of ids: it
+    holds a few copies of a step's row)."""
+    arguments = (max_time, batch_size, beam_width, block, kind, fraction, bias)
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        cheap = out.nbytes <= numpy_loops.CHEAP_OUTPUT_BYTES
+        module = _stand_in_or_loops(cheap)
+        if module is None:
+            numpy_loops.gather_tree(steps, parents, out, lengths, state, ends, *arguments)
+            return
+    module.gather_tree(steps, parents, out, lengths, state, ends, *arguments)
+
+
+def first_fraction(raw: Array, fraction: int, bias: int) -> int:
+    """``compiled.first_fraction``, or its stand-in (which holds a chunk of its own: any size)."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(True)
+        if module is None:
+            return numpy_loops.first_fraction(raw, fraction, bias)
+    return int(module.first_fraction(raw, fraction, bias))
+
+
 def ready_module() -> ModuleType | None:
     """The compiled loops' module when they serve the calls now, else None (compiling started,
     if nothing had started it): for a kernel whose stand-in is NumPy's own copy of the same

@@ -127,3 +127,82 @@ def roll_is_cheap(table: Array) -> bool:
     """Whether ``roll_rows`` over ``table`` makes few enough block copies for a stand-in."""
     dims = table.size // 3
     return int(np.count_nonzero(table[dims : 2 * dims])) <= CHEAP_ROLLED_DIMENSIONS
+
+
+def parent_values(raw: Array, kind: int, fraction: int, bias: int, most: int) -> Array:
+    """``compiled.gather_tree``'s reading of parent ids (int64, clipped into [0, most]): the raw
+    bits as ``kind`` says, 0 unsigned, 1 signed, 2 a float of ``fraction`` mantissa bits and
+    exponent ``bias`` (whose values the checks have let through are integers)."""
+    bits = raw.astype(np.uint64)
+    width = 8 * raw.itemsize
+    if kind == 0:
+        values = bits.view(np.int64)
+    elif kind == 1:
+        values = raw.view(f"i{raw.itemsize}").astype(np.int64)
+    else:
+        magnitude = bits & np.uint64((1 << (width - 1)) - 1)
+        exponent = (magnitude >> np.uint64(fraction)).astype(np.int64) - bias
+        whole = (magnitude & np.uint64((1 << fraction) - 1)) | np.uint64(1 << fraction)
+        shift = np.clip(fraction - exponent, 0, 63).astype(np.uint64)
+        values = (whole >> shift).astype(np.int64)
+        values[(magnitude == 0) | (exponent < 0)] = 0
+        values[exponent > fraction] = most
+    return np.clip(values, 0, most)
+
+
+def gather_tree(
+    steps: Array,
+    parents: Array,
+    out: Array,
+    lengths: Array,
+    state: Array,
+    ends: Array,
+    max_time: int,
+    batch_size: int,
+    beam_width: int,
+    block: int,
+    kind: int,
+    fraction: int,
+    bias: int,
+) -> None:
+    """``compiled.gather_tree``: the same walk a step at a time over every batch at once
+    (``state`` and ``block`` unused: it holds the beams as arrays of its own)."""
+    shape = (max_time, batch_size, beam_width)
+    ids = steps.reshape(shape)
+    parent_ids = parents.reshape(shape)
+    target = out.reshape(shape)
+    index = np.broadcast_to(np.arange(beam_width), (batch_size, beam_width)).copy()
+    decoded = lengths.reshape(batch_size, 1)
+    end, alt = ends[0], ends[1]
+    for t in range(max_time - 1, -1, -1):
+        here = decoded > t
+        np.copyto(target[t], np.where(here, np.take_along_axis(ids[t], index, axis=1), end))
+        if t > 0:
+            followed = np.take_along_axis(parent_ids[t], index, axis=1)
+            values = parent_values(followed, kind, fraction, bias, beam_width - 1)
+            index = np.where(here, values, index)
+    finished = np.zeros((batch_size, beam_width), np.bool_)
+    for t in range(max_time):
+        np.copyto(target[t], end, where=finished)
+        finished |= (target[t] == end) | (target[t] == alt)
+
+
+#: Float values checked at a time by ``first_fraction`` (its temporaries stay this small).
+_FRACTION_CHUNK = 1 << 16
+
+
+def first_fraction(raw: Array, fraction: int, bias: int) -> int:
+    """``compiled.first_fraction``: the position of the first value of ``raw`` (a float's bits:
+    ``fraction`` mantissa bits, exponent ``bias``) that is not an integer, or -1."""
+    kinds = {(10, 15): np.float16, (23, 127): np.float32, (52, 1023): np.float64}
+    for start in range(0, raw.size, _FRACTION_CHUNK):
+        chunk = raw[start : start + _FRACTION_CHUNK]
+        if (fraction, bias) == (7, 127):  # bfloat16: the high half of a float32
+            values = (chunk.astype(np.uint32) << np.uint32(16)).view(np.float32)
+        else:
+            values = chunk.view(kinds[(fraction, bias)])
+        with np.errstate(invalid="ignore"):  # inf - inf: the NaN that marks it
+            bad = np.flatnonzero((values - np.trunc(values)) != 0)
+        if bad.size:
+            return start + int(bad[0])
+    return -1

@@ -116,4 +116,66 @@ def copy_block(
     table = np.array(
         [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
     )
-    compiled.strided_copy(source, out, table, source_start, out_start, run, step)
+    compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1)
+
+
+def copy_gathered(out: npt.NDArray[Any], source: npt.NDArray[Any], view: npt.NDArray[Any]) -> None:
+    """``out[...] = view`` for a C-ordered raw ``out`` of ``view``'s shape, ``view`` a strided
+    view into the flat C-ordered raw array ``source`` (``copy_permuted``'s case of a whole
+    output)."""
+    copy_permuted(out.reshape(-1), out, source, view)
+
+
+#: The longest step a row may take on either side, and the shortest row worth a call of the
+#: loop's inner copy: a row of 2 elements (a depth-to-space block's) is read along another axis.
+_SHORT_STEP = 4
+_SHORT_ROW = 16
+
+
+def copy_permuted(
+    out: npt.NDArray[Any],
+    out_view: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    source_view: npt.NDArray[Any],
+) -> None:
+    """``out_view[...] = source_view``, views of one shape into the flat C-ordered raw arrays
+    ``out`` and ``source`` (positive strides, no element of ``out_view`` twice), by the compiled
+    strided copy: one axis is the rows (the one ``out`` is written along when it reads a short
+    step of ``source``, else the one ``source`` is read along forward), the others taken in the
+    order they walk the side the rows do not (the largest strides outermost). An image's patches
+    then read each source line while it is in the cache, however far apart they land; a
+    depth-to-space block's lines are written whole while in the cache, however far apart they
+    come from. NumPy's copy walks the output's order and goes back to memory for either."""
+    if out_view.size == 0:
+        return
+    compiled = loops.ready_module()
+    if compiled is None:  # while the loops compile: NumPy's copy of the same views
+        np.copyto(out_view, source_view, casting="equiv")
+        return
+    out_start, out_strides = _geometry(out_view, out)
+    source_start, source_strides = _geometry(source_view, source)
+    dims = sorted(
+        (
+            [length, source_strides[d], out_strides[d]]
+            for d, length in enumerate(out_view.shape)
+            if length != 1
+        ),
+        key=lambda dim: -dim[2],
+    ) or [[1, 1, 1]]
+    while len(dims) > 1:
+        outer, inner = dims[-2], dims[-1]
+        if outer[1] != inner[1] * inner[0] or outer[2] != inner[2] * inner[0]:
+            break
+        dims[-2:] = [[outer[0] * inner[0], inner[1], inner[2]]]
+    written = dims[-1]  # out's smallest stride
+    read = [dim for dim in dims if dim[1] == 1 and 1 < dim[2] <= _SHORT_STEP]
+    if (written[0] >= _SHORT_ROW and abs(written[1]) <= _SHORT_STEP) or not read:
+        row, side = written, 1
+    else:
+        row, side = max(read, key=lambda dim: dim[0]), 2
+    rows = [dim for dim in dims if dim is not row]
+    rows.sort(key=lambda dim: -abs(dim[side]))
+    table = np.array(
+        [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
+    )
+    compiled.strided_copy(source, out, table, source_start, out_start, row[0], row[1], row[2])

@@ -19,7 +19,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, copy_gathered, is_integer_type
 
 #: Up to this many blocks, each is one strided copy from data (and the padding around it is
 #: zeroed); past it, data is padded into a temporary of the output's size, moved in one copy.
@@ -113,6 +113,17 @@ def _moved(
     # The output is x'' of the spec: [B_1, ..., B_{N-1}, batch, (D_1 + P_1) / B_1, ...].
     target = as_raw(out).reshape(*blocks, batch, *reduced)
     source = as_raw(data)
+    padless = all(b == 0 for b in begins) and all(
+        q * b == size for q, b, size in zip(reduced, blocks, sizes, strict=True)
+    )
+    if padless and data.flags.c_contiguous and out.flags.c_contiguous:
+        # No padding: one compiled permuted copy, each input line read once.
+        count = len(blocks)
+        split = source.reshape(batch, *itertools.chain(*zip(reduced, blocks, strict=True)))
+        order = [2 + 2 * axis for axis in range(count)] + [0]
+        order += [1 + 2 * axis for axis in range(count)]
+        copy_gathered(target, source.reshape(-1), split.transpose(order))
+        return out
     if math.prod(blocks) > _BLOCKS_COPIED_ONE_BY_ONE:
         padded = np.zeros((batch, *(q * b for q, b in zip(reduced, blocks, strict=True))),
                           source.dtype)  # fmt: skip

@@ -287,6 +287,8 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "roll": 2,
         "strided_copy": 4,
         "transpose_tiles": 4,
+        "gather_tree": 4,
+        "first_fraction": 3,
     }
     source = np.zeros(4, np.float32)  # not a raw unsigned view: no signature takes it
     with pytest.raises(TypeError):

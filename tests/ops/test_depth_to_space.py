@@ -172,14 +172,23 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], block_size: int, mod
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """DepthToSpace of float32 [1, 64, H, H] of ``nbytes``, block_size 2, blocks_first."""
-    side = int((nbytes // 4 // 64) ** 0.5)
-    data = (np.arange(64 * side * side) % 5).astype(np.float32).reshape(1, 64, side, side)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """DepthToSpace of float32 and int8 [1, 64, H, H] of ``nbytes``, block_size 2,
+    blocks_first."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    side = int((nbytes // dtype.itemsize // 64) ** 0.5)
+    data = (np.arange(64 * side * side) % 5).astype(dtype).reshape(1, 64, side, side)
     attributes = {"mode": "blocks_first", "block_size": 2}
 
     def model() -> Any:
         return plugin_model(lambda p: ov_opset1.depth_to_space(p, "blocks_first", 2), data)
 
-    return BenchmarkCase("depth_to_space", "[1, 64, H, W], bs 2, f32", {"data": data},
+    label = f"[1, 64, H, W], bs 2, {'f32' if dtype == np.float32 else 'i8'}"
+    return BenchmarkCase("depth_to_space", label, {"data": data},
                          attributes, data.dtype, 2 * data.nbytes, model)  # fmt: skip

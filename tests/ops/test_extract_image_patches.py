@@ -253,17 +253,25 @@ def test_extract_image_patches_matches_openvino() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """3x3 patches, stride 3 (each pixel once) of a float32 image of ``nbytes``."""
-    side = int((nbytes // 4 // 8) ** 0.5) // 3 * 3
-    data = (np.arange(8 * side * side) % 5).astype(np.float32).reshape(1, 8, side, side)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """3x3 patches, stride 3 (each pixel once) of a float32 and an int8 image of ``nbytes``."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    side = int((nbytes // dtype.itemsize // 8) ** 0.5) // 3 * 3
+    data = (np.arange(8 * side * side) % 5).astype(dtype).reshape(1, 8, side, side)
     attributes = {"sizes": [3, 3], "strides": [3, 3], "rates": [1, 1], "auto_pad": "valid"}
 
     def model() -> Any:
         build = lambda p: ov_opset3.extract_image_patches(p, [3, 3], [3, 3], [1, 1], "valid")  # noqa: E731
         return plugin_model(build, data)
 
-    return BenchmarkCase("extract_image_patches", "3x3 stride 3, f32", {"data": data},
+    label = f"3x3 stride 3, {'f32' if dtype == np.float32 else 'i8'}"
+    return BenchmarkCase("extract_image_patches", label, {"data": data},
                          attributes, data.dtype, 2 * data.nbytes, model)  # fmt: skip
 
 

@@ -253,12 +253,21 @@ def test_the_cpu_plugin_disagreement_is_as_listed() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """float32 beams of ``nbytes``: 64 steps, 256 beams, as many batches as fit."""
-    max_time, beam_width = 64, 256
-    batch_size = max(1, nbytes // 4 // (max_time * beam_width))
-    inputs = beams(np.float32, (max_time, batch_size, beam_width), seed=0)
-    inputs = (*inputs[:2], np.full(batch_size, max_time, np.float32), inputs[3])
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """float32 and int8 beams of ``nbytes``: 64 steps, 256 beams (64 in int8: parent ids up to
+    127), as many batches as fit (the CPU plugin refuses int8 GatherTree: that row has no
+    OpenVINO figure)."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    max_time, beam_width = 64, 256 if dtype == np.float32 else 64
+    batch_size = max(1, nbytes // dtype.itemsize // (max_time * beam_width))
+    inputs = beams(dtype, (max_time, batch_size, beam_width), seed=0)
+    inputs = (*inputs[:2], np.full(batch_size, max_time, dtype), inputs[3])
 
     def model() -> Any:
         parameters = [ov_opset1.parameter(list(item.shape), ov.Type.f32) for item in inputs]
@@ -267,5 +276,6 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
 
     arrays = dict(zip(NAMES, inputs, strict=True))
     moved = 3 * inputs[0].nbytes  # step_ids and parent_ids read, the output written
-    return BenchmarkCase("gather_tree", "64 steps, 256 beams, f32", arrays, {}, inputs[0].dtype,
-                         moved, model)  # fmt: skip
+    label = f"64 steps, {beam_width} beams, {'f32' if dtype == np.float32 else 'i8'}"
+    return BenchmarkCase("gather_tree", label, arrays, {}, inputs[0].dtype, moved,
+                         model if dtype == np.float32 else None)  # fmt: skip

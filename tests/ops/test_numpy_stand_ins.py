@@ -13,15 +13,21 @@ import pytest
 
 from app import registry
 from app.ops import gather, loops, numpy_loops, roll
+from app.ops import gather_tree as gather_tree_module
+from app.ops.depth_to_space import depth_to_space
+from app.ops.extract_image_patches import extract_image_patches
+from app.ops.gather_tree import gather_tree
+from app.ops.space_to_depth import space_to_depth
 from app.pipeline.jobs import Job, Limits, make_job
 from app.settings import Settings
 from tests.cases import GATHER_CASES, ROLL_CASES
+from tests.ops.test_gather_tree import beams
 from tests.support import assert_same_bits
 from tests.transports.test_every_op import example_arrays
 
 Array = npt.NDArray[Any]
 LIMITS = Limits.of(Settings())
-STAND_INS = ("take", "take_slices", "roll_rows")
+STAND_INS = ("take", "take_slices", "roll_rows", "gather_tree", "first_fraction")
 
 
 @pytest.fixture(autouse=True)
@@ -34,10 +40,10 @@ def stand_in_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """The names of the stand-ins called, in order, while the test runs."""
     calls: list[str] = []
 
-    def counted(name: str, loop: Callable[..., None]) -> Callable[..., None]:
-        def call(*arguments: Any) -> None:
+    def counted(name: str, loop: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*arguments: Any) -> Any:
             calls.append(name)
-            loop(*arguments)
+            return loop(*arguments)  # first_fraction answers a position
 
         return call
 
@@ -104,8 +110,8 @@ def test_the_ops_whose_kernels_reach_a_loop_ran_their_stand_ins(
                 answers(make_job(op, arrays, attributes, LIMITS))
                 reached[op.name] = reached.get(op.name, 0) + len(stand_in_calls) - before
     with_loops = {name for name, count in reached.items() if count}
-    # Roll and the Gather family run their compiled loops; the other ops none.
-    assert {"roll", "gather"} <= with_loops, reached
+    # Roll, the Gather family and GatherTree run their compiled loops; the other ops none.
+    assert {"roll", "gather", "gather_tree"} <= with_loops, reached
     assert set(stand_in_calls) == set(STAND_INS)
 
 
@@ -126,6 +132,116 @@ def test_gather_corpus_has_the_same_bits_both_ways(case: Any, stand_in_calls: li
     ((compiled,), (stood_in,), _) = both_ways(run, stand_in_calls)
     assert_same_bits(stood_in, compiled)
     assert compiled.shape == stood_in.shape
+
+
+GATHER_TREE_TYPES = [
+    "int8",
+    "uint8",
+    "int32",
+    "uint64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+]
+
+
+@pytest.mark.parametrize("dtype", GATHER_TREE_TYPES)
+@pytest.mark.parametrize("shape", [(7, 5, 3), (1, 2, 4), (9, 1, 1), (4, 3, 0)])
+def test_gather_tree_beams_have_the_same_bits_both_ways(
+    dtype: str, shape: tuple[int, int, int], stand_in_calls: list[str]
+) -> None:
+    """Random beams of each kind of T (signed, unsigned, the four floats: parent ids read from
+    their bits), lengths 0 to past MAX_TIME, end tokens met or not; -0.0 ids equal to an
+    end_token of 0 in the float types."""
+    step_ids, parent_ids, max_seq_len, end = beams(np.dtype(dtype), shape, seed=len(dtype))
+    if step_ids.dtype.kind == "f" or dtype == "bfloat16":
+        step_ids[0, ..., :1] = -step_ids[0, ..., :1] * 0  # -0.0 (or 0.0) ids
+        end = np.array(0, step_ids.dtype)
+
+    def run() -> Array:
+        return gather_tree(step_ids, parent_ids, max_seq_len, end)
+
+    ((compiled,), (stood_in,), calls) = both_ways(run, stand_in_calls)
+    assert_same_bits(stood_in, compiled)
+    assert compiled.shape == shape
+    assert calls >= (1 if compiled.size else 0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_the_first_fraction_is_found_both_ways(dtype: str) -> None:
+    """Every kind of value that is not an integer (a half, a tiny fraction, NaN, both
+    infinities) is found at its place by the compiled scan and the stand-in alike; integers
+    (zeros of both signs, the largest exact ones) are not."""
+    kind = np.dtype(dtype)
+    integers = np.array([0.0, -0.0, 1.0, -3.0, 2.0**7, 2.0**8, -(2.0**10)], np.float64)
+    fractions = [0.5, -1.25, 2.0**-9, float("nan"), float("inf"), float("-inf")]
+    reading = gather_tree_module._FLOAT_BITS[kind.name]
+    for fraction in fractions:
+        for place in (0, 5, 9000):
+            values = np.resize(integers, 10000).astype(kind)
+            values[place] = fraction
+            raw = values.view(f"u{kind.itemsize}")
+            compiled = loops.first_fraction(raw, *reading)
+            with loops.numpy_stand_ins():
+                stood_in = loops.first_fraction(raw, *reading)
+            assert (compiled, stood_in) == (place, place), (fraction, place)
+    clean = np.resize(integers, 10000).astype(kind).view(f"u{kind.itemsize}")
+    assert loops.first_fraction(clean, *reading) == -1
+    with loops.numpy_stand_ins():
+        assert loops.first_fraction(clean, *reading) == -1
+
+
+PATCH_CASES = [
+    ((1, 2, 7, 9), [3, 2], [2, 3], [1, 2], "valid"),
+    ((2, 3, 6, 5), [2, 2], [1, 1], [2, 1], "same_upper"),
+    ((1, 1, 5, 5), [4, 3], [3, 2], [1, 1], "same_lower"),
+    ((1, 2, 4, 4), [1, 1], [5, 5], [1, 1], "valid"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", ">f4", "float64"])
+@pytest.mark.parametrize(("shape", "sizes", "strides", "rates", "auto_pad"), PATCH_CASES)
+def test_image_patches_have_the_same_bits_both_ways(
+    dtype: str,
+    shape: tuple[int, ...],
+    sizes: list[int],
+    strides: list[int],
+    rates: list[int],
+    auto_pad: str,
+) -> None:
+    """ExtractImagePatches' compiled copy (rows taken in the order they lie in the image,
+    raw.copy_gathered) against NumPy's copy of the same view, while the loops compile: padded
+    and not, rates and strides, big-endian data, a non-C-ordered image (NumPy's copy then)."""
+    data = np.random.default_rng(1).integers(0, 250, shape).astype(dtype)
+    for image in (data, data[..., ::-1]):
+        compiled = extract_image_patches(image, sizes, strides, rates, auto_pad)
+        with loops.numpy_stand_ins():
+            stood_in = extract_image_patches(image, sizes, strides, rates, auto_pad)
+        assert_same_bits(stood_in, compiled)
+        assert compiled.dtype == image.dtype
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", ">f4", "float64"])
+@pytest.mark.parametrize("mode", ["blocks_first", "depth_first"])
+@pytest.mark.parametrize(("shape", "block_size"), [((2, 8, 3, 5), 2), ((1, 9, 4, 2), 3),
+                                                   ((1, 4, 3), 2), ((1, 32, 2, 1, 3), 2)])  # fmt: skip
+def test_depth_and_space_blocks_have_the_same_bits_both_ways(
+    dtype: str, mode: str, shape: tuple[int, ...], block_size: int
+) -> None:
+    """DepthToSpace and back by the compiled permuted copy (raw.copy_permuted: rows read or
+    written a block apart) against NumPy's copy of the same views: 1 to 3 spatial axes, blocks
+    of 2 and 3, big-endian data, a non-C-ordered input (NumPy's copy then)."""
+    data = np.random.default_rng(2).integers(0, 250, shape).astype(dtype)
+    for image in (data, data[:, ::-1]):
+        compiled = depth_to_space(image, mode, block_size)
+        back = space_to_depth(compiled, mode, block_size)
+        with loops.numpy_stand_ins():
+            stood_in = depth_to_space(image, mode, block_size)
+            stood_in_back = space_to_depth(stood_in, mode, block_size)
+        assert_same_bits(stood_in, compiled)
+        assert_same_bits(stood_in_back, back)
+        assert_same_bits(back, image)
 
 
 def test_while_compiling_a_cheap_call_stands_in_and_a_costly_one_waits(

@@ -177,14 +177,23 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], block_size: int, mod
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """SpaceToDepth of float32 [1, 16, H, H] of ``nbytes``, block_size 2, blocks_first."""
-    side = int((nbytes // 4 // 16) ** 0.5) // 2 * 2
-    data = (np.arange(16 * side * side) % 5).astype(np.float32).reshape(1, 16, side, side)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """SpaceToDepth of float32 and int8 [1, 16, H, H] of ``nbytes``, block_size 2,
+    blocks_first."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    side = int((nbytes // dtype.itemsize // 16) ** 0.5) // 2 * 2
+    data = (np.arange(16 * side * side) % 5).astype(dtype).reshape(1, 16, side, side)
     attributes = {"mode": "blocks_first", "block_size": 2}
 
     def model() -> Any:
         return plugin_model(lambda p: ov_opset1.space_to_depth(p, "blocks_first", 2), data)
 
-    return BenchmarkCase("space_to_depth", "[1, 16, H, W], bs 2, f32", {"data": data},
+    label = f"[1, 16, H, W], bs 2, {'f32' if dtype == np.float32 else 'i8'}"
+    return BenchmarkCase("space_to_depth", label, {"data": data},
                          attributes, data.dtype, 2 * data.nbytes, model)  # fmt: skip
