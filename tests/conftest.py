@@ -3,6 +3,8 @@
 Helpers that tests import by name are in ``tests/support.py``.
 """
 
+import os
+import sys
 import zlib
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -117,6 +119,12 @@ def sampled_out(relative: str, name: str, firsts: set[tuple[str, str]]) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Bytecode cached even where the environment says not to (PYTHONDONTWRITEBYTECODE, set on
+    # some CI machines): else every xdist worker and every server a test starts compiles every
+    # module from source again (test modules rewritten for assertions, the app at each start),
+    # a fifth of the default tier's time on two cores. __pycache__ is ignored by git.
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     progress.register(config)
     # The compiled loops serve every test, as they serve a started service: NumPy's stand-ins
     # (which answer while they compile) are held to the same bits in tests/ops/test_numpy_stand_ins.py.
