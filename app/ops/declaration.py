@@ -63,13 +63,12 @@ class SplitPlan:
         return self.output_shapes[0]
 
 
-#: Checks the inputs against the spec (raising ``SpecError``) and gives the output's shape, or
-#: a ``Plan`` that also computes it from what the checks found (the kernel is then not asked to
-#: check again), or a ``SplitPlan`` for several outputs. Nothing the size of an output is
-#: allocated here: admission reserves it from the shapes this returns.
-Planner = Callable[[Arrays, Attributes], "tuple[int, ...] | Plan | SplitPlan"]
-#: Computes the output, into ``out`` when given (a response buffer).
-Kernel = Callable[[Arrays, Attributes, npt.NDArray[Any] | None], npt.NDArray[Any]]
+#: Checks the inputs against the spec (raising ``SpecError``) and gives a ``Plan``: the output's
+#: shape and how to compute it from what the checks found (nothing is checked twice), or a
+#: ``SplitPlan`` for several outputs. Nothing the size of an output is allocated here:
+#: admission reserves it from the shapes this returns. The attributes arrive with every default
+#: filled in.
+Planner = Callable[[Arrays, Attributes], "Plan | SplitPlan"]
 #: The bytes the kernel holds beyond its inputs and output (its temporaries), for admission.
 Workspace = Callable[[Arrays, Attributes], int]
 
@@ -351,7 +350,6 @@ class Op:
     request_doc: str
     inputs: tuple[Input, ...]
     plan: Planner
-    kernel: Kernel
     workspace: Workspace = no_workspace
     attributes: tuple[Attribute, ...] = ()
     #: name -> {"summary", "value" (a JSON request), "x-expected-output"}: the spec's examples.

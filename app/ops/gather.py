@@ -245,10 +245,6 @@ def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_workspace(arrays["indices"].shape, arrays["indices"].dtype)
 
 
-def _gather(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather(arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out)
-
-
 GATHER = Op(
     name="gather",
     position=1,
@@ -287,7 +283,6 @@ GATHER = Op(
         ),
     ),
     plan=_plan_gather,
-    kernel=_gather,
     workspace=_gather_workspace,
     examples={
         "example_1": example(
@@ -391,15 +386,6 @@ def _planner_in_range(spec: str) -> Any:
     return plan
 
 
-def _in_range_kernel(spec: str) -> Any:
-    planner = _planner_in_range(spec)
-
-    def kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-        return planner(arrays, attributes).run(out)
-
-    return kernel
-
-
 _IN_RANGE_INDICES = (
     "T_IND: any integer type, any shape (a scalar too). Values in [0, data.shape[axis] - 1] "
     "only: a negative or larger index is refused. JSON form is int64."
@@ -422,7 +408,6 @@ GATHER_7 = Op(
     ),
     attributes=GATHER.attributes,
     plan=_planner_in_range("Gather-7"),
-    kernel=_in_range_kernel("Gather-7"),
     workspace=_gather_workspace,
     examples={
         "example_1": example(
@@ -481,7 +466,6 @@ GATHER_1 = Op(
     request_doc="Gather-1: the slices of `data` along `axis` at `indices`.",
     inputs=GATHER_7.inputs,
     plan=_planner_in_range("Gather-1"),
-    kernel=_in_range_kernel("Gather-1"),
     workspace=_gather_workspace,
     examples={
         "example_1": example(

@@ -183,10 +183,6 @@ def _gather_elements_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_elements_workspace(arrays["indices"], attributes["axis"])
 
 
-def _gather_elements(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather_elements(arrays["data"], arrays["indices"], attributes["axis"], out)
-
-
 GATHER_ELEMENTS = Op(
     name="gather_elements",
     spec="GatherElements-6",
@@ -217,7 +213,6 @@ GATHER_ELEMENTS = Op(
         ),
     ),
     plan=_plan_gather_elements,
-    kernel=_gather_elements,
     workspace=_gather_elements_workspace,
     examples={
         "example_1": example(

@@ -199,10 +199,6 @@ def _gather_nd_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_nd_workspace(arrays["data"], arrays["indices"], attributes["batch_dims"])
 
 
-def _gather_nd(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather_nd(arrays["data"], arrays["indices"], attributes["batch_dims"], out)
-
-
 _SQUARE = [[1, 2], [3, 4]]
 _TWO_BATCHES = [
     [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
@@ -240,7 +236,6 @@ GATHER_ND = Op(
         ),
     ),
     plan=_plan_gather_nd,
-    kernel=_gather_nd,
     workspace=_gather_nd_workspace,
     examples={
         "example_1": example(
@@ -349,10 +344,6 @@ def _plan_gather_nd_5(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, run)
 
 
-def _gather_nd_5(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return _plan_gather_nd_5(arrays, attributes).run(out)
-
-
 GATHER_ND_5 = Op(
     name="gather_nd",
     spec="GatherND-5",
@@ -376,7 +367,6 @@ GATHER_ND_5 = Op(
     ),
     attributes=GATHER_ND.attributes,
     plan=_plan_gather_nd_5,
-    kernel=_gather_nd_5,
     workspace=_gather_nd_workspace,
     examples={
         "example_1": example(

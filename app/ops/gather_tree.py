@@ -217,10 +217,6 @@ def plan(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return plan(arrays, attributes).run(out)
-
-
 def _input(name: str, number: int, words: str, shape: str) -> Input:
     return Input(
         name,
@@ -250,7 +246,6 @@ OP = Op(
     ),
     output_type_from="step_ids",
     plan=plan,
-    kernel=_kernel,
     examples={
         "example_tensorflow": example(
             "GatherTree-1 on TensorFlow's gather_tree example (the spec's is shapes only: "

@@ -376,13 +376,6 @@ def _planner(version: int) -> Any:
     return plan
 
 
-def _kernel(version: int) -> Any:
-    def kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-        return _planner(version)(arrays, attributes).run(out)
-
-    return kernel
-
-
 def _inputs(version: int) -> tuple[Input, ...]:
     bounds = "[-d, d - 1] (negative values count from the end)" if version == 12 else "[0, s - 1]"
     dims = (
@@ -547,7 +540,6 @@ def _declare(version: int, examples: list[tuple[str, str, dict[str, Any], Any]])
         inputs=_inputs(version),
         attributes=attributes,
         plan=_planner(version),
-        kernel=_kernel(version),
         workspace=scatter_elements_update_workspace,
         examples={
             name: example(summary, request, output) for name, summary, request, output in examples

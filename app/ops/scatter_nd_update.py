@@ -338,12 +338,6 @@ def _plan_scatter_nd_update(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _scatter_nd_update(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return scatter_nd_update(
-        arrays["data"], arrays["indices"], arrays["updates"], attributes["reduction"], out
-    )
-
-
 _FOUR = [1, 2, 3, 4]
 _REPEATED = [[0], [2], [-3], [-3], [0]]
 _TENS = [10, 20, 30, 40, 50]
@@ -400,7 +394,6 @@ SCATTER_ND_UPDATE = Op(
         ),
     ),
     plan=_plan_scatter_nd_update,
-    kernel=_scatter_nd_update,
     workspace=scatter_nd_update_workspace,
     examples={
         "example_1_snippet": example(
@@ -531,12 +524,6 @@ def _plan_scatter_nd_update_3(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _scatter_nd_update_3(
-    arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None
-) -> Any:
-    return _plan_scatter_nd_update_3(arrays, attributes).run(out)
-
-
 SCATTER_ND_UPDATE_3 = Op(
     name="scatter_nd_update",
     spec="ScatterNDUpdate-3",
@@ -559,7 +546,6 @@ SCATTER_ND_UPDATE_3 = Op(
         SCATTER_ND_UPDATE.inputs[2],
     ),
     plan=_plan_scatter_nd_update_3,
-    kernel=_scatter_nd_update_3,
     workspace=scatter_nd_update_workspace,
     examples={
         "example_1": example(

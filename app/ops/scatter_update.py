@@ -213,10 +213,6 @@ def _scatter_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return scatter_update_workspace(arrays)
 
 
-def _scatter_update(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return scatter_update(arrays["data"], arrays["indices"], arrays["updates"], arrays["axis"], out)
-
-
 SCATTER_UPDATE = Op(
     name="scatter_update",
     spec="ScatterUpdate-3",
@@ -256,7 +252,6 @@ SCATTER_UPDATE = Op(
         ),
     ),
     plan=_plan_scatter_update,
-    kernel=_scatter_update,
     workspace=_scatter_update_workspace,
     examples={
         "example_2": example(
