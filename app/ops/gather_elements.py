@@ -183,7 +183,7 @@ def _gather_elements_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_elements_workspace(arrays["indices"], attributes["axis"])
 
 
-GATHER_ELEMENTS = Op(
+OP = Op(
     name="gather_elements",
     spec="GatherElements-6",
     summary="GatherElements-6: take elements at per-element indices along an axis",
@@ -258,6 +258,3 @@ GATHER_ELEMENTS = Op(
         "are [0, s-1]; the service refuses them.",
     ),
 )
-
-#: What app/registry.py collects.
-OP = GATHER_ELEMENTS

@@ -205,7 +205,7 @@ _TWO_BATCHES = [
     [[13, 14, 15, 16], [17, 18, 19, 20], [21, 22, 23, 24]],
 ]
 
-GATHER_ND = Op(
+OP = Op(
     name="gather_nd",
     spec="GatherND-8",
     summary="GatherND-8: gather elements or slices at index tuples",
@@ -314,9 +314,6 @@ GATHER_ND = Op(
     ),
 )
 
-#: What app/registry.py collects.
-OP = GATHER_ND
-
 
 # ------------------------------------------------------------------------------------------------
 # The older version: GatherND-5 (batches flattened into one dimension, no negative indices)
@@ -344,7 +341,7 @@ def _plan_gather_nd_5(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, run)
 
 
-GATHER_ND_5 = Op(
+OP_5 = Op(
     name="gather_nd",
     spec="GatherND-5",
     summary="GatherND-5: gather elements or slices at index tuples (batches flattened)",
@@ -365,7 +362,7 @@ GATHER_ND_5 = Op(
             rank=">= 1",
         ),
     ),
-    attributes=GATHER_ND.attributes,
+    attributes=OP.attributes,
     plan=_plan_gather_nd_5,
     workspace=_gather_nd_workspace,
     examples={
@@ -418,4 +415,4 @@ GATHER_ND_5 = Op(
 )
 
 #: The older version served beside GatherND-8 (the registry collects it).
-OLDER = (GATHER_ND_5,)
+OLDER: tuple[Op, ...] = (OP_5,)

@@ -283,7 +283,7 @@ def _roll_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return roll_workspace(data.shape, data.dtype.itemsize, arrays["shift"], arrays["axes"])
 
 
-ROLL = Op(
+OP = Op(
     name="roll",
     position=0,
     spec="Roll-7",
@@ -335,6 +335,3 @@ ROLL = Op(
         ),
     },
 )
-
-#: What app/registry.py collects.
-OP = ROLL

@@ -352,7 +352,7 @@ _SLABS_UPDATES = [
     [[1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3], [4, 4, 4, 4]],
 ]
 
-SCATTER_ND_UPDATE = Op(
+OP = Op(
     name="scatter_nd_update",
     spec="ScatterNDUpdate-15",
     summary="ScatterNDUpdate-15: a copy of data with elements or slices at index tuples updated",
@@ -501,9 +501,6 @@ SCATTER_ND_UPDATE = Op(
     ),
 )
 
-#: What app/registry.py collects.
-OP = SCATTER_ND_UPDATE
-
 
 # ------------------------------------------------------------------------------------------------
 # The older version: ScatterNDUpdate-3 (no reduction, no negative indices)
@@ -524,7 +521,7 @@ def _plan_scatter_nd_update_3(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-SCATTER_ND_UPDATE_3 = Op(
+OP_3 = Op(
     name="scatter_nd_update",
     spec="ScatterNDUpdate-3",
     summary="ScatterNDUpdate-3: a copy of data with elements or slices at index tuples replaced",
@@ -543,7 +540,7 @@ SCATTER_ND_UPDATE_3 = Op(
             INT32_OR_INT64,
             rank=">= 1",
         ),
-        SCATTER_ND_UPDATE.inputs[2],
+        OP.inputs[2],
     ),
     plan=_plan_scatter_nd_update_3,
     workspace=scatter_nd_update_workspace,
@@ -586,4 +583,4 @@ SCATTER_ND_UPDATE_3 = Op(
 )
 
 #: The older version served beside ScatterNDUpdate-15 (the registry collects it).
-OLDER = (SCATTER_ND_UPDATE_3,)
+OLDER: tuple[Op, ...] = (OP_3,)

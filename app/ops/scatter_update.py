@@ -213,7 +213,7 @@ def _scatter_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return scatter_update_workspace(arrays)
 
 
-SCATTER_UPDATE = Op(
+OP = Op(
     name="scatter_update",
     spec="ScatterUpdate-3",
     summary="ScatterUpdate-3: a copy of data with slices along an axis replaced",
@@ -302,6 +302,3 @@ SCATTER_UPDATE = Op(
         "4], indices int64 [-1], updates [-9], axis 0. The service refuses them with a 400.",
     ),
 )
-
-#: What app/registry.py collects.
-OP = SCATTER_UPDATE
