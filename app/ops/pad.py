@@ -366,7 +366,7 @@ def _pads_input(name: str, where: str, position: int) -> Input:
     )
 
 
-PAD_1 = Op(
+OP_1 = Op(
     name="pad",
     spec="Pad-1",
     summary="Pad-1: extend a tensor on its edges",
@@ -446,4 +446,4 @@ PAD_1 = Op(
 )
 
 #: The older version served beside Pad-12 (the registry collects it).
-OLDER = (PAD_1,)
+OLDER: tuple[Op, ...] = (OP_1,)

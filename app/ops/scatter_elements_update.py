@@ -549,7 +549,7 @@ def _declare(version: int, examples: list[tuple[str, str, dict[str, Any], Any]])
     )
 
 
-SCATTER_ELEMENTS_UPDATE_3 = _declare(3, _EXAMPLES_3)
+OP_3 = _declare(3, _EXAMPLES_3)
 #: What app/registry.py collects: the newest version, and the older one it serves.
 OP = _declare(12, _EXAMPLES_12)
-OLDER: tuple[Op, ...] = (SCATTER_ELEMENTS_UPDATE_3,)
+OLDER: tuple[Op, ...] = (OP_3,)
