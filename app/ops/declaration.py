@@ -1,8 +1,16 @@
 """The vocabulary an op module declares itself in: inputs, attributes, outputs, plan, examples.
 
-Every op module (``app/ops/<op>.py``) ends with one ``OP = Op(...)``; ``app/registry.py``
-collects them, and the routes, OpenAPI, V2 and gRPC metadata, Triton's model config, memory
-admission, the client's generic call, the command line, the docs and the tests read them.
+Every op module (``app/ops/<op>.py``) ends with one ``OP = Op(...)`` (and its older versions,
+``OP_1 = Op(...)`` ..., listed in ``OLDER``); ``app/registry.py`` collects them, and the routes,
+OpenAPI, V2 and gRPC metadata, Triton's model config, memory admission, the client's generic
+call, the command line, the docs and the tests read them.
+
+The planner is the op's one way to compute: it checks a request and returns a ``Plan`` (or a
+``SplitPlan``) that runs from what the checks found. Whatever the transport, its attributes
+arrive as their kinds' Python values with every default filled in (an attribute the request
+left out is there, at its default), and its inputs as the arrays declared, an optional input
+left out being absent. What the vocabulary cannot say yet (strings, outputs of a fixed type,
+attributes that depend on each other) is listed in docs/development.md.
 """
 
 import functools
