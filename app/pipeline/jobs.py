@@ -130,21 +130,22 @@ class Job:
     #: Each output's element type, in order, where they differ from ``output_dtype`` (Unique-10's
     #: indices and counts); None: every output has ``output_dtype``.
     types: tuple[np.dtype[Any], ...] | None = None
+    #: The plan of an op of several outputs (``plan`` itself); None for an op of one output,
+    #: described by ``output_shape`` alone. A field, not a property: every answer reads it
+    #: several times.
+    split: SplitPlan | None = field(init=False, default=None, compare=False, repr=False)
 
-    @property
-    def split(self) -> SplitPlan | None:
-        """The plan of an op of several outputs; None for an op of one output, described by
-        ``output_shape`` alone."""
+    def __post_init__(self) -> None:
         plan = self.plan
-        return plan if isinstance(plan, SplitPlan) else None
+        if isinstance(plan, SplitPlan):
+            self.split = plan
 
     @property
     def output_dtypes(self) -> tuple[np.dtype[Any], ...]:
         """Every output's element type, in order."""
         if self.types is not None:
             return self.types
-        split = self.split
-        return (self.output_dtype,) * (1 if split is None else len(split.output_shapes))
+        return (self.output_dtype,) * (1 if self.split is None else len(self.split.output_shapes))
 
     @property
     def sizing_dtype(self) -> np.dtype[Any]:
@@ -156,35 +157,33 @@ class Job:
     @property
     def output_count(self) -> int:
         """The elements of every output."""
-        split = self.split
-        if split is not None:
-            return sum(math.prod(shape) for shape in split.output_shapes)
+        if self.split is not None:
+            return sum(math.prod(shape) for shape in self.split.output_shapes)
         return math.prod(self.output_shape)
 
     @property
     def output_bytes(self) -> int:
         """The bytes of every output (for a bounded plan, the most they may take)."""
-        split = self.split
-        if self.types is None or split is None:
+        if self.types is None or self.split is None:
             return self.output_count * self.output_dtype.itemsize
         return sum(
             math.prod(shape) * dtype.itemsize
-            for shape, dtype in zip(split.output_shapes, self.types, strict=True)
+            for shape, dtype in zip(self.split.output_shapes, self.types, strict=True)
         )
 
     @property
     def output_names(self) -> tuple[str, ...]:
         """The names of the outputs this request gets: ``output``, or ``output_0``, ..."""
-        plan = self.plan
-        if isinstance(plan, Plan):
+        if self.split is None:
             return ("output",)
-        return tuple(f"output_{index}" for index in range(len(plan.output_shapes)))
+        return tuple(f"output_{index}" for index in range(len(self.split.output_shapes)))
 
     @property
     def output_shapes(self) -> tuple[tuple[int, ...], ...]:
         """Every output's shape, in order (one for an op of one output)."""
-        plan = self.plan
-        return (self.output_shape,) if isinstance(plan, Plan) else plan.output_shapes
+        if self.split is None:
+            return (self.output_shape,)
+        return self.split.output_shapes
 
     def outputs(self) -> list[npt.NDArray[Any]]:
         """Every output, computed, each in its own native-order C-contiguous array (an op of
