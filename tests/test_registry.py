@@ -13,7 +13,7 @@ import pytest
 
 from app.main import create_app
 from app.ops.errors import SpecError
-from app.registry import ALL_TYPES, INTEGER_TYPES, REGISTRY, Arrays, Attributes, Input, Op
+from app.registry import ALL_TYPES, INTEGER_TYPES, REGISTRY, Arrays, Attributes, Input, Op, Plan
 from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, Transport
 from tensor_ops_client import main as command_line
@@ -39,18 +39,16 @@ def _axes(arrays: Arrays) -> tuple[int, ...]:
     return tuple(axis % rank for axis in axes)
 
 
-def _plan(arrays: Arrays, attributes: Attributes) -> tuple[int, ...]:
-    _axes(arrays)
-    shape: tuple[int, ...] = arrays["data"].shape
-    return shape
-
-
-def _flip(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
+def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     flipped = np.flip(arrays["data"], _axes(arrays))
-    if out is None:
-        return flipped.copy()
-    np.copyto(out, flipped, casting="equiv")
-    return out
+
+    def run(out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
+        if out is None:
+            return flipped.copy()
+        np.copyto(out, flipped, casting="equiv")
+        return out
+
+    return Plan(flipped.shape, run)
 
 
 #: A toy third op, declared exactly as the real ones are (Reverse-1 in "index" mode).
@@ -65,7 +63,6 @@ FLIP = Op(
         Input("axes", "Axes to reverse along.", "T_AXIS: any integer type.", INTEGER_TYPES),
     ),
     plan=_plan,
-    kernel=_flip,
     examples={
         "example_1": {
             "summary": "Reverse rows",

@@ -66,10 +66,6 @@ def _plan_halves(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     )
 
 
-def _run_halves(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    raise NotImplementedError  # an op of several outputs computes through its plan
-
-
 #: A toy Split: ``data`` cut into ``parts`` equal parts along ``axis``.
 PARTS = Op(
     name="toy_parts",
@@ -83,7 +79,6 @@ PARTS = Op(
     ),
     attributes=(Attribute("parts", None, "How many parts (required)."),),
     plan=_plan_halves,
-    kernel=_run_halves,
     several_outputs=True,
     examples={
         "example_1": example(
@@ -119,11 +114,6 @@ def _plan_join(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, run)
 
 
-def _join(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    plan = _plan_join(arrays, attributes)
-    return plan.run(out)
-
-
 #: A toy Concat: the 1-D ``part_<n>`` joined in the ``order`` asked, then the optional ``fill``.
 JOIN = Op(
     name="toy_join",
@@ -137,7 +127,6 @@ JOIN = Op(
     ),
     attributes=(Attribute("order", "forward", "The order.", choices=("forward", "backward")),),
     plan=_plan_join,
-    kernel=_join,
     output_type_from="part_0",
     examples={
         "example_1": example(

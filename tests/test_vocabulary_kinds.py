@@ -59,10 +59,6 @@ def _plan_uniq(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     return SplitPlan(((flat.size,), (flat.size,)), run, bounded=True)
 
 
-def _refuse_kernel(arrays: Arrays, attributes: Attributes, out: Any) -> Any:
-    raise NotImplementedError  # an op of several outputs computes through its plan
-
-
 _TEXTS: dict[str, Any] = {
     "summary": "Distinct values",
     "description": "The distinct values of `data` not in `drop`.",
@@ -85,7 +81,6 @@ UNIQ = Op(
     inputs=(_DATA,),
     attributes=(_SORTED, _INDEX_TYPE, Attribute("drop", (), "Values left out.", kind=INTS)),
     plan=_plan_uniq,
-    kernel=_refuse_kernel,
     outputs=_OUTPUTS,
     examples={
         "example_1": example(
@@ -103,7 +98,6 @@ UNIQ_1 = Op(
     inputs=(_DATA,),
     attributes=(_SORTED, _INDEX_TYPE),
     plan=_plan_uniq,
-    kernel=_refuse_kernel,
     outputs=_OUTPUTS,
     examples={
         "example_1": example("Sorted", {"data": [3, 1, 3]}, [[1, 3], [1, 0]]),

@@ -168,12 +168,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(layout[0], lambda out: _moved(data, *layout, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return batch_to_space(
-        arrays["data"], arrays["block_shape"], arrays["crops_begin"], arrays["crops_end"], out
-    )
-
-
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
     """Past _BLOCKS_COPIED_ONE_BY_ONE blocks with something cropped, the uncropped output:
     data's bytes."""
@@ -247,7 +241,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={
         "example_2d": example(

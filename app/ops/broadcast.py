@@ -191,14 +191,6 @@ plan_3 = _planner(3)
 plan_1 = _planner(1)
 
 
-def _kernel_3(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return plan_3(arrays, attributes).run(out)
-
-
-def _kernel_1(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return plan_1(arrays, attributes).run(out)
-
-
 def _inputs(version: int) -> tuple[Input, ...]:
     return (
         data_input("broadcast"),
@@ -291,7 +283,6 @@ OP = Op(
     inputs=_inputs(3),
     attributes=(_mode(3),),
     plan=plan_3,
-    kernel=_kernel_3,
     examples=_examples(3),
     decisions=(
         *(f"Broadcast-3, {line}" for line in _DECISIONS),
@@ -320,7 +311,6 @@ OP_1 = Op(
     inputs=_inputs(1),
     attributes=(_mode(1),),
     plan=plan_1,
-    kernel=_kernel_1,
     examples=_examples(1),
     decisions=(
         *(f"Broadcast-1, {line}" for line in _DECISIONS),

@@ -279,10 +279,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(checked.output_shape, functools.partial(col2im_planned, arrays["data"], checked))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return _plan(arrays, attributes).run(out)
-
-
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
     return col2im_workspace_bytes(arrays["data"])
 
@@ -362,7 +358,6 @@ OP = Op(
         _list("pads_end", (0, 0), "The zero pixels added at the end of each axis."),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={
         name: example(summary, request, output) for name, summary, request, output in _EXAMPLES

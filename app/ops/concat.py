@@ -97,10 +97,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _joined(inputs, axis, shape, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return concat(inputs_of(arrays), attributes["axis"], out)
-
-
 OP = Op(
     name="concat",
     spec="Concat-1",
@@ -127,7 +123,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     output_type_from="data_0",
     examples={
         "example_1": example(

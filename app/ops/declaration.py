@@ -1,8 +1,16 @@
 """The vocabulary an op module declares itself in: inputs, attributes, outputs, plan, examples.
 
-Every op module (``app/ops/<op>.py``) ends with one ``OP = Op(...)``; ``app/registry.py``
-collects them, and the routes, OpenAPI, V2 and gRPC metadata, Triton's model config, memory
-admission, the client's generic call, the command line, the docs and the tests read them.
+Every op module (``app/ops/<op>.py``) ends with one ``OP = Op(...)`` (and its older versions,
+``OP_1 = Op(...)`` ..., listed in ``OLDER``); ``app/registry.py`` collects them, and the routes,
+OpenAPI, V2 and gRPC metadata, Triton's model config, memory admission, the client's generic
+call, the command line, the docs and the tests read them.
+
+The planner is the op's one way to compute: it checks a request and returns a ``Plan`` (or a
+``SplitPlan``) that runs from what the checks found. Whatever the transport, its attributes
+arrive as their kinds' Python values with every default filled in (an attribute the request
+left out is there, at its default), and its inputs as the arrays declared, an optional input
+left out being absent. What the vocabulary cannot say yet (strings, outputs of a fixed type,
+attributes that depend on each other) is listed in docs/development.md.
 """
 
 import functools
@@ -63,13 +71,12 @@ class SplitPlan:
         return self.output_shapes[0]
 
 
-#: Checks the inputs against the spec (raising ``SpecError``) and gives the output's shape, or
-#: a ``Plan`` that also computes it from what the checks found (the kernel is then not asked to
-#: check again), or a ``SplitPlan`` for several outputs. Nothing the size of an output is
-#: allocated here: admission reserves it from the shapes this returns.
-Planner = Callable[[Arrays, Attributes], "tuple[int, ...] | Plan | SplitPlan"]
-#: Computes the output, into ``out`` when given (a response buffer).
-Kernel = Callable[[Arrays, Attributes, npt.NDArray[Any] | None], npt.NDArray[Any]]
+#: Checks the inputs against the spec (raising ``SpecError``) and gives a ``Plan``: the output's
+#: shape and how to compute it from what the checks found (nothing is checked twice), or a
+#: ``SplitPlan`` for several outputs. Nothing the size of an output is allocated here:
+#: admission reserves it from the shapes this returns. The attributes arrive with every default
+#: filled in.
+Planner = Callable[[Arrays, Attributes], "Plan | SplitPlan"]
 #: The bytes the kernel holds beyond its inputs and output (its temporaries), for admission.
 Workspace = Callable[[Arrays, Attributes], int]
 
@@ -351,7 +358,6 @@ class Op:
     request_doc: str
     inputs: tuple[Input, ...]
     plan: Planner
-    kernel: Kernel
     workspace: Workspace = no_workspace
     attributes: tuple[Attribute, ...] = ()
     #: name -> {"summary", "value" (a JSON request), "x-expected-output"}: the spec's examples.

@@ -112,10 +112,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _moved(data, shape, block_size, mode, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return depth_to_space(arrays["data"], attributes["mode"], attributes["block_size"], out)
-
-
 def _spec_formula(data: npt.NDArray[Any], block_size: int, mode: str) -> npt.NDArray[Any]:
     """The spec's reshape, transpose, reshape, written out (the examples' expected outputs)."""
     n, c, *sizes = data.shape
@@ -162,7 +158,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     examples={
         "example_1": example(
             "DepthToSpace-1's example: [5, 28, 2, 3], block_size 2, blocks_first gives "

@@ -216,10 +216,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return _plan(arrays, attributes).run(out)
-
-
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
     data = arrays["data"]
     checked = extract_image_patches_plan(
@@ -320,7 +316,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={
         name: example(summary, request, output) for name, summary, request, output in _EXAMPLES

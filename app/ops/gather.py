@@ -16,6 +16,7 @@ from app.ops.declaration import (
     Input,
     Op,
     Plan,
+    Planner,
     data_input,
     example,
 )
@@ -245,11 +246,7 @@ def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_workspace(arrays["indices"].shape, arrays["indices"].dtype)
 
 
-def _gather(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather(arrays["data"], arrays["indices"], arrays["axis"], attributes["batch_dims"], out)
-
-
-GATHER = Op(
+OP = Op(
     name="gather",
     position=1,
     spec="Gather-8",
@@ -287,7 +284,6 @@ GATHER = Op(
         ),
     ),
     plan=_plan_gather,
-    kernel=_gather,
     workspace=_gather_workspace,
     examples={
         "example_1": example(
@@ -349,9 +345,6 @@ GATHER = Op(
     },
 )
 
-#: What app/registry.py collects.
-OP = GATHER
-
 
 # ------------------------------------------------------------------------------------------------
 # The older versions: Gather-7 (no negative indices) and Gather-1 (nor batch_dims)
@@ -375,7 +368,7 @@ def _require_in_range(spec: str, indices: npt.NDArray[Any], length: int) -> None
     )
 
 
-def _planner_in_range(spec: str) -> Any:
+def _planner_in_range(spec: str) -> Planner:
     def plan(arrays: Arrays, attributes: Attributes) -> Plan:
         data, indices = arrays["data"], arrays["indices"]
         checked = gather_plan(
@@ -391,21 +384,12 @@ def _planner_in_range(spec: str) -> Any:
     return plan
 
 
-def _in_range_kernel(spec: str) -> Any:
-    planner = _planner_in_range(spec)
-
-    def kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-        return planner(arrays, attributes).run(out)
-
-    return kernel
-
-
 _IN_RANGE_INDICES = (
     "T_IND: any integer type, any shape (a scalar too). Values in [0, data.shape[axis] - 1] "
     "only: a negative or larger index is refused. JSON form is int64."
 )
 
-GATHER_7 = Op(
+OP_7 = Op(
     name="gather",
     position=1,
     spec="Gather-7",
@@ -418,11 +402,10 @@ GATHER_7 = Op(
         Input(
             "indices", "Indices to gather (input 2, type T_IND).", _IN_RANGE_INDICES, INTEGER_TYPES
         ),
-        GATHER.inputs[2],
+        OP.inputs[2],
     ),
-    attributes=GATHER.attributes,
+    attributes=OP.attributes,
     plan=_planner_in_range("Gather-7"),
-    kernel=_in_range_kernel("Gather-7"),
     workspace=_gather_workspace,
     examples={
         "example_1": example(
@@ -470,7 +453,7 @@ GATHER_7 = Op(
     ),
 )
 
-GATHER_1 = Op(
+OP_1 = Op(
     name="gather",
     position=1,
     spec="Gather-1",
@@ -479,9 +462,8 @@ GATHER_1 = Op(
     "`data.shape[:axis] + indices.shape + data.shape[axis + 1:]`; every index must be in "
     "`[0, data.shape[axis] - 1]` (a negative or larger one is refused, 422). No attributes.",
     request_doc="Gather-1: the slices of `data` along `axis` at `indices`.",
-    inputs=GATHER_7.inputs,
+    inputs=OP_7.inputs,
     plan=_planner_in_range("Gather-1"),
-    kernel=_in_range_kernel("Gather-1"),
     workspace=_gather_workspace,
     examples={
         "example_1": example(
@@ -508,4 +490,4 @@ GATHER_1 = Op(
 )
 
 #: The older versions served beside Gather-8 (the registry collects them).
-OLDER = (GATHER_7, GATHER_1)
+OLDER: tuple[Op, ...] = (OP_7, OP_1)

@@ -183,11 +183,7 @@ def _gather_elements_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_elements_workspace(arrays["indices"], attributes["axis"])
 
 
-def _gather_elements(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather_elements(arrays["data"], arrays["indices"], attributes["axis"], out)
-
-
-GATHER_ELEMENTS = Op(
+OP = Op(
     name="gather_elements",
     spec="GatherElements-6",
     summary="GatherElements-6: take elements at per-element indices along an axis",
@@ -217,7 +213,6 @@ GATHER_ELEMENTS = Op(
         ),
     ),
     plan=_plan_gather_elements,
-    kernel=_gather_elements,
     workspace=_gather_elements_workspace,
     examples={
         "example_1": example(
@@ -263,6 +258,3 @@ GATHER_ELEMENTS = Op(
         "are [0, s-1]; the service refuses them.",
     ),
 )
-
-#: What app/registry.py collects.
-OP = GATHER_ELEMENTS

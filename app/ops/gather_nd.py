@@ -199,17 +199,13 @@ def _gather_nd_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return gather_nd_workspace(arrays["data"], arrays["indices"], attributes["batch_dims"])
 
 
-def _gather_nd(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return gather_nd(arrays["data"], arrays["indices"], attributes["batch_dims"], out)
-
-
 _SQUARE = [[1, 2], [3, 4]]
 _TWO_BATCHES = [
     [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
     [[13, 14, 15, 16], [17, 18, 19, 20], [21, 22, 23, 24]],
 ]
 
-GATHER_ND = Op(
+OP = Op(
     name="gather_nd",
     spec="GatherND-8",
     summary="GatherND-8: gather elements or slices at index tuples",
@@ -240,7 +236,6 @@ GATHER_ND = Op(
         ),
     ),
     plan=_plan_gather_nd,
-    kernel=_gather_nd,
     workspace=_gather_nd_workspace,
     examples={
         "example_1": example(
@@ -319,9 +314,6 @@ GATHER_ND = Op(
     ),
 )
 
-#: What app/registry.py collects.
-OP = GATHER_ND
-
 
 # ------------------------------------------------------------------------------------------------
 # The older version: GatherND-5 (batches flattened into one dimension, no negative indices)
@@ -349,11 +341,7 @@ def _plan_gather_nd_5(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, run)
 
 
-def _gather_nd_5(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return _plan_gather_nd_5(arrays, attributes).run(out)
-
-
-GATHER_ND_5 = Op(
+OP_5 = Op(
     name="gather_nd",
     spec="GatherND-5",
     summary="GatherND-5: gather elements or slices at index tuples (batches flattened)",
@@ -374,9 +362,8 @@ GATHER_ND_5 = Op(
             rank=">= 1",
         ),
     ),
-    attributes=GATHER_ND.attributes,
+    attributes=OP.attributes,
     plan=_plan_gather_nd_5,
-    kernel=_gather_nd_5,
     workspace=_gather_nd_workspace,
     examples={
         "example_1": example(
@@ -428,4 +415,4 @@ GATHER_ND_5 = Op(
 )
 
 #: The older version served beside GatherND-8 (the registry collects it).
-OLDER = (GATHER_ND_5,)
+OLDER: tuple[Op, ...] = (OP_5,)

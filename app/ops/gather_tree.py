@@ -242,10 +242,6 @@ def plan(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return plan(arrays, attributes).run(out)
-
-
 def _input(name: str, number: int, words: str, shape: str) -> Input:
     return Input(
         name,
@@ -275,7 +271,6 @@ OP = Op(
     ),
     output_type_from="step_ids",
     plan=plan,
-    kernel=_kernel,
     workspace=workspace_bytes,
     examples={
         "example_tensorflow": example(

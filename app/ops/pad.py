@@ -218,11 +218,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _padded(data, begin, shape, mode, value, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    plan = _plan(arrays, attributes)
-    return plan.run(out)
-
-
 def pad(
     data: npt.ArrayLike,
     pads_begin: npt.ArrayLike,
@@ -236,7 +231,7 @@ def pad(
               "pads_end": np.asarray(pads_end)}  # fmt: skip
     if pad_value is not None:
         arrays["pad_value"] = np.asarray(pad_value)
-    return _kernel(arrays, {"pad_mode": pad_mode}, out)  # type: ignore[no-any-return]
+    return _plan(arrays, {"pad_mode": pad_mode}).run(out)
 
 
 _DATA = [[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]]
@@ -322,7 +317,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={name: example(*case) for name, *case in _EXAMPLES},
     decisions=(
@@ -360,10 +354,6 @@ def _plan_pad_1(arrays: Arrays, attributes: Attributes) -> Plan:
     return _plan(arrays, attributes)
 
 
-def _kernel_pad_1(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return _plan_pad_1(arrays, attributes).run(out)
-
-
 def _pads_input(name: str, where: str, position: int) -> Input:
     return Input(
         name,
@@ -376,7 +366,7 @@ def _pads_input(name: str, where: str, position: int) -> Input:
     )
 
 
-PAD_1 = Op(
+OP_1 = Op(
     name="pad",
     spec="Pad-1",
     summary="Pad-1: extend a tensor on its edges",
@@ -394,7 +384,6 @@ PAD_1 = Op(
     ),
     attributes=OP.attributes,
     plan=_plan_pad_1,
-    kernel=_kernel_pad_1,
     workspace=_workspace,
     examples={
         f"example_{mode}": example(
@@ -457,4 +446,4 @@ PAD_1 = Op(
 )
 
 #: The older version served beside Pad-12 (the registry collects it).
-OLDER = (PAD_1,)
+OLDER: tuple[Op, ...] = (OP_1,)

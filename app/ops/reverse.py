@@ -101,10 +101,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(data.shape, lambda out: _reversed(data, axes, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return reverse(arrays["data"], arrays["axis"], attributes["mode"], out)
-
-
 _CUBE = [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]
 
 OP = Op(
@@ -139,7 +135,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     examples={
         "example_index": example(
             "Reverse-1, index mode: axis [1] of a (2, 2, 2) tensor",

@@ -133,16 +133,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(data.shape, lambda out: _reversed(data, *checked, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return reverse_sequence(
-        arrays["data"],
-        arrays["seq_lengths"],
-        attributes["batch_axis"],
-        attributes["seq_axis"],
-        out,
-    )
-
-
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
     """Past _SLICES_ONE_BY_ONE slices: the rows of one length and their reversed copy, at most
     twice data, and the lengths' int64 and index copies."""
@@ -202,7 +192,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={
         "example_1": example(

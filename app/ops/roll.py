@@ -278,16 +278,12 @@ def _plan_roll(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(data.shape, functools.partial(roll_planned, data, net))
 
 
-def _roll(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return roll(arrays["data"], arrays["shift"], arrays["axes"], out)
-
-
 def _roll_workspace(arrays: Arrays, attributes: Attributes) -> int:
     data = arrays["data"]
     return roll_workspace(data.shape, data.dtype.itemsize, arrays["shift"], arrays["axes"])
 
 
-ROLL = Op(
+OP = Op(
     name="roll",
     position=0,
     spec="Roll-7",
@@ -314,7 +310,6 @@ ROLL = Op(
         ),
     ),
     plan=_plan_roll,
-    kernel=_roll,
     workspace=_roll_workspace,
     examples={
         "example_1": example(
@@ -340,6 +335,3 @@ ROLL = Op(
         ),
     },
 )
-
-#: What app/registry.py collects.
-OP = ROLL

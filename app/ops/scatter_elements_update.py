@@ -376,13 +376,6 @@ def _planner(version: int) -> Any:
     return plan
 
 
-def _kernel(version: int) -> Any:
-    def kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-        return _planner(version)(arrays, attributes).run(out)
-
-    return kernel
-
-
 def _inputs(version: int) -> tuple[Input, ...]:
     bounds = "[-d, d - 1] (negative values count from the end)" if version == 12 else "[0, s - 1]"
     dims = (
@@ -547,7 +540,6 @@ def _declare(version: int, examples: list[tuple[str, str, dict[str, Any], Any]])
         inputs=_inputs(version),
         attributes=attributes,
         plan=_planner(version),
-        kernel=_kernel(version),
         workspace=scatter_elements_update_workspace,
         examples={
             name: example(summary, request, output) for name, summary, request, output in examples
@@ -557,7 +549,7 @@ def _declare(version: int, examples: list[tuple[str, str, dict[str, Any], Any]])
     )
 
 
-SCATTER_ELEMENTS_UPDATE_3 = _declare(3, _EXAMPLES_3)
+OP_3 = _declare(3, _EXAMPLES_3)
 #: What app/registry.py collects: the newest version, and the older one it serves.
 OP = _declare(12, _EXAMPLES_12)
-OLDER: tuple[Op, ...] = (SCATTER_ELEMENTS_UPDATE_3,)
+OLDER: tuple[Op, ...] = (OP_3,)

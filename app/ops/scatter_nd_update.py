@@ -338,12 +338,6 @@ def _plan_scatter_nd_update(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _scatter_nd_update(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return scatter_nd_update(
-        arrays["data"], arrays["indices"], arrays["updates"], attributes["reduction"], out
-    )
-
-
 _FOUR = [1, 2, 3, 4]
 _REPEATED = [[0], [2], [-3], [-3], [0]]
 _TENS = [10, 20, 30, 40, 50]
@@ -358,7 +352,7 @@ _SLABS_UPDATES = [
     [[1, 1, 1, 1], [2, 2, 2, 2], [3, 3, 3, 3], [4, 4, 4, 4]],
 ]
 
-SCATTER_ND_UPDATE = Op(
+OP = Op(
     name="scatter_nd_update",
     spec="ScatterNDUpdate-15",
     summary="ScatterNDUpdate-15: a copy of data with elements or slices at index tuples updated",
@@ -400,7 +394,6 @@ SCATTER_ND_UPDATE = Op(
         ),
     ),
     plan=_plan_scatter_nd_update,
-    kernel=_scatter_nd_update,
     workspace=scatter_nd_update_workspace,
     examples={
         "example_1_snippet": example(
@@ -508,9 +501,6 @@ SCATTER_ND_UPDATE = Op(
     ),
 )
 
-#: What app/registry.py collects.
-OP = SCATTER_ND_UPDATE
-
 
 # ------------------------------------------------------------------------------------------------
 # The older version: ScatterNDUpdate-3 (no reduction, no negative indices)
@@ -531,13 +521,7 @@ def _plan_scatter_nd_update_3(arrays: Arrays, attributes: Attributes) -> Plan:
     )
 
 
-def _scatter_nd_update_3(
-    arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None
-) -> Any:
-    return _plan_scatter_nd_update_3(arrays, attributes).run(out)
-
-
-SCATTER_ND_UPDATE_3 = Op(
+OP_3 = Op(
     name="scatter_nd_update",
     spec="ScatterNDUpdate-3",
     summary="ScatterNDUpdate-3: a copy of data with elements or slices at index tuples replaced",
@@ -556,10 +540,9 @@ SCATTER_ND_UPDATE_3 = Op(
             INT32_OR_INT64,
             rank=">= 1",
         ),
-        SCATTER_ND_UPDATE.inputs[2],
+        OP.inputs[2],
     ),
     plan=_plan_scatter_nd_update_3,
-    kernel=_scatter_nd_update_3,
     workspace=scatter_nd_update_workspace,
     examples={
         "example_1": example(
@@ -600,4 +583,4 @@ SCATTER_ND_UPDATE_3 = Op(
 )
 
 #: The older version served beside ScatterNDUpdate-15 (the registry collects it).
-OLDER = (SCATTER_ND_UPDATE_3,)
+OLDER: tuple[Op, ...] = (OP_3,)

@@ -213,11 +213,7 @@ def _scatter_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
     return scatter_update_workspace(arrays)
 
 
-def _scatter_update(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return scatter_update(arrays["data"], arrays["indices"], arrays["updates"], arrays["axis"], out)
-
-
-SCATTER_UPDATE = Op(
+OP = Op(
     name="scatter_update",
     spec="ScatterUpdate-3",
     summary="ScatterUpdate-3: a copy of data with slices along an axis replaced",
@@ -256,7 +252,6 @@ SCATTER_UPDATE = Op(
         ),
     ),
     plan=_plan_scatter_update,
-    kernel=_scatter_update,
     workspace=_scatter_update_workspace,
     examples={
         "example_2": example(
@@ -307,6 +302,3 @@ SCATTER_UPDATE = Op(
         "4], indices int64 [-1], updates [-9], axis 0. The service refuses them with a 422.",
     ),
 )
-
-#: What app/registry.py collects.
-OP = SCATTER_UPDATE

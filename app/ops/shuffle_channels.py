@@ -83,10 +83,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(data.shape, lambda out: _shuffled(data, view, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return shuffle_channels(arrays["data"], attributes["axis"], attributes["group"], out)
-
-
 #: The spec's example is [5, 12, 200, 400] (4.8 million elements): served with its group,
 #: axis and channels, its spatial dimensions cut to 1 x 2.
 _EXAMPLE = np.arange(5 * 12 * 1 * 2).reshape(5, 12, 1, 2)
@@ -125,7 +121,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     examples={
         "example_1": example(
             "ShuffleChannels-1's example (group 3, axis 1, 12 channels), its [200, 400] spatial "

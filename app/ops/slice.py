@@ -133,12 +133,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _sliced(data, slices, shape, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return slice_(
-        arrays["data"], arrays["start"], arrays["stop"], arrays["step"], arrays.get("axes"), out
-    )
-
-
 def _index(name: str, number: int, words: str) -> Input:
     return Input(
         name,
@@ -208,7 +202,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     examples={name: example(*case) for name, *case in _EXAMPLES},
     decisions=(
         "Slice-8 without axes and with more start values than data has dimensions: refused "

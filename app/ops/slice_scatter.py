@@ -156,10 +156,6 @@ def plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(data.shape, lambda out: _scattered(data, updates, slices, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return plan(arrays, attributes).run(out)
-
-
 def _index(name: str, number: int, words: str) -> Input:
     return Input(
         name,
@@ -208,7 +204,6 @@ OP = Op(
         ),
     ),
     plan=plan,
-    kernel=_kernel,
     examples={
         "example_1": example(
             "SliceScatter-15 Example 1: fill a slice over axis 0",

@@ -160,12 +160,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(layout[0], lambda out: _moved(data, *layout, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return space_to_batch(
-        arrays["data"], arrays["block_shape"], arrays["pads_begin"], arrays["pads_end"], out
-    )
-
-
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
     """Past _BLOCKS_COPIED_ONE_BY_ONE blocks, the padded data: the output's bytes."""
     data = arrays["data"]
@@ -232,7 +226,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={
         "example_1": example(

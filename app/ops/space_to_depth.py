@@ -108,10 +108,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _moved(data, shape, block_size, mode, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return space_to_depth(arrays["data"], attributes["mode"], attributes["block_size"], out)
-
-
 def _spec_formula(data: npt.NDArray[Any], block_size: int, mode: str) -> npt.NDArray[Any]:
     """The spec's reshape, transpose, reshape, written out (the examples' expected outputs)."""
     n, c, *sizes = data.shape
@@ -154,7 +150,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     examples={
         "example_1": example(
             "SpaceToDepth-1's example: [5, 7, 4, 6], block_size 2, blocks_first gives "

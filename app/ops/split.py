@@ -55,11 +55,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     return SplitPlan(split_shapes(data.shape, axis, lengths), lambda: pieces(data, axis, lengths))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    # An op of several outputs: the list of them (``out`` does not apply).
-    return split(arrays["data"], arrays["axis"], attributes["num_splits"])
-
-
 OP = Op(
     name="split",
     spec="Split-1",
@@ -89,7 +84,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     several_outputs=True,
     examples={
         "example_1": example(

@@ -211,10 +211,6 @@ def plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _sliced(data, index, shape, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return plan(arrays, attributes).run(out)
-
-
 def _index(name: str, number: int, words: str, optional: bool = False) -> Input:
     return Input(
         name,
@@ -324,7 +320,6 @@ OP = Op(
         ),
     ),
     plan=plan,
-    kernel=_kernel,
     examples=_EXAMPLES,
     decisions=(
         "StridedSlice-1, the text over Python's slicing where they differ: begin's element is "

@@ -82,10 +82,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _tiled(data, shape, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return tile(arrays["data"], arrays["repeats"], out)
-
-
 OP = Op(
     name="tile",
     spec="Tile-1",
@@ -107,7 +103,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     examples={
         "example_1": example(
             "Tile-1: as many repeats as data has dimensions",

@@ -120,10 +120,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(shape, lambda out: _transposed(arg, order, out))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    return transpose(arrays["arg"], arrays["input_order"], out)
-
-
 _SMALL = [[[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]],
           [[13, 14, 15, 16], [17, 18, 19, 20], [21, 22, 23, 24]]]  # fmt: skip
 
@@ -148,7 +144,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     output_type_from="arg",
     examples={
         "example_1": example(

@@ -235,11 +235,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     return SplitPlan(checked.bounds, lambda: unique_planned(data, checked), bounded=True)
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    # An op of several outputs: the list of them (``out`` does not apply).
-    return list(_plan(arrays, attributes).run())
-
-
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
     data = arrays["data"]
     checked = unique_plan(
@@ -341,7 +336,6 @@ OP = Op(
         Output("output_3", "Each unique one's number of occurrences (1D).", "count_element_type"),
     ),
     plan=_plan,
-    kernel=_kernel,
     workspace=_workspace,
     examples={
         name: example(summary, request, output) for name, summary, request, output in _EXAMPLES

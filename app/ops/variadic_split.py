@@ -85,11 +85,6 @@ def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     return SplitPlan(split_shapes(data.shape, axis, lengths), lambda: pieces(data, axis, lengths))
 
 
-def _kernel(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    # An op of several outputs: the list of them (``out`` does not apply).
-    return variadic_split(arrays["data"], arrays["axis"], arrays["split_lengths"])
-
-
 _DATA = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12], [13, 14, 15], [16, 17, 18]]
 
 OP = Op(
@@ -122,7 +117,6 @@ OP = Op(
         ),
     ),
     plan=_plan,
-    kernel=_kernel,
     several_outputs=True,
     examples={
         "example_1": example(

@@ -120,19 +120,25 @@ class Job:
     attributes: Mapping[str, Any]
     output_shape: tuple[int, ...]
     output_dtype: np.dtype[Any]
+    #: How the outputs are computed from the checks already made: the op's plan, a SplitPlan
+    #: (every output's shape in order) for an op of several outputs (Split-1).
+    plan: Plan | SplitPlan
     #: What the kernel holds beyond inputs and output while it runs.
     workspace_bytes: int = 0
-    #: How the output is computed from the checks already made (the op's plan); None: by the
-    #: op's kernel, which checks its inputs itself.
-    plan: Plan | None = None
     #: Nanoseconds the kernel took, once ``output`` has run (Triton's "compute_infer").
     kernel_ns: int = field(default=0, compare=False, repr=False)
-    #: An op of several outputs (Split-1): its plan, every output's shape in order. None for
-    #: an op of one output, described by ``output_shape`` alone.
-    split: SplitPlan | None = None
     #: Each output's element type, in order, where they differ from ``output_dtype`` (Unique-10's
     #: indices and counts); None: every output has ``output_dtype``.
     types: tuple[np.dtype[Any], ...] | None = None
+    #: The plan of an op of several outputs (``plan`` itself); None for an op of one output,
+    #: described by ``output_shape`` alone. A field, not a property: every answer reads it
+    #: several times.
+    split: SplitPlan | None = field(init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        plan = self.plan
+        if isinstance(plan, SplitPlan):
+            self.split = plan
 
     @property
     def output_dtypes(self) -> tuple[np.dtype[Any], ...]:
@@ -182,16 +188,15 @@ class Job:
     def outputs(self) -> list[npt.NDArray[Any]]:
         """Every output, computed, each in its own native-order C-contiguous array (an op of
         one output: its ``output()``)."""
-        if self.split is None:
+        split = self.split
+        if split is None:
             return [self.output()]
         started = time.perf_counter_ns()
         results = []
-        parts = self.split.run()
-        for part, dtype, bound in zip(
-            parts, self.output_dtypes, self.split.output_shapes, strict=True
-        ):
+        parts = split.run()
+        for part, dtype, bound in zip(parts, self.output_dtypes, split.output_shapes, strict=True):
             if part.shape != bound and not (
-                self.split.bounded and _within(part.shape, bound)
+                split.bounded and _within(part.shape, bound)
             ):  # a planner's promise broken: a bug, never the client's fault
                 raise RuntimeError(f"{self.op.spec} made {part.shape} where it planned {bound}")
             result = np.empty(part.shape, dtype.newbyteorder("="))
@@ -219,9 +224,10 @@ class Job:
         return result
 
     def _compute(self, out: npt.NDArray[Any] | None) -> npt.NDArray[Any]:
-        if self.plan is not None:
-            return self.plan.run(out)
-        return self.op.kernel(self.arrays, self.attributes, out)
+        plan = self.plan
+        # An op of several outputs computes through ``outputs()``, never here.
+        assert isinstance(plan, Plan), f"{self.op.spec} has several outputs"
+        return plan.run(out)
 
 
 def _within(shape: tuple[int, ...], bound: tuple[int, ...]) -> bool:
@@ -244,9 +250,8 @@ def with_kernel_span(job: Job) -> Job:
         job.attributes,
         job.output_shape,
         job.output_dtype,
-        job.workspace_bytes,
         job.plan,
-        split=job.split,
+        job.workspace_bytes,
         types=job.types,
     )
 
@@ -329,8 +334,7 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
         planned = op.plan(arrays, attributes)
     except SpecError as error:
         raise from_spec(error) from None
-    plan = planned if isinstance(planned, Plan) else None
-    split = planned if isinstance(planned, SplitPlan) else None
+    plan: Plan | SplitPlan = planned
     dtype = arrays[op.output_type_from].dtype
     # The output can have more dimensions than any input (Gather: data.rank - 1 + indices.rank)
     # and dimensions whose product no array can hold even when one of them is 0. An answer may
@@ -347,10 +351,10 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
             )
         shapes: tuple[tuple[int, ...], ...] = tuple(tuple(item) for item in planned.output_shapes)
         shape = shapes[0] if shapes else ()
-        split = SplitPlan(shapes, planned.run, planned.bounded)
+        plan = SplitPlan(shapes, planned.run, planned.bounded)
     else:
-        # A tuple whatever the planner gave (the codecs' estimates are cached by shape).
-        shape = tuple(planned.output_shape if isinstance(planned, Plan) else planned)
+        # A tuple whatever sequence the planner gave (the codecs' estimates are cached by shape).
+        shape = tuple(planned.output_shape)
         shapes = (shape,)
     types = op.output_types(arrays, attributes, len(shapes)) if op.outputs else None
     if types is not None:
@@ -360,8 +364,9 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
         check_shape(each, "output", limits, itemsize=widest, output=True)
         nbytes += math.prod(each) * (dtype if types is None else types[index]).itemsize
     if nbytes > limits.max_output_bytes:
-        what = "the output" if split is None else f"the {len(shapes)} outputs"
-        shown_shape = shape if split is None else list(shapes)
+        several = isinstance(plan, SplitPlan)
+        what = f"the {len(shapes)} outputs" if several else "the output"
+        shown_shape = list(shapes) if several else shape
         raise ServiceError(
             Fault.TOO_LARGE,
             ("body",),
@@ -370,4 +375,4 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
             "TENSOR_OPS_MAX_OUTPUT_BYTES)",
         )
     workspace = op.workspace(arrays, attributes)
-    return Job(op, arrays, attributes, shape, dtype, workspace, plan, split=split, types=types)
+    return Job(op, arrays, attributes, shape, dtype, plan, workspace, types=types)

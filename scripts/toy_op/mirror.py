@@ -40,11 +40,6 @@ def mirror_plan(arrays: Arrays, attributes: Attributes) -> Plan:
     return Plan(data.shape, run)
 
 
-def mirror(arrays: Arrays, attributes: Attributes, out: npt.NDArray[Any] | None) -> Any:
-    """The kernel: the plan, run."""
-    return mirror_plan(arrays, attributes).run(out)
-
-
 OP = Op(
     name="mirror",
     spec="Reverse-1",
@@ -59,7 +54,6 @@ OP = Op(
     ),
     attributes=(Attribute("mode", "flip", "flip, or keep as it is", choices=("flip", "keep")),),
     plan=mirror_plan,
-    kernel=mirror,
     examples={
         "example_1": example("Every axis", {"data": [[1, 2], [3, 4]]}, [[4, 3], [2, 1]]),
         "example_2": example("Axis 1", {"data": [[1, 2], [3, 4]], "axes": [1]}, [[2, 1], [4, 3]]),

@@ -342,15 +342,14 @@ FLOOR_TARGET = 1.5
 
 def request_call(name: str, arrays: dict[str, Array], batch_dims: int, out: Array) -> Thunk:
     """What one request spends in the kernels: the registry's plan (the spec's checks), then
-    its kernel into the response buffer (``out``), as app.pipeline.jobs runs them."""
+    the plan run into the response buffer (``out``), as app.pipeline.jobs runs them."""
     op = REGISTRY[name]
     attributes = {"batch_dims": batch_dims} if name == "gather" else {}
 
     def call() -> Array:
         planned = op.plan(arrays, attributes)
-        if isinstance(planned, Plan):
-            return planned.run(out)
-        return op.kernel(arrays, attributes, out)
+        assert isinstance(planned, Plan)  # roll and gather have one output
+        return planned.run(out)
 
     return call
 
