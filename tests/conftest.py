@@ -62,6 +62,10 @@ SYSTEM_TIER = (
     "codecs/test_json_body_property.py::test_every_encoding_of_a_request_parses_as_a_full_parser_reads_it",
     "http/test_head_limits.py::test_pipelined_requests_of_a_client_that_does_not_read_hold_little_memory",
     "test_numba_cache.py::test_the_mapping_guard_never_compiles_beside_the_kernels",
+    # A worker's resident memory measured within a time limit's seconds: on a machine loaded
+    # past its cores (xdist beside other work) a limit passes before the look (70 MiB seen
+    # against 48 allowed at a load of 9 on 2 cores); alone, as the system tier runs, it holds.
+    "grpc/test_grpc_receive.py::test_reflection_and_health_messages_are_read_within_the_budget",
     "ops/test_extract_image_patches.py::test_extract_image_patches_matches_openvino",
     "ops/test_scatter_elements_update.py::test_scatter_elements_update_matches_openvino",
     "ops/test_gather_nd.py::test_gather_nd_matches_openvino",

@@ -59,6 +59,20 @@ def tight_server() -> Iterator[tuple[str, int]]:
     )
 
 
+@pytest.fixture(scope="module")
+def patient_tight_server() -> Iterator[tuple[str, int]]:
+    """The tight budget, with a body that stalls held for a minute: a loaded machine's seconds
+    between two uploads must not end the first before the second is refused."""
+    yield from serve(
+        {
+            "TENSOR_OPS_MEMORY_BUDGET_BYTES": str(300 << 20),
+            "TENSOR_OPS_ADMISSION_TIMEOUT": "1",
+            "TENSOR_OPS_BODY_TIMEOUT": "60",
+            "TENSOR_OPS_RATE_WINDOW": "60",
+        }
+    )
+
+
 def metric(url: str, name: str) -> float:
     text = httpx.get(f"{url}/metrics").text
     match = re.search(rf"^{name} (\S+)$", text, flags=re.M)
@@ -219,8 +233,12 @@ def send_in_background(connection: socket.socket, data: bytes) -> threading.Thre
     return thread
 
 
-def test_memory_admission_waits_then_answers_503(tight_server: tuple[str, int]) -> None:
-    url, pid = tight_server
+def test_memory_admission_waits_then_answers_503(
+    patient_tight_server: tuple[str, int],
+) -> None:
+    # The first upload stalls past its 150 MiB for as long as the test takes: were it cut off
+    # (the body timeout, the rate window), the second would be admitted and refused otherwise.
+    url, pid = patient_tight_server
     holder = socket.create_connection(address(url))
     try:
         # 150 MiB of a 200 MiB body arrive: what has arrived (and a step ahead) is reserved.

@@ -94,8 +94,9 @@ def test_a_region_belongs_to_the_key_that_registered_it(
     alice_object = new_object(objects, [1, 2, 3, 4])
     bob_object = new_object(objects, [5, 6, 7, 8])
     register = {"key": alice_object, "byte_size": 16}
+    # The worker's first mapping installs its guard (after the kernels load): seconds when loaded.
     assert httpx.post(f"{url}{SYSTEM}/region/io/register", json=register,
-                      headers=bearer(ALICE)).status_code == 200  # fmt: skip
+                      headers=bearer(ALICE), timeout=120).status_code == 200  # fmt: skip
     # Bob sees no region, and Alice's answers as a name never registered.
     assert httpx.get(f"{url}{SYSTEM}/status", headers=bearer(BOB)).json() == []
     unknown = httpx.get(f"{url}{SYSTEM}/region/never/status", headers=bearer(BOB))
