@@ -10,6 +10,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
+from fastapi import FastAPI
 
 from app.main import create_app
 from app.ops.declaration import JSON_INFERRED, Op
@@ -89,9 +90,15 @@ def expected_outputs(op: Op, example_name: str) -> list[Any]:
     return list(expected) if op.several_outputs else [expected]
 
 
+@pytest.fixture(scope="module")
+def app() -> FastAPI:
+    """One app for the module's every case: making one takes about a second (every version's
+    routes and models), and the cases change nothing in it."""
+    return create_app(Settings())
+
+
 @pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings())
+async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app), base_url="http://t"
     ) as client:

@@ -20,6 +20,7 @@ import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
+from fastapi import FastAPI
 
 from app.errors import ServiceError
 from app.main import create_app
@@ -196,9 +197,14 @@ def test_no_case_the_op_admits_fails_in_its_computation(op_name: str) -> None:
     assert [case for op, case in CRASHED if op == op_name] == []
 
 
+@pytest.fixture(scope="module")
+def app() -> FastAPI:
+    """One app for the module (making one takes about a second; the cases change nothing)."""
+    return create_app(Settings())
+
+
 @pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    app = create_app(Settings())
+async def http(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
         yield c
 
