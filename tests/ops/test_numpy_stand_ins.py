@@ -227,13 +227,15 @@ def test_image_patches_have_the_same_bits_both_ways(
 @pytest.mark.parametrize("dtype", ["uint8", "int16", ">f4", "float64"])
 @pytest.mark.parametrize("mode", ["blocks_first", "depth_first"])
 @pytest.mark.parametrize(("shape", "block_size"), [((2, 8, 3, 5), 2), ((1, 9, 4, 2), 3),
-                                                   ((1, 4, 3), 2), ((1, 32, 2, 1, 3), 2)])  # fmt: skip
+                                                   ((1, 4, 3), 2), ((1, 32, 2, 1, 3), 2),
+                                                   ((1, 32, 2, 37), 4), ((2, 4, 3, 41), 2)])  # fmt: skip
 def test_depth_and_space_blocks_have_the_same_bits_both_ways(
     dtype: str, mode: str, shape: tuple[int, ...], block_size: int
 ) -> None:
     """DepthToSpace and back by the compiled permuted copy (raw.copy_permuted: rows read or
-    written a block apart) against NumPy's copy of the same views: 1 to 3 spatial axes, blocks
-    of 2 and 3, big-endian data, a non-C-ordered input (NumPy's copy then)."""
+    written a block apart, a block's rows written interleaved) against NumPy's copy of the same
+    views: 1 to 3 spatial axes, blocks of 2, 3 and 4, rows shorter and longer than a vector,
+    big-endian data, a non-C-ordered input (NumPy's copy then)."""
     data = np.random.default_rng(2).integers(0, 250, shape).astype(dtype)
     for image in (data, data[:, ::-1]):
         compiled = depth_to_space(image, mode, block_size)
