@@ -13,7 +13,7 @@ import pytest
 
 from app import registry
 from app.ops import col2im as col2im_module
-from app.ops import gather, loops, numpy_loops, roll
+from app.ops import gather, loops, numpy_loops, raw, roll
 from app.ops import gather_tree as gather_tree_module
 from app.ops.depth_to_space import depth_to_space
 from app.ops.extract_image_patches import extract_image_patches
@@ -280,7 +280,7 @@ def test_col2im_blocks_have_the_same_bits_both_ways(
     shape = (batch, channels * kernel[0] * kernel[1], lengths[0] * lengths[1])
     data = np.random.default_rng(3).integers(1, 250, shape).astype(dtype)
     copies: list[int] = []
-    counted = col2im_module.copy_permuted
+    counted = raw.copy_permuted
 
     def copy_permuted(*arguments: Any) -> None:
         copies.append(1)
