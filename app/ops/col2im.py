@@ -22,7 +22,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw
+from app.ops.raw import as_raw, copy_permuted
 
 _INDEX_TYPES = ("int32", "int64")
 
@@ -210,6 +210,45 @@ def col2im_workspace_bytes(data: npt.NDArray[Any]) -> int:
     return 0 if data.dtype.isnative else data.nbytes
 
 
+def _place_whole(out: npt.NDArray[Any], values: npt.NDArray[Any], plan: Col2ImPlan) -> bool:
+    """Where no pixel is reached twice and every kernel element reaches the same blocks (no
+    padding cuts some off): each value lands in one pixel, so the output seen as [N, C, i, j, p,
+    q] (a strided view of it) takes ``values`` whole by one compiled permuted copy, each block
+    row's kernel elements written while the output lines are in the cache (pixels no block
+    reaches are the caller's to zero). False, nothing written, where the reach differs between
+    kernel elements or none reaches."""
+    rows, cols = plan.rows, plan.cols
+    reach = [{_reach(axis, offset) for offset in range(axis.size)} for axis in (rows, cols)]
+    if len(reach[0]) != 1 or len(reach[1]) != 1:
+        return False
+    ((p0, p1),), ((q0, q1),) = reach
+    if p1 <= p0 or q1 <= q0:
+        return False
+    raw_out = as_raw(out)
+    blocks = as_raw(values).reshape(
+        out.shape[0], plan.channels, rows.size, cols.size, rows.blocks, cols.blocks
+    )[:, :, :, :, p0:p1, q0:q1]
+    item = raw_out.itemsize
+    height, width = rows.length * cols.length * item, cols.length * item
+    y0, x0 = p0 * rows.stride - rows.pad, q0 * cols.stride - cols.pad
+    corner = raw_out[:, :, y0, x0]  # where kernel element (0, 0) of the first block lands
+    target = np.lib.stride_tricks.as_strided(
+        corner,
+        blocks.shape,
+        (
+            out.shape[1] * height,
+            height,
+            rows.dilation * width,
+            cols.dilation * item,
+            rows.stride * width,
+            cols.stride * item,
+        ),
+        writeable=True,
+    )
+    copy_permuted(raw_out.reshape(-1), target, as_raw(values).reshape(-1), blocks)
+    return True
+
+
 def col2im_planned(
     data: npt.NDArray[Any], plan: Col2ImPlan, out: npt.NDArray[Any] | None = None
 ) -> npt.NDArray[Any]:
@@ -230,6 +269,9 @@ def col2im_planned(
     col_counts, col_first = _coverage(cols)
     overlap = int(row_counts.max(initial=0)) > 1 or int(col_counts.max(initial=0)) > 1
     values = data if data.dtype.isnative else data.astype(work)
+    if not overlap and values.flags.c_contiguous and _place_whole(out, values, plan):
+        _zero_unreached(out, row_counts, col_counts)
+        return out
     blocks = values.reshape(
         data.shape[0], plan.channels, rows.size, cols.size, rows.blocks, cols.blocks
     )
@@ -250,12 +292,19 @@ def col2im_planned(
                 source = (p0, p1), (q0, q1)
                 _combine(raw_out, raw_blocks, out, blocks, i, j, ys, xs, source,
                          (row_first[ys] == i, col_first[xs] == j) if overlap else None)  # fmt: skip
-    zero = np.zeros((), dtype=work)
+    _zero_unreached(out, row_counts, col_counts)
+    return out
+
+
+def _zero_unreached(
+    out: npt.NDArray[Any], row_counts: npt.NDArray[np.int64], col_counts: npt.NDArray[np.int64]
+) -> None:
+    """Zero the image's rows and columns no block reaches."""
+    zero = np.zeros((), dtype=out.dtype)
     if (row_counts == 0).any():
         out[:, :, row_counts == 0, :] = zero
     if (col_counts == 0).any():
         out[:, :, :, col_counts == 0] = zero
-    return out
 
 
 # ------------------------------------------------------------------------------------------------

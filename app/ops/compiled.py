@@ -203,7 +203,7 @@ def _roll_loop(
             d -= 1
 
 
-def _strided_copy_loop(
+def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each vectorises
     source: Any,
     out: Any,
     table: Any,
@@ -212,11 +212,15 @@ def _strided_copy_loop(
     run: int,
     step: int,
     out_step: int,
+    lane_step: int,
 ) -> None:  # pragma: no cover - compiled
     """Copy a block of ``source`` into ``out`` (both flat): rows of ``run`` elements, each written
     into ``out`` ``out_step`` elements apart (positive; 1 forward) and read from ``source``
     ``step`` elements apart (1 forward, -1 reversed, 0 one element repeated, any other a
-    stride). ``table`` holds, for the dimensions
+    stride). With ``lane_step`` not 0 (and ``out_step`` > 1, ``step`` 1) a row fills the gaps
+    too: ``out_step`` rows read forward ``lane_step`` apart, written interleaved, element ``e``
+    of row ``k`` at ``e * out_step + k``, so every store is to the next element (a
+    depth-to-space block's bytes, Col2Im's kernel row). ``table`` holds, for the dimensions
     before the rows, their lengths, then their strides in ``source`` (signed: negative walks
     backwards), then their strides in ``out``, all in elements; the first row starts at
     ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and symmetric modes
@@ -237,7 +241,23 @@ def _strided_copy_loop(
     for _ in range(rows):
         s = u(at_source)
         o = u(at_out)
-        if out_step != 1:
+        if lane_step != 0:
+            lane = u(lane_step)
+            if out_step == 2:
+                for e in range(size):
+                    out[o + e * u(2)] = source[s + e]
+                    out[o + e * u(2) + u(1)] = source[s + lane + e]
+            elif out_step == 4:
+                for e in range(size):
+                    out[o + e * u(4)] = source[s + e]
+                    out[o + e * u(4) + u(1)] = source[s + lane + e]
+                    out[o + e * u(4) + u(2)] = source[s + u(2) * lane + e]
+                    out[o + e * u(4) + u(3)] = source[s + u(3) * lane + e]
+            else:
+                for e in range(size):
+                    for k in range(spread):
+                        out[o + e * spread + k] = source[s + k * lane + e]
+        elif out_step != 1:
             # A row read forward and written ``out_step`` apart (depth-to-space, Col2Im's
             # blocks): the next rows fill the gaps while the lines are in the cache.
             if step == 1 and out_step == 2:
@@ -512,11 +532,12 @@ roll_rows = _compiled(
 )
 
 
-#: strided_copy(source, out, table, source_start, out_start, run, step, out_step): each width.
+#: strided_copy(source, out, table, source_start, out_start, run, step, out_step, lane_step):
+#: each width.
 strided_copy = _compiled(
     _strided_copy_loop,
     [
-        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 5)
+        types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 6)
         for width in _WIDTHS
     ],
 )

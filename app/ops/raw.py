@@ -116,7 +116,7 @@ def copy_block(
     table = np.array(
         [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
     )
-    compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1)
+    compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1, 0)
 
 
 def copy_gathered(out: npt.NDArray[Any], source: npt.NDArray[Any], view: npt.NDArray[Any]) -> None:
@@ -174,8 +174,18 @@ def copy_permuted(
     else:
         row, side = max(read, key=lambda dim: dim[0]), 2
     rows = [dim for dim in dims if dim is not row]
+    # A row written a step apart whose gaps one other axis fills (out stride 1, as long as the
+    # step, read forward rows apart): the rows of that axis go interleaved, each store to the
+    # next element, instead of elements stored a step apart one at a time.
+    lanes = [dim for dim in rows if dim[2] == 1 and dim[0] == row[2] and dim[1] > 0]
+    lane_step = 0
+    if side == 2 and row[1] == 1 and lanes:
+        rows.remove(lanes[0])
+        lane_step = lanes[0][1]
     rows.sort(key=lambda dim: -abs(dim[side]))
     table = np.array(
         [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
     )
-    compiled.strided_copy(source, out, table, source_start, out_start, row[0], row[1], row[2])
+    compiled.strided_copy(
+        source, out, table, source_start, out_start, row[0], row[1], row[2], lane_step
+    )

@@ -222,10 +222,22 @@ def test_openvino_cpu_plugin_agrees(
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """BatchToSpace of float32 [8, H, H, 16] of ``nbytes``, blocks [1, 2, 2, 1], no crops."""
-    side = int((nbytes // 4 // 128) ** 0.5)
-    data = (np.arange(128 * side * side) % 5).astype(np.float32).reshape(8, side, side, 16)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """BatchToSpace of float32 and int8
+    [8, H, H, 16] of ``nbytes``, blocks [1, 2, 2, 1], no crops."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _short(dtype: np.dtype[Any]) -> str:
+    return "f32" if dtype == np.float32 else "i8"
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    side = int((nbytes // dtype.itemsize // 128) ** 0.5)
+    data = (np.arange(128 * side * side) % 5).astype(dtype).reshape(8, side, side, 16)
     blocks, crops = np.array([1, 2, 2, 1]), np.zeros(4, np.int64)
     arrays = {"data": data, "block_shape": blocks, "crops_begin": crops, "crops_end": crops}
 
@@ -233,5 +245,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         inputs = [constant(blocks.astype(np.int64)), constant(crops), constant(crops)]
         return plugin_model(lambda p: ov_opset2.batch_to_space(p, *inputs), data)
 
-    return BenchmarkCase("batch_to_space", "[8, H, W, 16], [1, 2, 2, 1], f32", arrays, {},
-                         data.dtype, 2 * data.nbytes, model)  # fmt: skip
+    return BenchmarkCase("batch_to_space", f"[8, H, W, 16], [1, 2, 2, 1], {_short(dtype)}",
+                         arrays, {}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -279,11 +279,19 @@ def test_col2im_matches_openvino() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """2x2 blocks at stride 2 (each pixel once) into a float32 image of about ``nbytes``."""
-    side = int((nbytes // 4 // 4) ** 0.5) // 2 * 2
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """2x2 blocks at stride 2 (each pixel once) into a float32 and an int8 image of about
+    ``nbytes``."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    side = int((nbytes // dtype.itemsize // 4) ** 0.5) // 2 * 2
     blocks = (side // 2) ** 2
-    data = (np.arange(4 * 4 * blocks) % 7).astype(np.float32).reshape(1, 16, blocks)
+    data = (np.arange(4 * 4 * blocks) % 7).astype(dtype).reshape(1, 16, blocks)
     size, kernel = np.array([side, side]), np.array([2, 2])
     attributes = {"strides": [2, 2], "dilations": [1, 1], "pads_begin": [0, 0], "pads_end": [0, 0]}
 
@@ -292,8 +300,8 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "output_size": size, "kernel_size": kernel}
-    return BenchmarkCase("col2im", "2x2 stride 2, f32", arrays, attributes, data.dtype,
-                         2 * data.nbytes, model)  # fmt: skip
+    label = f"2x2 stride 2, {'f32' if dtype == np.float32 else 'i8'}"
+    return BenchmarkCase("col2im", label, arrays, attributes, data.dtype, 2 * data.nbytes, model)
 
 
 @pytest.mark.parametrize("name", sorted(OP.examples))

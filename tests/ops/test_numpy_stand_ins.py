@@ -12,7 +12,8 @@ import numpy.typing as npt
 import pytest
 
 from app import registry
-from app.ops import gather, loops, numpy_loops, roll
+from app.ops import col2im as col2im_module
+from app.ops import gather, loops, numpy_loops, raw, roll
 from app.ops import gather_tree as gather_tree_module
 from app.ops.depth_to_space import depth_to_space
 from app.ops.extract_image_patches import extract_image_patches
@@ -21,6 +22,7 @@ from app.ops.space_to_depth import space_to_depth
 from app.pipeline.jobs import Job, Limits, make_job
 from app.settings import Settings
 from tests.cases import GATHER_CASES, ROLL_CASES
+from tests.ops.test_col2im import reference as col2im_reference
 from tests.ops.test_gather_tree import beams
 from tests.support import assert_same_bits
 from tests.transports.test_every_op import example_arrays
@@ -225,13 +227,15 @@ def test_image_patches_have_the_same_bits_both_ways(
 @pytest.mark.parametrize("dtype", ["uint8", "int16", ">f4", "float64"])
 @pytest.mark.parametrize("mode", ["blocks_first", "depth_first"])
 @pytest.mark.parametrize(("shape", "block_size"), [((2, 8, 3, 5), 2), ((1, 9, 4, 2), 3),
-                                                   ((1, 4, 3), 2), ((1, 32, 2, 1, 3), 2)])  # fmt: skip
+                                                   ((1, 4, 3), 2), ((1, 32, 2, 1, 3), 2),
+                                                   ((1, 32, 2, 37), 4), ((2, 4, 3, 41), 2)])  # fmt: skip
 def test_depth_and_space_blocks_have_the_same_bits_both_ways(
     dtype: str, mode: str, shape: tuple[int, ...], block_size: int
 ) -> None:
     """DepthToSpace and back by the compiled permuted copy (raw.copy_permuted: rows read or
-    written a block apart) against NumPy's copy of the same views: 1 to 3 spatial axes, blocks
-    of 2 and 3, big-endian data, a non-C-ordered input (NumPy's copy then)."""
+    written a block apart, a block's rows written interleaved) against NumPy's copy of the same
+    views: 1 to 3 spatial axes, blocks of 2, 3 and 4, rows shorter and longer than a vector,
+    big-endian data, a non-C-ordered input (NumPy's copy then)."""
     data = np.random.default_rng(2).integers(0, 250, shape).astype(dtype)
     for image in (data, data[:, ::-1]):
         compiled = depth_to_space(image, mode, block_size)
@@ -242,6 +246,60 @@ def test_depth_and_space_blocks_have_the_same_bits_both_ways(
         assert_same_bits(stood_in, compiled)
         assert_same_bits(stood_in_back, back)
         assert_same_bits(back, image)
+
+
+#: Col2Im cases: (N, C, output_size, kernel_size, strides, dilations, pads_begin, pads_end,
+#: whether the blocks land whole by one permuted copy: no pixel reached twice, and every kernel
+#: element reaches the same blocks).
+COL2IM_CASES = [
+    (2, 3, [6, 8], [2, 2], [2, 2], [1, 1], [0, 0], [0, 0], True),
+    (1, 2, [7, 9], [2, 3], [3, 4], [1, 1], [0, 0], [0, 0], True),  # gaps between blocks
+    (1, 1, [9, 8], [2, 2], [6, 4], [3, 2], [0, 0], [0, 0], True),  # dilated, interleaved
+    (1, 2, [4, 6], [2, 2], [2, 2], [1, 1], [2, 2], [2, 2], True),  # pads cut whole blocks off
+    (1, 1, [5, 5], [1, 1], [1, 1], [0, 0], [0, 0], [0, 0], True),  # 1x1 kernel, dilation 0
+    (1, 2, [4, 4], [2, 2], [2, 2], [1, 1], [1, 1], [1, 1], False),  # pads cut one element
+    (1, 2, [5, 5], [2, 2], [1, 1], [1, 1], [0, 0], [0, 0], False),  # blocks overlap
+]
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "float16", ">f4", "float64"])
+@pytest.mark.parametrize("case", COL2IM_CASES)
+def test_col2im_blocks_have_the_same_bits_both_ways(
+    dtype: str, case: tuple[Any, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Col2Im where each value lands in one pixel: one compiled permuted copy of the blocks
+    into the output's strided view (raw.copy_permuted) against NumPy's copy of the same views,
+    and both against the spec's element-by-element reading: gaps, dilation, pads, big-endian
+    data; where pads cut some kernel elements' blocks or blocks overlap, and for a
+    non-C-ordered native input, the per-element loop (no permuted copy)."""
+    batch, channels, size, kernel, strides, dilations, begin, end, whole = case
+    lengths = [
+        (size[d] + begin[d] + end[d] - dilations[d] * (kernel[d] - 1) - 1) // strides[d] + 1
+        for d in range(2)
+    ]
+    shape = (batch, channels * kernel[0] * kernel[1], lengths[0] * lengths[1])
+    data = np.random.default_rng(3).integers(1, 250, shape).astype(dtype)
+    copies: list[int] = []
+    counted = raw.copy_permuted
+
+    def copy_permuted(*arguments: Any) -> None:
+        copies.append(1)
+        counted(*arguments)
+
+    monkeypatch.setattr(col2im_module, "copy_permuted", copy_permuted)
+    lists = (strides, dilations, begin, end)
+    expected = col2im_reference(data, size, kernel, *lists)
+    strided = np.repeat(data, 2, axis=2)[..., ::2]  # the same values, every other one
+    # A big-endian input is first put in native order, C-ordered: then it is copied whole too.
+    for blocks, permuted in ((data, whole), (strided, whole and dtype == ">f4")):
+        copies.clear()
+        compiled = col2im_module.col2im(blocks, np.array(size), np.array(kernel), *lists)
+        assert len(copies) == permuted
+        with loops.numpy_stand_ins():
+            stood_in = col2im_module.col2im(blocks, np.array(size), np.array(kernel), *lists)
+        assert_same_bits(stood_in, compiled)
+        assert compiled.dtype == data.dtype
+        assert np.array_equal(compiled.astype(np.float64), expected.astype(np.float64))
 
 
 def test_while_compiling_a_cheap_call_stands_in_and_a_costly_one_waits(

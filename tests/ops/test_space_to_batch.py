@@ -245,10 +245,22 @@ def test_the_cpu_plugin_fills_padding_with_copies_of_data(
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """SpaceToBatch of float32 [2, H, H, 16] of ``nbytes``, blocks [1, 2, 2, 1], no padding."""
-    side = int((nbytes // 4 // 32) ** 0.5) // 2 * 2
-    data = (np.arange(32 * side * side) % 5).astype(np.float32).reshape(2, side, side, 16)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """SpaceToBatch of float32 and int8
+    [2, H, H, 16] of ``nbytes``, blocks [1, 2, 2, 1], no padding."""
+    return [
+        _benchmark_case(nbytes, np.dtype(np.float32)),
+        _benchmark_case(nbytes, np.dtype(np.int8)),
+    ]
+
+
+def _short(dtype: np.dtype[Any]) -> str:
+    return "f32" if dtype == np.float32 else "i8"
+
+
+def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
+    side = int((nbytes // dtype.itemsize // 32) ** 0.5) // 2 * 2
+    data = (np.arange(32 * side * side) % 5).astype(dtype).reshape(2, side, side, 16)
     blocks, pads = np.array([1, 2, 2, 1]), np.zeros(4, np.int64)
     arrays = {"data": data, "block_shape": blocks, "pads_begin": pads, "pads_end": pads}
 
@@ -256,5 +268,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         inputs = [constant(blocks.astype(np.int64)), constant(pads), constant(pads)]
         return plugin_model(lambda p: ov_opset2.space_to_batch(p, *inputs), data)
 
-    return BenchmarkCase("space_to_batch", "[2, H, W, 16], [1, 2, 2, 1], f32", arrays, {},
-                         data.dtype, 2 * data.nbytes, model)  # fmt: skip
+    return BenchmarkCase("space_to_batch", f"[2, H, W, 16], [1, 2, 2, 1], {_short(dtype)}",
+                         arrays, {}, data.dtype, 2 * data.nbytes, model)  # fmt: skip
