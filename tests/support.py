@@ -205,12 +205,17 @@ def free_port() -> int:
 
 
 def launch_server(
-    env: dict[str, str] | None = None, command: list[str] | None = None
+    env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+    settled: bool = False,
 ) -> tuple[str, subprocess.Popen[bytes]]:
     """Start the service on a free port of 127.0.0.1 and wait until it is healthy.
 
     By default ``python -m uvicorn app.main:app``; ``command=["-m", "app"]`` runs the launcher,
-    which reads host and port from the environment.
+    which reads host and port from the environment. ``settled``: wait too until the kernels are
+    loaded (their log line), for a test that measures the worker's memory: the load (numba's
+    import and the machine code, some 60 MiB) goes on in the background after the first
+    answer, and on a loaded machine it lands inside the test's measurement.
     """
     port = free_port()
     arguments = command or [
@@ -241,11 +246,24 @@ def launch_server(
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                if settled:
+                    _wait_for_kernels(process, deadline=time.monotonic() + 180)
                 return url, process
         except httpx.TransportError:
             time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"uvicorn did not start: {server_output(process)}")
+
+
+#: The service's log lines that end the kernels' load, ready or not (app/ops/loops.py).
+_KERNELS_OVER = ("kernels ready in", "the kernels did not compile")
+
+
+def _wait_for_kernels(process: subprocess.Popen[bytes], deadline: float) -> None:
+    while not any(words in server_output(process) for words in _KERNELS_OVER):
+        if time.monotonic() > deadline or process.poll() is not None:
+            raise RuntimeError(f"the kernels did not load: {server_output(process)[-2000:]}")
+        time.sleep(0.1)
 
 
 def server_output(process: subprocess.Popen[bytes]) -> str:

@@ -57,6 +57,7 @@ def proxied(tmp_path: Path) -> Iterator[tuple[Worker, Any, int, int, Path]]:
             "TENSOR_OPS_RATE_WINDOW": str(WINDOW),
         },
         command=["-m", "app"],
+        settled=True,
     )
     http_port, nginx_grpc = free_port(), free_port()
     config = render(

@@ -129,7 +129,7 @@ def _launch(tmp: Path, **settings: str) -> Worker:
         "TENSOR_OPS_WORKERS": "1",
         **settings,
     }
-    url, process = launch_server(env, command=["-m", "app"])
+    url, process = launch_server(env, command=["-m", "app"], settled=True)
     return Worker(url, process, grpc_port)
 
 

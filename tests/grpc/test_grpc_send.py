@@ -239,6 +239,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
             "TENSOR_OPS_RATE_WINDOW": str(WINDOW),
         },
         command=["-m", "app"],
+        settled=True,
     )
     yield Worker(url, process, port)
     stop_server(process)

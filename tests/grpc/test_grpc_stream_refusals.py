@@ -98,6 +98,7 @@ def worker() -> Iterator[Worker]:
             "TENSOR_OPS_MAX_BODY_BYTES": str(MAX_BODY),
         },
         command=["-m", "app"],
+        settled=True,
     )
     running = Worker(url, process, port)
     yield running

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.e2e
 def serve(env: dict[str, str]) -> Iterator[tuple[str, int]]:
     # The allocator settings of the Docker image (and Compose, and Kubernetes): what the memory
     # tests measure is the service as it is deployed.
-    url, process = launch_server({**malloc_env(), **env})
+    url, process = launch_server({**malloc_env(), **env}, settled=True)
     yield url, process.pid
     output = server_output(process)
     stop_server(process)

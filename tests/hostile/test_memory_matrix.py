@@ -908,7 +908,9 @@ class Worker:
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
     grpc_port = free_port()
-    url, process = launch_server({**ALLOCATOR, "TENSOR_OPS_GRPC_PORT": str(grpc_port)})
+    url, process = launch_server(
+        {**ALLOCATOR, "TENSOR_OPS_GRPC_PORT": str(grpc_port)}, settled=True
+    )
     try:
         with (
             httpx.Client(base_url=url, timeout=300) as client,
