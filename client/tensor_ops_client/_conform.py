@@ -16,6 +16,7 @@ as ``tensor-ops verify`` judges it, with its reports and exit statuses.
 """
 
 import argparse
+import gc
 import json
 import multiprocessing
 import sys
@@ -41,7 +42,7 @@ from tensor_ops_client._verify_command import (
 from tensor_ops_client._verify_reports import Outcome
 from tensor_ops_client._waivers import Waiver, WaiverError, read_waivers
 from tensor_ops_wire.dtypes import UnknownDTypeError, dtype_from_name, element_type_of
-from tensor_ops_wire.npy import decode_npy_base64
+from tensor_ops_wire.npy import decode_npy_base64, encode_npy_base64
 
 #: The line printed (exit status 2) when the OpenVINO package cannot be imported.
 INSTALL = "tensor-ops conform needs OpenVINO: pip install 'tensor-ops-client[openvino]'"
@@ -146,6 +147,9 @@ class ConformCase:
     path: Path = Path()
     outputs: dict[str, npt.NDArray[Any]] | None = None
     device_error: str | None = None
+    #: An edge variant the service refused (its words): run on the device all the same, and
+    #: kept only when the device crashed or hanged on it (a dead process conforms to no spec).
+    refused: str | None = None
 
 
 def edge_values(dtype: np.dtype[Any]) -> list[Any]:
@@ -250,6 +254,40 @@ def _request_case(
     return arrays, attributes
 
 
+#: Says whether the service accepts a request of ``POST /<op>/v<N>``: None when it does, else
+#: its refusal's words (a case the service refuses is no conformance case).
+Probe = Callable[[str, str, Mapping[str, Any]], str | None]
+
+
+def _as_json(array: npt.NDArray[Any]) -> Any:
+    """An input value for a JSON request: nested lists, or ``.npy`` base64 text where lists
+    would lose the shape (an empty dimension that is not the last)."""
+    if array.size == 0 and array.ndim > 1:
+        return encode_npy_base64(array)
+    return array.tolist()
+
+
+def edge_variants(
+    request: Mapping[str, Any], inputs: set[str], like_data: Sequence[str]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """An example request's edge variants, named: ``neg-<input>``, each positive value of an
+    index-like input counted from the end instead (``i`` made ``-i``: the same position when the
+    dimension is ``i`` long... and a different one otherwise, which the service judges all the
+    same); ``empty-<input>``, an input's first dimension made empty. Which of them an op's
+    version admits is the service's to say (see ``make_cases``), not a list kept here."""
+    for key, value in request.items():
+        if key == "dtype" or (key not in inputs and _base(key) not in inputs):
+            continue
+        array = _decoded(value)
+        if array.dtype.kind == "b":
+            continue
+        if _base(key) not in like_data and array.dtype.kind in "iuf" and (array > 0).any():
+            values = array.astype(np.int64)
+            yield f"neg-{key}", {**request, key: _as_json(np.where(values > 0, -values, values))}
+        if array.ndim >= 1 and array.shape[0] > 0:
+            yield f"empty-{key}", {**request, key: _as_json(array[:0])}
+
+
 def make_cases(
     info: Mapping[str, Any],
     openapi: Mapping[str, Any],
@@ -258,9 +296,11 @@ def make_cases(
     version: int | None,
     per_op: int | None,
     seed: int,
+    probe: Probe | None = None,
 ) -> Iterator[ConformCase]:
     """The cases of the ops served (``info``: ``GET /info``) from their examples (``openapi``:
-    ``/openapi.json``), for each version and element type asked."""
+    ``/openapi.json``), for each version and element type asked; with ``probe``, also each
+    example's edge variants (``edge_variants``), those the service refuses marked ``refused``."""
     details = info.get("op_details", {})
     paths = openapi.get("paths", {})
     for listed in info.get("ops", []):
@@ -281,10 +321,17 @@ def make_cases(
                 .get("application/json", {})
             )
             examples = list(content.get("examples", {}).values())
+            requests: list[tuple[str, dict[str, Any], str | None]] = []
+            for number, example in enumerate(examples[:per_op]):
+                requests.append((str(number), example["value"], None))
+                if probe is None:
+                    continue
+                for label, variant in edge_variants(example["value"], inputs, like_data):
+                    requests.append((f"{number}-{label}", variant, probe(name, served, variant)))
             for dtype in dtypes:
-                for number, example in enumerate(examples[:per_op]):
+                for number, (label, request, refused) in enumerate(requests):
                     arrays, attributes = _request_case(
-                        example["value"], inputs, like_data, dtype, name, seed + number
+                        request, inputs, like_data, dtype, name, seed + number
                     )
                     yield ConformCase(
                         op=name,
@@ -295,7 +342,8 @@ def make_cases(
                         attributes=attributes,
                         like_data=tuple(key for key in arrays if _base(key) in like_data),
                         model_attributes={**defaults, **attributes},
-                        path=Path(name) / f"v{served}" / f"{dtype}-{number}.npz",
+                        path=Path(name) / f"v{served}" / f"{dtype}-{label}.npz",
+                        refused=refused,
                     )
 
 
@@ -347,7 +395,12 @@ def run_case(case: ConformCase, device: str, core: Any) -> dict[str, npt.NDArray
     compiled = core.compile_model(model, device)
     feed = [case.inputs[name] for name in case.inputs if name in case.like_data]
     results = compiled(feed)
-    arrays = [np.asarray(results[item]) for item in compiled.outputs]
+    arrays = [np.array(results[item], copy=True) for item in compiled.outputs]
+    # Freed here, inside the case: a plugin that wrote out of its bounds (ScatterUpdate-3's
+    # negative indices on CPU) dies when its memory is freed, and the crash must be this case's,
+    # not the next one's.
+    del results, compiled, model, node
+    gc.collect()
     if len(arrays) == 1:
         return {"output": arrays[0]}
     return {f"output_{index}": array for index, array in enumerate(arrays)}
@@ -440,6 +493,30 @@ def _service_documents(client: Any) -> tuple[Any, Any]:
     return info, response.json()
 
 
+def _refusal(client: Any, op: str, version: str, request: Mapping[str, Any]) -> str | None:
+    """The service's words refusing ``request`` (a 4xx), or None when it answers it."""
+    response = client._http.post(f"/{op}/v{version}", json=request, headers=client._auth)
+    if 400 <= response.status_code < 500:
+        return response.text[:300]
+    response.raise_for_status()
+    return None
+
+
+def kept(cases: Sequence[ConformCase]) -> list[ConformCase]:
+    """The cases of the report: every case the service accepts; of the edge variants it refuses,
+    only those the device crashed or hanged on (whatever the spec says of an input, a dead
+    process answers nothing it allows)."""
+    return [
+        case
+        for case in cases
+        if case.refused is None
+        or (
+            case.device_error is not None
+            and (case.device_error.startswith("crashed") or case.device_error.startswith(HANGED))
+        )
+    ]
+
+
 def json_report(
     device: str, version: str, outcomes: Sequence[Outcome], hanged: set[str]
 ) -> dict[str, Any]:
@@ -486,18 +563,25 @@ def run_conform(args: argparse.Namespace, make_client: Callable[[argparse.Namesp
         except WaiverError as error:
             print(f"tensor-ops: --waivers: {error}", file=sys.stderr)
             return USAGE
+    started = time.perf_counter()
     try:
         with make_client(args) as client:
             info, openapi = _service_documents(client)
+            cases = list(
+                make_cases(
+                    info,
+                    openapi,
+                    args.ops,
+                    args.dtype,
+                    args.op_version,
+                    args.cases_per_op,
+                    args.seed,
+                    probe=lambda op, version, request: _refusal(client, op, version, request),
+                )
+            )
     except (httpx.HTTPError, TensorOpsError, ValueError) as error:
         print(f"tensor-ops: the service's op list could not be read: {error}", file=sys.stderr)
         return 4
-    started = time.perf_counter()
-    cases = list(
-        make_cases(
-            info, openapi, args.ops, args.dtype, args.op_version, args.cases_per_op, args.seed
-        )
-    )
     if not cases:
         print("tensor-ops: no case: no op, version or example matched", file=sys.stderr)
         return USAGE
@@ -507,7 +591,7 @@ def run_conform(args: argparse.Namespace, make_client: Callable[[argparse.Namesp
         batches.setdefault((case.op, case.version), []).append(case)
     for batch in batches.values():
         run_batch(batch, args.device, args.case_timeout)
-        for case in batch:
+        for case in kept(batch):
             write_case(
                 out / case.path,
                 case.op,
@@ -517,6 +601,7 @@ def run_conform(args: argparse.Namespace, make_client: Callable[[argparse.Namesp
                 device_error=case.device_error,
                 version=case.version,
             )
+    cases = kept(cases)
     hanged = {
         case.path.as_posix()
         for case in cases
