@@ -533,10 +533,11 @@ def name_ignored_inputs(
     client: Any, outcomes: Sequence[Outcome], cases: Mapping[str, ConformCase]
 ) -> None:
     """Names the cause of a difference that is a run-time input ignored: when a case's device
-    outputs are, bit for bit, what the op gives with one of its data-like inputs after the
-    first (Pad's ``pad_value``, not ``data``) made zeros, every mismatch of its verdict is
-    ``ignored_<input>`` instead of what the element-wise causes guessed (flushed_subnormal,
-    other). Asked of the service for any op with such an input, not a list kept here."""
+    outputs differ in fewer elements from what the op gives with one of its data-like inputs
+    after the first (Pad's ``pad_value``, not ``data``) made zeros than from the op's answer,
+    the mismatches that explains are ``ignored_<input>`` instead of what the element-wise
+    causes guessed (flushed_subnormal, other); the others keep the causes judged against the
+    zeroed answer. Asked of the service for any op with such an input, not a list kept here."""
     for outcome in outcomes:
         case = cases.get(outcome.name)
         if outcome.outcome != "not_equal" or outcome.verdict is None or case is None:
@@ -553,14 +554,34 @@ def name_ignored_inputs(
                 )
             except TensorOpsError:
                 continue
-            if not verdict.equal:
-                continue
-            raw = json.loads(json.dumps(outcome.verdict.raw))
-            for item in raw["outputs"]:
-                if not item["equal"]:
-                    item["causes"] = {f"{IGNORED}{key}": item["mismatches"]}
-            outcome.verdict = Verdict.of(raw)
-            break
+            renamed = _ignored(outcome.verdict.raw, verdict.raw, f"{IGNORED}{key}")
+            if renamed is not None:
+                outcome.verdict = Verdict.of(renamed)
+                break
+
+
+def _ignored(
+    raw: Mapping[str, Any], zeroed: Mapping[str, Any], cause: str
+) -> dict[str, Any] | None:
+    """The verdict ``raw`` with the mismatches that the op with an input made zeros explains
+    (``zeroed``: the device's outputs judged against it) named ``cause``, the rest keeping the
+    zeroed verdict's causes (a float16 signalling NaN quieted besides); None when it explains
+    none, or a shape or type differs."""
+    against = {item["name"]: item for item in zeroed.get("outputs", [])}
+    renamed = json.loads(json.dumps(raw))
+    explained = False
+    for item in renamed["outputs"]:
+        other = against.get(item["name"])
+        if item["equal"] or other is None:
+            continue
+        if not (other["shape_equal"] and other["dtype_equal"] and item["shape_equal"]):
+            continue
+        if other["mismatches"] < item["mismatches"]:
+            causes = dict(other.get("causes") or {})
+            causes[cause] = item["mismatches"] - other["mismatches"]
+            item["causes"] = causes
+            explained = True
+    return renamed if explained else None
 
 
 def json_report(

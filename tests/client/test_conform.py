@@ -32,8 +32,10 @@ from tensor_ops_client._conform import (
     name_ignored_inputs,
     run_batch,
 )
+from tensor_ops_client._verdict import Verdict
 from tensor_ops_client._verify_command import find_cases, judge_cases
-from tensor_ops_client._verify_reports import Outcome
+from tensor_ops_client._verify_reports import Outcome, summary_rows
+from tensor_ops_client._waivers import WaiverError, read_waivers, waive
 from tensor_ops_client.cli import main
 from tensor_ops_client.client import TensorOpsClient
 from tests.client.conform_children import crash_or_hang
@@ -309,6 +311,8 @@ def test_cpu_pad_run_time_pad_value_ignored_is_named(service: str, tmp_path: Pat
         assert case.outputs is not None
         # The bits: the device padded with zeros where the spec pads with pad_value.
         output = case.outputs["output"]
+        assert outcome.verdict is not None
+        assert outcome.verdict["output"].mismatches == outcome.causes[f"{IGNORED}pad_value"]
         if case.inputs["data"].size == 0:
             # Emptied data: the output is all padding, every element 0 (+0.0) on the device.
             assert not output.view(np.uint32).any() and output.size > 0
@@ -340,3 +344,40 @@ def test_cpu_float16_signalling_nan_is_quieted(service: str, tmp_path: Path) -> 
         got = case.outputs["output"].view(np.uint16).ravel().tolist()
         # Quieted: the quiet bit set, the payload kept.
         assert 0x7E01 in got and 0x7C01 not in got
+
+
+@pytest.mark.e2e
+def test_cpu_pad_value_ignored_is_told_apart_from_a_quieted_nan(
+    service: str, tmp_path: Path
+) -> None:
+    # float16: example 5's data holds a signalling NaN too, which the plugin quiets; the
+    # padding it ignores and the NaN it quiets are each named.
+    cases, outcomes = _cpu_outcomes(service, tmp_path, "pad", "float16", {"5"})
+    (outcome,) = outcomes
+    case = cases[outcome.name]
+    assert case.outputs is not None and outcome.verdict is not None
+    data, output = case.inputs["data"], case.outputs["output"]
+    quieted = int(np.count_nonzero(data.view(np.uint16) == 0x7C01))
+    assert quieted == 1 and np.count_nonzero(output.view(np.uint16) == 0x7E01) == 1
+    padding = output.size - int(np.count_nonzero(output.view(np.uint16)))
+    assert outcome.causes == {"nan_quieted": quieted, f"{IGNORED}pad_value": padding}
+    assert outcome.verdict["output"].mismatches == quieted + padding
+
+
+def test_an_ignored_input_cause_is_reported_and_waivable(tmp_path: Path) -> None:
+    item = {"name": "output", "equal": False, "shape_equal": True, "dtype_equal": True,
+            "compared": 24, "mismatches": 19, "causes": {"ignored_pad_value": 18,
+                                                        "nan_quieted": 1}}  # fmt: skip
+    verdict = Verdict.of({"equal": False, "rule": {}, "outputs": [item]})
+    outcome = Outcome(Path("a.npz"), "a.npz", "not_equal", 0.0, "pad", "float16", "12", verdict)
+    _head, rows = summary_rows([outcome])
+    assert rows[-1][-1] == "nan_quieted 1, ignored_pad_value 18"
+    known = tmp_path / "known.toml"
+    known.write_text('[[waiver]]\nreason = "CPU pads with 0"\ncause = "ignored_pad_value"\n')
+    (waiver,) = read_waivers(known)
+    assert waiver.cause == "ignored_pad_value"
+    # Only the ignored elements are known: the quieted NaN keeps the case not waived.
+    assert waive([waiver], "pad", "float16", "12", verdict) is None
+    known.write_text('[[waiver]]\nreason = "typo"\ncause = "ignored"\n')
+    with pytest.raises(WaiverError, match="cause 'ignored' is none of"):
+        read_waivers(known)
