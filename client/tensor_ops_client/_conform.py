@@ -501,7 +501,9 @@ def _service_documents(client: Any) -> tuple[Any, Any]:
 
 def _refusal(client: Any, op: str, version: str, request: Mapping[str, Any]) -> str | None:
     """The service's words refusing ``request`` (a 4xx), or None when it answers it."""
-    response = client._http.post(f"/{op}/v{version}", json=request, headers=client._auth)
+    response: httpx.Response = client._http.post(
+        f"/{op}/v{version}", json=request, headers=client._auth
+    )
     if 400 <= response.status_code < 500:
         return response.text[:300]
     response.raise_for_status()
