@@ -274,6 +274,11 @@ OP = Op(
             {"data": [[1, 2], [3, 4], [5, 6]], "indices": 1, "updates": [7, 8], "axis": 0},
             [[1, 2], [7, 8], [5, 6]],
         ),
+        "rank_one": example(
+            "ScatterUpdate-3 on a 1D tensor: data[indices[i]] = updates[i] (axis 0)",
+            {"data": [1, 2, 3, 4], "indices": [1, 3], "updates": [9, 8], "axis": 0},
+            [1, 9, 3, 8],
+        ),
         "repeated_indices": example(
             "ScatterUpdate-3 with a repeated index: the last update in indices' order is kept",
             {

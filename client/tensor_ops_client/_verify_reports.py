@@ -165,7 +165,13 @@ def _causes_words(outcomes: Iterable[Outcome]) -> str:
     for outcome in outcomes:
         if outcome.outcome in ("not_equal", "waived"):
             total.update(outcome.causes)
-    return ", ".join(f"{name} {total[name]}" for name in CAUSES if total[name])
+    return ", ".join(f"{name} {total[name]}" for name in cause_order(total) if total[name])
+
+
+def cause_order(causes: Iterable[str]) -> list[str]:
+    """The verdict's causes in their order, then any other (tensor-ops conform's
+    ``ignored_<input>``), sorted."""
+    return [*CAUSES, *sorted(set(causes) - set(CAUSES))]
 
 
 def summary_rows(outcomes: Sequence[Outcome]) -> tuple[list[str], list[list[str]]]:
@@ -190,12 +196,12 @@ def by_cause(outcomes: Sequence[Outcome]) -> list[tuple[str, list[Outcome]]]:
         if outcome.outcome != "not_equal":
             continue
         causes = outcome.causes
-        for name in CAUSES:
+        for name in cause_order(causes):
             if causes[name]:
                 grouped.setdefault(name, []).append(outcome)
         if not causes:
             grouped.setdefault("no element compared", []).append(outcome)
-    order = [*CAUSES, "no element compared"]
+    order = [*cause_order(grouped), "no element compared"]
     return [(name, grouped[name]) for name in order if name in grouped]
 
 

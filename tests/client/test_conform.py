@@ -15,15 +15,29 @@ import pytest
 
 from app.registry import REGISTRY
 from tensor_ops_client import read_case
+from tensor_ops_client._cases import write_case
 from tensor_ops_client._conform import (
     HANGED,
+    IGNORED,
     INSTALL,
     ConformCase,
+    _base,
+    _decoded,
+    _refusal,
+    _service_documents,
     edge_values,
+    edge_variants,
+    kept,
     make_cases,
+    name_ignored_inputs,
     run_batch,
 )
+from tensor_ops_client._verdict import Verdict
+from tensor_ops_client._verify_command import find_cases, judge_cases
+from tensor_ops_client._verify_reports import Outcome, summary_rows
+from tensor_ops_client._waivers import WaiverError, read_waivers, waive
 from tensor_ops_client.cli import main
+from tensor_ops_client.client import TensorOpsClient
 from tests.client.conform_children import crash_or_hang
 from tests.support import launch_server, stop_server
 
@@ -130,7 +144,7 @@ def test_cpu_plugin_classes_are_named(
     out, report = tmp_path / "cases", tmp_path / "report.json"
     junit = tmp_path / "report.xml"
     arguments = ["--url", service, "conform", "--device", "CPU", "--out", str(out)]
-    arguments += ["--ops", "roll,gather", "--dtype", "int64,float64"]
+    arguments += ["--ops", "roll,gather", "--dtype", "int64,float64", "--examples-only"]
     status = main([*arguments, "--json", str(report), "--junit", str(junit)])
     printed = capsys.readouterr().out
     assert status == 1, printed
@@ -180,3 +194,190 @@ def test_cpu_plugin_classes_are_named(
     assert main(["--url", service, "verify", str(out), "--junit", str(replay)]) == 1
     failures = junit.read_text().count("<failure")
     assert replay.read_text().count("<failure") == failures == len(files)
+
+
+def test_every_example_gets_negative_index_and_empty_dimension_variants() -> None:
+    # Registry-driven: an op's examples give its variants, with no line written for the op.
+    for op in REGISTRY.values():
+        inputs = {item.name for item in op.inputs}
+        like_data = [item.name for item in op.inputs if item.like_data]
+        for example in op.examples.values():
+            request = example["value"]
+            variants = dict(edge_variants(request, inputs, like_data))
+            for key, value in request.items():
+                if _base(key) not in inputs:
+                    continue
+                array = _decoded(value)
+                if array.dtype.kind == "b":
+                    continue
+                if array.ndim >= 1 and array.shape[0] > 0:
+                    empty = variants[f"empty-{key}"][key]
+                    assert _decoded(empty).size == 0, (op.name, key)
+                    assert _decoded(empty).shape[1:] == array.shape[1:], (op.name, key)
+                index_like = _base(key) not in like_data and array.dtype.kind in "iuf"
+                if index_like and (array > 0).any():
+                    negative = np.asarray(variants[f"neg-{key}"][key])
+                    assert negative.tolist() == np.where(array > 0, -array, array).tolist()
+                    assert negative.shape == array.shape
+                else:
+                    assert f"neg-{key}" not in variants, (op.name, key)
+
+
+def test_refused_variants_are_kept_only_when_the_device_died() -> None:
+    data = {"data": np.zeros(2, np.float32)}
+    cases = [ConformCase("op", "1", "Op", "float32", data, {}, ("data",)) for _ in range(4)]
+    cases[1].refused = cases[2].refused = cases[3].refused = "indices: negative"
+    cases[1].device_error = "crashed (exit code -6)"
+    cases[2].device_error = "RuntimeError: points to non-existing output tensor element"
+    cases[3].device_error = f"{HANGED}no answer within 2 s"
+    assert kept(cases) == [cases[0], cases[1], cases[3]]
+
+
+def _cpu_outcomes(
+    service: str, tmp_path: Path, op: str, dtype: str, labels: set[str]
+) -> tuple[dict[str, ConformCase], list[Outcome]]:
+    """The named cases of ``op`` (``<dtype>-<label>``) run on the CPU plugin, written, judged by
+    the service and their ignored inputs named: as ``tensor-ops conform`` does, on fewer cases."""
+    pytest.importorskip("openvino")
+    with TensorOpsClient(service) as client:
+        info, openapi = _service_documents(client)
+        made = make_cases(
+            info,
+            openapi,
+            [op],
+            [dtype],
+            None,
+            None,
+            0,
+            probe=lambda name, version, request: _refusal(client, name, version, request),
+        )
+        cases = [case for case in made if case.path.stem in {f"{dtype}-{x}" for x in labels}]
+        assert {case.path.stem for case in cases} == {f"{dtype}-{x}" for x in labels}
+        run_batch(cases, "CPU", 60)
+        for case in kept(cases):
+            write_case(
+                tmp_path / case.path,
+                case.op,
+                case.inputs,
+                case.outputs,
+                case.attributes,
+                device_error=case.device_error,
+                version=case.version,
+            )
+        outcomes = judge_cases(TensorOpsClient(service), find_cases([str(tmp_path)]), None, [])
+        by_name = {case.path.as_posix(): case for case in cases}
+        name_ignored_inputs(client, outcomes, by_name)
+    return by_name, outcomes
+
+
+@pytest.mark.e2e
+def test_cpu_scatter_update_negative_indices_crash_is_recorded_and_the_batch_resumes(
+    service: str, tmp_path: Path
+) -> None:
+    # Example 2 is ScatterUpdate-3's 1D one (data [1, 2, 3, 4], indices [1, 3]); its negative
+    # variant (indices [-1, -3]) is refused by the service (the spec raises) and kills the CPU
+    # plugin's process; example 3 runs after it in a new child.
+    cases, outcomes = _cpu_outcomes(
+        service, tmp_path, "scatter_update", "int64", {"2", "2-neg-indices", "3"}
+    )
+    crash = cases["scatter_update/v3/int64-2-neg-indices.npz"]
+    assert crash.inputs["indices"].tolist() == [-1, -3]
+    assert crash.refused is not None and "negative" in crash.refused
+    assert crash.device_error is not None and crash.device_error.startswith("crashed (exit code")
+    words = {outcome.name: (outcome.outcome, outcome.message) for outcome in outcomes}
+    assert words["scatter_update/v3/int64-2-neg-indices.npz"] == (
+        "device_failed",
+        crash.device_error,
+    )
+    # The cases before and after the crash have the device's answers, judged by the service.
+    for name in ("scatter_update/v3/int64-2.npz", "scatter_update/v3/int64-3.npz"):
+        assert cases[name].outputs is not None, name
+        assert words[name][0] in ("equal", "not_equal"), words[name]
+    replayed = read_case(tmp_path / "scatter_update" / "v3" / "int64-2-neg-indices.npz")
+    assert replayed.device_error == crash.device_error
+
+
+@pytest.mark.e2e
+def test_cpu_pad_run_time_pad_value_ignored_is_named(service: str, tmp_path: Path) -> None:
+    # Example 5 pads with a run-time pad_value (an edge value here); its emptied-data variant
+    # is all padding.
+    cases, outcomes = _cpu_outcomes(service, tmp_path, "pad", "float32", {"5", "5-empty-data"})
+    for outcome in outcomes:
+        case = cases[outcome.name]
+        pad_value = case.inputs["pad_value"]
+        assert pad_value.any(), outcome.name
+        assert outcome.outcome == "not_equal", outcome.name
+        assert set(outcome.causes) == {f"{IGNORED}pad_value"}, outcome.causes
+        assert case.outputs is not None
+        # The bits: the device padded with zeros where the spec pads with pad_value.
+        output = case.outputs["output"]
+        assert outcome.verdict is not None
+        assert outcome.verdict["output"].mismatches == outcome.causes[f"{IGNORED}pad_value"]
+        if case.inputs["data"].size == 0:
+            # Emptied data: the output is all padding, every element 0 (+0.0) on the device.
+            assert not output.view(np.uint32).any() and output.size > 0
+            assert outcome.causes[f"{IGNORED}pad_value"] == output.size
+            continue
+        # Negative pads crop, positive ones pad (with zeros, as the device did).
+        begin, end, data = case.inputs["pads_begin"], case.inputs["pads_end"], case.inputs["data"]
+        kept_part = tuple(
+            slice(max(-b, 0), size - max(-e, 0))
+            for b, e, size in zip(begin, end, data.shape, strict=True)
+        )
+        widths = [(max(b, 0), max(e, 0)) for b, e in zip(begin, end, strict=True)]
+        zeros = np.pad(data[kept_part], widths, constant_values=0)
+        assert output.view(np.uint32).tolist() == zeros.view(np.uint32).tolist()
+        # Every padded element differs (pad_value is an edge value, not 0).
+        assert outcome.causes[f"{IGNORED}pad_value"] == output.size - data[kept_part].size
+
+
+@pytest.mark.e2e
+def test_cpu_float16_signalling_nan_is_quieted(service: str, tmp_path: Path) -> None:
+    cases, outcomes = _cpu_outcomes(service, tmp_path, "roll", "float16", {"0", "0-neg-shift"})
+    for outcome in outcomes:
+        case = cases[outcome.name]
+        sent = case.inputs["data"].view(np.uint16).ravel().tolist()
+        assert 0x7C01 in sent  # the signalling NaN with payload 1
+        assert outcome.outcome == "not_equal", outcome.name
+        assert set(outcome.causes) == {"nan_quieted"}, outcome.causes
+        assert case.outputs is not None
+        got = case.outputs["output"].view(np.uint16).ravel().tolist()
+        # Quieted: the quiet bit set, the payload kept.
+        assert 0x7E01 in got and 0x7C01 not in got
+
+
+@pytest.mark.e2e
+def test_cpu_pad_value_ignored_is_told_apart_from_a_quieted_nan(
+    service: str, tmp_path: Path
+) -> None:
+    # float16: example 5's data holds a signalling NaN too, which the plugin quiets; the
+    # padding it ignores and the NaN it quiets are each named.
+    cases, outcomes = _cpu_outcomes(service, tmp_path, "pad", "float16", {"5"})
+    (outcome,) = outcomes
+    case = cases[outcome.name]
+    assert case.outputs is not None and outcome.verdict is not None
+    data, output = case.inputs["data"], case.outputs["output"]
+    quieted = int(np.count_nonzero(data.view(np.uint16) == 0x7C01))
+    assert quieted == 1 and np.count_nonzero(output.view(np.uint16) == 0x7E01) == 1
+    padding = output.size - int(np.count_nonzero(output.view(np.uint16)))
+    assert outcome.causes == {"nan_quieted": quieted, f"{IGNORED}pad_value": padding}
+    assert outcome.verdict["output"].mismatches == quieted + padding
+
+
+def test_an_ignored_input_cause_is_reported_and_waivable(tmp_path: Path) -> None:
+    item = {"name": "output", "equal": False, "shape_equal": True, "dtype_equal": True,
+            "compared": 24, "mismatches": 19, "causes": {"ignored_pad_value": 18,
+                                                        "nan_quieted": 1}}  # fmt: skip
+    verdict = Verdict.of({"equal": False, "rule": {}, "outputs": [item]})
+    outcome = Outcome(Path("a.npz"), "a.npz", "not_equal", 0.0, "pad", "float16", "12", verdict)
+    _head, rows = summary_rows([outcome])
+    assert rows[-1][-1] == "nan_quieted 1, ignored_pad_value 18"
+    known = tmp_path / "known.toml"
+    known.write_text('[[waiver]]\nreason = "CPU pads with 0"\ncause = "ignored_pad_value"\n')
+    (waiver,) = read_waivers(known)
+    assert waiver.cause == "ignored_pad_value"
+    # Only the ignored elements are known: the quieted NaN keeps the case not waived.
+    assert waive([waiver], "pad", "float16", "12", verdict) is None
+    known.write_text('[[waiver]]\nreason = "typo"\ncause = "ignored"\n')
+    with pytest.raises(WaiverError, match="cause 'ignored' is none of"):
+        read_waivers(known)
