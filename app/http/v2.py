@@ -69,8 +69,8 @@ ModelVersion = Annotated[
     Path(
         description="The model's version: the op's opset version (gather: "
         + ", ".join(str(number) for number in versions("gather"))
-        + "); every model's are in its metadata",
-        pattern="^[0-9]{1,4}$",
+        + "); every model's are in its metadata. Checked by model(), not by a pattern: any other "
+        "is the protocol's 404 naming the versions served, in its error shape",
     ),
 ]
 

@@ -458,3 +458,17 @@ async def test_a_framing_header_given_twice_is_refused(
         await client.post("/v2/models/roll/infer", content=body, headers=headers)
     )
     assert_same_bits(output, np.roll(data, 1))
+
+
+@pytest.mark.parametrize("version", ["abc", "\u0084", "12345", "-1", "8.0"])
+@pytest.mark.parametrize("route", ["ready", "config", "stats", ""])
+async def test_a_version_that_is_no_number_is_a_404_in_the_protocols_shape(
+    client: httpx.AsyncClient, version: str, route: str
+) -> None:
+    """Any version path segment reaches the model lookup: a 404 naming the versions served, in
+    the ``{"error"}`` shape (a pattern on the path gave FastAPI's 422 ``detail`` shape)."""
+    path = f"/v2/models/gather/versions/{version}" + (f"/{route}" if route else "")
+    response = await client.get(path)
+    assert response.status_code == 404, response.text
+    assert set(response.json()) == {"error"}
+    assert "versions: 1, 7, 8" in response.json()["error"]
