@@ -12,7 +12,9 @@ import grpc
 import numpy as np
 import pytest
 
+from app.ops.declaration import INT
 from app.registry import REGISTRY
+from tensor_ops_wire.ops import query_text
 from tests.hostile.test_memory_matrix import (
     MiB,
     Request,
@@ -29,7 +31,7 @@ from tests.transports.test_edge_shapes import _grpc_message
 #: The newest version of each op (its route), each index-like input and integer attribute.
 LONG_INPUTS = [(op.name, name) for op in REGISTRY.values() for name in index_like(op)]
 INTEGER_ATTRIBUTES = [
-    (op.name, item.name) for op in REGISTRY.values() for item in op.attributes if not item.choices
+    (op.name, item.name) for op in REGISTRY.values() for item in op.attributes if item.kind == INT
 ]
 
 pytestmark = pytest.mark.e2e  # the system tier by tests/conftest.py's list
@@ -37,7 +39,8 @@ __all__ = ["worker"]  # the matrix's fixture, used here too
 
 
 def npz_request(op_name: str, arrays: dict[str, Any], attributes: dict[str, Any]) -> Request:
-    query = "&".join(f"{key}={value}" for key, value in attributes.items())
+    # Each attribute in its query form ("1,0,1" for a list, "true" for a boolean).
+    query = "&".join(f"{key}={query_text(value)}" for key, value in attributes.items())
     return Request(
         f"/{op_name}?{query}" if query else f"/{op_name}",
         npz_bytes(False, **arrays),
