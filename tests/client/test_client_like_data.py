@@ -6,7 +6,6 @@ an input, on an example of its spec, answers the client as it answers the JSON r
 
 import base64
 import io
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -15,12 +14,13 @@ import pytest
 
 from app.ops.declaration import Op
 from app.registry import REGISTRY
-from tensor_ops_client import TRANSPORTS, TensorOpsClient
+from tensor_ops_client import TRANSPORTS
 from tensor_ops_client import Transport as TransportName
 from tensor_ops_wire.npy import decode_npy_base64
-from tests.support import free_port, launch_server, stop_server
+from tests.client.test_client_generic import client, server
 
 pytestmark = pytest.mark.e2e
+__all__ = ["server"]  # the module's fixture (gRPC on), shared with the generic client tests
 
 FLOAT32 = np.dtype(np.float32)
 
@@ -36,19 +36,6 @@ def typed_inputs(op: Op) -> list[str]:
 
 #: Every op with an input typed as its data, beside the data (or Concat's ``data_N``).
 OPS = [op.name for op in REGISTRY.values() if typed_inputs(op) or op.variadic is not None]
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, str]]:
-    port = free_port()
-    url, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
-    yield url, f"127.0.0.1:{port}"
-    stop_server(process)
-
-
-def client(server: tuple[str, str], transport: TransportName) -> TensorOpsClient:
-    url, target = server
-    return TensorOpsClient(url, transport=transport, grpc_target=target, retry=False)
 
 
 def numeric_example(op: Op) -> dict[str, Any]:
