@@ -114,7 +114,7 @@ SMALL_CASES: dict[str, tuple[str, bytes, dict[str, Any]]] = {
         b'{"name":"axes","datatype":"INT64","shape":[1],"data":[0]}]}',
         {
             "model_name": "roll",
-            "model_version": "1",
+            "model_version": "7",
             "outputs": [{"name": "output", "datatype": "INT64", "shape": [3], "data": [3, 1, 2]}],
         },
     ),
