@@ -5,7 +5,8 @@ whose types match no signature is a ``TypeError``, never a compilation. The loop
 raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
 index types), the strided block copy (Reverse, Pad), the tiled transpose and GatherTree's walk of
-every width, and its check of float ids (3 widths): 29 compiled signatures in all.
+every width, the transpose in 8-byte words (1- and 4-byte elements) and GatherTree's check of
+float ids (3 widths): 30 compiled signatures in all.
 
 The machine code is cached on disk (numba's ``cache=True``): in ``NUMBA_CACHE_DIR`` when it is
 set, else in ``__pycache__`` beside this file. A cache directory that exists but cannot be
@@ -344,6 +345,79 @@ def _transpose_loop(
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _exchange(a: Any, b: Any, mask: Any, shift: Any) -> Any:  # pragma: no cover - compiled
+    """One step of a transpose inside 8-byte words: the ``mask``ed parts of ``a`` and ``b`` stay,
+    the others trade places (``b``'s low part moves up into ``a``, ``a``'s high part down into
+    ``b``)."""
+    return (a & mask) | ((b << shift) & ~mask), ((a >> shift) & mask) | (b & ~mask)
+
+
+def _transpose_words_loop(
+    source: Any, out: Any, batch: int, rows: int, columns: int, tile: int, width: int
+) -> None:  # pragma: no cover - compiled
+    """A batch of 2-D transposes of 1-byte (``width`` 1) or 4-byte (``width`` 4) elements, moved
+    8 bytes at a time: ``source`` and ``out`` are the flat arrays' 8-byte words, ``rows`` and
+    ``columns`` (in elements) multiples of the elements in a word (8 or 2). A block of 8 x 8
+    bytes (2 x 2 elements of 4 bytes) is 8 (2) words read from 8 (2) rows, transposed inside the
+    words by exchanges of halves, quarters and eighths, and written to 8 (2) rows: a word moved
+    per step where the element loop moves a byte. The source is cut in tiles of ``tile`` words a
+    side (by as many rows as a word has elements), each copied into a small buffer first (rows
+    whose width is a power of two share a cache set), the next tile's rows prefetched."""
+    u = np.uint64
+    per = u(8) // u(width)  # elements in a word
+    across = u(columns) // per  # words in a source row
+    down = u(rows) // per  # words in a target row
+    plane = u(rows) * across
+    total = u(source.size)
+    side = u(tile)
+    buffer = np.empty(tile * tile * 8, np.uint64)
+    low32, low16, low8 = u(0xFFFFFFFF), u(0x0000FFFF0000FFFF), u(0x00FF00FF00FF00FF)
+    for b in range(u(batch)):
+        base = b * plane
+        for left in range(u(0), across, side):
+            wide = min(side, across - left)
+            for top in range(u(0), down, side):
+                tall = min(side, down - top)
+                for r in range(tall * per):
+                    at = base + (top * per + r) * across + left
+                    ahead = at + side * per * across
+                    if ahead < total:
+                        _prefetch(source, ahead)
+                    for c in range(wide):
+                        buffer[r * side + c] = source[at + c]
+                for c in range(wide):
+                    target = base + (left + c) * per * down + top
+                    for r in range(tall):
+                        p = r * per * side + c
+                        o = target + r
+                        if per == u(2):
+                            w0, w1 = _exchange(buffer[p], buffer[p + side], low32, u(32))
+                            out[o] = w0
+                            out[o + down] = w1
+                            continue
+                        w0, w4 = _exchange(buffer[p], buffer[p + 4 * side], low32, u(32))
+                        w1, w5 = _exchange(buffer[p + side], buffer[p + 5 * side], low32, u(32))
+                        w2, w6 = _exchange(buffer[p + 2 * side], buffer[p + 6 * side], low32, u(32))
+                        w3, w7 = _exchange(buffer[p + 3 * side], buffer[p + 7 * side], low32, u(32))
+                        w0, w2 = _exchange(w0, w2, low16, u(16))
+                        w1, w3 = _exchange(w1, w3, low16, u(16))
+                        w4, w6 = _exchange(w4, w6, low16, u(16))
+                        w5, w7 = _exchange(w5, w7, low16, u(16))
+                        w0, w1 = _exchange(w0, w1, low8, u(8))
+                        w2, w3 = _exchange(w2, w3, low8, u(8))
+                        w4, w5 = _exchange(w4, w5, low8, u(8))
+                        w6, w7 = _exchange(w6, w7, low8, u(8))
+                        out[o] = w0
+                        out[o + down] = w1
+                        out[o + 2 * down] = w2
+                        out[o + 3 * down] = w3
+                        out[o + 4 * down] = w4
+                        out[o + 5 * down] = w5
+                        out[o + 6 * down] = w6
+                        out[o + 7 * down] = w7
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _parent_value(
     raw: Any, kind: int, fraction: int, bias: int, bits: int
 ) -> Any:  # pragma: no cover
@@ -548,6 +622,13 @@ transpose_tiles = _compiled(
     [types.void(_readonly(width), _mutable(width), *[_I64] * 4) for width in _WIDTHS],
 )
 
+#: transpose_words(source, out, batch, rows, columns, tile, width): 8-byte words of 1- or 4-byte
+#: elements.
+transpose_words = _compiled(
+    _transpose_words_loop,
+    [types.void(_readonly(types.uint64), _mutable(types.uint64), *[_I64] * 5)],
+)
+
 #: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,
 #: block, kind, fraction, bias): each width of ids; int64 lengths and state.
 gather_tree = _compiled(
@@ -578,6 +659,7 @@ _LOOPS = (
     ("roll", roll_rows),
     ("strided_copy", strided_copy),
     ("transpose_tiles", transpose_tiles),
+    ("transpose_words", transpose_words),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
 )
@@ -598,4 +680,5 @@ __all__ = [
     "take",
     "take_slices",
     "transpose_tiles",
+    "transpose_words",
 ]

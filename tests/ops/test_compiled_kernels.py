@@ -302,6 +302,7 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "roll": 2,
         "strided_copy": 4,
         "transpose_tiles": 4,
+        "transpose_words": 1,
         "gather_tree": 4,
         "first_fraction": 3,
     }
