@@ -11,7 +11,7 @@ from typing import Any, Protocol, TypeVar
 from app.errors import Fault, ServiceError, quote
 from app.ops.declaration import BOOL, INTS, Attribute, AttributeRefusedError, variadic_index
 from app.pipeline.jobs import Job, Limits, check_shape
-from app.registry import REGISTRY, Op, attribute_names, every_version, version_of, versions
+from app.registry import REGISTRY, Op, attribute_names, version_of, versions
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
 
 
@@ -69,9 +69,10 @@ def model(name: str, version: str | None = None) -> Op:
 def statistics_models(name: str | None, version: str | None) -> list[tuple[str, str]]:
     """The models (name, version) whose statistics a request asks for: every version of every
     model (no name), every version of one (no version, as Triton answers), or one version (else
-    404)."""
+    404). A model's versions oldest first, as Triton lists them (its model states are kept in
+    maps ordered by version) and as metadata and the repository index list them here."""
     if name is None:
-        ops = every_version()
+        ops = [op for each in REGISTRY for op in versions(each).values()]
     elif version is None:
         model(name)  # 404 for a model not served
         ops = list(versions(name).values())

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from tritonclient.utils import InferenceServerException
 
-from app.registry import REGISTRY, every_version, versions
+from app.registry import REGISTRY, versions
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.support import (
     address,
@@ -312,8 +312,16 @@ def test_statistics_count_every_transport(http: Any, grpc: Any, server: Any) -> 
     models = [
         (item["name"], item["version"]) for item in http.get_inference_statistics()["model_stats"]
     ]
-    # Every version of every op of the registry, in its order, the newest version first.
-    assert models == [(op.name, str(op.version)) for op in every_version()]
+    # Every version of every op of the registry, in its order, a model's versions oldest first
+    # as Triton orders them, and as the repository index lists them.
+    assert models == [
+        (op.name, str(op.version)) for name in REGISTRY for op in versions(name).values()
+    ]
+    index = [(item["name"], item["version"]) for item in http.get_model_repository_index()]
+    assert models == index
+    assert ("gather", "1") in models and models.index(("gather", "1")) < models.index(
+        ("gather", "8")
+    )
 
 
 def _roll_stats_grpc(client: Any) -> dict[str, Any]:
