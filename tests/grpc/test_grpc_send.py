@@ -206,6 +206,17 @@ class Worker:
         fields = Path(f"/proc/{self.process.pid}/statm").read_text().split()
         return int(fields[1]) * os.sysconf("SC_PAGE_SIZE")
 
+    def back_within(self, before: int, limit: int, seconds: float = 30) -> float:
+        """The growth over ``before`` (MiB) once it is within ``limit`` bytes, or when
+        ``seconds`` have passed: what is held at rest is the promise, not how soon it is given
+        back (threads of ended calls may still be freeing on a loaded machine)."""
+        deadline = time.monotonic() + seconds
+        while True:
+            growth = self.settled() - before
+            if growth < limit or time.monotonic() > deadline:
+                return growth / MiB
+            time.sleep(0.5)
+
     def settled(self) -> int:
         previous = self.resident()
         for _ in range(30):
@@ -270,7 +281,7 @@ def test_answers_nobody_takes_are_cut_off_and_their_memory_comes_back(worker: Wo
     finally:
         client.close()
     assert worker.reserved_after(lambda value: value == 0, 5) == 0
-    assert worker.settled() - before < 64 * MiB, (worker.settled() - before) / MiB
+    assert worker.back_within(before, 64 * MiB) < 64
     lines = worker.lines()
     cut = [line for line in lines if line.get("message", "").startswith("an answer was not taken")]
     assert cut and cut[0]["answer_bytes"] >= 64 * MiB
@@ -325,7 +336,7 @@ def test_calls_ended_at_any_point_give_back_everything_once(worker: Worker) -> N
             client.pump(chance.random() * 0.03, take=True)
         client.close()  # whatever is left: the connection dropped
     assert worker.reserved_after(lambda value: value == 0) == 0
-    assert worker.settled() - before < 64 * MiB, (worker.settled() - before) / MiB
+    assert worker.back_within(before, 64 * MiB) < 64
     assert not [line for line in worker.lines() if line["level"] in ("error", "critical")]
 
 
@@ -553,7 +564,7 @@ def test_rst_stream_and_ping_floods_cost_nothing_lasting(worker: Worker) -> None
     finally:
         after.close()
     assert worker.reserved_after(lambda value: value == 0) == 0
-    assert worker.settled() - before < 64 * MiB, (worker.settled() - before) / MiB
+    assert worker.back_within(before, 64 * MiB) < 64
     assert not [line for line in worker.lines() if line["level"] in ("error", "critical")]
 
 
