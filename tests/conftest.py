@@ -73,6 +73,26 @@ SYSTEM_TIER = (
     "ops/test_gather_nd.py::test_gather_nd_matches_openvino",
     "ops/test_col2im.py::test_col2im_matches_openvino",
 )
+#: System-tier tests that measure nothing of the machine they run on (no resident memory, no
+#: time limit that load could pass, no replica killed): .ci/run runs them two at a time, each
+#: module on one process (``-m "system and together" -n 2 --dist loadfile``: the image is built
+#: once), then the rest one at a time (``-m "system and not together" -n 0``). The sampled
+#: matrices' remainders (SAMPLED below) are among them.
+SYSTEM_TOGETHER = (
+    "deploy/test_image_build.py",
+    "deploy/test_image_command.py",
+    "test_schemathesis.py",
+    "transports/test_every_op_verify.py",
+    "client/test_client_package.py",
+    "client/test_conform.py",
+    "client/test_verify_command.py",
+    "codecs/test_json_body_property.py",
+    "ops/test_compiled_kernels.py",
+    "ops/test_extract_image_patches.py",
+    "ops/test_scatter_elements_update.py",
+    "ops/test_gather_nd.py",
+    "ops/test_col2im.py",
+)
 #: Case matrices the default tier samples and the system tier completes: ``module::test`` -> N,
 #: one case in N kept by a hash of its id (the same sample on every run and machine), and the
 #: first case of each group (an id's first word: the op in ``roll-0042-int8-...``, the mode,
@@ -141,8 +161,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     firsts: set[tuple[str, str]] = set()
     for item in items:
         relative = item.path.resolve().relative_to(_TESTS).as_posix()
-        if in_system_tier(relative, item.name) or sampled_out(relative, item.name, firsts):
+        sampled = sampled_out(relative, item.name, firsts)
+        if in_system_tier(relative, item.name) or sampled:
             item.add_marker(pytest.mark.system)
+            if sampled or runs_together(relative, item.name):
+                item.add_marker(pytest.mark.together)
+
+
+def runs_together(relative: str, name: str) -> bool:
+    """Whether system-tier test ``name`` of module ``relative`` may run beside others."""
+    return relative in SYSTEM_TOGETHER or f"{relative}::{name.partition('[')[0]}" in SYSTEM_TOGETHER
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from app.settings import Settings
 from tensor_ops_wire.dtypes import ELEMENT_TYPES
-from tests.conftest import SYSTEM_TIER
+from tests.conftest import SYSTEM_TIER, SYSTEM_TOGETHER
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -137,7 +137,7 @@ def test_every_system_tier_entry_names_a_module_or_a_test_of_it() -> None:
     default tier without a word."""
     tests = Path(__file__).resolve().parent
     missing = []
-    for entry in SYSTEM_TIER:
+    for entry in (*SYSTEM_TIER, *SYSTEM_TOGETHER):
         module, _, name = entry.partition("::")
         path = tests / module
         defined = rf"^(async )?def {re.escape(name)}\("
