@@ -232,17 +232,20 @@ def _place_whole(out: npt.NDArray[Any], values: npt.NDArray[Any], plan: Col2ImPl
     height, width = rows.length * cols.length * item, cols.length * item
     y0, x0 = p0 * rows.stride - rows.pad, q0 * cols.stride - cols.pad
     corner = raw_out[:, :, y0, x0]  # where kernel element (0, 0) of the first block lands
+    steps = (
+        out.shape[1] * height,
+        height,
+        rows.dilation * width,
+        cols.dilation * item,
+        rows.stride * width,
+        cols.stride * item,
+    )
+    # A step along an axis of one element (or none) is never taken: 0, as a stride or dilation
+    # of 2**62 would overflow the view's int64 strides where only one block or element fits.
     target = np.lib.stride_tricks.as_strided(
         corner,
         blocks.shape,
-        (
-            out.shape[1] * height,
-            height,
-            rows.dilation * width,
-            cols.dilation * item,
-            rows.stride * width,
-            cols.stride * item,
-        ),
+        tuple(step if extent > 1 else 0 for extent, step in zip(blocks.shape, steps, strict=True)),
         writeable=True,
     )
     copy_permuted(raw_out.reshape(-1), target, as_raw(values).reshape(-1), blocks)

@@ -177,10 +177,14 @@ def extract_image_patches_planned(
     # Samples start at -pad, which is index 0 of the padded image (or of the image itself).
     rows, cols = plan.rows, plan.cols
     b, c, r, q = source.strides
+    shape = (source.shape[0], rows.size, cols.size, source.shape[1], rows.patches, cols.patches)
+    steps = (b, r * rows.rate, q * cols.rate, c, r * rows.stride, q * cols.stride)
+    # A step along an axis of one element (or none) is never taken: 0, as a stride or rate of
+    # 2**62 would overflow the view's int64 strides where only one patch or sample fits.
     view = np.lib.stride_tricks.as_strided(
         source,
-        (source.shape[0], rows.size, cols.size, source.shape[1], rows.patches, cols.patches),
-        (b, r * rows.rate, q * cols.rate, c, r * rows.stride, q * cols.stride),
+        shape,
+        tuple(step if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True)),
         writeable=False,
     )
     target = as_raw(out).reshape(view.shape) if out.flags.c_contiguous else None
