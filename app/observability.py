@@ -8,6 +8,7 @@ what a line holds, what may be left out and counted, and what never is.
 import contextlib
 import faulthandler
 import functools
+import json
 import logging
 import os
 import random
@@ -52,7 +53,10 @@ def json_line(created: float, level: str, logger: str, message: str, fields: dic
         "message": message,
         **fields,
     }
-    text = orjson.dumps(line, default=str).decode()
+    try:
+        text = orjson.dumps(line, default=str).decode()
+    except TypeError:  # an integer past 64 bits, which orjson does not write: the stdlib does
+        text = json.dumps(line, default=str, separators=(",", ":"))
     # JSON escapes only C0 controls: DEL, the C1 controls (U+0085 and U+009B among them) and
     # the line and paragraph separators are escaped too, so that no reader of the log splits
     # or rewrites a line on what a client sent. Only a line with non-ASCII text pays for it.

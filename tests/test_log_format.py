@@ -225,3 +225,10 @@ def test_a_bad_log_format_is_refused_in_one_line() -> None:
     assert record["message"] == (
         "cannot start: TENSOR_OPS_LOG_FORMAT = 'xml': Input should be 'auto', 'json' or 'text'"
     )
+
+
+def test_an_integer_past_64_bits_is_written_as_it_is() -> None:
+    """orjson writes no integer past 64 bits; a line holding one is still one JSON object."""
+    line = observability.json_line(0.0, "info", "tensor_ops.access", "request", {"n": 10**39})
+    assert json.loads(line)["n"] == 10**39
+    assert "\n" not in line

@@ -169,7 +169,8 @@ class Reservation:
     def __init__(self, budget: MemoryBudget) -> None:
         self.budget = budget
         self.held = 0
-        #: The most this request asked for, counted or not: its memory estimate, logged.
+        #: The most this request held, counted or not (below UNCOUNTED_BYTES an estimate is held
+        #: without counting): logged. An estimate refused was never held and is not in it.
         self.peak = 0
         #: Nanoseconds spent in admission (waiting for room in the budget, or taking it).
         self.waited_ns = 0
@@ -181,8 +182,8 @@ class Reservation:
         Requests that stay below ``UNCOUNTED_BYTES`` are not counted: their memory is lost in the
         noise of the process, and taking the budget's lock would cost more than their work.
         """
-        self.peak = max(self.peak, nbytes)
         if nbytes <= UNCOUNTED_BYTES:
+            self.peak = max(self.peak, nbytes)
             return
         extra = nbytes - self.held
         if extra > 0:
@@ -193,6 +194,9 @@ class Reservation:
                 # Triton's "queue" statistic (app/pipeline/statistics.py).
                 self.waited_ns += time.perf_counter_ns() - started
             self.held += extra
+        # Counted once held: a refused estimate (413 or 503) was never reserved, and the access
+        # line's reserved_bytes says what was (an estimate of 10**39 bytes is no log figure).
+        self.peak = max(self.peak, nbytes)
 
     def try_grow_to(self, nbytes: int) -> bool:
         """Hold at least ``nbytes`` in all if the budget has room now (never waiting);

@@ -6,7 +6,13 @@ from pathlib import Path
 import pytest
 
 import app.main
-from app.pipeline.admission import DEFAULT_BUDGET, container_limit, derive_budget
+from app.errors import ServiceError
+from app.pipeline.admission import (
+    DEFAULT_BUDGET,
+    MemoryBudget,
+    container_limit,
+    derive_budget,
+)
 from app.settings import Settings
 
 MiB = 1 << 20
@@ -85,3 +91,19 @@ def test_the_budget_is_logged_at_start_up(monkeypatch: pytest.MonkeyPatch) -> No
     assert records[0].__dict__["budget_bytes"] == budget
     assert budget < 2 << 30
     assert "container limit 2147483648" in records[0].__dict__["from"]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("asked", [10**39, 2 << 30])
+async def test_an_estimate_refused_is_not_counted_as_held(asked: int) -> None:
+    """What a request held at its peak (the access line's reserved_bytes) counts what was
+    granted: an estimate refused (past the whole budget: 413) was never held."""
+    budget = MemoryBudget(1 << 30, timeout=0.05)
+    reservation = budget.reserve()
+    await reservation.grow_to(8 * MiB)
+    with pytest.raises(ServiceError) as refused:
+        await reservation.grow_to(asked)
+    assert refused.value.status == 413
+    assert (reservation.peak, reservation.held) == (8 * MiB, 8 * MiB)
+    await reservation.grow_to(16 * MiB)
+    assert reservation.peak == 16 * MiB
