@@ -2,6 +2,7 @@
 
 import ast
 import math
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -113,10 +114,20 @@ def numpy_can_hold(shape: Sequence[int], itemsize: int) -> bool:
     return len(shape) <= MAX_RANK and spanned_bytes(shape, itemsize) <= MAX_NBYTES
 
 
+#: One header parsed at a time in a process: CPython 3.11 keeps the depth of the AST it turns
+#: into objects in one place for every thread, so a parse that another thread's parse interrupts
+#: (a garbage collection in it runs a finalizer, and the finalizer lets the other thread run)
+#: fails with "SystemError: AST constructor recursion depth mismatch". Decoding runs in worker
+#: threads (the service's, ``tensor-ops verify --local --jobs``). Reentrant: a finalizer of the
+#: same thread may decode too.
+_PARSING = threading.RLock()
+
+
 def _parse_header(raw: bytes, encoding: str) -> dict[str, object]:
     try:
-        text = raw.decode(encoding)
-        header = ast.literal_eval(text.strip())
+        text = raw.decode(encoding).strip()
+        with _PARSING:
+            header = ast.literal_eval(text)
     except (
         UnicodeDecodeError,
         ValueError,

@@ -1,15 +1,18 @@
 """The .npy codec: every version and order, no pickle, headers checked against the payload."""
 
 import base64
+import gc
 import io
 import pickle
 import struct
+import threading
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from app.errors import from_wire
+from tensor_ops_wire import npy as npy_module
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import (
     Base64Stream,
@@ -200,3 +203,62 @@ def test_base64_stream_equals_one_piece_encoding() -> None:
     assert len(pieces) > 1
     assert b"".join(pieces) == base64.b64encode(raw.tobytes())
     assert len(stream) == len(b"".join(pieces))
+
+
+def _parsed_with_an_interruption(raw: bytes, threshold: int) -> list[object]:
+    """What two parses of ``raw`` give (a result or an error each) when a garbage collection
+    after ``threshold`` allocations inside the first lets a second thread parse meanwhile."""
+    arrived, parsed = threading.Event(), threading.Event()
+    results: list[object] = []
+
+    def parse() -> None:
+        try:
+            results.append(npy_module._parse_header(raw, "latin1"))
+        except Exception as error:
+            results.append(error)
+
+    def other() -> None:
+        arrived.wait(5)
+        parse()
+        parsed.set()
+
+    class Interrupting:
+        """Garbage whose collection lets the other thread parse meanwhile."""
+
+        def __init__(self) -> None:
+            self.cycle = self
+
+        def __del__(self) -> None:
+            arrived.set()
+            parsed.wait(0.02)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    gc.collect()
+    before = gc.get_threshold()
+    gc.disable()
+    Interrupting()
+    gc.set_threshold(threshold)
+    gc.enable()
+    try:
+        parse()
+    finally:
+        gc.set_threshold(*before)
+        arrived.set()
+        thread.join()
+    return results
+
+
+def test_headers_parsed_in_two_threads_at_once_are_both_read() -> None:
+    """A header's parse interrupted by another thread's (a garbage collection inside it runs a
+    finalizer that lets the other thread run, as the service's and ``verify --jobs``' worker
+    threads may) is read whole by both: on CPython 3.11 the second parse broke the first
+    (SystemError: AST constructor recursion depth mismatch). The collection is made to fall
+    at each point of the parse by a low threshold."""
+    raw = b"{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }" % b", ".join(
+        b"%d" % size for size in range(40)
+    )
+    expected = {"descr": "<f4", "fortran_order": False, "shape": tuple(range(40))}
+    for threshold in range(1, 30):
+        results = _parsed_with_an_interruption(raw, threshold)
+        assert results == [expected, expected], (threshold, results)
