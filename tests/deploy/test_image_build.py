@@ -307,6 +307,17 @@ RUNTIME = textwrap.dedent(
     result["healthcheck"] = in_container(probe, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL).wait(60)
 
+    # The kernels load in the background after the first answer: their log line is waited for,
+    # so that every loop's load from the image's cache is seen before the stop (on a loaded
+    # machine it may come after the checks above).
+    waited = time.monotonic()
+    while time.monotonic() - waited < 180:
+        with open(log_path, "rb") as seen:
+            text = seen.read()
+        if b"kernels ready in" in text or b"the kernels did not compile" in text:
+            break
+        time.sleep(0.2)
+
     stopping = time.monotonic()
     server.send_signal(signal.SIGTERM)
     try:
