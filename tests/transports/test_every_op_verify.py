@@ -318,11 +318,13 @@ def test_the_sync_client_on_every_way(
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_the_async_client_on_every_transport(server: tuple[str, str], transport: Any) -> None:
+@pytest.mark.parametrize(("transport", "shared_memory"), CLIENT_WAYS)
+async def test_the_async_client_on_every_way(
+    server: tuple[str, str], transport: Any, shared_memory: bool
+) -> None:
     url, target = server
     async with AsyncTensorOpsClient(
-        url, transport=transport, grpc_target=target, retry=False
+        url, transport=transport, grpc_target=target, shared_memory=shared_memory, retry=False
     ) as client:
         for case in _client_cases(full=False):
             verdict = await client.verify(case.op.name, case.inputs, case.outputs, case.attributes)
