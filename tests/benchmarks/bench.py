@@ -1221,6 +1221,7 @@ def bench_small(config: "Config") -> dict[str, Any]:
             scripts[name] = str(Path(folder) / f"{name.replace(' ', '-')}.lua")
             Path(scripts[name]).write_text(WRK_SCRIPT.format(body=body.decode()))
         scripts["constant"] = scripts["roll"]
+        scripts["echo roll"] = scripts["roll"]
         for workers in (1, 2):
             env = {**SERVICE_ENV, "TENSOR_OPS_WORKERS": str(workers)}
             options = ["--workers", str(workers), "--no-access-log", "--log-level", "warning",
@@ -1238,12 +1239,15 @@ def bench_small(config: "Config") -> dict[str, Any]:
                     }:
                         raise AssertionError(f"small {name}: {status} {bytes(answer)!r}")
                 runs: dict[str, list[dict[str, float]]] = {
-                    name: [] for name in ("constant", *SMALL_CASES)
+                    name: [] for name in ("constant", "echo roll", *SMALL_CASES)
                 }
-                # The bare route between each of ours: every one has an anchor run beside it.
+                # The bare route between each of ours: every one has an anchor run beside it;
+                # the roll has a second, the bare route doing its NumPy call (issue 46's).
                 targets = [("constant", echo_url + "/constant")]
                 for name, (path, _, _) in SMALL_CASES.items():
                     targets += [(name, service_url + path), ("constant", echo_url + "/constant")]
+                    if name == "roll":
+                        targets += [("echo roll", echo_url + "/roll")]
                 for round_ in range(config.load_rounds):
                     for name, url in targets if round_ % 2 == 0 else targets[::-1]:
                         if use_wrk:
@@ -1282,6 +1286,29 @@ def print_small(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "",
             ]
         )
+        bare_roll = summary["echo roll"]
+        rows.append(
+            [
+                "",
+                "echo /roll",
+                f"{bare_roll['rps']:.0f}",
+                f"{bare_roll['p50'] * 1e3:.2f}",
+                f"{bare_roll['p99'] * 1e3:.2f}",
+                f"{bare_roll['non_2xx']:.0f}",
+                f"{bare_roll['rps'] / constant['rps']:.2f}x",
+                "",
+            ]
+        )
+        roll_ratio = summary["roll"]["rps"] / bare_roll["rps"]
+        targets.append(
+            {
+                "target": f"small roll, {workers} worker(s): >= {RPS_TARGET}x RPS of echo /roll "
+                "(the same NumPy call on a bare route)",
+                "figure": f"{roll_ratio:.2f}x ({summary['roll']['rps']:.0f} vs "
+                f"{bare_roll['rps']:.0f} req/s)",
+                "met": roll_ratio >= RPS_TARGET,
+            }
+        )
         for name in SMALL_CASES:
             run = summary[name]
             rps_ratio = run["rps"] / constant["rps"]
@@ -1317,7 +1344,8 @@ def print_small(results: dict[str, Any]) -> list[dict[str, Any]]:
     print(
         "\nSmall requests: a 3-element roll to POST /roll, a 2-index gather to POST /gather and "
         "the roll to POST /v2/models/roll/infer (JSON) against a bare route of the echo app "
-        f"that reads the body and answers a constant (POST /constant); {results['tool']}, "
+        f"that reads the body and answers a constant (POST /constant), and the roll against "
+        f"the bare route doing its NumPy call (POST /roll of the echo app); {results['tool']}, "
         f"medians of {next(iter(results['workers'].values()))['rounds']} runs each, "
         f"interleaved. Targets: RPS >= {RPS_TARGET}x, p99 <= {P99_TARGET}x"
     )
