@@ -160,18 +160,7 @@ async def test_v2(
 ) -> None:
     op = versions(op_name)[version]
     arrays, attributes = example_arrays(op, dict(op.examples[example_name]["value"]))
-    inputs = []
-    for name, array in arrays.items():
-        element = element_type_of(array.dtype)
-        data = array.astype(np.float32) if element.numpy == "bfloat16" else array
-        inputs.append(
-            {
-                "name": name,
-                "shape": list(array.shape),
-                "datatype": element.kserve,
-                "data": data.reshape(-1).tolist(),
-            }
-        )
+    inputs = v2_inputs(arrays)
     parameters: dict[str, Any] = {
         **{key: parameter_value(value) for key, value in attributes.items()},
         "binary_data_output": binary,
@@ -207,6 +196,23 @@ async def test_v2(
     names = [output["name"] for output in (head if binary else response.json())["outputs"]]
     assert names == _names(op, len(got))
     assert got == expected_outputs(op, example_name)
+
+
+def v2_inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:
+    """``arrays`` as V2 JSON input tensors (bfloat16 values written as float32 numbers)."""
+    inputs = []
+    for name, array in arrays.items():
+        element = element_type_of(array.dtype)
+        data = array.astype(np.float32) if element.numpy == "bfloat16" else array
+        inputs.append(
+            {
+                "name": name,
+                "shape": list(array.shape),
+                "datatype": element.kserve,
+                "data": data.reshape(-1).tolist(),
+            }
+        )
+    return inputs
 
 
 def _names(op: Op, count: int) -> list[str]:

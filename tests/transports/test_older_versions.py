@@ -5,7 +5,7 @@ its own version; the client's ``verify(version=)`` and the command line's ``--op
 it. Older versions are found from the registry, so a new one is covered without a line here."""
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,11 @@ from app.registry import REGISTRY, every_version, versions
 from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, TensorOpsError, Transport
 from tensor_ops_client.cli import main
-from tensor_ops_wire.dtypes import element_type_of
 from tensor_ops_wire.ops import parameter_value
-from tests.support import free_port, launch_server, stop_server
-from tests.transports.test_every_op import example_arrays
+from tests.transports.test_every_op import example_arrays, server, v2_inputs
 
 pytestmark = pytest.mark.anyio
+__all__ = ["server"]  # test_every_op's fixture: a real server with gRPC on
 
 #: Every declaration older than its op's newest.
 OLDER = [op for op in every_version() if REGISTRY[op.name] is not op]
@@ -96,22 +95,6 @@ async def test_what_a_version_lacks_is_refused_on_the_json_route(
     assert any(field in item["loc"] for item in refused.json()["detail"]), refused.text
 
 
-def _v2_inputs(arrays: dict[str, Any]) -> list[dict[str, Any]]:
-    inputs = []
-    for name, array in arrays.items():
-        element = element_type_of(array.dtype)
-        data = array.astype(np.float32) if element.numpy == "bfloat16" else array
-        inputs.append(
-            {
-                "name": name,
-                "shape": list(array.shape),
-                "datatype": element.kserve,
-                "data": data.reshape(-1).tolist(),
-            }
-        )
-    return inputs
-
-
 @pytest.mark.parametrize(("op_name", "version", "field", "value"), CASES, ids=IDS)
 async def test_what_a_version_lacks_is_refused_over_v2(
     client: httpx.AsyncClient, op_name: str, version: int, field: str, value: Any
@@ -120,7 +103,7 @@ async def test_what_a_version_lacks_is_refused_over_v2(
     arrays, attributes = example_arrays(op, _first_example(op))
     parameters = {key: parameter_value(item) for key, item in attributes.items()}
     path = f"/v2/models/{op_name}/versions/{version}/infer"
-    inputs = _v2_inputs(arrays)
+    inputs = v2_inputs(arrays)
     answered = await client.post(path, json={"inputs": inputs, "parameters": parameters})
     assert answered.status_code == 200, answered.text
     assert answered.json()["model_version"] == str(version)
@@ -129,7 +112,7 @@ async def test_what_a_version_lacks_is_refused_over_v2(
         request = {"inputs": inputs, "parameters": {**parameters, field: parameter_value(value)}}
     else:  # an input: a tensor of its name
         extra = np.asarray(value, dtype=np.int64)
-        request = {"inputs": [*inputs, *_v2_inputs({field: extra})], "parameters": parameters}
+        request = {"inputs": [*inputs, *v2_inputs({field: extra})], "parameters": parameters}
     refused = await client.post(path, json=request)
     assert 400 <= refused.status_code < 500, refused.text
     assert field in refused.json()["error"], refused.text
@@ -168,14 +151,6 @@ async def test_statistics_and_metrics_count_a_version_as_its_own(
 
 
 # --- Through the client and the command line, against a real server --------------------------
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, str]]:
-    port = free_port()
-    url, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(port)})
-    yield url, f"127.0.0.1:{port}"
-    stop_server(process)
 
 
 #: GatherND with batch_dims 2: version 5 flattens the batch dimensions into one, version 8
