@@ -5,36 +5,21 @@ alone) is answered, or refused with a 4xx naming where, never a 5xx. (A stride o
 one patch fits made a view whose int64 strides overflowed: a 500 from ExtractImagePatches and
 Col2Im.)"""
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
-from fastapi import FastAPI
 
-from app.main import create_app
 from app.ops.declaration import Op
 from app.registry import every_version, versions
-from app.settings import Settings
+from tests.transports.test_every_op import app, client
 
 pytestmark = pytest.mark.anyio
+__all__ = ["app", "client"]  # test_every_op's fixtures: one app for the module, a client of it
 
 EXTREMES = (2**31, -(2**31) - 1, 2**32 + 1, 2**62, 2**63 - 1, -(2**63))
 OPS = every_version()
-
-
-@pytest.fixture(scope="module")
-def app() -> FastAPI:
-    return create_app(Settings())
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t", timeout=60
-    ) as client:
-        yield client
 
 
 def variants(op: Op, example: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -5,7 +5,6 @@ its own version; the client's ``verify(version=)`` and the command line's ``--op
 it. Older versions are found from the registry, so a new one is covered without a line here."""
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -14,17 +13,19 @@ import numpy as np
 import pytest
 from fastapi import FastAPI
 
-from app.main import create_app
 from app.ops.declaration import Op
 from app.registry import REGISTRY, every_version, versions
-from app.settings import Settings
 from tensor_ops_client import TRANSPORTS, TensorOpsClient, TensorOpsError, Transport
 from tensor_ops_client.cli import main
 from tensor_ops_wire.ops import parameter_value
-from tests.transports.test_every_op import example_arrays, server, v2_inputs
+from tests.transports.test_every_op import app, client, example_arrays, server, v2_inputs
 
 pytestmark = pytest.mark.anyio
-__all__ = ["server"]  # test_every_op's fixture: a real server with gRPC on
+__all__ = [
+    "app",
+    "client",
+    "server",
+]  # test_every_op's fixtures: its app, a client of it, a real server
 
 #: Every declaration older than its op's newest.
 OLDER = [op for op in every_version() if REGISTRY[op.name] is not op]
@@ -64,19 +65,6 @@ def test_the_older_versions_lack_what_their_specs_say() -> None:
     assert {(name, version) for name, version, _, _ in CASES} <= {
         (op.name, op.version) for op in OLDER
     }
-
-
-@pytest.fixture(scope="module")
-def app() -> FastAPI:
-    return create_app(Settings())
-
-
-@pytest.fixture
-async def client(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t"
-    ) as client:
-        yield client
 
 
 def _first_example(op: Op) -> dict[str, Any]:
