@@ -12,8 +12,8 @@ import grpc
 import numpy as np
 import pytest
 
-from app.ops.declaration import INT
-from app.registry import REGISTRY
+from app.ops.declaration import INT, INTS, Op
+from app.registry import REGISTRY, every_version
 from tensor_ops_wire.ops import query_text
 from tests.hostile.test_memory_matrix import (
     MiB,
@@ -28,21 +28,26 @@ from tests.pipeline.test_declared_limits import first_example, index_like, long_
 from tests.support import npz_bytes
 from tests.transports.test_edge_shapes import _grpc_message
 
-#: The newest version of each op (its route), each index-like input and integer attribute.
-LONG_INPUTS = [(op.name, name) for op in REGISTRY.values() for name in index_like(op)]
+#: Every version of every op (its route /<op>/v<N>), each index-like input, integer attribute
+#: and integer-list attribute.
+OPS = {op.spec: op for op in every_version()}
+LONG_INPUTS = [(op.spec, name) for op in OPS.values() for name in index_like(op)]
 INTEGER_ATTRIBUTES = [
-    (op.name, item.name) for op in REGISTRY.values() for item in op.attributes if item.kind == INT
+    (op.spec, item.name) for op in OPS.values() for item in op.attributes if item.kind == INT
+]
+INTEGER_LISTS = [
+    (op.spec, item.name) for op in OPS.values() for item in op.attributes if item.kind == INTS
 ]
 
 pytestmark = pytest.mark.e2e  # the system tier by tests/conftest.py's list
 __all__ = ["worker"]  # the matrix's fixture, used here too
 
 
-def npz_request(op_name: str, arrays: dict[str, Any], attributes: dict[str, Any]) -> Request:
+def npz_request(route: str, arrays: dict[str, Any], attributes: dict[str, Any]) -> Request:
     # Each attribute in its query form ("1,0,1" for a list, "true" for a boolean).
     query = "&".join(f"{key}={query_text(value)}" for key, value in attributes.items())
     return Request(
-        f"/{op_name}?{query}" if query else f"/{op_name}",
+        f"/{route}?{query}" if query else f"/{route}",
         npz_bytes(False, **arrays),
         {"content-type": "application/x-npz"},
     )
@@ -68,14 +73,18 @@ def checked(worker: Worker, transport: str, request: Request, cell: str) -> tupl
     return sent.reply, row
 
 
-@pytest.mark.parametrize(("op_name", "name"), LONG_INPUTS)
-def test_an_index_like_input_of_4_million_elements(worker: Worker, op_name: str, name: str) -> None:
-    op = REGISTRY[op_name]
+def route(op: Op) -> str:
+    return f"{op.name}/v{op.version}"
+
+
+@pytest.mark.parametrize(("spec", "name"), LONG_INPUTS)
+def test_an_index_like_input_of_4_million_elements(worker: Worker, spec: str, name: str) -> None:
+    op = OPS[spec]
     item = op.input_for(name)
     assert item is not None
     arrays, attributes = first_example(op)
     arrays[name] = long_input(op, name, arrays.get(name))
-    reply, _ = checked(worker, "npz", npz_request(op_name, arrays, attributes), f"{op_name}.{name}")
+    reply, _ = checked(worker, "npz", npz_request(route(op), arrays, attributes), f"{spec}.{name}")
     assert reply.status_code < 500, reply.text
     if item.limit:
         assert reply.status_code in (413, 422), reply.text
@@ -84,16 +93,35 @@ def test_an_index_like_input_of_4_million_elements(worker: Worker, op_name: str,
         assert "4000000 elements" in problem["msg"], problem
 
 
-@pytest.mark.parametrize(("op_name", "name"), INTEGER_ATTRIBUTES)
-def test_an_integer_attribute_at_2_to_31(worker: Worker, op_name: str, name: str) -> None:
-    op = REGISTRY[op_name]
+@pytest.mark.parametrize(("spec", "name"), INTEGER_ATTRIBUTES)
+def test_an_integer_attribute_at_2_to_31(worker: Worker, spec: str, name: str) -> None:
+    op = OPS[spec]
     arrays, attributes = first_example(op)
     attributes[name] = 2**31
-    cell = f"{op_name}.{name}-2to31"
-    reply, _ = checked(worker, "npz", npz_request(op_name, arrays, attributes), cell)
+    cell = f"{spec}.{name}-2to31"
+    reply, _ = checked(worker, "npz", npz_request(route(op), arrays, attributes), cell)
     assert reply.status_code in (413, 422), reply.text
     [problem] = reply.json()["detail"]
     assert problem["loc"][-1] == name and str(2**31) in problem["msg"], problem
+
+
+@pytest.mark.parametrize("value", [2**31, 2**62])
+@pytest.mark.parametrize(("spec", "name"), INTEGER_LISTS)
+def test_each_element_of_an_integer_list_at_2_to_31_and_2_to_62(
+    worker: Worker, spec: str, name: str, value: int
+) -> None:
+    """A list attribute (sizes, strides, pads, masks) whose every element is huge: answered
+    (a stride past the data takes one patch) or refused naming it, within the reservation."""
+    op = OPS[spec]
+    arrays, attributes = first_example(op)
+    given = attributes.get(name)
+    attributes[name] = [value] * max(2, len(given) if isinstance(given, list | tuple) else 0)
+    cell = f"{spec}.{name}-{value.bit_length() - 1}"
+    reply, _ = checked(worker, "npz", npz_request(route(op), arrays, attributes), cell)
+    assert reply.status_code in (200, 413, 422), reply.text
+    if reply.status_code != 200:
+        [problem] = reply.json()["detail"]
+        assert problem["loc"][0] == "body" and problem["msg"], problem
 
 
 @pytest.mark.parametrize("count", [2**23, 2**27])
