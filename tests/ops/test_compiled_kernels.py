@@ -384,3 +384,42 @@ def test_a_block_copy_refuses_what_is_not_a_view_of_its_flat_array() -> None:
     out = np.zeros(16, np.uint8)
     with pytest.raises(ValueError, match="not a view"):
         copy_block(out, out, source, np.arange(16, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+@pytest.mark.parametrize("offset", [0, 8, 3])
+def test_rows_on_whole_words_are_copied_as_words(
+    dtype: Any, offset: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forward rows whose lengths, strides and starts fall on 8-byte words are copied as words
+    (BatchToSpace's 16-byte channel runs): the same bits as NumPy's copy, by either function,
+    an array at an odd address included; rows off the words take the element loop."""
+    from app.ops import raw  # noqa: PLC0415
+
+    worded: list[int] = []
+    original = raw._copy_words
+
+    def counted(*arguments: Any) -> bool:
+        done = original(*arguments)
+        worded.append(done)
+        return done
+
+    monkeypatch.setattr(raw, "_copy_words", counted)
+    per = 8 // np.dtype(dtype).itemsize
+    buffer = np.zeros(8 * 6 * 5 * 16 * np.dtype(dtype).itemsize + offset, np.uint8)
+    flat = buffer[offset:].view(dtype)
+    flat[:] = np.arange(flat.size, dtype=np.uint64).astype(dtype) * 7 + 3
+    cube = flat.reshape(8, 6, 5, 16)
+    out = np.zeros(8 * 6 * 5 * 16, dtype)
+    # Batch to space as BatchToSpace moves it: a permuted view of whole channel runs.
+    permuted = cube.reshape(2, 2, 2, 6, 5, 16).transpose(2, 3, 0, 4, 1, 5)
+    raw.copy_permuted(out, out.reshape(permuted.shape), flat, permuted)
+    assert_same_bits(out.reshape(permuted.shape), permuted.copy())
+    # A block copy of rows a whole number of words long, and of rows that are not.
+    for width in (16, 16 - per // 2):
+        out[:] = 0
+        view = cube[:, 1:5, :, :width]
+        target = out.reshape(8, 6, 5, 16)[:, :4, :, :width]
+        raw.copy_block(out, target, flat, view)
+        assert_same_bits(target, view.copy())
+    assert worded == [True, True, False]
