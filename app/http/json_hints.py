@@ -10,7 +10,7 @@ from typing import Any
 from app.codecs.json_tensors import INTEGER_TEXT, shown_string
 from app.errors import Fault, ServiceError
 from app.ops.declaration import INT, INTS
-from app.registry import Op
+from app.registry import REGISTRY, Op
 
 #: Longer keys are not compared with the op's fields (difflib's cost grows with the length).
 _MATCHED_KEY_CHARS = 64
@@ -47,6 +47,13 @@ def unknown_field_message(op: Op, key: str) -> str:
     """Why ``key`` is refused in ``op``'s JSON body: the fields the op takes, and the nearest."""
     if op.variadic is not None and key == op.variadic.name:
         return f"no field {key!r}: {variadic_words(op)}"
+    newest = REGISTRY.get(op.name)
+    if newest is not None and newest is not op and key in op_fields(newest):
+        # A field of a later version sent to an older one: say which has it.
+        return (
+            f"{op.spec} has no {key} ({newest.spec} has; /{op.name} without a version runs "
+            f"it): {op.spec} takes {_fields_words(op)}"
+        )
     fields = op_fields(op)
     taken = f"{op.name} takes {_fields_words(op)}"
     near = (
