@@ -234,11 +234,13 @@ def _parsed_with_an_interruption(raw: bytes, threshold: int) -> list[object]:
 
     thread = threading.Thread(target=other)
     thread.start()
-    gc.collect()
+    gc.collect(0)  # the young generation emptied: the threshold counts from here
     before = gc.get_threshold()
     gc.disable()
     Interrupting()
-    gc.set_threshold(threshold)
+    gc.set_threshold(
+        threshold, 1_000_000, 1_000_000
+    )  # young collections only: the others walk the whole heap
     gc.enable()
     try:
         parse()
