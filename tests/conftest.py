@@ -72,6 +72,8 @@ SYSTEM_TIER = (
     "ops/test_scatter_elements_update.py::test_scatter_elements_update_matches_openvino",
     "ops/test_gather_nd.py::test_gather_nd_matches_openvino",
     "ops/test_col2im.py::test_col2im_matches_openvino",
+    "ops/test_scatter_nd_update.py::test_reductions_against_openvino",
+    "ops/test_unique.py::test_unique_matches_openvino",
 )
 #: System-tier tests that measure nothing of the machine they run on (no resident memory, no
 #: time limit that load could pass, no replica killed): .ci/run runs them two at a time, each
@@ -92,6 +94,8 @@ SYSTEM_TOGETHER = (
     "ops/test_scatter_elements_update.py",
     "ops/test_gather_nd.py",
     "ops/test_col2im.py",
+    "ops/test_scatter_nd_update.py",
+    "ops/test_unique.py",
 )
 #: Case matrices the default tier samples and the system tier completes: ``module::test`` -> N,
 #: one case in N kept by a hash of its id (the same sample on every run and machine), and the
