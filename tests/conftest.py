@@ -83,6 +83,13 @@ SYSTEM_TIER = (
 SYSTEM_TOGETHER = (
     "deploy/test_image_build.py",
     "deploy/test_image_command.py",
+    # The browsers (each step may take 15 s) and nginx in front of replicas on free ports, for
+    # keys and gRPC (the failover run, which kills replicas on a schedule, stays alone).
+    "deploy/test_cors_browser.py",
+    "deploy/test_docs_authorize.py",
+    "deploy/test_docs_browser.py",
+    "deploy/test_nginx_keys.py",
+    "deploy/test_grpc_deployment.py",
     "test_schemathesis.py",
     "transports/test_every_op_verify.py",
     "client/test_client_package.py",
