@@ -17,6 +17,7 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.registry import REGISTRY
 from app.settings import Settings
+from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
     BenchmarkCase,
@@ -231,10 +232,6 @@ def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     ]
 
 
-def _short(dtype: np.dtype[Any]) -> str:
-    return "f32" if dtype == np.float32 else "i8"
-
-
 def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
     side = int((nbytes // dtype.itemsize // 128) ** 0.5)
     data = (np.arange(128 * side * side) % 5).astype(dtype).reshape(8, side, side, 16)
@@ -245,5 +242,5 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
         inputs = [constant(blocks.astype(np.int64)), constant(crops), constant(crops)]
         return plugin_model(lambda p: ov_opset2.batch_to_space(p, *inputs), data)
 
-    return BenchmarkCase("batch_to_space", f"[8, H, W, 16], [1, 2, 2, 1], {_short(dtype)}",
+    return BenchmarkCase("batch_to_space", f"[8, H, W, 16], [1, 2, 2, 1], {element_type_of(dtype).openvino}",
                          arrays, {}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

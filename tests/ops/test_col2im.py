@@ -19,6 +19,7 @@ from openvino import op as ov_op
 
 from app.ops.col2im import OP, col2im, col2im_plan
 from app.ops.errors import SpecError
+from tensor_ops_wire.dtypes import element_type_of
 from tests.cases import DATA_TYPES, make_data, raw
 from tests.ops.movement_support import BenchmarkCase, constant, from_positions, plugin_model
 from tests.support import assert_same_bits
@@ -300,7 +301,7 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "output_size": size, "kernel_size": kernel}
-    label = f"2x2 stride 2, {'f32' if dtype == np.float32 else 'i8'}"
+    label = f"2x2 stride 2, {element_type_of(dtype).openvino}"
     return BenchmarkCase("col2im", label, arrays, attributes, data.dtype, 2 * data.nbytes, model)
 
 

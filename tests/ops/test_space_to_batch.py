@@ -17,6 +17,7 @@ from app.ops.errors import SpecError
 from app.ops.space_to_batch import OP, space_to_batch, space_to_batch_layout
 from app.registry import REGISTRY
 from app.settings import Settings
+from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
     BenchmarkCase,
@@ -254,10 +255,6 @@ def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     ]
 
 
-def _short(dtype: np.dtype[Any]) -> str:
-    return "f32" if dtype == np.float32 else "i8"
-
-
 def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
     side = int((nbytes // dtype.itemsize // 32) ** 0.5) // 2 * 2
     data = (np.arange(32 * side * side) % 5).astype(dtype).reshape(2, side, side, 16)
@@ -268,5 +265,5 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
         inputs = [constant(blocks.astype(np.int64)), constant(pads), constant(pads)]
         return plugin_model(lambda p: ov_opset2.space_to_batch(p, *inputs), data)
 
-    return BenchmarkCase("space_to_batch", f"[2, H, W, 16], [1, 2, 2, 1], {_short(dtype)}",
+    return BenchmarkCase("space_to_batch", f"[2, H, W, 16], [1, 2, 2, 1], {element_type_of(dtype).openvino}",
                          arrays, {}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -12,6 +12,7 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.ops.transpose import OP, transpose
 from app.registry import REGISTRY
+from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
     BenchmarkCase,
@@ -152,7 +153,7 @@ def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     found = []
     for dtype in (np.float32, np.int8):
         arg = square(nbytes, dtype)
-        short = {"float32": "f32", "int8": "i8"}[arg.dtype.name]
+        short = element_type_of(arg.dtype).openvino
         found.append(_transpose_case(f"2-D, {short}", arg, np.array([1, 0])))
         side = int((nbytes // arg.itemsize // 64) ** 0.5)
         batch = np.arange(64 * side * side).astype(dtype).reshape(1, 64, side, side)
