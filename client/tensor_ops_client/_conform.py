@@ -525,6 +525,21 @@ def kept(cases: Sequence[ConformCase]) -> list[ConformCase]:
     ]
 
 
+def write_kept(cases: Sequence[ConformCase], folder: Path) -> None:
+    """The cases of the report (``kept``) written as case files under ``folder``, each at its
+    own relative path, with what the device answered or how it failed."""
+    for case in kept(cases):
+        write_case(
+            folder / case.path,
+            case.op,
+            case.inputs,
+            case.outputs,
+            case.attributes,
+            device_error=case.device_error,
+            version=case.version,
+        )
+
+
 #: The cause of a difference explained by a run-time input the device did not read:
 #: ``ignored_<input>`` (``ignored_pad_value``: OpenVINO's CPU plugin pads with zeros whatever
 #: Pad's run-time ``pad_value``).
@@ -667,16 +682,7 @@ def run_conform(args: argparse.Namespace, make_client: Callable[[argparse.Namesp
         batches.setdefault((case.op, case.version), []).append(case)
     for batch in batches.values():
         run_batch(batch, args.device, args.case_timeout)
-        for case in kept(batch):
-            write_case(
-                out / case.path,
-                case.op,
-                case.inputs,
-                case.outputs,
-                case.attributes,
-                device_error=case.device_error,
-                version=case.version,
-            )
+        write_kept(batch, out)
     cases = kept(cases)
     hanged = {
         case.path.as_posix()

@@ -15,7 +15,6 @@ import pytest
 
 from app.registry import REGISTRY
 from tensor_ops_client import read_case
-from tensor_ops_client._cases import write_case
 from tensor_ops_client._conform import (
     HANGED,
     IGNORED,
@@ -31,6 +30,7 @@ from tensor_ops_client._conform import (
     make_cases,
     name_ignored_inputs,
     run_batch,
+    write_kept,
 )
 from tensor_ops_client._verdict import Verdict
 from tensor_ops_client._verify_command import find_cases, judge_cases
@@ -254,16 +254,7 @@ def _cpu_outcomes(
         cases = [case for case in made if case.path.stem in {f"{dtype}-{x}" for x in labels}]
         assert {case.path.stem for case in cases} == {f"{dtype}-{x}" for x in labels}
         run_batch(cases, "CPU", 60)
-        for case in kept(cases):
-            write_case(
-                tmp_path / case.path,
-                case.op,
-                case.inputs,
-                case.outputs,
-                case.attributes,
-                device_error=case.device_error,
-                version=case.version,
-            )
+        write_kept(cases, tmp_path)
         outcomes = judge_cases(TensorOpsClient(service), find_cases([str(tmp_path)]), None, [])
         by_name = {case.path.as_posix(): case for case in cases}
         name_ignored_inputs(client, outcomes, by_name)
