@@ -135,9 +135,10 @@ SAMPLED: dict[str, int] = {
 _TESTS = Path(__file__).resolve().parent
 
 
-def in_system_tier(relative: str, name: str) -> bool:
-    """Whether test ``name`` (its parameters aside) of module ``relative`` is in the system tier."""
-    return relative in SYSTEM_TIER or f"{relative}::{name.partition('[')[0]}" in SYSTEM_TIER
+def listed(entries: tuple[str, ...], relative: str, name: str) -> bool:
+    """Whether test ``name`` (its parameters aside) of module ``relative`` is in ``entries``
+    (a module, or ``module::test``)."""
+    return relative in entries or f"{relative}::{name.partition('[')[0]}" in entries
 
 
 def sampled_out(relative: str, name: str, firsts: set[tuple[str, str]]) -> bool:
@@ -173,15 +174,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         relative = item.path.resolve().relative_to(_TESTS).as_posix()
         sampled = sampled_out(relative, item.name, firsts)
-        if in_system_tier(relative, item.name) or sampled:
+        if listed(SYSTEM_TIER, relative, item.name) or sampled:
             item.add_marker(pytest.mark.system)
-            if sampled or runs_together(relative, item.name):
+            if sampled or listed(SYSTEM_TOGETHER, relative, item.name):
                 item.add_marker(pytest.mark.together)
-
-
-def runs_together(relative: str, name: str) -> bool:
-    """Whether system-tier test ``name`` of module ``relative`` may run beside others."""
-    return relative in SYSTEM_TOGETHER or f"{relative}::{name.partition('[')[0]}" in SYSTEM_TOGETHER
 
 
 @pytest.fixture
