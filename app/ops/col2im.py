@@ -22,7 +22,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, copy_permuted
+from app.ops.raw import as_raw, copy_permuted, strided_view
 
 _INDEX_TYPES = ("int32", "int64")
 
@@ -240,14 +240,7 @@ def _place_whole(out: npt.NDArray[Any], values: npt.NDArray[Any], plan: Col2ImPl
         rows.stride * width,
         cols.stride * item,
     )
-    # A step along an axis of one element (or none) is never taken: 0, as a stride or dilation
-    # of 2**62 would overflow the view's int64 strides where only one block or element fits.
-    target = np.lib.stride_tricks.as_strided(
-        corner,
-        blocks.shape,
-        tuple(step if extent > 1 else 0 for extent, step in zip(blocks.shape, steps, strict=True)),
-        writeable=True,
-    )
+    target = strided_view(corner, blocks.shape, steps, writeable=True)
     copy_permuted(raw_out.reshape(-1), target, as_raw(values).reshape(-1), blocks)
     return True
 

@@ -21,7 +21,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, copy_gathered
+from app.ops.raw import as_raw, copy_gathered, strided_view
 
 AUTO_PADS = ("valid", "same_upper", "same_lower")
 
@@ -179,14 +179,7 @@ def extract_image_patches_planned(
     b, c, r, q = source.strides
     shape = (source.shape[0], rows.size, cols.size, source.shape[1], rows.patches, cols.patches)
     steps = (b, r * rows.rate, q * cols.rate, c, r * rows.stride, q * cols.stride)
-    # A step along an axis of one element (or none) is never taken: 0, as a stride or rate of
-    # 2**62 would overflow the view's int64 strides where only one patch or sample fits.
-    view = np.lib.stride_tricks.as_strided(
-        source,
-        shape,
-        tuple(step if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True)),
-        writeable=False,
-    )
+    view = strided_view(source, shape, steps, writeable=False)
     target = as_raw(out).reshape(view.shape) if out.flags.c_contiguous else None
     if target is None:
         result = np.empty(view.shape, dtype=source.dtype)

@@ -115,10 +115,27 @@ def copy_block(
         rows, run, step = merged, 1, 1
     if step == 1 and _copy_words(compiled, out, source, rows, out_start, source_start, run):
         return
-    table = np.array(
-        [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
-    )
+    table = _table(rows)
     compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1, 0)
+
+
+def _table(rows: list[list[int]], per: int = 1) -> npt.NDArray[np.int64]:
+    """The strided copy's table of ``rows`` ([length, source stride, out stride] each): their
+    lengths, then their strides in each array, in units of ``per`` elements."""
+    return np.array(
+        [r[0] for r in rows] + [r[1] // per for r in rows] + [r[2] // per for r in rows],
+        dtype=np.int64,
+    )
+
+
+def strided_view(
+    base: npt.NDArray[Any], shape: tuple[int, ...], steps: tuple[int, ...], writeable: bool
+) -> npt.NDArray[Any]:
+    """A view of ``base`` of ``shape`` with ``steps`` (bytes) as its strides. A step along an
+    axis of one element or none is never taken and is made 0: a stride of 2**62 (an attribute
+    past the data, where one patch or block fits) would overflow the view's int64 strides."""
+    strides = tuple(step if extent > 1 else 0 for extent, step in zip(shape, steps, strict=True))
+    return np.lib.stride_tricks.as_strided(base, shape, strides, writeable=writeable)
 
 
 def _copy_words(
@@ -142,10 +159,7 @@ def _copy_words(
     # Whole words of each flat array: every row starts and ends on one, so none reaches past.
     out_words = out[: out.size - out.size % per].view(np.uint64)
     source_words = source[: source.size - source.size % per].view(np.uint64)
-    table = np.array(
-        [r[0] for r in rows] + [r[1] // per for r in rows] + [r[2] // per for r in rows],
-        dtype=np.int64,
-    )
+    table = _table(rows, per)
     compiled.strided_copy(
         source_words, out_words, table, source_start // per, out_start // per, run // per, 1, 1, 0
     )
@@ -219,9 +233,7 @@ def copy_permuted(
     forward = row[1] == 1 and row[2] == 1 and not lane_step
     if forward and _copy_words(compiled, out, source, rows, out_start, source_start, row[0]):
         return
-    table = np.array(
-        [r[0] for r in rows] + [r[1] for r in rows] + [r[2] for r in rows], dtype=np.int64
-    )
+    table = _table(rows)
     compiled.strided_copy(
         source, out, table, source_start, out_start, row[0], row[1], row[2], lane_step
     )
