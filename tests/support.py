@@ -6,6 +6,7 @@ test module imports from another.
 
 import contextlib
 import io
+import itertools
 import logging
 import os
 import re
@@ -197,11 +198,40 @@ def send_and_read(url: str, request: bytes, until: bytes, timeout: float = 10) -
     return answer
 
 
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (Linux; else IANA's 49152)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
+
+
+#: Ports for the tests' servers: below the ephemeral range, where no outgoing connection's local
+#: port lands (a port the kernel picked with bind(0) and let go can be any client's local port a
+#: moment later: CI saw it taken between the pick and the server's bind), one slice of 2,000 per
+#: pytest-xdist worker so two workers never pick the same one, and a probe that skips a port some
+#: other program holds.
+_PORT_FLOOR, _PORT_SLICE = 12000, 2000
+_port_picks = itertools.count(os.getpid() % _PORT_SLICE)
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    low = _PORT_FLOOR + (int(worker) if worker.isdigit() else 0) * _PORT_SLICE
+    if low + _PORT_SLICE > _ephemeral_low():  # an odd machine: let the kernel pick
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            picked: int = probe.getsockname()[1]
+            return picked
+    for _ in range(_PORT_SLICE):
+        port = low + next(_port_picks) % _PORT_SLICE
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
         return port
+    raise RuntimeError(f"no free port in {low}..{low + _PORT_SLICE - 1}")
 
 
 def launch_server(
@@ -217,6 +247,21 @@ def launch_server(
     import and the machine code, some 60 MiB) goes on in the background after the first
     answer, and on a loaded machine it lands inside the test's measurement.
     """
+    for _attempt in range(3):
+        try:
+            return _launch(env, command, settled)
+        except _PortTakenError:
+            continue  # another program took the port between the pick and the bind: pick again
+    return _launch(env, command, settled)
+
+
+class _PortTakenError(RuntimeError):
+    """The server could not bind: its port (or the gRPC port its env names) was taken."""
+
+
+def _launch(
+    env: dict[str, str] | None, command: list[str] | None, settled: bool
+) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
     arguments = command or [
         "-m", "uvicorn", "app.main:app", "--host", "127.0.0.1", "--port", str(port),
@@ -250,6 +295,9 @@ def launch_server(
                     _wait_for_kernels(process, deadline=time.monotonic() + 180)
                 return url, process
         except httpx.TransportError:
+            if "address already in use" in server_output(process).lower():
+                stop_server(process)
+                raise _PortTakenError(f"port {port} taken") from None
             time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"uvicorn did not start: {server_output(process)}")
