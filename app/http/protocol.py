@@ -134,6 +134,12 @@ class HeadGuard:
         #: The first bytes of the request's target: which protocol's shape a refusal takes.
         self.target = b""
         self.timer: asyncio.TimerHandle | None = None
+        #: Whether a head's deadline runs (from a head's first byte to its end), and when it
+        #: falls (the loop's clock). The timer may run past a head that ended (it is not
+        #: cancelled and made again for every request, which cost a keep-alive connection's small
+        #: request two of the loop's heap operations): it checks these when it fires.
+        self.armed = False
+        self.deadline = 0.0
         #: Whether the parser has seen the head begin (its bytes may have come in the read that
         #: ended the request before it, which ``bytes`` does not count).
         self.begun = False
@@ -142,10 +148,21 @@ class HeadGuard:
         self.arm()
 
     def arm(self) -> None:
+        """A head's deadline starts (a deadline already running goes on)."""
+        if self.armed:
+            return
+        self.armed = True
+        self.deadline = self.protocol.loop.time() + self.timeout
         if self.timer is None:
-            self.timer = self.protocol.loop.call_later(self.timeout, self.timed_out)
+            self.timer = self.protocol.loop.call_at(self.deadline, self.timed_out)
+
+    def release(self) -> None:
+        """The head ended in time: its deadline no longer runs (the timer, if it fires before
+        the next head's, finds nothing to do)."""
+        self.armed = False
 
     def disarm(self) -> None:
+        self.armed = False
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
@@ -155,7 +172,7 @@ class HeadGuard:
         that came in one read can be before any check of the bytes read."""
         self.in_head = False
         self.bytes = 0
-        self.disarm()
+        self.release()
         size, self.size = self.size, 0
         if size > MAX_HEAD_BYTES:
             self.refuse_large()
@@ -192,11 +209,16 @@ class HeadGuard:
     def timed_out(self) -> None:
         self.timer = None
         protocol = self.protocol
-        if not self.in_head or protocol.transport.is_closing():
+        if not self.armed or not self.in_head or protocol.transport.is_closing():
+            return
+        if protocol.loop.time() < self.deadline:
+            # Armed for a later head than the one this timer was made for: wait for its deadline.
+            self.timer = protocol.loop.call_at(self.deadline, self.timed_out)
             return
         cycle = protocol.cycle
         if cycle is not None and not cycle.response_complete:
             # An answer is still being sent (and the next head waits behind it): later.
+            self.armed = False
             self.arm()
             return
         if not self.bytes and not self.begun:

@@ -174,6 +174,27 @@ def test_the_next_head_on_a_kept_connection_has_its_deadline_too(
     assert body["detail"][0]["type"] == "timeout"
 
 
+def test_the_next_head_gets_a_whole_window_from_its_own_first_byte(
+    server: tuple[str, Any],
+) -> None:
+    """The head timer is not made again for every request: the one of the connection's first
+    head, when it fires, waits on for a later head's deadline instead of refusing it early."""
+    url, _ = server
+    with socket.create_connection(address(url)) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        sock.settimeout(10)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        time.sleep(WINDOW / 2)  # the first head's timer falls in the middle of the next head
+        sock.sendall(b"GET /heal")
+        started = time.monotonic()
+        answer = read_answer(sock, WINDOW + 10)
+        waited = time.monotonic() - started
+    status, body = refusal(answer)
+    assert status == 408
+    assert body["detail"][0]["type"] == "timeout"
+    assert WINDOW * 0.8 <= waited < WINDOW + 5
+
+
 def test_trailers_of_a_chunked_body_hold_no_memory(server: tuple[str, Any]) -> None:
     url, process = server
     before = resident(process)
