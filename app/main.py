@@ -10,18 +10,19 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
 from starlette.routing import Match
-from starlette.types import Scope
+from starlette.types import Message, Receive, Scope, Send
 
 from app import tracing
 from app.access import access_control
 from app.docs import add_offline_docs
-from app.http.errors import install_error_handlers
+from app.http.errors import install_error_handlers, on_unexpected
 from app.http.observer import HttpObserver, ObservedApp
 from app.http.op_routes import add_op_routes, op_endpoints
 from app.http.openapi import BEARER_SCHEME, build_openapi
 from app.http.openapi import description as openapi_description
-from app.http.routes import OpRoute
+from app.http.routes import DirectRoutes, OpRoute
 from app.http.service import add_service_routes
 from app.http.v2 import add_infer_routes, build_v2_router
 from app.http.verify import add_verify_routes
@@ -39,9 +40,44 @@ LOG = logging.getLogger("tensor_ops.service")
 
 
 class Service(FastAPI):
-    """FastAPI, with the HTTP observer every request passes (``front``)."""
+    """FastAPI, with the HTTP observer every request passes (``front``), and the op routes'
+    requests taken to it and their route straight (``direct``, when nothing else would see
+    them: ``DirectRoutes``)."""
 
     front: HttpObserver
+    direct: DirectRoutes | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        direct = self.direct
+        # Nothing but the observer between the entry and the routes (CORS, or a middleware added
+        # since, would see every request): only then is an op route taken straight.
+        alone = direct is not None and len(self.user_middleware) == 1
+        found = direct.find(scope) if alone and scope["type"] == "http" else None  # type: ignore[union-attr]
+        if found is None:
+            await super().__call__(scope, receive, send)
+            return
+        route, child = found
+        scope["app"] = self
+        if "router" not in scope:
+            scope["router"] = self.router
+        scope.update(child)
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.front.observe(route.handle, scope, receive, watched)
+        except Exception as error:
+            # As the framework's error layer: the 500 answer if none has begun, then raised on
+            # for the server to log.
+            response = await on_unexpected(Request(scope), error)
+            if not started:
+                await response(scope, receive, send)
+            raise
 
 
 def add_work_routes(app: FastAPI, pipeline: Pipeline, regions: Regions) -> list[APIRoute]:
@@ -56,7 +92,7 @@ def add_work_routes(app: FastAPI, pipeline: Pipeline, regions: Regions) -> list[
     return infer_routes
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> Service:
     """Build the service from ``settings`` (read from the environment when not given)."""
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format, capture_stderr=launched_as_service())
@@ -110,6 +146,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    if not app.root_path:
+        app.direct = DirectRoutes(app.router.routes)
     return app
 
 

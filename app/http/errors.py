@@ -86,11 +86,11 @@ async def _on_http_error(request: Request, exc: Exception) -> Response:
     return render_detail(framework_error(exc.status_code, message, exc.headers))
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> Response:
+async def on_unexpected(request: Request, exc: Exception) -> Response:
     return render_detail(internal_error(exc))
 
 
 def install_error_handlers(app: FastAPI) -> None:
     """Errors outside the transports' routes (no route matched, a bug) in the plain shape."""
     app.add_exception_handler(StarletteHTTPException, _on_http_error)
-    app.add_exception_handler(Exception, _on_unexpected)
+    app.add_exception_handler(Exception, on_unexpected)
