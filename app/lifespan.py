@@ -18,6 +18,7 @@ from app import tracing
 from app.access import AccessControl
 from app.grpc.server import GrpcServer
 from app.http.loop import serve_with
+from app.metrics import REQUEST_TALLY
 from app.ops import loops
 from app.pipeline.run import Pipeline
 from app.settings import Settings
@@ -149,4 +150,8 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         begin_stopping()
         if stopping is not None:
             await stopping
+        # The last requests' figures into the metrics (with several workers, the shared files
+        # outlive the worker: its requests stay counted).
+        REQUEST_TALLY.flush()
+        pipeline.statistics.flush()
         await tracing.flush()  # the worker's last spans, before it exits

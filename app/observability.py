@@ -7,7 +7,6 @@ what a line holds, what may be left out and counted, and what never is.
 
 import contextlib
 import faulthandler
-import functools
 import json
 import logging
 import os
@@ -17,12 +16,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import orjson
 
 from app import tracing
-from app.metrics import BYTES_IN, BYTES_OUT, KEY_REQUESTS, LATENCY, REQUESTS
+from app.metrics import REQUEST_TALLY
 
 ACCESS_LOG = logging.getLogger("tensor_ops.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
@@ -527,13 +526,7 @@ def record(
     and ``field`` a refusal's kind and the field it is in, so that a line tells why.
     """
     duration = time.perf_counter() - started
-    metrics = _route_metrics(route, status)
-    metrics.requests.inc()
-    metrics.latency.observe(duration)
-    metrics.bytes_in.inc(bytes_in)
-    metrics.bytes_out.inc(bytes_out)
-    if key is not None:
-        _key_requests(key).inc()
+    REQUEST_TALLY.add(route, str(status), duration, bytes_in, bytes_out, key)
     if tracing.TRACER is None and not ACCESS_LOG.isEnabledFor(logging.INFO):
         return  # nobody reads the line (a log level above info, tracing off): not made
     fields = {
@@ -557,26 +550,3 @@ def record(
         # The request's span is current: it takes what the line says, and the line its ids.
         fields |= tracing.request_done(request_id, route, status, bytes_in, bytes_out, reserved)
     _write_access_line(fields)
-
-
-class _RouteMetrics(NamedTuple):
-    requests: Any
-    latency: Any
-    bytes_in: Any
-    bytes_out: Any
-
-
-@functools.cache
-def _key_requests(key: str) -> Any:
-    return KEY_REQUESTS.labels(key)
-
-
-@functools.cache
-def _route_metrics(route: str, status: int | str) -> _RouteMetrics:
-    # Looking labelled children up costs more than the updates; routes and statuses are few.
-    return _RouteMetrics(
-        REQUESTS.labels(route, str(status)),
-        LATENCY.labels(route),
-        BYTES_IN.labels(route),
-        BYTES_OUT.labels(route),
-    )

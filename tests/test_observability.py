@@ -1,16 +1,21 @@
 """Metrics, logs, request ids and readiness, in one process and across several workers."""
 
+import asyncio
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import time
+from typing import Any
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry, Histogram
 
 from app.main import create_app
+from app.metrics import FLUSH_AFTER, LATENCY, REQUESTS, RequestTally
 from app.settings import Settings
 from tests.support import LogCollector, launch_server, server_output, stop_server
 
@@ -112,8 +117,16 @@ def test_json_logs_and_metrics_summed_over_two_workers() -> None:
                         ).status_code
                         == 200
                     )
-            text = client.get("/metrics").text
-        assert sample(text, "tensor_ops_requests_total", 'route="/roll",status="200"') == 40
+            # A worker moves its requests' figures into the shared metrics within FLUSH_AFTER
+            # (0.25 s; app/metrics.py): the other worker's, read from this one, may come late.
+            deadline = time.monotonic() + 10
+            while True:
+                text = client.get("/metrics").text
+                counted = sample(text, "tensor_ops_requests_total", 'route="/roll",status="200"')
+                if counted == 40 or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        assert counted == 40
         assert sample(text, "tensor_ops_elements_total", 'op="roll"') == 80
     finally:
         process.terminate()
@@ -163,3 +176,51 @@ asyncio.run(main())
     assert before == 0
     assert frozen > 50_000
     assert freed >= 1
+
+
+def _samples_of(metric: Any, route: str) -> dict[tuple[str, str], float]:
+    return {
+        (item.name, item.labels.get("le", "")): item.value
+        for family in metric.collect()
+        for item in family.samples
+        if item.labels.get("route") == route and not item.name.endswith("_created")
+    }
+
+
+def test_the_request_tally_counts_what_the_metrics_own_updates_count() -> None:
+    """The tally's flush (one update per bucket, through prometheus-client's histogram parts)
+    makes the same samples as an ``observe`` per request would: bounds, zero, past the last."""
+    route = "/tally-test"
+    bounds = LATENCY._upper_bounds[:-1]
+    reference = Histogram(
+        "reference_seconds", "", ["route"], buckets=bounds, registry=CollectorRegistry()
+    )
+    values = [0.0, 0.0005, 0.001, 0.0010001, 0.0025, 0.07, 1.0, 60.0, 61.0, 3600.0]
+    tally = RequestTally()  # no event loop here: each request goes into the metrics at once
+    before = _samples_of(LATENCY, route)
+    assert before == {}
+    for value in values:
+        tally.add(route, "200", value, 10, 20, None)
+        reference.labels(route).observe(value)
+    ours = {
+        (name.replace("tensor_ops_request_duration", "reference"), le): value
+        for (name, le), value in _samples_of(LATENCY, route).items()
+    }
+    assert ours == _samples_of(reference, route)
+    assert REQUESTS.labels(route, "200")._value.get() == len(values)
+
+
+def test_the_request_tally_is_in_the_metrics_within_its_flush_time() -> None:
+    route = "/tally-later"
+    counter = REQUESTS.labels(route, "200")
+
+    async def main() -> tuple[float, float]:
+        tally = RequestTally()
+        tally.add(route, "200", 0.001, 1, 1, None)
+        tally.add(route, "200", 0.001, 1, 1, None)
+        pending = counter._value.get()
+        await asyncio.sleep(FLUSH_AFTER + 0.25)
+        return pending, counter._value.get()
+
+    pending, flushed = asyncio.run(main())
+    assert (pending, flushed) == (0, 2)
