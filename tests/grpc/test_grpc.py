@@ -26,7 +26,7 @@ from app.grpc.exchange import GrpcExchange
 from app.grpc.server import GrpcServer
 from app.grpc.status import CODES, SERVICE_NAME
 from app.main import create_app
-from app.metrics import REQUESTS
+from app.metrics import REQUEST_TALLY, REQUESTS
 from app.ops import gather, roll
 from app.settings import Settings
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
@@ -368,6 +368,7 @@ async def test_refusals(stub: Any, build: Any, code: str, words: str) -> None:
 
 async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCaptureFixture) -> None:
     route = f"/{SERVICE_NAME}/ModelInfer"
+    REQUEST_TALLY.flush()  # what the requests before added, in the metrics (as /metrics does)
     before = REQUESTS.labels(route, "OK")._value.get()
     logging.getLogger("tensor_ops").propagate = True
     try:
@@ -379,6 +380,7 @@ async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCapt
         logging.getLogger("tensor_ops").propagate = False
     assert output_of(response).tolist() == [[2.0, 0.0, 1.0], [5.0, 3.0, 4.0]]
     assert trailers["x-request-id"] == "abc-123"
+    REQUEST_TALLY.flush()
     assert REQUESTS.labels(route, "OK")._value.get() == before + 1
     # caplog may hold a record once per handler it put in place: one record, one object.
     lines = {id(r): r for r in caplog.records if getattr(r, "request_id", None) == "abc-123"}

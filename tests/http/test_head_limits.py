@@ -128,13 +128,18 @@ def test_a_head_within_the_limit_is_served(server: tuple[str, Any]) -> None:
     assert response.json()["data"] == [[2, 1], [4, 3]]
 
 
+def stall(sock: socket.socket, part: bytes) -> tuple[bytes, float]:
+    """Send part of a head and wait: the answer, and the seconds it took to come."""
+    sock.sendall(part)
+    started = time.monotonic()
+    answer = read_answer(sock, WINDOW + 10)
+    return answer, time.monotonic() - started
+
+
 def test_a_stalled_head_gets_408_within_the_window(server: tuple[str, Any]) -> None:
     url, _ = server
     with socket.create_connection(address(url)) as sock:
-        sock.sendall(b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-")
-        started = time.monotonic()
-        answer = read_answer(sock, WINDOW + 10)
-        waited = time.monotonic() - started
+        answer, waited = stall(sock, b"POST /roll HTTP/1.1\r\nHost: t\r\nContent-")
     status, body = refusal(answer)
     assert status == 408
     assert body["detail"][0] == {
@@ -185,10 +190,7 @@ def test_the_next_head_gets_a_whole_window_from_its_own_first_byte(
         sock.settimeout(10)
         assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
         time.sleep(WINDOW / 2)  # the first head's timer falls in the middle of the next head
-        sock.sendall(b"GET /heal")
-        started = time.monotonic()
-        answer = read_answer(sock, WINDOW + 10)
-        waited = time.monotonic() - started
+        answer, waited = stall(sock, b"GET /heal")
     status, body = refusal(answer)
     assert status == 408
     assert body["detail"][0]["type"] == "timeout"
