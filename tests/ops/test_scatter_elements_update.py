@@ -340,7 +340,9 @@ def compiled(rank: int, data_type: str, reduction: str, use_init_val: bool, axis
         data, indices, updates, ov_op.Constant(np.array(axis)), reduction, use_init_val
     )
     model = ov.Model([node], [data, indices, updates])
-    return ov.Core().compile_model(model, "CPU")
+    # One thread: repeated indices are written in the spec's order (several threads may write
+    # them in any order, and a loaded machine makes them do so).
+    return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1})
 
 
 Case = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], int, str, bool]

@@ -322,7 +322,9 @@ def compiled(type_name: str, data_rank: int, indices_rank: int, k: int, reductio
     updates = ov_op.Parameter(OV_TYPES[type_name], ov.PartialShape([-1] * rank))
     node = ov_opset15.scatter_nd_update(data, indices, updates, reduction)
     model = ov.Model([node], [data, indices, updates])
-    return ov.Core().compile_model(model, "CPU")
+    # One thread: repeated indices are written in the spec's order (several threads may write
+    # them in any order, and a loaded machine makes them do so).
+    return ov.Core().compile_model(model, "CPU", {"INFERENCE_NUM_THREADS": 1})
 
 
 Case = tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], str]
