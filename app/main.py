@@ -49,10 +49,11 @@ class Service(FastAPI):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         direct = self.direct
+        found = None
         # Nothing but the observer between the entry and the routes (CORS, or a middleware added
         # since, would see every request): only then is an op route taken straight.
-        alone = direct is not None and len(self.user_middleware) == 1
-        found = direct.find(scope) if alone and scope["type"] == "http" else None  # type: ignore[union-attr]
+        if direct is not None and scope["type"] == "http" and len(self.user_middleware) == 1:
+            found = direct.find(scope)
         if found is None:
             await super().__call__(scope, receive, send)
             return
