@@ -22,11 +22,10 @@ import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_client._raw import fits, raw_input, raw_output, seconds
-from tensor_ops_wire.b64 import b64encode
 from tensor_ops_wire.dtypes import BFLOAT16, dtype_from_name
 from tensor_ops_wire.errors import FAULT_STATUS, TensorError
-from tensor_ops_wire.npy import decode_npy, encode_npy
-from tensor_ops_wire.npz import decode_npz, encode_npz
+from tensor_ops_wire.npy import decode_npy, npy_base64_pieces
+from tensor_ops_wire.npz import Pieces, decode_npz, npz_pieces
 from tensor_ops_wire.ops import AttributeValue, parameter_value, query_text
 
 HEADER_LENGTH = "inference-header-content-length"
@@ -47,12 +46,18 @@ class HttpRequest:
 
     method: str
     url: str
-    content: bytes | None = None
+    #: The body: bytes, or pieces sent one after the other (an archive's arrays in place).
+    body: bytes | Pieces | None = None
     headers: dict[str, str] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
     #: How the answer's body becomes the result: "npy", "v2" or "json".
     answer: str = "json"
     data_dtype: np.dtype[Any] | None = None
+
+    @property
+    def content(self) -> bytes | None:
+        """The body in one piece."""
+        return None if self.body is None else bytes(self.body)
 
 
 def op_request(
@@ -73,21 +78,22 @@ def op_request(
     data_dtype = data_type(tensors)
     bfloat16 = data_dtype == BFLOAT16
     if transport == "v2":
-        content, head_length = _v2_body(op, tensors, attributes)
+        binary, head_length = _v2_body(op, tensors, attributes)
         return HttpRequest(
             "POST",
             infer_path(op, version),
-            content,
+            binary,
             {"content-type": "application/octet-stream", HEADER_LENGTH: str(head_length)},
             answer="v2",
             data_dtype=data_dtype,
         )
+    content: bytes | Pieces
     if transport == "npz":
         params: dict[str, Any] = {name: query_text(value) for name, value in attributes.items()}
         if bfloat16:
             params["dtype"] = "bfloat16"
         headers = {"content-type": "application/x-npz", "accept": "application/x-npy"}
-        content = encode_npz(tensors)
+        content = npz_pieces(tensors)
     else:
         headers = {"content-type": "application/json", "accept": "application/x-npy"}
         content = _json_body(tensors, attributes, bfloat16)
@@ -118,31 +124,32 @@ def _json_body(
     tensors: Mapping[str, npt.NDArray[Any]],
     attributes: Mapping[str, AttributeValue],
     bfloat16: bool,
-) -> bytes:
+) -> Pieces:
     """The JSON request with every tensor as a base64 ``.npy`` string, then the attributes.
 
     The base64 alphabet (A-Z a-z 0-9 + / =) needs no escaping in a JSON string, so the encoded
-    files go in as they are: one join, with no JSON encoder passing over them (the standard
-    library's takes half a second on a 64 MiB tensor).
+    files go in as they are, with no JSON encoder passing over them (the standard library's
+    takes half a second on a 64 MiB tensor), and the body is sent as its parts, not joined.
     """
-    parts: list[bytes] = []
+    parts: list[bytes | memoryview] = []
     for name, tensor in tensors.items():
-        parts += [b",", json.dumps(name).encode(), b':"', b64encode(encode_npy(tensor).data), b'"']
+        parts += [b",", json.dumps(name).encode(), b':"', *npy_base64_pieces(tensor), b'"']
     for name, value in attributes.items():
         parts += [b",", json.dumps(name).encode(), b":", json.dumps(value).encode()]
     if bfloat16:
         parts.append(b',"dtype":"bfloat16"')
     if not parts:
-        return b"{}"
+        return Pieces([b"{}"])
     parts[0] = b"{"  # the first member's comma
     parts.append(b"}")
-    return b"".join(parts)
+    return Pieces(parts)
 
 
 def _v2_body(
     op: str, tensors: Mapping[str, npt.NDArray[Any]], attributes: Mapping[str, AttributeValue]
-) -> tuple[bytes, int]:
-    """A V2 binary request: the JSON head, then each tensor's little-endian C-order bytes."""
+) -> tuple[Pieces, int]:
+    """A V2 binary request: the JSON head, then each tensor's little-endian C-order bytes (the
+    tensor's own memory where it is laid out so)."""
     inputs = []
     raw: list[npt.NDArray[Any]] = []
     for name, tensor in tensors.items():
@@ -162,7 +169,7 @@ def _v2_body(
     }
     head["parameters"].update((name, parameter_value(value)) for name, value in attributes.items())
     head_bytes = json.dumps(head, separators=(",", ":")).encode()
-    return b"".join([head_bytes, *(part.data for part in raw)]), len(head_bytes)
+    return Pieces([head_bytes, *(part.data for part in raw)]), len(head_bytes)
 
 
 def read_output(request: HttpRequest, body: bytearray, headers: Mapping[str, str]) -> Any:

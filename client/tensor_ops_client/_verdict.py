@@ -18,10 +18,10 @@ import numpy.typing as npt
 
 from tensor_ops_client._errors import TensorOpsError
 from tensor_ops_client._http import HttpRequest, data_type
-from tensor_ops_wire.b64 import b64encode
-from tensor_ops_wire.cases import encode_case
+from tensor_ops_wire.cases import case_pieces
 from tensor_ops_wire.dtypes import BFLOAT16, UnknownDTypeError, element_type_of
-from tensor_ops_wire.npy import encode_npy
+from tensor_ops_wire.npy import npy_base64_pieces
+from tensor_ops_wire.npz import Pieces
 
 JSON_TYPE = "application/json"
 NPZ_TYPE = "application/x-npz"
@@ -124,11 +124,6 @@ def _type_name(array: npt.NDArray[Any]) -> str | None:
         return None
 
 
-def _npy_text(array: npt.NDArray[Any]) -> bytes:
-    encoded: bytes = b64encode(encode_npy(array).data)
-    return encoded
-
-
 def verify_request(
     op: str,
     inputs: Mapping[str, npt.NDArray[Any]],
@@ -140,34 +135,34 @@ def verify_request(
 ) -> HttpRequest:
     """The ``POST /verify/{op}`` of one verify call over ``transport``."""
     if transport != "json":
-        body = encode_case(op, inputs, outputs, attributes, tolerance, version=version)
+        pieces = case_pieces(op, inputs, outputs, attributes, tolerance, version=version)
         headers = {"content-type": NPZ_TYPE, "accept": JSON_TYPE}
-        return HttpRequest("POST", f"/verify/{op}", body, headers)
-    # Base64 needs no escaping in a JSON string: the encoded files go in as they are, one join
-    # and no JSON encoder over them.
-    members: list[bytes] = []
+        return HttpRequest("POST", f"/verify/{op}", pieces, headers)
+    # Base64 needs no escaping in a JSON string: the encoded files go in as they are, and the
+    # body is sent as its parts (a join or a concatenation would be a copy of the whole).
+    parts: list[bytes | memoryview] = [b"{"]
     for name, tensor in inputs.items():
-        members.append(b"".join([_key(name), b'"', _npy_text(tensor), b'"']))
-    members += [_key(name) + json.dumps(value).encode() for name, value in attributes.items()]
+        parts += [_key(name), b'"', *npy_base64_pieces(tensor), b'",']
+    for name, value in attributes.items():
+        parts += [_key(name), json.dumps(value).encode(), b","]
     # The type source may be named other than data (Transpose's arg, Concat's data_0): any
     # bfloat16 input says so, or its 2-byte .npy would be read as uint16.
     if data_type(inputs) == BFLOAT16:
-        members.append(b'"dtype":"bfloat16"')
-    candidates = []
-    for name, tensor in outputs.items():
+        parts.append(b'"dtype":"bfloat16",')
+    parts.append(b'"outputs":{')
+    for number, (name, tensor) in enumerate(outputs.items()):
         dtype = _type_name(tensor)
         typed = b"" if dtype is None else b',"dtype":' + json.dumps(dtype).encode()
-        candidates.append(
-            b"".join([_key(name), b'{"data":"', _npy_text(tensor), b'"', typed, b"}"])
-        )
-    members.append(b'"outputs":{' + b",".join(candidates) + b"}")
+        comma = b"," if number else b""
+        parts += [comma, _key(name), b'{"data":"', *npy_base64_pieces(tensor), b'"', typed, b"}"]
+    parts.append(b"}")
     if tolerance is not None:
-        members.append(b'"tolerance":' + json.dumps(dict(tolerance)).encode())
+        parts.append(b',"tolerance":' + json.dumps(dict(tolerance)).encode())
     if version is not None:
-        members.append(b'"version":' + json.dumps(version).encode())
+        parts.append(b',"version":' + json.dumps(version).encode())
+    parts.append(b"}")
     headers = {"content-type": JSON_TYPE, "accept": JSON_TYPE}
-    body = b"{" + b",".join(members) + b"}"
-    return HttpRequest("POST", f"/verify/{op}", body, headers)
+    return HttpRequest("POST", f"/verify/{op}", Pieces(parts), headers)
 
 
 def _key(name: str) -> bytes:

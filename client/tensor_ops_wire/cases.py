@@ -34,7 +34,7 @@ from tensor_ops_wire.dtypes import (
     shown,
 )
 from tensor_ops_wire.errors import TensorError, WireFault, unacceptable, undecodable
-from tensor_ops_wire.npz import decode_npz, encode_npz, member_names, member_size
+from tensor_ops_wire.npz import Pieces, decode_npz, member_names, member_size, npz_pieces
 
 FORMAT = "tensor-ops-case/1"
 INPUT, OUTPUT, META = "input.", "output.", "meta"
@@ -72,7 +72,7 @@ def _type_name(dtype: np.dtype[Any]) -> str:
         return dtype.str
 
 
-def encode_case(
+def case_pieces(
     op: str,
     inputs: Mapping[str, npt.ArrayLike],
     outputs: Mapping[str, npt.ArrayLike],
@@ -81,9 +81,10 @@ def encode_case(
     *,
     device_error: str | None = None,
     version: str | None = None,
-) -> bytes:
-    """The bytes of a case file (an uncompressed ``.npz``); refuses (ValueError) an element
-    type no case can carry, or a meta beyond ``META_LIMIT``."""
+) -> Pieces:
+    """A case file (an uncompressed ``.npz``) as pieces, the arrays' data viewed in place
+    (``npz_pieces``); refuses (ValueError) an element type no case can carry, or a meta beyond
+    ``META_LIMIT``."""
     members: dict[str, npt.NDArray[Any]] = {}
     dtypes: dict[str, str] = {}
     for prefix, arrays in ((INPUT, inputs), (OUTPUT, outputs)):
@@ -106,7 +107,31 @@ def encode_case(
     if len(text) > META_LIMIT - 128:  # the .npy header's room
         raise ValueError(f"meta: {len(text)} bytes of JSON, more than a case holds ({META_LIMIT})")
     members[META] = np.frombuffer(text, dtype=np.uint8)
-    return encode_npz(members)
+    return npz_pieces(members)
+
+
+def encode_case(
+    op: str,
+    inputs: Mapping[str, npt.ArrayLike],
+    outputs: Mapping[str, npt.ArrayLike],
+    attributes: Mapping[str, Any] | None = None,
+    tolerance: Any = None,
+    *,
+    device_error: str | None = None,
+    version: str | None = None,
+) -> bytes:
+    """The bytes of a case file (``case_pieces``, joined)."""
+    return bytes(
+        case_pieces(
+            op,
+            inputs,
+            outputs,
+            attributes,
+            tolerance,
+            device_error=device_error,
+            version=version,
+        )
+    )
 
 
 def _cut_device_error(text: str) -> str:

@@ -190,17 +190,35 @@ def npy_buffer(
     with no copy. Data is little-endian and in C order; bfloat16 is written as ``<u2`` (2-byte
     elements every ``.npy`` reader can load, to be viewed as bfloat16).
     """
-    if dtype == BFLOAT16:
-        descr, layout = "<u2", dtype
-    elif dtype.itemsize == 1:
-        descr, layout = dtype.str, dtype
-    else:
-        layout = dtype.newbyteorder("<")
-        descr = layout.str
+    descr, layout = _file_layout(dtype)
     header = _header_bytes(descr, shape)
     buffer = np.empty(len(header) + math.prod(shape) * dtype.itemsize, dtype=np.uint8)
     buffer[: len(header)] = np.frombuffer(header, dtype=np.uint8)
     return buffer, buffer[len(header) :].view(layout).reshape(shape)
+
+
+def _file_layout(dtype: np.dtype[Any]) -> tuple[str, np.dtype[Any]]:
+    """The header's ``descr`` of an ``.npy`` file of ``dtype``, and its data's element layout."""
+    if dtype == BFLOAT16:
+        return "<u2", dtype
+    if dtype.itemsize == 1:
+        return dtype.str, dtype
+    layout = dtype.newbyteorder("<")
+    return layout.str, layout
+
+
+def npy_pieces(array: npt.NDArray[Any]) -> tuple[bytes, memoryview]:
+    """The ``.npy`` file of ``array`` as its header and its data, the data a view of the
+    array's own memory when it is laid out as the file's (C order, little-endian): no copy of
+    it is made, and the array must not change until the pieces are used."""
+    descr, layout = _file_layout(array.dtype)
+    header = _header_bytes(descr, array.shape)
+    if array.flags.c_contiguous and array.dtype == layout:
+        data = array.reshape(-1).view(np.uint8)
+    else:
+        data = np.empty(array.nbytes, dtype=np.uint8)
+        np.copyto(data.view(layout).reshape(array.shape), array, casting="equiv")
+    return header, data.data
 
 
 def encode_npy(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
@@ -270,6 +288,17 @@ class Base64Stream:
         for start in range(0, len(self.data), _RAW_PIECE):
             encoded: bytes = b64encode(self.data[start : start + _RAW_PIECE])
             yield encoded
+
+
+def npy_base64_pieces(array: npt.NDArray[Any]) -> list[bytes]:
+    """The standard base64 of the ``.npy`` bytes of ``array``, as pieces to be sent one after
+    the other: the header with the data's first bytes up to a multiple of three, then the rest
+    of the data encoded from the array's own memory (``npy_pieces``: no copy of the data when
+    it is laid out as the file's). Base64 of a whole number of 3-byte groups ends without
+    padding, so the pieces' concatenation is the base64 of the whole file."""
+    header, data = npy_pieces(array)
+    lead = -len(header) % 3
+    return [b64encode(header + data[:lead]), b64encode(data[lead:])]
 
 
 def encode_npy_base64(array: npt.NDArray[Any]) -> str:

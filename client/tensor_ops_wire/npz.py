@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.errors import TensorError, WireFault, too_large, unacceptable, undecodable
-from tensor_ops_wire.npy import decode_npy, encode_npy
+from tensor_ops_wire.npy import decode_npy, npy_pieces
 
 _LOCAL_HEADER = struct.Struct("<4s22xHH")
 _LOCAL_SIGNATURE = b"PK\x03\x04"
@@ -228,10 +228,98 @@ def _member_bytes(
         raise undecodable(f".npz member {shown(info.filename)} is corrupt") from None
 
 
-def encode_npz(arrays: Mapping[str, npt.NDArray[Any]]) -> bytes:
-    """An uncompressed ``.npz`` archive (as ``np.savez`` writes) with one member per array."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, array in arrays.items():
-            archive.writestr(f"{name}.npy", bytes(encode_npy(np.asarray(array))))
-    return buffer.getvalue()
+#: A member's size or offset past this is written in zip64's extra fields (zipfile's own limit,
+#: within a signed 32-bit reader's reach).
+ZIP64_LIMIT = (1 << 31) - 1
+_LOCAL = struct.Struct("<4s5H3L2H")
+_CENTRAL = struct.Struct("<4s4B4H3L5H2L")
+_END = struct.Struct("<4s4H2LH")
+_END64 = struct.Struct("<4sQ2H2L4Q")
+_LOCATOR64 = struct.Struct("<4sLQL")
+#: Every member's time: 1980-01-01 00:00, zip's first day, so that the same arrays make the
+#: same bytes.
+_DOS_TIME, _DOS_DATE = 0, (1 << 5) | 1
+_UTF8_NAME = 0x800
+_UNIX = 3
+_READ_WRITE = 0o600 << 16
+
+
+class Pieces:
+    """A body as a list of buffers, sent one after the other: an array's data is one of them,
+    a view of the array's memory, so an archive of large arrays costs no copy of them."""
+
+    def __init__(self, buffers: list[bytes | memoryview]) -> None:
+        self.buffers = buffers
+        self.size = sum(len(buffer) for buffer in buffers)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __bytes__(self) -> bytes:
+        return b"".join(self.buffers)
+
+
+def npz_pieces(arrays: Mapping[str, npt.ArrayLike]) -> Pieces:
+    """An uncompressed ``.npz`` archive (as ``np.savez`` writes: a zip of ``<name>.npy``
+    members) as pieces: headers, each array's ``.npy`` header and its data. The data is a view
+    of the array where it is in the file's layout (``npy_pieces``); the archive is valid only
+    while the arrays are unchanged."""
+    buffers: list[bytes | memoryview] = []
+    directory: list[bytes] = []
+    offset = 0
+    for name, given in arrays.items():
+        head, data = npy_pieces(np.asarray(given))
+        size = len(head) + len(data)
+        crc = zlib.crc32(data, zlib.crc32(head))
+        filename, flags = _filename(name)
+        large = size > ZIP64_LIMIT
+        local_extra = struct.pack("<2H2Q", 1, 16, size, size) if large else b""
+        needed = 45 if large else 20
+        shown_size = 0xFFFFFFFF if large else size
+        local = _LOCAL.pack(
+            _LOCAL_SIGNATURE, needed, flags, zipfile.ZIP_STORED, _DOS_TIME, _DOS_DATE, crc,
+            shown_size, shown_size, len(filename), len(local_extra),
+        )  # fmt: skip
+        buffers += [local, filename, local_extra, head, data]
+        central_extra = []
+        if large:
+            central_extra += [size, size]
+        if offset > ZIP64_LIMIT:
+            central_extra.append(offset)
+        extra = struct.pack(f"<2H{len(central_extra)}Q", 1, 8 * len(central_extra), *central_extra)
+        extra = extra if central_extra else b""
+        needed = 45 if central_extra else 20
+        entry = _CENTRAL.pack(
+            _ENTRY_SIGNATURE, needed, _UNIX, needed, 0, flags, zipfile.ZIP_STORED, _DOS_TIME,
+            _DOS_DATE, crc, shown_size, shown_size, len(filename), len(extra), 0, 0, 0,
+            _READ_WRITE, min(offset, 0xFFFFFFFF),
+        )  # fmt: skip
+        directory.append(entry + filename + extra)
+        offset += len(local) + len(filename) + len(local_extra) + size
+    start = offset
+    length = sum(len(entry) for entry in directory)
+    buffers += directory
+    count = len(directory)
+    if count >= 0xFFFF or start > ZIP64_LIMIT or length > ZIP64_LIMIT:
+        buffers.append(_END64.pack(b"PK\x06\x06", 44, 45, 45, 0, 0, count, count, length, start))
+        buffers.append(_LOCATOR64.pack(b"PK\x06\x07", 0, start + length, 1))
+    end = _END.pack(
+        b"PK\x05\x06", 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+        min(length, 0xFFFFFFFF), min(start, 0xFFFFFFFF), 0,
+    )  # fmt: skip
+    buffers.append(end)
+    return Pieces(buffers)
+
+
+def _filename(name: str) -> tuple[bytes, int]:
+    member = f"{name}.npy"
+    try:
+        return member.encode("ascii"), 0
+    except UnicodeEncodeError:
+        return member.encode("utf-8"), _UTF8_NAME
+
+
+def encode_npz(arrays: Mapping[str, npt.ArrayLike]) -> bytes:
+    """An uncompressed ``.npz`` archive (as ``np.savez`` writes) with one member per array, in
+    one piece (``npz_pieces``, joined: one copy of the data)."""
+    return bytes(npz_pieces(arrays))

@@ -466,6 +466,34 @@ def test_progress_hook_sees_every_mebibyte_both_ways(live_url: str, transport: T
         assert seen[-1][0] >= 4 << 20
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_large_body_goes_in_pieces_its_length_declared(
+    live_url: str, transport: Transport
+) -> None:
+    """A body over a MiB is sent in pieces (a view of the array's memory among them) with its
+    Content-Length, never chunked: httpcore's write of one large body copies what is left of
+    it after every socket send. The service reads the same bytes either way."""
+    sent: list[httpx.Request] = []
+    hooks = {"request": [sent.append]}
+    data = np.arange(3 << 20, dtype=np.float32).reshape(-1, 1024)  # 12 MiB
+    http = httpx.Client(base_url=live_url, event_hooks=hooks, timeout=60)
+    with TensorOpsClient(http=http, transport=transport) as client:
+        assert_same_bits(client.roll(data, 5, 0), np.roll(data, 5, 0))
+        verdict = client.verify(
+            "roll", {"data": data, "shift": 5, "axes": 0}, {"output": np.roll(data, 5, 0)}
+        )
+        assert verdict.equal
+        wrong = np.roll(data, 5, 0)
+        wrong[7, 9] += 1
+        verdict = client.verify("roll", {"data": data, "shift": 5, "axes": 0}, {"output": wrong})
+        assert not verdict.equal and verdict["output"].mismatches == 1
+    assert len(sent) == 3
+    for request in sent:
+        assert int(request.headers["content-length"]) > 12 << 20
+        assert "transfer-encoding" not in request.headers
+        assert not isinstance(request.stream, httpx.ByteStream)  # not one bytes object
+
+
 @pytest.mark.anyio
 async def test_async_progress_hook(live_url: str) -> None:
     events: list[tuple[str, int, int | None]] = []
