@@ -5,11 +5,12 @@
 
 In process, ``tensor_ops_wire.verdict.compare`` (bit-equal, and with a ULP tolerance on a
 candidate whose every 1000th element is 1 ULP off) against the Roll kernel the verdict checks
-(``app.ops.roll``) and ``np.copyto`` of the same bytes. Over HTTP (a fresh single-worker
-server on 127.0.0.1), ``POST /verify/roll`` with a case file (inputs and the candidate, raw
-``.npz``) against ``POST /roll`` with the inputs (``.npz`` in, raw ``.npy`` out). Each pair is
-timed side by side, interleaved, its order swapped every round; the medians are printed, never
-asserted.
+(``app.ops.roll``) and ``np.copyto`` of the same bytes. Through the client (a fresh
+single-worker server on 127.0.0.1, HTTP and gRPC), per transport, ``client.verify`` (the
+inputs and the candidate up, the verdict down: a case file over ``npz``, ``v2`` and ``grpc``,
+a JSON body over ``json``) against ``client.call`` of the op on the same transport (the inputs
+up, the output down). Each pair is timed side by side, interleaved, its order swapped every
+round; the medians are printed, never asserted.
 """
 
 import argparse
@@ -18,16 +19,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
-import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "client"))
 
 from app.ops.roll import roll
-from tensor_ops_wire.cases import encode_case
-from tensor_ops_wire.npz import encode_npz
+from tensor_ops_client import TensorOpsClient, Transport
 from tensor_ops_wire.verdict import compare
 
 ROUNDS = 7
@@ -64,53 +64,58 @@ def in_process(data: np.ndarray) -> dict[str, float]:
     )
 
 
-def over_http(data: np.ndarray) -> dict[str, float]:
-    from tests.support import launch_server, stop_server  # noqa: PLC0415
+def through_the_client(
+    data: np.ndarray, transports: list[Transport]
+) -> dict[str, dict[str, float]]:
+    """Per transport, ``client.verify`` (inputs and candidate up, the verdict down) against
+    ``client.call`` of the op (inputs up, the output down), as a user's program runs them."""
+    from tests.support import free_port, launch_server, stop_server  # noqa: PLC0415
 
     inputs = {"data": data, "shift": np.array(1), "axes": np.array(0)}
-    op_body = encode_npz(inputs)
-    case_body = encode_case("roll", inputs, {"output": np.roll(data, 1, axis=0)})
-    url, process = launch_server(
-        env={"TENSOR_OPS_GRPC_PORT": "0", "TENSOR_OPS_LOG_LEVEL": "warning"}
-    )
+    expected = np.roll(data, 1, axis=0)
+    grpc_port = free_port()
+    url, process = launch_server(env={"TENSOR_OPS_GRPC_PORT": str(grpc_port)}, settled=True)
+    figures = {}
     try:
-        with httpx.Client(base_url=url, timeout=120) as client:
+        for transport in transports:
+            target = f"127.0.0.1:{grpc_port}" if transport == "grpc" else None
+            with TensorOpsClient(
+                url, transport=transport, timeout=120, grpc_target=target
+            ) as client:
 
-            def post(path: str, body: bytes, accept: str) -> None:
-                answer = client.post(
-                    path,
-                    content=body,
-                    headers={"content-type": "application/x-npz", "accept": accept},
+                def verify(client: TensorOpsClient = client) -> None:
+                    assert client.verify("roll", inputs, {"output": expected}).equal
+
+                def call(client: TensorOpsClient = client) -> None:
+                    assert client.call("roll", inputs).shape == data.shape
+
+                verify()  # warm up both
+                call()
+                figures[f"transport {transport!r}"] = interleaved(
+                    {"call('roll')": call, "verify('roll')": verify}, rounds=5
                 )
-                assert answer.status_code == 200, answer.text[:200]
-
-            post("/verify/roll", case_body, "application/json")  # warm up
-            return interleaved(
-                {
-                    "POST /roll (.npz in, .npy out)": lambda: post(
-                        "/roll", op_body, "application/x-npy"
-                    ),
-                    "POST /verify/roll (case file in, verdict out)": lambda: post(
-                        "/verify/roll", case_body, "application/json"
-                    ),
-                },
-                rounds=5,
-            )
     finally:
         stop_server(process)
+    return figures
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=64, help="the candidate's size (default 64)")
     parser.add_argument("--no-http", action="store_true", help="in process only")
+    parser.add_argument(
+        "--transports",
+        default="npz,json,v2,grpc",
+        help="the client's transports to time (default npz,json,v2,grpc)",
+    )
     args = parser.parse_args()
     count = args.mib * (1 << 20) // 4
     data = np.random.default_rng(0).standard_normal(count).astype(np.float32).reshape(-1, 1024)
     print(f"float32 {data.shape}, {args.mib} MiB; medians of interleaved runs\n")
-    for title, figures in [("in process", in_process(data))] + (
-        [] if args.no_http else [("over HTTP, one worker", over_http(data))]
-    ):
+    tables = {"in process": in_process(data)}
+    if not args.no_http:
+        tables |= through_the_client(data, cast(list[Transport], args.transports.split(",")))
+    for title, figures in tables.items():
         anchor = next(iter(figures.values()))
         print(f"{title}:")
         for name, seconds in figures.items():
