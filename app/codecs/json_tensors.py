@@ -5,10 +5,8 @@ request or the op that asks.
 """
 
 import functools
-import io
 import math
 import re
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
@@ -36,10 +34,10 @@ from tensor_ops_wire.errors import TensorError, WireFault, unacceptable
 from tensor_ops_wire.npy import (
     Base64Stream,
     decode_npy_base64,
-    encode_npy,
     encode_npy_base64,
     npy_buffer,
 )
+from tensor_ops_wire.npz import npz_pieces
 
 
 class Form(Enum):
@@ -225,21 +223,18 @@ def encode_output(
     return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
 
 
-def npz_answer(named: Mapping[str, npt.NDArray[Any]]) -> npt.NDArray[np.uint8]:
-    """An uncompressed ``.npz`` of ``named`` arrays, as one buffer to send: each member's
-    ``.npy`` made once, one at a time, into the archive, which is sent without a last copy."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for name, array in named.items():
-            npy = encode_npy(array)
-            archive.writestr(f"{name}.npy", npy.data)
-            del npy
-    return np.frombuffer(buffer.getbuffer(), np.uint8)
+def npz_answer(named: Mapping[str, npt.NDArray[Any]]) -> list[bytes | memoryview]:
+    """An uncompressed ``.npz`` of ``named`` arrays as the buffers to send one after the other
+    (``npz_pieces``): the zip's headers and each member's ``.npy`` header, and the arrays' data
+    as views of their own memory, never joined or copied (an array not laid out as an ``.npy``
+    file's data is copied once into that layout)."""
+    return npz_pieces(named).buffers
 
 
 #: What an ``.npz`` answer of several outputs holds at its peak, in outputs' bytes: the outputs,
-#: the archive (and the slack its buffer grows by), and one member's ``.npy`` as it is written.
-NPZ_ANSWER_FACTOR = 4
+#: and a copy of any output not laid out as an ``.npy`` file's data (its headers are a few
+#: hundred bytes a member).
+NPZ_ANSWER_FACTOR = 2
 
 
 def encode_outputs(
@@ -250,7 +245,7 @@ def encode_outputs(
     ``raw_npy`` an ``.npz`` archive of one ``<name>.npy`` member an output."""
     outputs = compute()
     if raw_npy:
-        return [npz_answer(dict(zip(names, outputs, strict=True)))], "application/x-npz"
+        return npz_answer(dict(zip(names, outputs, strict=True))), "application/x-npz"
     pieces: list[bytes] = []
     for name, output in zip(names, outputs, strict=True):
         dtype = _numpy_name(output.dtype)
