@@ -19,6 +19,11 @@ answer made of a head and the tensor needs (gRPC's Python layer sends one ``byte
 The service makes that same copy, so what it costs beyond this echo is its own work.
 The server's options are the service's (``app/grpc/server.py``): the largest
 message sizes gRPC allows, nothing else.
+
+Two variants, to tell what the service's way of serving costs by itself (docs/benchmarks.md,
+gRPC): ``ECHO_INFER_AS_STREAM=1`` serves ``ModelInfer`` as the service does, a stream handler
+that reads its one message and writes its one answer itself (on the wire, a unary call's
+frames); ``ECHO_UVLOOP=1`` runs on uvloop, the service's loop, instead of asyncio's own.
 """
 
 import asyncio
@@ -113,7 +118,12 @@ def main() -> None:
     host = os.environ.get("TENSOR_OPS_HOST", "127.0.0.1")
     grpc_port = int(os.environ.get("TENSOR_OPS_GRPC_PORT", "8001"))
     http_port = int(os.environ.get("TENSOR_OPS_PORT", "8000"))
-    asyncio.run(serve(host, grpc_port, http_port))
+    if os.environ.get("ECHO_UVLOOP") == "1":
+        import uvloop  # noqa: PLC0415  # only in this variant
+
+        uvloop.run(serve(host, grpc_port, http_port))
+    else:
+        asyncio.run(serve(host, grpc_port, http_port))
 
 
 if __name__ == "__main__":
