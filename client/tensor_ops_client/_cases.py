@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy.typing as npt
 
-from tensor_ops_wire.cases import decode_case, encode_case
+from tensor_ops_wire.cases import case_pieces, decode_case
 from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import MAX_NBYTES
 from tensor_ops_wire.verdict import type_name
@@ -79,7 +79,7 @@ def write_case(
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    body = encode_case(
+    pieces = case_pieces(
         op,
         inputs,
         outputs or {},
@@ -88,7 +88,9 @@ def write_case(
         device_error=device_error,
         version=None if version is None else str(version),
     )
-    target.write_bytes(body)
+    with target.open("wb") as file:  # the arrays' data written from their memory, not joined
+        for piece in pieces.buffers:
+            file.write(piece)
     return target
 
 
