@@ -19,9 +19,9 @@ ever unpickled.
 """
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,8 @@ from tensor_ops_wire.dtypes import (
 )
 from tensor_ops_wire.errors import TensorError, WireFault, unacceptable, undecodable
 from tensor_ops_wire.npz import Pieces, decode_npz, member_names, member_size, npz_pieces
+
+P = ParamSpec("P")
 
 FORMAT = "tensor-ops-case/1"
 INPUT, OUTPUT, META = "input.", "output.", "meta"
@@ -110,28 +112,16 @@ def case_pieces(
     return npz_pieces(members)
 
 
-def encode_case(
-    op: str,
-    inputs: Mapping[str, npt.ArrayLike],
-    outputs: Mapping[str, npt.ArrayLike],
-    attributes: Mapping[str, Any] | None = None,
-    tolerance: Any = None,
-    *,
-    device_error: str | None = None,
-    version: str | None = None,
-) -> bytes:
-    """The bytes of a case file (``case_pieces``, joined)."""
-    return bytes(
-        case_pieces(
-            op,
-            inputs,
-            outputs,
-            attributes,
-            tolerance,
-            device_error=device_error,
-            version=version,
-        )
-    )
+def _joined(make: Callable[P, Pieces], name: str) -> Callable[P, bytes]:
+    def joined(*args: P.args, **kwargs: P.kwargs) -> bytes:
+        return bytes(make(*args, **kwargs))
+
+    joined.__name__ = joined.__qualname__ = name
+    joined.__doc__ = f"The bytes of ``{make.__name__}``'s pieces, joined (its rules, refusals)."
+    return joined
+
+
+encode_case = _joined(case_pieces, "encode_case")
 
 
 def _cut_device_error(text: str) -> str:
