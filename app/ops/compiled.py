@@ -221,11 +221,14 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
     stride). With ``lane_step`` not 0 (and ``out_step`` > 1, ``step`` 1) a row fills the gaps
     too: ``out_step`` rows read forward ``lane_step`` apart, written interleaved, element ``e``
     of row ``k`` at ``e * out_step + k``, so every store is to the next element (a
-    depth-to-space block's bytes, Col2Im's kernel row). ``table`` holds, for the dimensions
-    before the rows, their lengths, then their strides in ``source`` (signed: negative walks
-    backwards), then their strides in ``out``, all in elements; the first row starts at
-    ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and symmetric modes
-    are such blocks, a reversed row copied at the speed of a forward one."""
+    depth-to-space block's bytes, Col2Im's kernel row). With ``lane_step`` negative (and
+    ``out_step`` 1, ``step`` 2 to 4) a row read ``step`` apart is read with the ``step`` rows
+    that fill its gaps: element ``e`` of row ``k`` read at ``e * step + k`` and written at
+    ``k * -lane_step + e`` (image patches whose stride is their size). ``table`` holds, for
+    the dimensions before the rows, their lengths, then their strides in ``source`` (signed:
+    negative walks backwards), then their strides in ``out``, all in elements; the first row
+    starts at ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and
+    symmetric modes are such blocks, a reversed row copied at the speed of a forward one."""
     u = np.uint64
     dims = table.size // 3
     lengths = table[:dims]
@@ -242,7 +245,27 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
     for _ in range(rows):
         s = u(at_source)
         o = u(at_out)
-        if lane_step != 0:
+        if lane_step < 0:
+            # A row read ``step`` apart whose gaps the next rows fill (image patches of a
+            # stride equal to their size): the ``step`` rows are read together, the source
+            # line once, forward, and each written to its own place ``-lane_step`` apart.
+            gap = u(-lane_step)
+            if step == 2:
+                for e in range(size):
+                    out[o + e] = source[s + e * u(2)]
+                    out[o + gap + e] = source[s + e * u(2) + u(1)]
+            elif step == 3:
+                for e in range(size):
+                    out[o + e] = source[s + e * u(3)]
+                    out[o + gap + e] = source[s + e * u(3) + u(1)]
+                    out[o + u(2) * gap + e] = source[s + e * u(3) + u(2)]
+            else:
+                for e in range(size):
+                    out[o + e] = source[s + e * u(4)]
+                    out[o + gap + e] = source[s + e * u(4) + u(1)]
+                    out[o + u(2) * gap + e] = source[s + e * u(4) + u(2)]
+                    out[o + u(3) * gap + e] = source[s + e * u(4) + u(3)]
+        elif lane_step != 0:
             lane = u(lane_step)
             if out_step == 2:
                 for e in range(size):
@@ -612,7 +635,8 @@ strided_copy = _compiled(
     _strided_copy_loop,
     [
         types.void(_readonly(width), _mutable(width), _readonly(_I64), *[_I64] * 6)
-        for width in _WIDTHS
+        # complex128: 16-byte units, only loaded and stored (``raw.copy_permuted``'s widest).
+        for width in (*_WIDTHS, types.complex128)
     ],
 )
 

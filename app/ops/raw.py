@@ -119,6 +119,41 @@ def copy_block(
     compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1, 0)
 
 
+#: The widest element the strided copy moves: 16 bytes (a complex128's two words, only ever
+#: loaded and stored, never computed with: the bits move as they are).
+_UNIT = np.dtype(np.complex128)
+
+
+def _as_units(
+    out: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    dims: list[list[int]],
+    out_start: int,
+    source_start: int,
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], list[list[int]], int, int] | None:
+    """The copy in 16-byte units, when its innermost axis is a forward run of both arrays of
+    whole units and every stride and start falls on one: each unit is then one element, and a
+    run of 16 bytes (BatchToSpace's and SpaceToBatch's int8 channel runs) stops being a row of
+    its own (the rows become the axes around it, which the row shapes above serve). None: it
+    does not fall so."""
+    per = _UNIT.itemsize // out.itemsize if out.itemsize < _UNIT.itemsize else 0
+    length, source_step, out_step = dims[-1]
+    if not per or source_step != 1 or out_step != 1 or length % per:
+        return None
+    if out_start % per or source_start % per:
+        return None
+    if any(dim[1] % per or dim[2] % per for dim in dims[:-1]):
+        return None
+    units = [[dim[0], dim[1] // per, dim[2] // per] for dim in dims[:-1]]
+    if length > per:
+        units.append([length // per, 1, 1])
+    units = units or [[1, 1, 1]]
+    # Whole units of each flat array: every row starts and ends on one, so none reaches past.
+    out_units = out[: out.size - out.size % per].view(_UNIT)
+    source_units = source[: source.size - source.size % per].view(_UNIT)
+    return out_units, source_units, units, out_start // per, source_start // per
+
+
 def _table(rows: list[list[int]], per: int = 1) -> npt.NDArray[np.int64]:
     """The strided copy's table of ``rows`` ([length, source stride, out stride] each): their
     lengths, then their strides in each array, in units of ``per`` elements."""
@@ -214,6 +249,9 @@ def copy_permuted(
         if outer[1] != inner[1] * inner[0] or outer[2] != inner[2] * inner[0]:
             break
         dims[-2:] = [[outer[0] * inner[0], inner[1], inner[2]]]
+    wide = _as_units(out, source, dims, out_start, source_start)
+    if wide is not None:
+        out, source, dims, out_start, source_start = wide
     written = dims[-1]  # out's smallest stride
     read = [dim for dim in dims if dim[1] == 1 and 1 < dim[2] <= _SHORT_STEP]
     if (written[0] >= _SHORT_ROW and abs(written[1]) <= _SHORT_STEP) or not read:
@@ -229,6 +267,12 @@ def copy_permuted(
     if side == 2 and row[1] == 1 and lanes:
         rows.remove(lanes[0])
         lane_step = lanes[0][1]
+    # A row written forward and read a short step apart whose gaps one other axis fills (source
+    # stride 1, as long as the step): that axis's rows are read with it, the line once.
+    gaps = [dim for dim in rows if dim[1] == 1 and dim[0] == row[1] and dim[2] > 0]
+    if side == 1 and row[2] == 1 and 2 <= row[1] <= _SHORT_STEP and gaps:
+        rows.remove(gaps[0])
+        lane_step = -gaps[0][2]
     rows.sort(key=lambda dim: -abs(dim[side]))
     forward = row[1] == 1 and row[2] == 1 and not lane_step
     if forward and _copy_words(compiled, out, source, rows, out_start, source_start, row[0]):

@@ -300,7 +300,7 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "take": 8,
         "take_slices": 4,
         "roll": 2,
-        "strided_copy": 4,
+        "strided_copy": 5,  # the four unsigned widths and 16-byte units
         "transpose_tiles": 4,
         "transpose_words": 1,
         "gather_tree": 4,
@@ -391,20 +391,30 @@ def test_a_block_copy_refuses_what_is_not_a_view_of_its_flat_array() -> None:
 def test_rows_on_whole_words_are_copied_as_words(
     dtype: Any, offset: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Forward rows whose lengths, strides and starts fall on 8-byte words are copied as words
-    (BatchToSpace's 16-byte channel runs): the same bits as NumPy's copy, by either function,
-    an array at an odd address included; rows off the words take the element loop."""
+    """A permuted copy whose inner runs, strides and starts fall on 16-byte units moves units
+    (BatchToSpace's 16-byte channel runs: one element each, the rows the axes around them);
+    forward block rows on 8-byte words are copied as words. The same bits as NumPy's copy, by
+    either function, an array at an odd address included; rows off the words take the element
+    loop."""
     from app.ops import raw  # noqa: PLC0415
 
     worded: list[int] = []
+    united: list[bool] = []
     original = raw._copy_words
+    original_units = raw._as_units
 
     def counted(*arguments: Any) -> bool:
         done = original(*arguments)
         worded.append(done)
         return done
 
+    def counted_units(*arguments: Any) -> Any:
+        wide = original_units(*arguments)
+        united.append(wide is not None)
+        return wide
+
     monkeypatch.setattr(raw, "_copy_words", counted)
+    monkeypatch.setattr(raw, "_as_units", counted_units)
     per = 8 // np.dtype(dtype).itemsize
     buffer = np.zeros(8 * 6 * 5 * 16 * np.dtype(dtype).itemsize + offset, np.uint8)
     flat = buffer[offset:].view(dtype)
@@ -422,4 +432,6 @@ def test_rows_on_whole_words_are_copied_as_words(
         target = out.reshape(8, 6, 5, 16)[:, :4, :, :width]
         raw.copy_block(out, target, flat, view)
         assert_same_bits(target, view.copy())
-    assert worded == [True, True, False]
+    assert united == [True]  # the permuted copy, in units
+    assert True not in worded[:-2]  # (it may ask the words' path, which declines units)
+    assert worded[-2:] == [True, False]  # the blocks: whole words, then not
