@@ -435,3 +435,35 @@ def test_rows_on_whole_words_are_copied_as_words(
     assert united == [True]  # the permuted copy, in units
     assert True not in worded[:-2]  # (it may ask the words' path, which declines units)
     assert worded[-2:] == [True, False]  # the blocks: whole words, then not
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("step", [2, 3, 4])
+def test_rows_read_a_step_apart_are_read_with_the_rows_that_fill_their_gaps(
+    dtype: Any, step: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Image patches whose stride is their size: each output row reads a source line ``step``
+    elements apart, and the ``step`` rows that fill the gaps are read with it (``lane_step``
+    negative: the line once). The same bits as NumPy's copy of the view, every width (the
+    ops hand the copy their data's raw unsigned view)."""
+    from app.ops import loops, raw  # noqa: PLC0415
+
+    lanes: list[int] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        lanes.append(int(arguments[-1]))
+        original(*arguments)
+
+    assert loops.ready_module() is compiled
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    height, width = 5, 7 * step * 4
+    flat = (np.arange(3 * height * step * width) * 37 % 251).astype(dtype)
+    image = flat.reshape(3, height * step, width)
+    # [channel, row, kernel row, column, kernel column] -> [kernel row, kernel column,
+    # channel, row, column]: what ExtractImagePatches makes of a stride equal to its size.
+    patches = image.reshape(3, height, step, width // step, step).transpose(2, 4, 0, 1, 3)
+    out = np.zeros(patches.size, dtype)
+    raw.copy_permuted(out, out.reshape(patches.shape), flat, patches)
+    assert_same_bits(out.reshape(patches.shape), patches.copy())
+    assert lanes and all(lane < 0 for lane in lanes), lanes
