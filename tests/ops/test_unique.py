@@ -324,3 +324,41 @@ def test_the_plan_reserves_the_bounds_and_the_answer_shrinks() -> None:
         np.dtype(np.int64),
         np.dtype(np.int64),
     )
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.bool_])
+@pytest.mark.parametrize("size", [1, 7, 5000, 70000])
+def test_values_counted_in_a_table_give_what_the_sort_gives(
+    dtype: Any, size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Booleans and integers of one or two bytes are grouped by a table of one slot a value (no
+    sort): every output, sorted or in order of first occurrence, i32 or i64 indices, the same
+    bits as the sort's, a value first seen at the very end included."""
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    counted_calls: list[int] = []
+    original = unique_module._counted_groups
+
+    def watched(values: Any, plan: Any) -> Any:
+        counted_calls.append(values.size)
+        return original(values, plan)
+
+    monkeypatch.setattr(unique_module, "_counted_groups", watched)
+    rng = np.random.default_rng(size)
+    if dtype == np.bool_:
+        data = rng.integers(0, 2, size).astype(bool)
+    else:
+        info = np.iinfo(dtype)
+        data = rng.integers(max(info.min, -40), min(info.max, 40) + 1, size).astype(dtype)
+        data[-1] = info.max  # occurs once, last: the search for first places goes to the end
+    for sort in (True, False):
+        for index_type in ("i32", "i64"):
+            for axis in (None, np.array(0)):
+                plan = unique_plan(data, axis, sort, index_type, "i64")
+                counted = unique_module.unique_planned(data, plan)
+                with monkeypatch.context() as patch:
+                    patch.setattr(unique_module, "_countable", lambda _: False)
+                    sorted_ = unique_module.unique_planned(data, plan)
+                for ours, theirs in zip(counted, sorted_, strict=True):
+                    assert_same_bits(ours, theirs)
+    assert counted_calls == [size] * 8  # the table's way each time, the sort's when told
