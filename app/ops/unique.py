@@ -22,6 +22,7 @@ from app.ops.declaration import (
 )
 from app.ops.errors import SpecError
 from app.ops.raw import as_raw
+from tensor_ops_wire.dtypes import canonical_bools
 
 ELEMENT_TYPES = ("i64", "i32")
 _NUMPY_OF: dict[str, np.dtype[Any]] = {"i64": np.dtype(np.int64), "i32": np.dtype(np.int32)}
@@ -244,6 +245,7 @@ def _counted_groups(
     a table; the first occurrences found piece by piece from the start until every value that
     occurs has one; each element's group a look-up of its slot. The inverse is written in the
     index type."""
+    values = canonical_bools(values)  # a true byte other than 1 is the slot of 1 (no copy else)
     width = values.dtype.itemsize
     unsigned: type[np.unsignedinteger[Any]] = np.uint8 if width == 1 else np.uint16
     bits: npt.NDArray[np.unsignedinteger[Any]] = values.view(unsigned)

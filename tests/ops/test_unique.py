@@ -362,3 +362,12 @@ def test_values_counted_in_a_table_give_what_the_sort_gives(
                 for ours, theirs in zip(counted, sorted_, strict=True):
                     assert_same_bits(ours, theirs)
     assert counted_calls == [size] * 8  # the table's way each time, the sort's when told
+
+
+def test_a_true_byte_other_than_one_is_true_in_the_table() -> None:
+    """A bool byte of 2 is true (as NumPy and OpenVINO read it): one group with the 1s."""
+    data = np.frombuffer(bytes([0, 2, 1, 0, 255]), dtype=np.bool_)
+    values, first, inverse, counts = unique(data)
+    assert values.tolist() == [False, True]
+    assert first.tolist() == [0, 1] and inverse.tolist() == [0, 1, 1, 0, 1]
+    assert counts.tolist() == [2, 3]
