@@ -7,7 +7,7 @@ request or the op that asks.
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -223,14 +223,6 @@ def encode_output(
     return [b'{"data":', *nested_json(ready), b"," + suffix[1:]], "application/json"
 
 
-def npz_answer(named: Mapping[str, npt.NDArray[Any]]) -> list[bytes | memoryview]:
-    """An uncompressed ``.npz`` of ``named`` arrays as the buffers to send one after the other
-    (``npz_pieces``): the zip's headers and each member's ``.npy`` header, and the arrays' data
-    as views of their own memory, never joined or copied (an array not laid out as an ``.npy``
-    file's data is copied once into that layout)."""
-    return npz_pieces(named).buffers
-
-
 #: What an ``.npz`` answer of several outputs holds at its peak, in outputs' bytes: the outputs,
 #: and a copy of any output not laid out as an ``.npy`` file's data (its headers are a few
 #: hundred bytes a member).
@@ -245,7 +237,9 @@ def encode_outputs(
     ``raw_npy`` an ``.npz`` archive of one ``<name>.npy`` member an output."""
     outputs = compute()
     if raw_npy:
-        return npz_answer(dict(zip(names, outputs, strict=True))), "application/x-npz"
+        # The archive's headers between the outputs' own data: nothing joined or copied.
+        archive = npz_pieces(dict(zip(names, outputs, strict=True)))
+        return archive.buffers, "application/x-npz"
     pieces: list[bytes] = []
     for name, output in zip(names, outputs, strict=True):
         dtype = _numpy_name(output.dtype)

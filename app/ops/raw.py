@@ -148,10 +148,14 @@ def _as_units(
     if length > per:
         units.append([length // per, 1, 1])
     units = units or [[1, 1, 1]]
-    # Whole units of each flat array: every row starts and ends on one, so none reaches past.
-    out_units = out[: out.size - out.size % per].view(_UNIT)
-    source_units = source[: source.size - source.size % per].view(_UNIT)
-    return out_units, source_units, units, out_start // per, source_start // per
+    return _whole(out, _UNIT), _whole(source, _UNIT), units, out_start // per, source_start // per
+
+
+def _whole(array: npt.NDArray[Any], wide: np.dtype[Any]) -> npt.NDArray[Any]:
+    """The flat ``array`` seen as elements of ``wide``, its tail short of one left out: a copy
+    whose every row starts and ends on a whole one never reaches it."""
+    per = wide.itemsize // array.itemsize
+    return array[: array.size - array.size % per].view(wide)
 
 
 def _table(rows: list[list[int]], per: int = 1) -> npt.NDArray[np.int64]:
@@ -191,12 +195,17 @@ def _copy_words(
         return False
     if any(row[1] % per or row[2] % per for row in rows):
         return False
-    # Whole words of each flat array: every row starts and ends on one, so none reaches past.
-    out_words = out[: out.size - out.size % per].view(np.uint64)
-    source_words = source[: source.size - source.size % per].view(np.uint64)
     table = _table(rows, per)
     compiled.strided_copy(
-        source_words, out_words, table, source_start // per, out_start // per, run // per, 1, 1, 0
+        _whole(source, np.dtype(np.uint64)),
+        _whole(out, np.dtype(np.uint64)),
+        table,
+        source_start // per,
+        out_start // per,
+        run // per,
+        1,
+        1,
+        0,
     )
     return True
 
@@ -270,7 +279,7 @@ def copy_permuted(
     # A row written forward and read a short step apart whose gaps one other axis fills (source
     # stride 1, as long as the step): that axis's rows are read with it, the line once.
     gaps = [dim for dim in rows if dim[1] == 1 and dim[0] == row[1] and dim[2] > 0]
-    if side == 1 and row[2] == 1 and 2 <= row[1] <= _SHORT_STEP and gaps:
+    if side == 1 and row[2] == 1 and row[1] in (2, 3, 4) and gaps:  # the loop's three shapes
         rows.remove(gaps[0])
         lane_step = -gaps[0][2]
     rows.sort(key=lambda dim: -abs(dim[side]))

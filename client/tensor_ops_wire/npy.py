@@ -212,13 +212,11 @@ def npy_pieces(array: npt.NDArray[Any]) -> tuple[bytes, memoryview]:
     array's own memory when it is laid out as the file's (C order, little-endian): no copy of
     it is made, and the array must not change until the pieces are used."""
     descr, layout = _file_layout(array.dtype)
-    header = _header_bytes(descr, array.shape)
     if array.flags.c_contiguous and array.dtype == layout:
-        data = array.reshape(-1).view(np.uint8)
-    else:
-        data = np.empty(array.nbytes, dtype=np.uint8)
-        np.copyto(data.view(layout).reshape(array.shape), array, casting="equiv")
-    return header, data.data
+        return _header_bytes(descr, array.shape), array.reshape(-1).view(np.uint8).data
+    whole = encode_npy(array)  # the data copied once, into the file's layout
+    start = whole.size - array.nbytes
+    return whole[:start].tobytes(), whole[start:].data
 
 
 def encode_npy(array: npt.NDArray[Any]) -> npt.NDArray[np.uint8]:
