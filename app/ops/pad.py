@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import loops, raw
 from app.ops.declaration import (
     ALL_TYPES,
     INTEGER_TYPES,
@@ -169,6 +170,8 @@ def _padded(
     # slice of the data: a compiled strided copy between C-ordered arrays, NumPy's otherwise.
     flat = target.flags.c_contiguous and source.flags.c_contiguous
     flat_target, flat_source = target.reshape(-1), source.reshape(-1)
+    if flat and _rows_whole(flat_target, flat_source, data.shape, begin, shape, mode):
+        return out
     for into, taken, block in _blocks(data.shape, begin, shape, mode):
         piece = np.broadcast_to(source[taken], block)
         if flat:
@@ -176,6 +179,52 @@ def _padded(
         else:
             np.copyto(target[into], piece, casting="equiv")
     return out
+
+
+#: The shortest output row (bytes) Pad writes whole, row by row (``_rows_whole``): shorter rows
+#: go block by block, each block's rows merged into longer runs where they can.
+_WHOLE_ROW_BYTES = 256
+
+
+def _rows_whole(
+    target: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    data_shape: tuple[int, ...],
+    begin: list[int],
+    shape: tuple[int, ...],
+    mode: str,
+) -> bool:
+    """Edge, reflect and symmetric modes by the compiled loop that writes each output row whole
+    (its last axis's runs in turn), front to back, when the rows are long (at least
+    ``_WHOLE_ROW_BYTES``) and the loops are compiled; whether it did. ``target`` and ``source``
+    are the flat raw output and data. Block by block, a row is written in three visits far
+    apart: a large output then costs 1.2-2x a plain copy of it, and non-temporal stores
+    (outputs of ``raw.STREAM_BYTES`` or more) want one long stream of whole lines."""
+    compiled = loops.ready_module()
+    item = target.itemsize
+    if compiled is None or not shape or item > 8 or shape[-1] * item < _WHOLE_ROW_BYTES:
+        return False
+    axes = [_runs(length, begin[axis], size, mode)
+            for axis, (size, length) in enumerate(zip(data_shape, shape, strict=True))]  # fmt: skip
+    inner = axes[-1]
+    segments = np.array([[run[i] for run in inner] for i in (0, 2, 1, 3)], np.int64).reshape(-1)
+    out_strides = [int(np.prod(shape[axis + 1 :], dtype=np.int64)) for axis in range(len(shape))]
+    data_strides = [int(np.prod(data_shape[axis + 1 :], dtype=np.int64))
+                    for axis in range(len(shape))]  # fmt: skip
+    stream = int(target.nbytes >= raw.STREAM_BYTES)
+    # One call per combination of the outer axes' runs (at most 3 ** (rank - 1)), in the
+    # output's order: each a block of whole rows.
+    for combination in itertools.product(*axes[:-1]):
+        table = np.array(
+            [run[1] for run in combination]
+            + [run[3] * data_strides[axis] for axis, run in enumerate(combination)]
+            + [out_strides[axis] for axis in range(len(combination))],
+            dtype=np.int64,
+        )
+        out_start = sum(run[0] * out_strides[axis] for axis, run in enumerate(combination))
+        source_start = sum(run[2] * data_strides[axis] for axis, run in enumerate(combination))
+        compiled.pad_rows(source, target, table, segments, source_start, out_start, stream)
+    return True
 
 
 #: What the edge, reflect and symmetric modes hold while they copy, per dimension of data: an

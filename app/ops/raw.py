@@ -17,6 +17,16 @@ _UNSIGNED_OF_WIDTH: dict[int, np.dtype[Any]] = {
 }
 
 
+#: The output size from which the compiled copies that write an output front to back write it
+#: by non-temporal stores (past the caches, no line read before it is written:
+#: ``compiled._stream_row``): far past the L2, where an output would not stay in the cache for
+#: its reader anyway.
+STREAM_BYTES = 8 << 20
+#: The shortest row (bytes) the strided copy writes by non-temporal stores: its lines at either
+#: end, partly the row's, take regular stores, so a short row would gain nothing.
+STREAM_ROW_BYTES = 256
+
+
 def as_raw(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Return ``array`` viewed as unsigned integers of its item size (no copy).
 
@@ -113,10 +123,15 @@ def copy_block(
     if into != 1:
         # Rows of one element (a block one element wide), each placed by the table.
         rows, run, step = merged, 1, 1
-    if step == 1 and _copy_words(compiled, out, source, rows, out_start, source_start, run):
+    # Non-temporal stores only for a block that is the whole output (Reverse's), written front
+    # to back: blocks written one after another (Pad's) come back to each line of the output
+    # several times, in runs of a few KiB, which such stores make slower.
+    whole = out_block.size == out.size
+    stream = int(whole and out.nbytes >= STREAM_BYTES and run * out.itemsize >= STREAM_ROW_BYTES)
+    if step == 1 and _copy_words(compiled, out, source, rows, out_start, source_start, run, stream):
         return
     table = _table(rows)
-    compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1, 0)
+    compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1, 0, stream)
 
 
 #: The widest element the strided copy moves: 16 bytes (a complex128's two words, only ever
@@ -185,11 +200,13 @@ def _copy_words(
     out_start: int,
     source_start: int,
     run: int,
+    stream: int,
 ) -> bool:
     """Forward rows of elements narrower than 8 bytes copied as 8-byte words, when every row
     and every start falls on whole words of both arrays; whether they were. A row of 16 bytes
     (BatchToSpace's and SpaceToBatch's channel runs in int8) is then two moves, not sixteen
-    (a loop the compiler vectorises leaves rows this short to its element-by-element tail)."""
+    (a loop the compiler vectorises leaves rows this short to its element-by-element tail).
+    ``stream``: the strided copy's (non-temporal stores)."""
     per = 8 // out.itemsize if out.itemsize < 8 else 0
     if not per or run % per or out_start % per or source_start % per:
         return False
@@ -206,6 +223,7 @@ def _copy_words(
         1,
         1,
         0,
+        stream,
     )
     return True
 
@@ -284,9 +302,9 @@ def copy_permuted(
         lane_step = -gaps[0][2]
     rows.sort(key=lambda dim: -abs(dim[side]))
     forward = row[1] == 1 and row[2] == 1 and not lane_step
-    if forward and _copy_words(compiled, out, source, rows, out_start, source_start, row[0]):
+    if forward and _copy_words(compiled, out, source, rows, out_start, source_start, row[0], 0):
         return
     table = _table(rows)
     compiled.strided_copy(
-        source, out, table, source_start, out_start, row[0], row[1], row[2], lane_step
+        source, out, table, source_start, out_start, row[0], row[1], row[2], lane_step, 0
     )

@@ -301,6 +301,7 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "take_slices": 4,
         "roll": 2,
         "strided_copy": 5,  # the four unsigned widths and 16-byte units
+        "pad_rows": 4,
         "transpose_tiles": 4,
         "transpose_words": 1,
         "gather_tree": 4,
@@ -318,7 +319,7 @@ def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
         "import json; from app.ops import compiled; "
         "print(json.dumps([[sum(d.stats.cache_hits.values()), sum(d.stats.cache_misses.values())]"
         " for d in (compiled.take, compiled.take_slices, compiled.roll_rows,"
-        " compiled.strided_copy, compiled.transpose_tiles)]))"
+        " compiled.strided_copy, compiled.transpose_tiles, compiled.pad_rows)]))"
     )
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
 
@@ -335,11 +336,12 @@ def test_the_compiled_code_is_cached_and_loaded(tmp_path: Path) -> None:
         result: list[list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
         return result
 
-    # The signatures of take, take_slices, roll_rows, strided_copy and transpose_tiles, as the
-    # module declares them (test_compiled_for_fixed_signatures_only pins the numbers).
+    # The signatures of take, take_slices, roll_rows, strided_copy, transpose_tiles and pad_rows
+    # (strided_copy and pad_rows with the non-temporal stores' intrinsics), as the module
+    # declares them (test_compiled_for_fixed_signatures_only pins the numbers).
     declared = dict(compiled.compiled_signatures())
     counts = [declared[name] for name in ("take", "take_slices", "roll", "strided_copy")]
-    counts.append(declared["transpose_tiles"])
+    counts += [declared["transpose_tiles"], declared["pad_rows"]]
     assert run() == [[0, count] for count in counts]
     assert list(tmp_path.rglob("*.nbi")) and list(tmp_path.rglob("*.nbc"))
     assert run() == [[count, 0] for count in counts]
@@ -455,7 +457,7 @@ def test_rows_read_a_step_apart_are_read_with_the_rows_that_fill_their_gaps(
     original = compiled.strided_copy
 
     def watched(*arguments: Any) -> None:
-        lanes.append(int(arguments[-1]))
+        lanes.append(int(arguments[8]))  # lane_step
         original(*arguments)
 
     assert loops.ready_module() is compiled

@@ -216,6 +216,53 @@ def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> N
     assert "TENSOR_OPS_MAX_OUTPUT_BYTES" in response.json()["detail"][0]["msg"]
 
 
+def _at_odd_address(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A C-ordered copy of ``array`` one byte past an aligned address (as a V2 binary tensor
+    read from a body at an odd offset is)."""
+    buffer = np.zeros(array.nbytes + 1, np.uint8)
+    moved: npt.NDArray[Any] = buffer[1:].view(array.dtype).reshape(array.shape)
+    moved[...] = array
+    return moved
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["regular stores", "non-temporal stores"])
+@pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64], ids=str)
+def test_long_rows_are_written_whole_to_the_bit(
+    dtype: Any, mode: str, stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of 256 bytes and more are written whole, one after another, by the compiled row
+    loop; with non-temporal stores when the output is large (``raw.STREAM_BYTES``, lowered
+    here to 0 or raised out of reach): runs reversed, forward and repeated, starting and
+    ending off a 64-byte line, cropped by negative pads, rank 1 to 3, the data and the output
+    one byte off an aligned address. The same bits as NumPy's pad, and the row loop ran."""
+    from app.ops import compiled, loops, raw  # noqa: PLC0415
+
+    assert loops.ready_module() is compiled
+    monkeypatch.setattr(raw, "STREAM_BYTES", 0 if stream else 1 << 62)
+    calls: list[int] = []
+    original = compiled.pad_rows
+
+    def watched(*arguments: Any) -> None:
+        calls.append(int(arguments[-1]))
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "pad_rows", watched)
+    cases = [((5, 301), [2, 67], [3, 133]), ((3, 4, 700), [1, -1, 99], [2, 1, -5]),
+             ((1000,), [37], [500])]  # fmt: skip
+    for seed, (shape, begin, end) in enumerate(cases):
+        data = sample(np.dtype(dtype), shape, seed=seed)
+        expected = reference(data.view(_raw(np.dtype(dtype))), begin, end, mode)
+        assert_same_bits(run(data, begin, end, mode), expected.view(dtype))
+        plan = OP.plan({"data": _at_odd_address(data), "pads_begin": np.array(begin),
+                        "pads_end": np.array(end)}, {"pad_mode": mode})  # fmt: skip
+        assert isinstance(plan, Plan)
+        out = _at_odd_address(np.zeros(plan.output_shape, dtype))
+        plan.run(out)
+        assert_same_bits(out, expected.view(dtype))
+    assert calls and set(calls) == {int(stream)}
+
+
 @pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
 @pytest.mark.parametrize("shape", [(300, 500), (6, 40, 50), (2, 3, 4, 5, 6)])
 def test_the_declared_workspace_covers_what_the_copy_holds(

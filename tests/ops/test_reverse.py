@@ -51,6 +51,32 @@ def test_into_a_given_output_and_from_strided_or_big_endian_data() -> None:
     assert out.tolist() == np.flip(data, 1).tolist()
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64], ids=str)
+def test_a_large_output_by_non_temporal_stores_to_the_bit(
+    dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reverse of a large output writes its whole 64-byte lines by non-temporal stores
+    (``raw.STREAM_BYTES``, lowered here to 0): rows reversed and forward, of lengths that start
+    and end off a line, in 8-byte words and in elements; the same bits as NumPy's flip."""
+    from app.ops import compiled, loops, raw  # noqa: PLC0415
+
+    assert loops.ready_module() is compiled
+    monkeypatch.setattr(raw, "STREAM_BYTES", 0)
+    streamed: list[int] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        streamed.append(int(arguments[-1]))
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    for seed, (shape, axes) in enumerate([((7, 333), [1]), ((7, 333), [0, 1]), ((6, 5, 256), [0]),
+                                          ((3, 1001), [0]), ((2001,), [0])]):  # fmt: skip
+        data = sample(np.dtype(dtype), shape, seed=seed)
+        assert_same_bits(run(data, axes, "index"), np.flip(data, tuple(axes)))
+    assert streamed and set(streamed) == {1}
+
+
 @pytest.mark.parametrize("mode", ["index", "mask"])
 def test_no_axis_passes_the_data_through(mode: str) -> None:
     data = sample(np.dtype(np.float32), (2, 3))
