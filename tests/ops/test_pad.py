@@ -232,14 +232,16 @@ def test_long_rows_are_written_whole_to_the_bit(
     dtype: Any, mode: str, stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows of 256 bytes and more are written whole, one after another, by the compiled row
-    loop; with non-temporal stores when the output is large (``raw.STREAM_BYTES``, lowered
-    here to 0 or raised out of reach): runs reversed, forward and repeated, starting and
+    loop; with non-temporal stores when the output and its rows are large
+    (``raw.STREAM_BYTES``, lowered here to 0 or raised out of reach; ``STREAM_ROW_BYTES`` 0): runs reversed, forward and repeated, starting and
     ending off a 64-byte line, cropped by negative pads, rank 1 to 3, the data and the output
     one byte off an aligned address. The same bits as NumPy's pad, and the row loop ran."""
     from app.ops import compiled, loops, raw  # noqa: PLC0415
+    from app.ops import pad as pad_module  # noqa: PLC0415
 
     assert loops.ready_module() is compiled
     monkeypatch.setattr(raw, "STREAM_BYTES", 0 if stream else 1 << 62)
+    monkeypatch.setattr(pad_module, "STREAM_ROW_BYTES", 0)
     calls: list[int] = []
     original = compiled.pad_rows
 

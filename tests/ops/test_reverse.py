@@ -55,13 +55,15 @@ def test_into_a_given_output_and_from_strided_or_big_endian_data() -> None:
 def test_a_large_output_by_non_temporal_stores_to_the_bit(
     dtype: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Reverse of a large output writes its whole 64-byte lines by non-temporal stores
-    (``raw.STREAM_BYTES``, lowered here to 0): rows reversed and forward, of lengths that start
-    and end off a line, in 8-byte words and in elements; the same bits as NumPy's flip."""
+    """Reverse of a large output of long rows writes its whole 64-byte lines by non-temporal
+    stores (``raw.STREAM_BYTES`` and ``raw.STREAM_ROW_BYTES``, lowered here to 0): rows
+    reversed and forward, of lengths that start and end off a line, in 8-byte words and in
+    elements; the same bits as NumPy's flip."""
     from app.ops import compiled, loops, raw  # noqa: PLC0415
 
     assert loops.ready_module() is compiled
     monkeypatch.setattr(raw, "STREAM_BYTES", 0)
+    monkeypatch.setattr(raw, "STREAM_ROW_BYTES", 0)
     streamed: list[int] = []
     original = compiled.strided_copy
 
