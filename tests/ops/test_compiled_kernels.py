@@ -472,3 +472,31 @@ def test_rows_read_a_step_apart_are_read_with_the_rows_that_fill_their_gaps(
     raw.copy_permuted(out, out.reshape(patches.shape), flat, patches)
     assert_same_bits(out.reshape(patches.shape), patches.copy())
     assert lanes and all(lane < 0 for lane in lanes), lanes
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.complex128], ids=str
+)
+@pytest.mark.parametrize("step", [1, -1])
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_the_strided_copy_by_non_temporal_stores_in_every_width(
+    dtype: Any, step: int, offset: int
+) -> None:
+    """The strided copy's rows written by non-temporal stores (``stream`` 1), forward and
+    reversed, in each width it is compiled for (16-byte units too), starting ``offset``
+    elements past an aligned output, of a length whose ends fall off a 64-byte line: the same
+    bits as with regular stores and as NumPy's copy."""
+    rows, run = 5, 203
+    source = np.frombuffer(np.random.default_rng(offset).bytes(rows * run * 16), dtype)
+    source = source[: rows * run].copy()
+    expected = source.reshape(rows, run)[:, ::step]
+    results = []
+    for stream in (0, 1):
+        out = np.zeros(rows * run + offset, dtype)
+        # Rows of ``run`` elements, read forward from their first or backward from their last.
+        table = np.array([rows, run, run], np.int64)
+        start = 0 if step == 1 else run - 1
+        compiled.strided_copy(source, out, table, start, offset, run, step, 1, 0, stream)
+        assert not out[:offset].any()
+        results.append(out[offset:].reshape(rows, run))
+    assert results[0].tobytes() == results[1].tobytes() == expected.tobytes()
