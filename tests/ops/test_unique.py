@@ -22,7 +22,7 @@ from app.ops.declaration import SplitPlan
 from app.ops.errors import SpecError
 from app.ops.unique import OP, unique, unique_plan
 from tests.cases import DATA_TYPES, make_data, raw
-from tests.ops.movement_support import BenchmarkCase, plugin_model
+from tests.ops.movement_support import BENCHMARK_DTYPES, BenchmarkCase, plugin_model, short
 from tests.support import assert_same_bits
 
 SEED = 20261128
@@ -291,15 +291,21 @@ def test_known_disagreements() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Unique of int8 values 0..99 in a tensor of ``nbytes`` (a sort: not a pure movement)."""
-    data = (np.arange(nbytes) * 7919 % 100).astype(np.int8)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Unique of values 0..99 in a tensor of ``nbytes`` (not a pure movement), float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Unique of values 0..99 in a tensor of ``nbytes`` (a sort: not a pure movement)."""
+    data = (np.arange(nbytes // np.dtype(dtype).itemsize) * 7919 % 100).astype(dtype)
 
     def model() -> Any:
         return plugin_model(ov_opset10.unique, data)
 
     attributes = {"sorted": True, "index_element_type": "i64", "count_element_type": "i64"}
-    return BenchmarkCase("unique", "flattened, i8", {"data": data}, attributes, data.dtype,
+    label = f"flattened, {short(dtype)}"
+    return BenchmarkCase("unique", label, {"data": data}, attributes, data.dtype,
                          data.nbytes + 8 * data.size, model)  # fmt: skip
 
 
