@@ -730,13 +730,15 @@ def _gather_tree_loop(
             t -= 1
         for k in range(size):
             finished[k] = 0
+        # Without a branch (a beam's end comes at no step the predictor can learn): a value is
+        # end_token's bits once its beam has ended, and the beam ends at its first end_token.
         for step in range(u(max_time)):
             at = step * row + base
             for k in range(size):
-                if finished[k]:
-                    out[at + k] = end
-                elif out[at + k] == end or out[at + k] == alt:
-                    finished[k] = 1
+                value = out[at + k]
+                ended = finished[k]
+                out[at + k] = end if ended else value
+                finished[k] = ended | ((value == end) | (value == alt))
 
 
 def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled

@@ -136,6 +136,39 @@ def copy_block(
     compiled.strided_copy(source, out, table, source_start, out_start, run, step, 1, 0, stream)
 
 
+#: The smallest copy ``copy_view`` gives the compiled loop (64 KiB).
+COPY_VIEW_FROM = 1 << 16
+
+
+def copy_view(
+    out: npt.NDArray[Any],
+    out_view: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    source_view: npt.NDArray[Any],
+) -> None:
+    """``out_view[...] = source_view`` for views of the raw arrays ``out`` and ``source`` (a
+    slice's, sliced with any steps, reversed too; ``source_view`` may differ from
+    ``out_view``'s shape by axes of one element, a strided slice's new and shrunk axes): the
+    compiled strided copy (``copy_block``) when both arrays are C-ordered, NumPy's otherwise.
+    (Written a step apart, SliceScatter's, the compiled copy is no quicker than NumPy's.)
+    NumPy's own copy of a view read a step apart goes element by element (a byte slice of
+    every other column: 2-3x the copy of its bytes); below ``COPY_VIEW_FROM`` bytes NumPy's
+    copy is the quicker (the compiled copy's set-up costs some microseconds)."""
+    small = out_view.nbytes < COPY_VIEW_FROM or not isinstance(source_view, np.ndarray)
+    if small or not (out.flags.c_contiguous and source.flags.c_contiguous):
+        np.copyto(out_view, source_view, casting="equiv")
+        return
+    if source_view.shape != out_view.shape:
+        reshaped = source_view.view()
+        try:
+            reshaped.shape = out_view.shape  # a view, never a copy: refused if it would be one
+        except AttributeError:
+            np.copyto(out_view, source_view.reshape(out_view.shape), casting="equiv")
+            return
+        source_view = reshaped
+    copy_block(out.reshape(-1), out_view, source.reshape(-1), source_view)
+
+
 #: The widest element the strided copy moves: 16 bytes (a complex128's two words, only ever
 #: loaded and stored, never computed with: the bits move as they are).
 _UNIT = np.dtype(np.complex128)

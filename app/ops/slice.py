@@ -18,7 +18,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, copy_view, is_integer_type
 
 
 def _vector(name: str, array: npt.NDArray[Any], kind: str) -> list[int]:
@@ -121,7 +121,8 @@ def _sliced(
 ) -> npt.NDArray[Any]:
     if out is None:
         out = np.empty(shape, data.dtype)
-    np.copyto(as_raw(out), as_raw(data)[slices], casting="equiv")
+    target, source = as_raw(out), as_raw(data)
+    copy_view(target, target, source, source[slices])
     return out
 
 

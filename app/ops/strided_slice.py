@@ -21,7 +21,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import as_raw, copy_view, is_integer_type
 
 MASKS = ("begin_mask", "end_mask", "new_axis_mask", "shrink_axis_mask", "ellipsis_mask")
 #: The masks that change the output's rank: at most one of them at a slicing step.
@@ -198,7 +198,8 @@ def _sliced(
 ) -> npt.NDArray[Any]:
     if out is None:
         out = np.empty(shape, data.dtype)
-    np.copyto(as_raw(out), as_raw(data)[index], casting="equiv")
+    target, source = as_raw(out), as_raw(data)
+    copy_view(target, target, source, source[index])
     return out
 
 

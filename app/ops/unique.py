@@ -193,6 +193,15 @@ def _sorted_groups(
     """The first occurrence and size of each group and each row's group, by one stable sort of
     the rows' keys: groups of equal keys are the unique ones."""
     count = rows.shape[0]
+    if rows.shape[1] == 1 and rows.dtype.itemsize <= 4 and count <= _POSITIONS:
+        order, ordered, nan = _packed_order(rows[:, 0])
+        new_group = np.empty(count, dtype=bool)
+        new_group[0] = True
+        np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
+        del ordered
+        if nan is not None:
+            new_group |= nan[order]
+        return _groups(order, new_group, plan)
     keys, nan = sortable_keys(rows)
     if keys.shape[1] == 1:
         order = np.argsort(keys[:, 0], kind="stable")
@@ -210,6 +219,15 @@ def _sorted_groups(
     if nan is not None:
         # A NaN equals nothing, itself included: each element (slice) with one starts a group.
         new_group |= nan.any(axis=1)[order]
+    return _groups(order, new_group, plan)
+
+
+def _groups(
+    order: npt.NDArray[np.int64], new_group: npt.NDArray[np.bool_], plan: UniquePlan
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The groups of a stable sort's ``order``, each begun where ``new_group`` is set: the
+    first occurrence and size of each group, and each row's group."""
+    count = order.size
     starts = np.flatnonzero(new_group)
     first = order[starts]
     counts = np.diff(np.append(starts, count))
@@ -223,6 +241,41 @@ def _sorted_groups(
         rank[by_occurrence] = np.arange(by_occurrence.size)
         first, counts, inverse = first[by_occurrence], counts[by_occurrence], rank[inverse]
     return first, counts, inverse
+
+
+#: The most elements ``_packed_order`` sorts: a position takes the low 32 bits of a packed key.
+_POSITIONS = 1 << 32
+
+
+def _packed_order(
+    values: npt.NDArray[Any],
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.uint64], npt.NDArray[np.bool_] | None]:
+    """A stable sort of ``values`` (elements of at most 4 bytes, at most _POSITIONS of them):
+    the order, the sorted 32-bit keys (as ``sortable_keys``' are: ascending, equal where the
+    values are equal, NaN last) and where the values are NaN (None for types without NaN).
+    Each key and its position are packed in one 64-bit word and the words sorted by value:
+    NumPy sorts plain numbers with SIMD, many times faster than it sorts indices by their keys
+    (``argsort``), and equal keys then stay in their positions' order."""
+    dtype = values.dtype
+    nan: npt.NDArray[np.bool_] | None = None
+    if dtype.kind in "bu":
+        keys = values.astype(np.uint64)
+    elif dtype.kind == "i":
+        keys = (values.astype(np.int32).view(np.uint32) ^ np.uint32(1 << 31)).astype(np.uint64)
+    else:
+        wide = values.astype(np.float32)  # float16 and bfloat16: exact in float32
+        nan = np.isnan(wide)
+        wide[wide == 0] = 0.0  # -0.0 is +0.0
+        bits = wide.view(np.uint32)
+        keys = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(1 << 31)).astype(np.uint64)
+        del wide, bits
+        keys[nan] = np.uint64(2**32 - 1)  # after +inf
+    keys <<= np.uint64(32)
+    keys |= np.arange(values.size, dtype=np.uint64)
+    keys.sort()
+    order = (keys & np.uint64(2**32 - 1)).astype(np.int64)
+    keys >>= np.uint64(32)
+    return order, keys, nan
 
 
 #: Elements counted at a time (each piece's temporaries: 8 bytes an element).

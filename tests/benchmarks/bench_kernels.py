@@ -4,9 +4,9 @@
     .venv/bin/python tests/benchmarks/bench_kernels.py --smoke    # 1 MiB, for CI
     .venv/bin/python tests/benchmarks/bench_kernels.py --only pad,tile
 
-Each op's cases come from its own test file: a module-level ``benchmark_cases(nbytes)`` (a
-list) or ``benchmark_case(nbytes)`` (one) in ``tests/ops/test_<op>.py`` giving ``BenchmarkCase``
-values (the inputs and attributes of one large request, the bytes the op must move, and how to
+Each op's cases come from its own test file: a module-level ``benchmark_cases(nbytes)`` in
+``tests/ops/test_<op>.py`` giving a list of ``BenchmarkCase`` values, float32 and int8 (checked
+for every op of the registry by ``tests/ops/test_benchmark_cases.py``) (the inputs and attributes of one large request, the bytes the op must move, and how to
 build the same node for OpenVINO). A new op's test file adds its cases and this table has a row
 for each. Per case, interleaved, the median of several rounds: the op's plan and kernel into a
 ready output (as a request runs them), the byte floor (``np.copyto`` of the bytes it moves: read
@@ -36,16 +36,13 @@ from tests.ops.movement_support import BenchmarkCase  # noqa: E402
 
 
 def cases(nbytes: int, only: set[str] | None) -> list[BenchmarkCase]:
-    """Each op's cases, from its test file's ``benchmark_cases`` or ``benchmark_case``."""
+    """Each op's cases, from its test file's ``benchmark_cases``."""
     found: list[BenchmarkCase] = []
     for path in sorted((ROOT / "tests" / "ops").glob("test_*.py")):
         module = importlib.import_module(f"tests.ops.{path.stem}")
-        many = getattr(module, "benchmark_cases", None)
-        one = getattr(module, "benchmark_case", None)
-        made: list[BenchmarkCase] = (
-            list(many(nbytes)) if many is not None else [one(nbytes)] if one is not None else []
-        )
-        found.extend(case for case in made if only is None or case.op in only)
+        made = getattr(module, "benchmark_cases", None)
+        if made is not None:
+            found.extend(case for case in made(nbytes) if only is None or case.op in only)
     return found
 
 

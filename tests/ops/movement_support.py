@@ -10,7 +10,7 @@ import numpy.typing as npt
 import openvino as ov
 import openvino.opset1 as ov_opset1
 
-from tensor_ops_wire.dtypes import BFLOAT16
+from tensor_ops_wire.dtypes import BFLOAT16, element_type_of
 
 #: Every element type the ops take.
 ELEMENT_TYPES: tuple[np.dtype[Any], ...] = (
@@ -107,12 +107,25 @@ class BenchmarkCase:
     openvino: Callable[[], tuple[Any, list[npt.NDArray[Any]]]] | None = None
 
 
+#: The element types every op's benchmark cases come in (tests/benchmarks/bench_kernels.py).
+BENCHMARK_DTYPES: tuple[np.dtype[Any], ...] = (np.dtype(np.float32), np.dtype(np.int8))
+
+
+def short(dtype: Any) -> str:
+    """``dtype``'s OpenVINO name (``f32``, ``i8``), for a benchmark case's label."""
+    return element_type_of(np.dtype(dtype)).openvino
+
+
+def plugin_type(dtype: Any) -> Any:
+    """OpenVINO's element type for ``dtype`` (a benchmark model's parameter)."""
+    return getattr(ov.Type, short(dtype))
+
+
 def plugin_model(
     build: Callable[[Any], Any], data: npt.NDArray[Any]
 ) -> tuple[Any, list[npt.NDArray[Any]]]:
     """A model of ``build(parameter)`` over ``data`` (float32 or int8), and its feed."""
-    types = {"float32": ov.Type.f32, "int8": ov.Type.i8, "int32": ov.Type.i32}
-    parameter = ov_opset1.parameter(list(data.shape), types[data.dtype.name])
+    parameter = ov_opset1.parameter(list(data.shape), plugin_type(data.dtype))
     node = build(parameter)
     outputs = node.outputs() if len(node.outputs()) > 1 else [node]
     return ov.Model(outputs, [parameter]), [data]

@@ -14,6 +14,7 @@ from app.ops.broadcast import broadcast, broadcast_shapes
 from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -22,6 +23,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
 )
 
 
@@ -293,15 +295,22 @@ def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> N
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """One float32 row broadcast to a square of ``nbytes``."""
-    side = int((nbytes // 4) ** 0.5)
-    data = (np.arange(side) % 3).astype(np.float32).reshape(1, side)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """One row broadcast to a square of ``nbytes``, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """One row broadcast to a square of ``nbytes``."""
+    side = int((nbytes // np.dtype(dtype).itemsize) ** 0.5)
+    data = (np.arange(side) % 3).astype(dtype).reshape(1, side)
     target = np.array([side, side])
 
     def model() -> Any:
         return plugin_model(lambda p: ov_opset3.broadcast(p, constant(target)), data)
 
     arrays = {"data": data, "target_shape": target}
-    moved = data.nbytes + side * side * 4
-    return BenchmarkCase("broadcast", "row to square, f32", arrays, {}, data.dtype, moved, model)
+    moved = data.nbytes + side * side * data.itemsize
+    return BenchmarkCase(
+        "broadcast", f"row to square, {short(dtype)}", arrays, {}, data.dtype, moved, model
+    )

@@ -474,6 +474,40 @@ def test_rows_read_a_step_apart_are_read_with_the_rows_that_fill_their_gaps(
     assert lanes and all(lane < 0 for lane in lanes), lanes
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_a_view_copy_takes_slices_of_any_step_either_way(
+    dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``copy_view`` (Slice and StridedSlice's copy) gives NumPy's assignment bit
+    for bit, read from a view (steps 1 to 5 either way, new and dropped axes of one element,
+    rows of every length) or written into one (every other element replaced), the compiled
+    copy taking every size (its threshold set to 0)."""
+    from app.ops import raw  # noqa: PLC0415
+
+    monkeypatch.setattr(raw, "COPY_VIEW_FROM", 0)
+    rng = np.random.default_rng(7)
+    source = rng.integers(0, 1 << 30, (6, 10, 37), dtype=np.uint64).astype(dtype)
+    reads = [source[:, :, ::step] for step in (1, 2, 3, 4, 5, -1, -2, -3)]
+    reads += [source[1:5:2, ::-3, 2:30:2], source[None, 2, ..., ::2], source[:, 4, :]]
+    for view in reads:
+        out = np.full(view.shape, 7, dtype)
+        raw.copy_view(out, out, source, view)
+        assert_same_bits(out, np.ascontiguousarray(view))
+    # A view given with axes of one element more or fewer than the output's.
+    out = np.full((1, 6, 37), 7, dtype)
+    raw.copy_view(out, out, source, source[:, 3, :])
+    assert_same_bits(out, source[None, :, 3, :].copy())
+    for slices in [(slice(None), slice(None), slice(None, None, 2)),
+                   (slice(None), slice(None, None, -1), slice(1, None, 4)),
+                   (slice(None, None, -2), slice(1, 9, 3), slice(None))]:  # fmt: skip
+        target = source.copy()
+        expected = source.copy()
+        fresh = rng.integers(0, 1 << 30, target[slices].shape, dtype=np.uint64).astype(dtype)
+        expected[slices] = fresh
+        raw.copy_view(target, target[slices], fresh, fresh)
+        assert_same_bits(target, expected)
+
+
 @pytest.mark.parametrize(
     "dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.complex128], ids=str
 )

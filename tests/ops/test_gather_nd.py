@@ -25,7 +25,14 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.gather_nd import OP, gather_nd, gather_nd_plan
 from tests.cases import DATA_TYPES, INDEX_TYPES, make_data, raw, special_bits
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 SEED = 20261128
@@ -326,9 +333,14 @@ def test_gather_nd_matches_openvino() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """GatherND of every row of a float32 matrix of ``nbytes``, reversed."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """GatherND of every row of a matrix of ``nbytes``, reversed, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """GatherND of every row of a matrix of ``nbytes``, reversed."""
+    data = square(nbytes, dtype)
     indices = np.arange(data.shape[0] - 1, -1, -1).reshape(-1, 1)
 
     def model() -> Any:
@@ -336,5 +348,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
 
         return plugin_model(lambda p: ov_opset8.gather_nd(p, constant(indices), 0), data)
 
-    return BenchmarkCase("gather_nd", "rows reversed, f32", {"data": data, "indices": indices},
+    return BenchmarkCase("gather_nd", f"rows reversed, {short(dtype)}", {"data": data, "indices": indices},
                          {"batch_dims": 0}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -13,6 +13,7 @@ from app.ops.reverse_sequence import OP, reverse_sequence
 from app.registry import REGISTRY
 from tensor_ops_wire.dtypes import BFLOAT16
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -21,6 +22,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
 )
 
 
@@ -181,16 +183,21 @@ def test_openvino_cpu_plugin_agrees(
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """ReverseSequence of float32 [64, T, 256] of ``nbytes``, lengths 1..T spread."""
-    steps = nbytes // 4 // 64 // 256
-    data = (np.arange(64 * steps * 256) % 5).astype(np.float32).reshape(64, steps, 256)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """ReverseSequence of [64, T, 256] of ``nbytes``, lengths 1..T spread, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """ReverseSequence of [64, T, 256] of ``nbytes``, lengths 1..T spread."""
+    steps = nbytes // np.dtype(dtype).itemsize // 64 // 256
+    data = (np.arange(64 * steps * 256) % 5).astype(dtype).reshape(64, steps, 256)
     lengths = np.linspace(1, steps, 64).astype(np.int32)
 
     def model() -> Any:
         build = lambda p: ov_opset1.reverse_sequence(p, constant(lengths), 0, 1)  # noqa: E731
         return plugin_model(build, data)
 
-    return BenchmarkCase("reverse_sequence", "[64, T, 256], f32", {"data": data,
+    return BenchmarkCase("reverse_sequence", f"[64, T, 256], {short(dtype)}", {"data": data,
                          "seq_lengths": lengths}, {"batch_axis": 0, "seq_axis": 1},
                          data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from app.ops import SpecError, roll
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 MATRIX = np.arange(1, 13, dtype=np.int64).reshape(4, 3)
@@ -174,9 +181,14 @@ def test_rank_0_data_refuses_other_axes(axes: int) -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Roll along both axes of a float32 matrix of ``nbytes``."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Roll along both axes of a matrix of ``nbytes``, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Roll along both axes of a matrix of ``nbytes``."""
+    data = square(nbytes, dtype)
     shift, axes = np.array([1, -1]), np.array([0, 1])
 
     def model() -> Any:
@@ -186,4 +198,6 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "shift": shift, "axes": axes}
-    return BenchmarkCase("roll", "both axes, f32", arrays, {}, data.dtype, 2 * data.nbytes, model)
+    return BenchmarkCase(
+        "roll", f"both axes, {short(dtype)}", arrays, {}, data.dtype, 2 * data.nbytes, model
+    )

@@ -29,7 +29,14 @@ from app.ops.scatter_elements_update import (
     scatter_elements_update_plan,
 )
 from tests.cases import DATA_TYPES, INDEX_TYPES, make_data, raw, special_bits
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 SEED = 20261128
@@ -444,11 +451,16 @@ def test_known_disagreements() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """ScatterElementsUpdate of one row of a float32 matrix of ``nbytes`` (the copy dominates)."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """ScatterElementsUpdate of one row of a matrix of ``nbytes`` (the copy dominates), float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """ScatterElementsUpdate of one row of a matrix of ``nbytes`` (the copy dominates)."""
+    data = square(nbytes, dtype)
     indices = np.arange(data.shape[1]).reshape(1, -1) % data.shape[0]
-    updates = np.ones((1, data.shape[1]), np.float32)
+    updates = np.ones((1, data.shape[1]), dtype)
 
     def model() -> Any:
         build = lambda p: ov_opset12.scatter_elements_update(  # noqa: E731
@@ -457,7 +469,7 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "indices": indices, "updates": updates, "axis": np.array(0)}
-    return BenchmarkCase("scatter_elements_update", "1 row, f32", arrays, {}, data.dtype,
+    return BenchmarkCase("scatter_elements_update", f"1 row, {short(dtype)}", arrays, {}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip
 
 

@@ -31,7 +31,14 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.scatter_nd_update import OP, REDUCTIONS, scatter_nd_update, scatter_nd_update_plan
 from tests.cases import DATA_TYPES, make_data, raw, special_bits
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 SEED = 20261131
@@ -481,11 +488,16 @@ def test_reductions_against_openvino() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """ScatterNDUpdate of 16 rows of a float32 matrix of ``nbytes`` (the copy dominates)."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """ScatterNDUpdate of 16 rows of a matrix of ``nbytes`` (the copy dominates), float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """ScatterNDUpdate of 16 rows of a matrix of ``nbytes`` (the copy dominates)."""
+    data = square(nbytes, dtype)
     indices = np.arange(16).reshape(16, 1)
-    updates = np.ones((16, data.shape[1]), np.float32)
+    updates = np.ones((16, data.shape[1]), dtype)
 
     def model() -> Any:
         import openvino.opset15 as ov_opset15  # noqa: PLC0415
@@ -496,5 +508,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "indices": indices, "updates": updates}
-    return BenchmarkCase("scatter_nd_update", "16 rows, f32", arrays, {"reduction": "none"},
+    return BenchmarkCase("scatter_nd_update", f"16 rows, {short(dtype)}", arrays, {"reduction": "none"},
                          data.dtype, 2 * data.nbytes, model)  # fmt: skip

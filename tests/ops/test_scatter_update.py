@@ -26,7 +26,14 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.scatter_update import OP, scatter_update, scatter_update_plan
 from tests.cases import DATA_TYPES, INDEX_TYPES, make_data, raw, special_bits
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 SEED = 20261130
@@ -293,11 +300,16 @@ def test_scatter_update_matches_openvino() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """ScatterUpdate of 16 rows of a float32 matrix of ``nbytes`` (the copy dominates)."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """ScatterUpdate of 16 rows of a matrix of ``nbytes`` (the copy dominates), float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """ScatterUpdate of 16 rows of a matrix of ``nbytes`` (the copy dominates)."""
+    data = square(nbytes, dtype)
     indices = np.arange(16)
-    updates = np.ones((16, data.shape[1]), np.float32)
+    updates = np.ones((16, data.shape[1]), dtype)
 
     def model() -> Any:
         import openvino.opset3 as ov_opset3  # noqa: PLC0415
@@ -308,5 +320,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "indices": indices, "updates": updates, "axis": np.array(0)}
-    return BenchmarkCase("scatter_update", "16 rows, f32", arrays, {}, data.dtype,
+    return BenchmarkCase("scatter_update", f"16 rows, {short(dtype)}", arrays, {}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip

@@ -12,6 +12,7 @@ from app.ops.errors import SpecError
 from app.ops.shuffle_channels import OP, shuffle_channels
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -19,6 +20,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
 )
 
 NUMERIC = tuple(dtype for dtype in ELEMENT_TYPES if dtype.kind != "b")
@@ -145,13 +147,18 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: int, group: in
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """ShuffleChannels of float32 [1, 64, H, H] of ``nbytes``, axis 1, group 4."""
-    side = int((nbytes // 4 // 64) ** 0.5)
-    data = (np.arange(64 * side * side) % 5).astype(np.float32).reshape(1, 64, side, side)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """ShuffleChannels of [1, 64, H, H] of ``nbytes``, axis 1, group 4, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """ShuffleChannels of [1, 64, H, H] of ``nbytes``, axis 1, group 4."""
+    side = int((nbytes // np.dtype(dtype).itemsize // 64) ** 0.5)
+    data = (np.arange(64 * side * side) % 5).astype(dtype).reshape(1, 64, side, side)
 
     def model() -> Any:
         return plugin_model(lambda p: ov_opset3.shuffle_channels(p, 1, 4), data)
 
-    return BenchmarkCase("shuffle_channels", "[1, 64, H, W], group 4, f32", {"data": data},
+    return BenchmarkCase("shuffle_channels", f"[1, 64, H, W], group 4, {short(dtype)}", {"data": data},
                          {"axis": 1, "group": 4}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

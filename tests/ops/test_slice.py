@@ -12,6 +12,7 @@ from app.ops.errors import SpecError
 from app.ops.slice import OP, slice_
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -20,6 +21,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
     square,
 )
 
@@ -139,9 +141,14 @@ def test_openvino_cpu_plugin_agrees(
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Slice of every other column of a float32 matrix of ``nbytes``."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Slice of every other column of a matrix of ``nbytes``, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Slice of every other column of a matrix of ``nbytes``."""
+    data = square(nbytes, dtype)
     start, stop, step = np.array([0, 0]), np.array(data.shape), np.array([1, 2])
 
     def model() -> Any:
@@ -149,4 +156,6 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(lambda p: ov_opset8.slice(p, *(constant(v) for v in values)), data)
 
     arrays = {"data": data, "start": start, "stop": stop, "step": step}
-    return BenchmarkCase("slice", "step 2 inner, f32", arrays, {}, data.dtype, data.nbytes, model)
+    return BenchmarkCase(
+        "slice", f"step 2 inner, {short(dtype)}", arrays, {}, data.dtype, data.nbytes, model
+    )

@@ -16,11 +16,14 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.ops.slice_scatter import slice_scatter
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
     constant,
+    plugin_type,
     sample,
+    short,
     square,
 )
 
@@ -247,15 +250,20 @@ def test_the_cpu_plugin_disagreement_is_as_listed() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Every other column of a float32 matrix of ``nbytes`` replaced."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Every other column of a matrix of ``nbytes`` replaced, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Every other column of a matrix of ``nbytes`` replaced."""
+    data = square(nbytes, dtype)
     updates = np.ascontiguousarray(data[:, ::2]) + 1
     start, stop, step, axes = (np.array([v]) for v in (0, data.shape[1], 2, 1))
 
     def model() -> Any:
-        first = ov_opset1.parameter(list(data.shape), ov.Type.f32)
-        second = ov_opset1.parameter(list(updates.shape), ov.Type.f32)
+        first = ov_opset1.parameter(list(data.shape), plugin_type(dtype))
+        second = ov_opset1.parameter(list(updates.shape), plugin_type(dtype))
         values = (constant(v) for v in (start, stop, step, axes))
         node = ov_opset15.slice_scatter(first, second, *values)
         return ov.Model([node], [first, second]), [data, updates]
@@ -263,5 +271,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
     arrays = {"data": data, "updates": updates, "start": start, "stop": stop, "step": step,
               "axes": axes}  # fmt: skip
     moved = 2 * data.nbytes + updates.nbytes
-    return BenchmarkCase("slice_scatter", "every other column, f32", arrays, {}, data.dtype,
-                         moved, model)  # fmt: skip
+    label = f"every other column, {short(dtype)}"
+    return BenchmarkCase("slice_scatter", label, arrays, {}, data.dtype, moved, model)

@@ -13,6 +13,7 @@ from app.ops.errors import SpecError
 from app.ops.split import OP, split
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -20,6 +21,7 @@ from tests.ops.movement_support import (
     plugin_model,
     positions,
     sample,
+    short,
     square,
 )
 
@@ -103,13 +105,18 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: int, num_split
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Split of a float32 matrix of ``nbytes`` in 4 along the inner axis."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Split of a matrix of ``nbytes`` in 4 along the inner axis, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Split of a matrix of ``nbytes`` in 4 along the inner axis."""
+    data = square(nbytes, dtype)
     data = data[:, : data.shape[1] // 4 * 4]
 
     def model() -> Any:
         return plugin_model(lambda p: ov_opset1.split(p, ov_opset1.constant(np.int64(1)), 4), data)
 
-    return BenchmarkCase("split", "4 along axis 1, f32", {"data": data, "axis": np.array(1)},
+    return BenchmarkCase("split", f"4 along axis 1, {short(dtype)}", {"data": data, "axis": np.array(1)},
                          {"num_splits": 4}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -15,6 +15,7 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.ops.strided_slice import strided_slice, strided_slice_plan
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -23,6 +24,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
     square,
 )
 
@@ -428,9 +430,14 @@ def test_the_cpu_plugin_disagreements_are_as_listed(
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Every other column of a float32 matrix of ``nbytes``."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Every other column of a matrix of ``nbytes``, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Every other column of a matrix of ``nbytes``."""
+    data = square(nbytes, dtype)
     begin, end, stride = np.array([0, 0]), np.array(data.shape), np.array([1, 2])
     masks = {"begin_mask": (0, 0), "end_mask": (0, 0), "new_axis_mask": (),
              "shrink_axis_mask": (), "ellipsis_mask": ()}  # fmt: skip
@@ -440,5 +447,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(lambda p: ov_opset1.strided_slice(p, *values, [0, 0], [0, 0]), data)
 
     arrays = {"data": data, "begin": begin, "end": end, "stride": stride}
-    return BenchmarkCase("strided_slice", "step 2 inner, f32", arrays, masks, data.dtype,
+    return BenchmarkCase("strided_slice", f"step 2 inner, {short(dtype)}", arrays, masks, data.dtype,
                          data.nbytes, model)  # fmt: skip

@@ -12,6 +12,7 @@ from app.ops.errors import SpecError
 from app.ops.tile import OP, tile, tile_shape
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -20,6 +21,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
     square,
 )
 
@@ -110,15 +112,20 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], repeats: list[int]) 
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Tile of a float32 matrix of ``nbytes / 4`` by [2, 2]."""
-    data = square(nbytes // 4)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Tile of a matrix of ``nbytes / 4`` by [2, 2], float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Tile of a matrix of ``nbytes / 4`` by [2, 2]."""
+    data = square(nbytes // 4, dtype)
     repeats = np.array([2, 2])
 
     def model() -> Any:
         return plugin_model(lambda p: ov_opset1.tile(p, constant(repeats)), data)
 
-    return BenchmarkCase("tile", "[2, 2], f32", {"data": data, "repeats": repeats}, {},
+    return BenchmarkCase("tile", f"[2, 2], {short(dtype)}", {"data": data, "repeats": repeats}, {},
                          data.dtype, 5 * data.nbytes, model)  # fmt: skip
 
 

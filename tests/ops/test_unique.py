@@ -22,7 +22,7 @@ from app.ops.declaration import SplitPlan
 from app.ops.errors import SpecError
 from app.ops.unique import OP, unique, unique_plan
 from tests.cases import DATA_TYPES, make_data, raw
-from tests.ops.movement_support import BenchmarkCase, plugin_model
+from tests.ops.movement_support import BENCHMARK_DTYPES, BenchmarkCase, plugin_model, short
 from tests.support import assert_same_bits
 
 SEED = 20261128
@@ -291,15 +291,21 @@ def test_known_disagreements() -> None:
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """Unique of int8 values 0..99 in a tensor of ``nbytes`` (a sort: not a pure movement)."""
-    data = (np.arange(nbytes) * 7919 % 100).astype(np.int8)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """Unique of values 0..99 in a tensor of ``nbytes`` (not a pure movement), float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """Unique of values 0..99 in a tensor of ``nbytes`` (a sort: not a pure movement)."""
+    data = (np.arange(nbytes // np.dtype(dtype).itemsize) * 7919 % 100).astype(dtype)
 
     def model() -> Any:
         return plugin_model(ov_opset10.unique, data)
 
     attributes = {"sorted": True, "index_element_type": "i64", "count_element_type": "i64"}
-    return BenchmarkCase("unique", "flattened, i8", {"data": data}, attributes, data.dtype,
+    label = f"flattened, {short(dtype)}"
+    return BenchmarkCase("unique", label, {"data": data}, attributes, data.dtype,
                          data.nbytes + 8 * data.size, model)  # fmt: skip
 
 
@@ -371,3 +377,41 @@ def test_a_true_byte_other_than_one_is_true_in_the_table() -> None:
     assert values.tolist() == [False, True]
     assert first.tolist() == [0, 1] and inverse.tolist() == [0, 1, 1, 0, 1]
     assert counts.tolist() == [2, 3]
+
+
+#: The types whose keys are packed with their positions when they are not counted in a table.
+PACKED_TYPES = ("int8", "uint8", "int16", "uint16", "int32", "uint32", "float16", "bfloat16",
+                "float32")  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(name) for name in PACKED_TYPES], ids=str)
+def test_keys_packed_with_their_positions_give_what_the_index_sort_gives(
+    dtype: np.dtype[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Elements of at most 4 bytes are sorted as 64-bit words of their key and position: every
+    output, sorted or in order of first occurrence, the same bits as the stable sort of indices
+    by 64-bit keys, on bits of every kind (NaNs of every payload and sign, both zeros,
+    infinities, subnormals, the extremes) with many repeats."""
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    packed_calls: list[int] = []
+    original = unique_module._packed_order
+
+    def watched(values: Any) -> Any:
+        packed_calls.append(values.size)
+        return original(values)
+
+    monkeypatch.setattr(unique_module, "_packed_order", watched)
+    monkeypatch.setattr(unique_module, "_countable", lambda _: False)
+    rng = np.random.default_rng(dtype.itemsize)
+    some = make_data(rng, dtype, (64,), False)
+    data = some[rng.integers(0, some.size, 3000)]  # each value many times, in no order
+    for sort in (True, False):
+        plan = unique_plan(data, None, sort, "i64", "i64")
+        packed = unique_module.unique_planned(data, plan)
+        with monkeypatch.context() as patch:
+            patch.setattr(unique_module, "_POSITIONS", 0)
+            by_index = unique_module.unique_planned(data, plan)
+        for ours, theirs in zip(packed, by_index, strict=True):
+            assert_same_bits(ours, theirs)
+    assert packed_calls == [data.size] * 2

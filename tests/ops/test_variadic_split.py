@@ -13,6 +13,7 @@ from app.ops.errors import SpecError
 from app.ops.variadic_split import OP, variadic_split
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -20,6 +21,7 @@ from tests.ops.movement_support import (
     plugin_model,
     positions,
     sample,
+    short,
     square,
 )
 
@@ -109,9 +111,14 @@ def test_openvino_cpu_plugin_agrees(shape: tuple[int, ...], axis: int, lengths: 
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
 
 
-def benchmark_case(nbytes: int) -> BenchmarkCase:
-    """VariadicSplit of a float32 matrix of ``nbytes`` into a quarter and the rest."""
-    data = square(nbytes)
+def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
+    """VariadicSplit of a matrix of ``nbytes`` into a quarter and the rest, float32 and int8."""
+    return [_benchmark_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
+
+
+def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
+    """VariadicSplit of a matrix of ``nbytes`` into a quarter and the rest."""
+    data = square(nbytes, dtype)
     lengths = np.array([data.shape[0] // 4, -1])
 
     def model() -> Any:
@@ -121,5 +128,5 @@ def benchmark_case(nbytes: int) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "axis": np.array(0), "split_lengths": lengths}
-    return BenchmarkCase("variadic_split", "[1/4, -1], f32", arrays, {}, data.dtype,
+    return BenchmarkCase("variadic_split", f"[1/4, -1], {short(dtype)}", arrays, {}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip
