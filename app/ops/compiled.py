@@ -18,6 +18,7 @@ stays in memory. Without any usable directory everything is compiled in memory, 
 """
 
 import contextlib
+import platform
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -63,12 +64,21 @@ def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
     return types.void(array, index), codegen
 
 
+#: Whether the loops are compiled for x86 (numba compiles for the machine it runs on): its
+#: store fence is an x86 instruction.
+_X86 = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _fence(typingctx: Any) -> Any:
-    """Order the non-temporal stores before every later store (``sfence``): they are weakly
+    """Order the non-temporal stores before every later store (``sfence`` on x86-64; elsewhere
+    LLVM's own sequentially consistent fence, which every target has): they are weakly
     ordered, and the output is handed to another thread once the loop returns."""
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        if not _X86:
+            builder.fence("seq_cst")
+            return context.get_dummy_value()
         function_type = ir.FunctionType(ir.VoidType(), [])
         fence = cgutils.get_or_insert_function(builder.module, function_type, "llvm.x86.sse.sfence")
         builder.call(fence, [])
