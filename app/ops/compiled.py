@@ -11,6 +11,11 @@ GatherTree's check of float ids (3 widths): 34 compiled signatures in all.
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
 
+Long (some 900 lines) because numba's cache is kept per source file: a loop's cached machine
+code is reused while its own file is unchanged, whatever changed in the modules it imports, so
+the intrinsics and helpers a loop inlines live in the file of the loops (a helper in another
+module, once changed, would leave every cache built before it in use, stale).
+
 The machine code is cached on disk (numba's ``cache=True``): in ``NUMBA_CACHE_DIR`` when it is
 set, else in ``__pycache__`` beside this file. A cache directory that exists but cannot be
 written (an image's, under a read-only root filesystem) is still read; what is compiled then
