@@ -231,7 +231,8 @@ def _groups(
     starts = np.flatnonzero(new_group)
     first = order[starts]
     counts = np.diff(np.append(starts, count))
-    group = np.cumsum(new_group) - 1
+    group = np.cumsum(new_group, dtype=np.int64)
+    group -= 1
     inverse = np.empty(count, dtype=np.int64)
     inverse[order] = group
     if not plan.sorted:
@@ -267,7 +268,13 @@ def _packed_order(
         nan = np.isnan(wide)
         wide[wide == 0] = 0.0  # -0.0 is +0.0
         bits = wide.view(np.uint32)
-        keys = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(1 << 31)).astype(np.uint64)
+        # A negative value's bits all flipped, a positive one's sign bit set: the bits xor'd
+        # with the sign spread over the word (all ones or none), the sign bit or'd in.
+        flips = wide.view(np.int32) >> np.int32(31)
+        flips |= np.int32(-(1 << 31))
+        bits ^= flips.view(np.uint32)
+        del flips
+        keys = bits.astype(np.uint64)
         del wide, bits
         keys[nan] = np.uint64(2**32 - 1)  # after +inf
     keys <<= np.uint64(32)
