@@ -191,43 +191,31 @@ def _sorted_groups(
     rows: npt.NDArray[Any], plan: UniquePlan
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """The first occurrence and size of each group and each row's group, by one stable sort of
-    the rows' keys: groups of equal keys are the unique ones."""
+    the rows' keys: groups of equal keys are the unique ones. Elements of up to 4 bytes are
+    sorted packed with their positions (``_packed_order``), others by an index sort."""
     count = rows.shape[0]
+    new_group = np.empty(count, dtype=bool)
+    new_group[0] = True
+    nan: npt.NDArray[np.bool_] | None
     if rows.shape[1] == 1 and rows.dtype.itemsize <= 4 and count <= _POSITIONS:
         order, ordered, nan = _packed_order(rows[:, 0])
-        new_group = np.empty(count, dtype=bool)
-        new_group[0] = True
         np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
         del ordered
-        if nan is not None:
-            new_group |= nan[order]
-        return _groups(order, new_group, plan)
-    keys, nan = sortable_keys(rows)
-    if keys.shape[1] == 1:
-        order = np.argsort(keys[:, 0], kind="stable")
-        ordered = keys[order, 0]
-        new_group = np.empty(count, dtype=bool)
-        new_group[0] = True
-        np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
     else:
-        # np.lexsort sorts by its last key first: the slices' first element leads.
-        order = np.lexsort(keys.T[::-1]) if keys.shape[1] else np.arange(count)
-        ordered_rows = keys[order]
-        new_group = np.empty(count, dtype=bool)
-        new_group[0] = True
-        np.any(ordered_rows[1:] != ordered_rows[:-1], axis=1, out=new_group[1:])
+        keys, nans = sortable_keys(rows)
+        if keys.shape[1] == 1:
+            order = np.argsort(keys[:, 0], kind="stable")
+            ordered = keys[order, 0]
+            np.not_equal(ordered[1:], ordered[:-1], out=new_group[1:])
+        else:
+            # np.lexsort sorts by its last key first: the slices' first element leads.
+            order = np.lexsort(keys.T[::-1]) if keys.shape[1] else np.arange(count)
+            ordered_rows = keys[order]
+            np.any(ordered_rows[1:] != ordered_rows[:-1], axis=1, out=new_group[1:])
+        nan = None if nans is None else nans.any(axis=1)
     if nan is not None:
         # A NaN equals nothing, itself included: each element (slice) with one starts a group.
-        new_group |= nan.any(axis=1)[order]
-    return _groups(order, new_group, plan)
-
-
-def _groups(
-    order: npt.NDArray[np.int64], new_group: npt.NDArray[np.bool_], plan: UniquePlan
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The groups of a stable sort's ``order``, each begun where ``new_group`` is set: the
-    first occurrence and size of each group, and each row's group."""
-    count = order.size
+        new_group |= nan[order]
     starts = np.flatnonzero(new_group)
     first = order[starts]
     counts = np.diff(np.append(starts, count))

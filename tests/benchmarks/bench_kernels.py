@@ -5,19 +5,18 @@
     .venv/bin/python tests/benchmarks/bench_kernels.py --only pad,tile
 
 Each op's cases come from its own test file: a module-level ``benchmark_cases(nbytes)`` in
-``tests/ops/test_<op>.py`` giving a list of ``BenchmarkCase`` values, float32 and int8 (checked
-for every op of the registry by ``tests/ops/test_benchmark_cases.py``) (the inputs and attributes of one large request, the bytes the op must move, and how to
-build the same node for OpenVINO). A new op's test file adds its cases and this table has a row
-for each. Per case, interleaved, the median of several rounds: the op's plan and kernel into a
-ready output (as a request runs them), the byte floor (``np.copyto`` of the bytes it moves: read
-and written once), a plain copy of the output's bytes (the physical limit: every output byte
-written once, from somewhere) and the CPU plugin's inference into a ready output on the same
-data, on one thread as ours runs. It prints ratios and asserts no time (the machine is shared
-and noisy).
+``tests/ops/test_<op>.py`` giving ``BenchmarkCase`` values (the inputs and attributes of one
+large request, the bytes the op must move, and how to build the same node for OpenVINO), in
+float32 and int8 (``tests/ops/test_benchmark_cases.py`` checks both for every op). A new op's
+test file adds its cases and this table has a row for each. Per case, interleaved, the median of
+several rounds: the op's plan and kernel into a ready output (as a request runs them), the byte
+floor (``np.copyto`` of the bytes it moves: read and written once), a plain copy of the output's
+bytes (the physical limit: every output byte written once, from somewhere) and the CPU plugin's
+inference into a ready output on the same data, on one thread as ours runs. It prints ratios and
+asserts no time (the machine is shared and noisy).
 """
 
 import argparse
-import importlib
 import statistics
 import sys
 import time
@@ -32,18 +31,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "client")]
 
 from app.ops.declaration import Plan, SplitPlan  # noqa: E402
 from app.registry import REGISTRY  # noqa: E402
-from tests.ops.movement_support import BenchmarkCase  # noqa: E402
+from tests.ops.movement_support import BenchmarkCase, every_benchmark_case  # noqa: E402
 
 
 def cases(nbytes: int, only: set[str] | None) -> list[BenchmarkCase]:
-    """Each op's cases, from its test file's ``benchmark_cases``."""
-    found: list[BenchmarkCase] = []
-    for path in sorted((ROOT / "tests" / "ops").glob("test_*.py")):
-        module = importlib.import_module(f"tests.ops.{path.stem}")
-        made = getattr(module, "benchmark_cases", None)
-        if made is not None:
-            found.extend(case for case in made(nbytes) if only is None or case.op in only)
-    return found
+    """Each op's cases (``every_benchmark_case``), those of ``only`` when it is given."""
+    return [case for case in every_benchmark_case(nbytes) if only is None or case.op in only]
 
 
 def output_bytes(case: BenchmarkCase) -> int:

@@ -1,8 +1,10 @@
 """What the movement ops' tests share: every element type with its awkward values, raw views for
 comparing bits, and OpenVINO's CPU plugin run on tensors of positions."""
 
+import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,6 +111,17 @@ class BenchmarkCase:
 
 #: The element types every op's benchmark cases come in (tests/benchmarks/bench_kernels.py).
 BENCHMARK_DTYPES: tuple[np.dtype[Any], ...] = (np.dtype(np.float32), np.dtype(np.int8))
+
+
+def every_benchmark_case(nbytes: int) -> list[BenchmarkCase]:
+    """Every op's benchmark cases of about ``nbytes``: each ``tests/ops/test_<op>.py``'s
+    module-level ``benchmark_cases(nbytes)``, in the files' order."""
+    found: list[BenchmarkCase] = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        made = getattr(importlib.import_module(f"tests.ops.{path.stem}"), "benchmark_cases", None)
+        if made is not None:
+            found.extend(made(nbytes))
+    return found
 
 
 def short(dtype: Any) -> str:

@@ -17,7 +17,6 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.registry import REGISTRY
 from app.settings import Settings
-from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
     BenchmarkCase,
@@ -27,6 +26,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
 )
 from tests.support import npy_b64
 
@@ -242,5 +242,5 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
         inputs = [constant(blocks.astype(np.int64)), constant(crops), constant(crops)]
         return plugin_model(lambda p: ov_opset2.batch_to_space(p, *inputs), data)
 
-    return BenchmarkCase("batch_to_space", f"[8, H, W, 16], [1, 2, 2, 1], {element_type_of(dtype).openvino}",
+    return BenchmarkCase("batch_to_space", f"[8, H, W, 16], [1, 2, 2, 1], {short(dtype)}",
                          arrays, {}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

@@ -5,8 +5,6 @@ The rows are each op's ``benchmark_cases(nbytes)`` in its test file, read by
 tests/benchmarks/bench_kernels.py; a new op without them fails here, not in a table nobody reads.
 """
 
-import importlib
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,22 +13,17 @@ import pytest
 
 from app.ops.declaration import Plan, SplitPlan
 from app.registry import REGISTRY
-from tests.ops.movement_support import BENCHMARK_DTYPES, BenchmarkCase, assert_same_bits
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    assert_same_bits,
+    every_benchmark_case,
+)
 
 SMALL = 1 << 16
 
 
-def _cases(nbytes: int) -> list[BenchmarkCase]:
-    found: list[BenchmarkCase] = []
-    for path in sorted(Path(__file__).parent.glob("test_*.py")):
-        module = importlib.import_module(f"tests.ops.{path.stem}")
-        made = getattr(module, "benchmark_cases", None)
-        if made is not None:
-            found.extend(made(nbytes))
-    return found
-
-
-CASES = _cases(SMALL)
+CASES = every_benchmark_case(SMALL)
 
 
 def test_every_op_has_rows_in_float32_and_int8() -> None:

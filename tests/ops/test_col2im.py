@@ -19,9 +19,8 @@ from openvino import op as ov_op
 
 from app.ops.col2im import OP, col2im, col2im_plan
 from app.ops.errors import SpecError
-from tensor_ops_wire.dtypes import element_type_of
 from tests.cases import DATA_TYPES, make_data, raw
-from tests.ops.movement_support import BenchmarkCase, constant, from_positions, plugin_model
+from tests.ops.movement_support import BenchmarkCase, constant, from_positions, plugin_model, short
 from tests.support import assert_same_bits
 
 SEED = 20261128
@@ -301,7 +300,7 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "output_size": size, "kernel_size": kernel}
-    label = f"2x2 stride 2, {element_type_of(dtype).openvino}"
+    label = f"2x2 stride 2, {short(dtype)}"
     return BenchmarkCase("col2im", label, arrays, attributes, data.dtype, 2 * data.nbytes, model)
 
 

@@ -14,6 +14,7 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -21,6 +22,7 @@ from tests.ops.movement_support import (
     plugin_model,
     positions,
     sample,
+    short,
     square,
 )
 
@@ -123,12 +125,12 @@ def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     """Concat of two halves of ``nbytes`` along the outer and the inner axis, float32 and
     int8."""
     found = []
-    for dtype in (np.float32, np.int8):
+    for dtype in BENCHMARK_DTYPES:
         whole = square(nbytes, dtype)
-        short = {"float32": "f32", "int8": "i8"}[whole.dtype.name]
-        found.append(_concat_case(f"2 halves, axis 0, {short}", whole[: whole.shape[0] // 2], 0))
+        label = short(dtype)
+        found.append(_concat_case(f"2 halves, axis 0, {label}", whole[: whole.shape[0] // 2], 0))
         inner = np.ascontiguousarray(whole[:, : whole.shape[1] // 2])
-        found.append(_concat_case(f"2 halves, inner axis, {short}", inner, 1))
+        found.append(_concat_case(f"2 halves, inner axis, {label}", inner, 1))
     return found
 
 

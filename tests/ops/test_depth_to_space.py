@@ -12,7 +12,6 @@ from app.ops.declaration import Plan
 from app.ops.depth_to_space import OP, depth_to_space, depth_to_space_shape
 from app.ops.errors import SpecError
 from app.registry import REGISTRY
-from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
     BenchmarkCase,
@@ -21,6 +20,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
 )
 
 
@@ -190,6 +190,6 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
     def model() -> Any:
         return plugin_model(lambda p: ov_opset1.depth_to_space(p, "blocks_first", 2), data)
 
-    label = f"[1, 64, H, W], bs 2, {element_type_of(dtype).openvino}"
+    label = f"[1, 64, H, W], bs 2, {short(dtype)}"
     return BenchmarkCase("depth_to_space", label, {"data": data},
                          attributes, data.dtype, 2 * data.nbytes, model)  # fmt: skip

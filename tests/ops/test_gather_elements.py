@@ -22,7 +22,14 @@ from openvino import op as ov_op
 from app.ops.errors import SpecError
 from app.ops.gather_elements import OP, gather_elements, gather_elements_plan
 from tests.cases import DATA_TYPES, make_data, raw, special_bits
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 SEED = 20261129
@@ -236,7 +243,7 @@ def test_gather_elements_matches_openvino() -> None:
 def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     """GatherElements of a matrix of ``nbytes / 2`` along its inner axis (int32 indices),
     float32 and int8."""
-    return [_gather_elements_case(nbytes, dtype) for dtype in (np.float32, np.int8)]
+    return [_gather_elements_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
 
 
 def _gather_elements_case(nbytes: int, dtype: Any) -> BenchmarkCase:
@@ -244,7 +251,6 @@ def _gather_elements_case(nbytes: int, dtype: Any) -> BenchmarkCase:
     indices = np.broadcast_to(
         np.arange(data.shape[1] - 1, -1, -1, dtype=np.int32), data.shape
     ).copy()
-    short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
 
     def model() -> Any:
         import openvino.opset6 as ov_opset6  # noqa: PLC0415
@@ -252,5 +258,5 @@ def _gather_elements_case(nbytes: int, dtype: Any) -> BenchmarkCase:
         return plugin_model(lambda p: ov_opset6.gather_elements(p, constant(indices), 1), data)
 
     arrays = {"data": data, "indices": indices}
-    return BenchmarkCase("gather_elements", f"inner axis, {short}", arrays, {"axis": 1},
+    return BenchmarkCase("gather_elements", f"inner axis, {short(dtype)}", arrays, {"axis": 1},
                          data.dtype, 2 * data.nbytes + indices.nbytes, model)  # fmt: skip

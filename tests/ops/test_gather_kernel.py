@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 
 from app.ops import SpecError, gather, gather_plan
-from tests.ops.movement_support import BenchmarkCase, constant, plugin_model, square
+from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
+    BenchmarkCase,
+    constant,
+    plugin_model,
+    short,
+    square,
+)
 from tests.support import assert_same_bits
 
 BATCHES = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
@@ -225,14 +232,13 @@ def test_plan_gives_the_output_shape_without_data() -> None:
 def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     """Gather along the inner axis of a matrix of ``nbytes`` (every column, shuffled), float32
     and int8."""
-    return [_gather_case(nbytes, dtype) for dtype in (np.float32, np.int8)]
+    return [_gather_case(nbytes, dtype) for dtype in BENCHMARK_DTYPES]
 
 
 def _gather_case(nbytes: int, dtype: Any) -> BenchmarkCase:
     data = square(nbytes, dtype)
     indices = np.random.default_rng(0).permutation(data.shape[1]).astype(np.int32)
     axis = np.array(1)
-    short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
 
     def model() -> Any:
         import openvino.opset8 as ov_opset8  # noqa: PLC0415
@@ -241,5 +247,5 @@ def _gather_case(nbytes: int, dtype: Any) -> BenchmarkCase:
         return plugin_model(build, data)
 
     arrays = {"data": data, "indices": indices, "axis": axis}
-    return BenchmarkCase("gather", f"inner axis, {short}", arrays, {"batch_dims": 0}, data.dtype,
+    return BenchmarkCase("gather", f"inner axis, {short(dtype)}", arrays, {"batch_dims": 0}, data.dtype,
                          2 * data.nbytes, model)  # fmt: skip

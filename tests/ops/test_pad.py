@@ -15,6 +15,7 @@ from app.ops.errors import SpecError
 from app.ops.pad import OP, pad, pad_shape
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -23,6 +24,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
     square,
 )
 
@@ -171,14 +173,14 @@ def test_openvino_cpu_plugin_agrees(
 
 def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     """Pad of a matrix of ``nbytes / 4`` to twice each side, in each mode, float32 and int8."""
-    return [_pad_case(nbytes, mode, dtype) for mode in MODES for dtype in (np.float32, np.int8)]
+    return [_pad_case(nbytes, mode, dtype) for mode in MODES for dtype in BENCHMARK_DTYPES]
 
 
 def _pad_case(nbytes: int, mode: str, dtype: Any) -> BenchmarkCase:
     data = square(nbytes // 4, dtype)
     begin = np.array([data.shape[0] // 2, data.shape[1] // 2])
     end = np.array([data.shape[0] - begin[0], data.shape[1] - begin[1]])
-    short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
+    name = short(dtype)
 
     def model() -> Any:
         if mode != "constant":
@@ -186,12 +188,12 @@ def _pad_case(nbytes: int, mode: str, dtype: Any) -> BenchmarkCase:
             return plugin_model(build, data)
         zero = constant(np.array(0, np.int32))
         build = lambda p: ov_opset12.pad(  # noqa: E731
-            p, constant(begin), constant(end), "constant", ov_opset1.convert(zero, short)
+            p, constant(begin), constant(end), "constant", ov_opset1.convert(zero, name)
         )
         return plugin_model(build, data)
 
     arrays = {"data": data, "pads_begin": begin, "pads_end": end}
-    return BenchmarkCase("pad", f"{mode}, x2 each side, {short}", arrays, {"pad_mode": mode},
+    return BenchmarkCase("pad", f"{mode}, x2 each side, {name}", arrays, {"pad_mode": mode},
                          data.dtype, 5 * data.nbytes, model)  # fmt: skip
 
 

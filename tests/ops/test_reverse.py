@@ -13,6 +13,7 @@ from app.ops.errors import SpecError
 from app.ops.reverse import OP, reverse
 from app.registry import REGISTRY
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -21,6 +22,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
     square,
 )
 
@@ -157,11 +159,10 @@ def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     """Reverse along the inner axis and along both axes of a matrix of ``nbytes``, float32 and
     int8."""
     found = []
-    for dtype in (np.float32, np.int8):
+    for dtype in BENCHMARK_DTYPES:
         data = square(nbytes, dtype)
-        short = {"float32": "f32", "int8": "i8"}[data.dtype.name]
         for label, axis in (("inner axis", np.array([1])), ("both axes", np.array([0, 1]))):
-            found.append(_reverse_case(f"{label}, {short}", data, axis))
+            found.append(_reverse_case(f"{label}, {short(dtype)}", data, axis))
     return found
 
 

@@ -17,7 +17,6 @@ from app.ops.errors import SpecError
 from app.ops.space_to_batch import OP, space_to_batch, space_to_batch_layout
 from app.registry import REGISTRY
 from app.settings import Settings
-from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
     ELEMENT_TYPES,
     BenchmarkCase,
@@ -28,6 +27,7 @@ from tests.ops.movement_support import (
     plugin_model,
     positions,
     sample,
+    short,
 )
 
 
@@ -265,5 +265,5 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
         inputs = [constant(blocks.astype(np.int64)), constant(pads), constant(pads)]
         return plugin_model(lambda p: ov_opset2.space_to_batch(p, *inputs), data)
 
-    return BenchmarkCase("space_to_batch", f"[2, H, W, 16], [1, 2, 2, 1], {element_type_of(dtype).openvino}",
+    return BenchmarkCase("space_to_batch", f"[2, H, W, 16], [1, 2, 2, 1], {short(dtype)}",
                          arrays, {}, data.dtype, 2 * data.nbytes, model)  # fmt: skip

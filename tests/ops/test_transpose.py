@@ -12,8 +12,8 @@ from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.ops.transpose import OP, transpose
 from app.registry import REGISTRY
-from tensor_ops_wire.dtypes import element_type_of
 from tests.ops.movement_support import (
+    BENCHMARK_DTYPES,
     ELEMENT_TYPES,
     BenchmarkCase,
     assert_same_bits,
@@ -22,6 +22,7 @@ from tests.ops.movement_support import (
     from_positions,
     plugin_model,
     sample,
+    short,
     square,
 )
 
@@ -151,13 +152,13 @@ def benchmark_cases(nbytes: int) -> list[BenchmarkCase]:
     """Transpose of a matrix of ``nbytes`` and NCHW -> NHWC of a batch of ``nbytes``, float32
     and int8."""
     found = []
-    for dtype in (np.float32, np.int8):
+    for dtype in BENCHMARK_DTYPES:
         arg = square(nbytes, dtype)
-        short = element_type_of(arg.dtype).openvino
-        found.append(_transpose_case(f"2-D, {short}", arg, np.array([1, 0])))
+        name = short(dtype)
+        found.append(_transpose_case(f"2-D, {name}", arg, np.array([1, 0])))
         side = int((nbytes // arg.itemsize // 64) ** 0.5)
         batch = np.arange(64 * side * side).astype(dtype).reshape(1, 64, side, side)
-        found.append(_transpose_case(f"NCHW->NHWC, {short}", batch, np.array([0, 2, 3, 1])))
+        found.append(_transpose_case(f"NCHW->NHWC, {name}", batch, np.array([0, 2, 3, 1])))
     return found
 
 
