@@ -162,8 +162,8 @@ def copy_view(
         reshaped = source_view.view()
         try:
             reshaped.shape = out_view.shape  # a view, never a copy: refused if it would be one
-        except AttributeError:
-            np.copyto(out_view, source_view.reshape(out_view.shape), casting="equiv")
+        except AttributeError:  # not by axes of one element alone: NumPy's broadcasting copy
+            np.copyto(out_view, source_view, casting="equiv")
             return
         source_view = reshaped
     copy_block(out.reshape(-1), out_view, source.reshape(-1), source_view)
