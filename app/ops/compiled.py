@@ -654,32 +654,6 @@ def _transpose_words_loop(
                         out[o + 7 * down] = w7
 
 
-@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
-def _parent_value(
-    raw: Any, kind: int, fraction: int, bias: int, bits: int
-) -> Any:  # pragma: no cover
-    """A parent id's value (int64) from its raw bits (``bits`` of them): ``kind`` 0 unsigned,
-    1 signed, 2 a float of ``fraction`` mantissa bits and exponent ``bias``. Only values the
-    checks let through need be right (integers in [0, BEAM_WIDTH), -0.0 too); the caller clips
-    the others."""
-    u = np.uint64
-    value = u(raw)
-    if kind == 0:
-        return np.int64(value)
-    if kind == 1:
-        if bits < 64 and value >> u(bits - 1):
-            return np.int64(value) - (np.int64(1) << bits)
-        return np.int64(value)
-    magnitude = value & ((u(1) << u(bits - 1)) - u(1))
-    exponent = np.int64(magnitude >> u(fraction)) - bias
-    if magnitude == 0 or exponent < 0:
-        return np.int64(0)
-    if exponent > fraction:
-        return np.int64(1) << 62
-    whole = (magnitude & ((u(1) << u(fraction)) - u(1))) | (u(1) << u(fraction))
-    return np.int64(whole >> u(fraction - exponent))
-
-
 def _gather_tree_loop(
     steps: Any,
     parents: Any,
@@ -696,34 +670,40 @@ def _gather_tree_loop(
     bias: int,
 ) -> None:  # pragma: no cover - compiled
     """GatherTree-1. ``steps``, ``parents`` and ``out`` are the flat (max_time, batch_size,
-    beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says
-    (``_parent_value``; where the walk reads, the checks have let through only integers in
-    [0, BEAM_WIDTH); it clips whatever else into the batch's beams). ``lengths`` holds each
+    beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says (0
+    and 1, an integer: its bits; 2, a float of ``fraction`` mantissa bits and exponent
+    ``bias``). Where the walk reads, the checks have let through only integers in
+    [0, BEAM_WIDTH); whatever else is clipped into the batch's beams. ``lengths`` holds each
     batch's decoded steps. A step at or past a batch's length is ``ends[0]`` (end_token's bits);
     every value past a beam's first end_token (bits ``ends[0]`` or ``ends[1]``, its other zero)
     becomes ``ends[0]``.
 
     ``block`` batches are walked together, down their steps then up again to end the beams:
     each step's piece of them is one run of memory, and all their steps stay in the cache
-    between the two walks. ``state`` (2 * block * beam_width) holds where each beam of the block
-    is (its position in a step's piece) and whether it has ended. The next step's piece is
-    prefetched while one is walked (the walk reads it in beam order)."""
+    between the two walks. ``state`` (block * beam_width) holds where each beam of the block
+    is (its beam in its batch's piece of a step); whether a beam has ended is a byte of a table
+    of the block's beams made here. The next step's piece is prefetched while one is walked (the
+    walk reads it in beam order). The indices are unsigned: a signed index is tested for
+    wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
     u = np.uint64
     width = u(beam_width)
     row = u(batch_size) * width
     end = ends[0]
     alt = ends[1]
-    most = np.int64(beam_width) - 1
-    bits = 8 * steps.itemsize
+    highest = u(beam_width - 1)
+    mantissa = u(fraction)
+    mantissa_mask = (u(1) << mantissa) - u(1)
+    implicit = u(1) << mantissa
+    magnitude_mask = (u(1) << u(8 * steps.itemsize - 1)) - u(1)
     line = u(max(1, 64 // steps.itemsize))
+    finished = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
     for first in range(u(0), u(batch_size), u(block)):
         batches = min(u(block), u(batch_size) - first)
         size = batches * width
-        index = state[:size]
-        finished = state[size : u(2) * size]
         base = first * width
-        for k in range(size):
-            index[k] = k
+        for j in range(batches):
+            for k in range(width):
+                state[j * width + k] = k
         t = max_time - 1
         while t >= 0:
             at = u(t) * row + base
@@ -738,24 +718,41 @@ def _gather_tree_loop(
                     for k in range(width):
                         out[piece + k] = end
                     continue
-                for k in range(start, start + width):
-                    out[at + k] = steps[at + u(index[k])]
-                if t > 0:
-                    for k in range(start, start + width):
-                        value = _parent_value(parents[at + u(index[k])], kind, fraction, bias, bits)
-                        index[k] = np.int64(start) + min(max(value, 0), most)
+                if t == 0:
+                    for k in range(width):
+                        out[piece + k] = steps[piece + u(state[start + k])]
+                elif kind < 2:
+                    # An integer id the walk reads is in [0, BEAM_WIDTH) (checked): its bits
+                    # are its value; clipped all the same (as unsigned, a negative is large).
+                    for k in range(width):
+                        at_parent = piece + u(state[start + k])
+                        out[piece + k] = steps[at_parent]
+                        state[start + k] = min(u(parents[at_parent]), highest)
+                else:
+                    # A float id the walk reads is an integer in [0, BEAM_WIDTH) (checked): its
+                    # mantissa shifted by its exponent, without a branch (a zero's exponent
+                    # shifts every bit out); clipped all the same.
+                    for k in range(width):
+                        at_parent = piece + u(state[start + k])
+                        out[piece + k] = steps[at_parent]
+                        magnitude = u(parents[at_parent]) & magnitude_mask
+                        exponent = np.int64(magnitude >> mantissa) - bias
+                        whole = (magnitude & mantissa_mask) | implicit
+                        shift = min(max(np.int64(fraction) - exponent, 0), 63)
+                        state[start + k] = min(whole >> u(shift), highest)
             t -= 1
+        ended = finished[:size]
         for k in range(size):
-            finished[k] = 0
+            ended[k] = False
         # Without a branch (a beam's end comes at no step the predictor can learn): a value is
         # end_token's bits once its beam has ended, and the beam ends at its first end_token.
         for step in range(u(max_time)):
             at = step * row + base
             for k in range(size):
                 value = out[at + k]
-                ended = finished[k]
-                out[at + k] = end if ended else value
-                finished[k] = ended | ((value == end) | (value == alt))
+                done = ended[k]
+                out[at + k] = end if done else value
+                ended[k] = done | ((value == end) | (value == alt))
 
 
 def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
