@@ -115,6 +115,66 @@ def _width(typingctx: Any, array: Any) -> Any:
     return types.uint64(array), codegen
 
 
+def _block_lanes(bits: int) -> int:
+    """The elements of ``bits`` bits in the register ``_transpose_block`` moves a block's row in:
+    16 bytes for elements of 1 and 2 bytes (16 x 16 and 8 x 8 blocks), 32 for 4 and 8 bytes (8 x
+    8 and 4 x 4: AVX2's registers, two halves where a machine has only 16-byte ones)."""
+    return (256 if bits >= 32 else 128) // bits
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _block_side(typingctx: Any, array: Any) -> Any:
+    """The side (uint64) of ``_transpose_block``'s square blocks of ``array``'s elements."""
+    lanes = _block_lanes(array.dtype.bitwidth)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return context.get_constant(types.uint64, lanes)
+
+    return types.uint64(array), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _transpose_block(
+    typingctx: Any, source: Any, s: Any, s_step: Any, out: Any, o: Any, o_step: Any
+) -> Any:
+    """A square block transposed in the registers: its rows are the vectors of ``source`` from
+    ``source[s + i * s_step]`` on (i from 0 to the side, ``_block_lanes``), its transpose is
+    stored as the vectors of ``out`` from ``out[o + i * o_step]`` on. With n the side, the n rows
+    go through log2(n) rounds, each pairing row i with row i + n/2 and replacing the pair by the
+    low and the high halves of their interleaving (rows 2i and 2i + 1): after the last round,
+    row i holds column i. LLVM chooses the target's shuffles for each interleaving."""
+    bits = out.dtype.bitwidth
+    lanes = _block_lanes(bits)
+    half = lanes // 2
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(32)
+        index = ir.IntType(64)
+        vector = ir.VectorType(ir.IntType(bits), lanes)
+        mask = ir.VectorType(word, lanes)
+        low = ir.Constant(mask, [word(v) for k in range(half) for v in (k, lanes + k)])
+        high = ir.Constant(mask, [word(v) for k in range(half, lanes) for v in (k, lanes + k)])
+        source_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        out_data = context.make_array(signature.args[3])(context, builder, args[3]).data
+
+        def row(data: Any, start: Any, step: Any, i: int) -> Any:
+            at = builder.add(start, builder.mul(step, index(i)))
+            return builder.bitcast(builder.gep(data, [at]), vector.as_pointer())
+
+        rows = [builder.load(row(source_data, args[1], args[2], i), align=1) for i in range(lanes)]
+        for _ in range(lanes.bit_length() - 1):
+            paired = []
+            for i in range(half):
+                paired.append(builder.shuffle_vector(rows[i], rows[i + half], low))
+                paired.append(builder.shuffle_vector(rows[i], rows[i + half], high))
+            rows = paired
+        for i, value in enumerate(rows):
+            builder.store(value, row(out_data, args[4], args[5], i), align=1)
+        return context.get_dummy_value()
+
+    return types.void(source, s, s_step, out, o, o_step), codegen
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: Any) -> Any:
     """The 64-byte line of ``out`` from ``out[o]`` on (its address a multiple of 64) set by
@@ -548,110 +608,37 @@ def _transpose_loop(
     source: Any, out: Any, batch: int, rows: int, columns: int, tile: int
 ) -> None:  # pragma: no cover - compiled
     """A batch of 2-D transposes: ``source`` (batch, rows, columns) into ``out`` (batch,
-    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side, the
-    tiles down a strip of columns one after another. A tile's source rows are copied into a
-    small buffer first (the rows of a matrix whose width is a power of two fall in one cache set
-    and evict one another), the next tile's rows prefetched meanwhile (a strided stream the
-    CPU's prefetcher does not follow across so many rows); then each target row is written
-    whole from the buffer."""
+    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side (a
+    multiple of the block's side), the tiles down a strip of columns one after another. Inside
+    a tile, square blocks of one vector register's elements a side (``_transpose_block``: 16 x
+    16 bytes, 8 x 8 elements of 2 or 4 bytes, 4 x 4 of 8) are read as whole rows, transposed in
+    the registers and written as whole rows; the rows and columns past the last whole block
+    move an element at a time."""
     u = np.uint64
+    side = _block_side(out)
     height = u(rows)
     width = u(columns)
-    side = u(tile)
+    span = u(tile)
     plane = height * width
-    total = u(source.size)
-    buffer = np.empty(tile * tile, source.dtype)
+    tall = height - height % side  # the rows and columns that whole blocks cover
+    wide = width - width % side
     for b in range(u(batch)):
         base = b * plane
-        for left in range(u(0), width, side):
-            wide = min(side, width - left)
-            for top in range(u(0), height, side):
-                tall = min(side, height - top)
-                for r in range(tall):
-                    at = base + (top + r) * width + left
-                    ahead = at + side * width
-                    if ahead < total:
-                        _prefetch(source, ahead)
-                    row = r * side
-                    for c in range(wide):
-                        buffer[row + c] = source[at + c]
-                for c in range(wide):
-                    at = base + (left + c) * height + top
-                    for r in range(tall):
-                        out[at + r] = buffer[r * side + c]
-
-
-@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
-def _exchange(a: Any, b: Any, mask: Any, shift: Any) -> Any:  # pragma: no cover - compiled
-    """One step of a transpose inside 8-byte words: the ``mask``ed parts of ``a`` and ``b`` stay,
-    the others trade places (``b``'s low part moves up into ``a``, ``a``'s high part down into
-    ``b``)."""
-    return (a & mask) | ((b << shift) & ~mask), ((a >> shift) & mask) | (b & ~mask)
-
-
-def _transpose_words_loop(
-    source: Any, out: Any, batch: int, rows: int, columns: int, tile: int, width: int
-) -> None:  # pragma: no cover - compiled
-    """A batch of 2-D transposes of 1-byte (``width`` 1) or 4-byte (``width`` 4) elements, moved
-    8 bytes at a time: ``source`` and ``out`` are the flat arrays' 8-byte words, ``rows`` and
-    ``columns`` (in elements) multiples of the elements in a word (8 or 2). A block of 8 x 8
-    bytes (2 x 2 elements of 4 bytes) is 8 (2) words read from 8 (2) rows, transposed inside the
-    words by exchanges of halves, quarters and eighths, and written to 8 (2) rows: a word moved
-    per step where the element loop moves a byte. The source is cut in tiles of ``tile`` words a
-    side (by as many rows as a word has elements), each copied into a small buffer first (rows
-    whose width is a power of two share a cache set), the next tile's rows prefetched."""
-    u = np.uint64
-    per = u(8) // u(width)  # elements in a word
-    across = u(columns) // per  # words in a source row
-    down = u(rows) // per  # words in a target row
-    plane = u(rows) * across
-    total = u(source.size)
-    side = u(tile)
-    buffer = np.empty(tile * tile * 8, np.uint64)
-    low32, low16, low8 = u(0xFFFFFFFF), u(0x0000FFFF0000FFFF), u(0x00FF00FF00FF00FF)
-    for b in range(u(batch)):
-        base = b * plane
-        for left in range(u(0), across, side):
-            wide = min(side, across - left)
-            for top in range(u(0), down, side):
-                tall = min(side, down - top)
-                for r in range(tall * per):
-                    at = base + (top * per + r) * across + left
-                    ahead = at + side * per * across
-                    if ahead < total:
-                        _prefetch(source, ahead)
-                    for c in range(wide):
-                        buffer[r * side + c] = source[at + c]
-                for c in range(wide):
-                    target = base + (left + c) * per * down + top
-                    for r in range(tall):
-                        p = r * per * side + c
-                        o = target + r
-                        if per == u(2):
-                            w0, w1 = _exchange(buffer[p], buffer[p + side], low32, u(32))
-                            out[o] = w0
-                            out[o + down] = w1
-                            continue
-                        w0, w4 = _exchange(buffer[p], buffer[p + 4 * side], low32, u(32))
-                        w1, w5 = _exchange(buffer[p + side], buffer[p + 5 * side], low32, u(32))
-                        w2, w6 = _exchange(buffer[p + 2 * side], buffer[p + 6 * side], low32, u(32))
-                        w3, w7 = _exchange(buffer[p + 3 * side], buffer[p + 7 * side], low32, u(32))
-                        w0, w2 = _exchange(w0, w2, low16, u(16))
-                        w1, w3 = _exchange(w1, w3, low16, u(16))
-                        w4, w6 = _exchange(w4, w6, low16, u(16))
-                        w5, w7 = _exchange(w5, w7, low16, u(16))
-                        w0, w1 = _exchange(w0, w1, low8, u(8))
-                        w2, w3 = _exchange(w2, w3, low8, u(8))
-                        w4, w5 = _exchange(w4, w5, low8, u(8))
-                        w6, w7 = _exchange(w6, w7, low8, u(8))
-                        out[o] = w0
-                        out[o + down] = w1
-                        out[o + 2 * down] = w2
-                        out[o + 3 * down] = w3
-                        out[o + 4 * down] = w4
-                        out[o + 5 * down] = w5
-                        out[o + 6 * down] = w6
-                        out[o + 7 * down] = w7
+        for left in range(u(0), wide, span):
+            right = min(left + span, wide)
+            for top in range(u(0), tall, span):
+                bottom = min(top + span, tall)
+                for r in range(top, bottom, side):
+                    for c in range(left, right, side):
+                        _transpose_block(
+                            source, base + r * width + c, width, out, base + c * height + r, height
+                        )
+        for r in range(height):
+            for c in range(wide, width):
+                out[base + c * height + r] = source[base + r * width + c]
+        for r in range(tall, height):
+            for c in range(wide):
+                out[base + c * height + r] = source[base + r * width + c]
 
 
 def _gather_tree_loop(
@@ -868,13 +855,6 @@ transpose_tiles = _compiled(
     [types.void(_readonly(width), _mutable(width), *[_I64] * 4) for width in _WIDTHS],
 )
 
-#: transpose_words(source, out, batch, rows, columns, tile, width): 8-byte words of 1- or 4-byte
-#: elements.
-transpose_words = _compiled(
-    _transpose_words_loop,
-    [types.void(_readonly(types.uint64), _mutable(types.uint64), *[_I64] * 5)],
-)
-
 #: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,
 #: block, kind, fraction, bias): each width of ids; int64 lengths and state.
 gather_tree = _compiled(
@@ -906,7 +886,6 @@ _LOOPS = (
     ("strided_copy", strided_copy),
     ("pad_rows", pad_rows),
     ("transpose_tiles", transpose_tiles),
-    ("transpose_words", transpose_words),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
 )
@@ -928,5 +907,4 @@ __all__ = [
     "take",
     "take_slices",
     "transpose_tiles",
-    "transpose_words",
 ]
