@@ -641,6 +641,21 @@ def _transpose_loop(
                 out[base + c * height + r] = source[base + r * width + c]
 
 
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragma: no cover
+    """The value (uint64) of the float whose bits are ``raw`` (``fraction`` mantissa bits,
+    exponent ``bias``; ``mask`` keeps all but its sign), right for the whole numbers from 0 to
+    2**fraction and either zero, without a branch: the mantissa with its leading 1, shifted
+    right by what the exponent lacks of ``fraction`` (a zero's or a subnormal's exponent shifts
+    every bit out). Other values give some number, which the caller clips."""
+    u = np.uint64
+    magnitude = u(raw) & mask
+    exponent = np.int64(magnitude >> u(fraction)) - bias
+    whole = (magnitude & ((u(1) << u(fraction)) - u(1))) | (u(1) << u(fraction))
+    shift = min(max(np.int64(fraction) - exponent, np.int64(0)), np.int64(63))
+    return whole >> u(shift)
+
+
 def _gather_tree_loop(
     steps: Any,
     parents: Any,
@@ -678,9 +693,6 @@ def _gather_tree_loop(
     end = ends[0]
     alt = ends[1]
     highest = u(beam_width - 1)
-    mantissa = u(fraction)
-    mantissa_mask = (u(1) << mantissa) - u(1)
-    implicit = u(1) << mantissa
     magnitude_mask = (u(1) << u(8 * steps.itemsize - 1)) - u(1)
     line = u(max(1, 64 // steps.itemsize))
     finished = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
@@ -722,11 +734,8 @@ def _gather_tree_loop(
                     for k in range(width):
                         at_parent = piece + u(state[start + k])
                         out[piece + k] = steps[at_parent]
-                        magnitude = u(parents[at_parent]) & magnitude_mask
-                        exponent = np.int64(magnitude >> mantissa) - bias
-                        whole = (magnitude & mantissa_mask) | implicit
-                        shift = min(max(np.int64(fraction) - exponent, 0), 63)
-                        state[start + k] = min(whole >> u(shift), highest)
+                        value = _whole_float(parents[at_parent], magnitude_mask, fraction, bias)
+                        state[start + k] = min(value, highest)
             t -= 1
         ended = finished[:size]
         for k in range(size):
