@@ -133,6 +133,14 @@ def slice_scatter(
     return _scattered(data, updates, slices, out)
 
 
+#: An output of at least this many bytes whose first axis is not sliced is made in pieces of
+#: about _PIECE_BYTES along that axis, each copied from data, then given its updates while it
+#: is in the cache: made whole, the output was read back in from memory for the updates (a
+#: quarter off float32's every-other-column at 64 MiB; timed in turns, docs/benchmarks.md).
+_PIECES_FROM = 8 << 20
+_PIECE_BYTES = 1 << 20
+
+
 def _scattered(
     data: npt.NDArray[Any],
     updates: npt.NDArray[Any],
@@ -141,9 +149,19 @@ def _scattered(
 ) -> npt.NDArray[Any]:
     if out is None:
         out = np.empty(data.shape, data.dtype)
-    raw = as_raw(out)
-    np.copyto(raw, as_raw(data), casting="equiv")
-    np.copyto(raw[slices], as_raw(updates), casting="equiv")
+    raw, source, replacing = as_raw(out), as_raw(data), as_raw(updates)
+    first = data.shape[0]
+    whole_first = range(*slices[0].indices(first)) == range(first)
+    if out.nbytes < max(_PIECES_FROM, 1) or not whole_first or first < 2:
+        np.copyto(raw, source, casting="equiv")
+        np.copyto(raw[slices], replacing, casting="equiv")
+        return out
+    rows = max(1, _PIECE_BYTES // (out.nbytes // first))
+    inner = (slice(None), *slices[1:])
+    for top in range(0, first, rows):
+        piece = raw[top : top + rows]
+        np.copyto(piece, source[top : top + rows], casting="equiv")
+        np.copyto(piece[inner], replacing[top : top + rows], casting="equiv")
     return out
 
 

@@ -135,6 +135,38 @@ def test_properties_against_the_snippet() -> None:
         assert_same_bits(got, snippet(data, updates, start, stop, step, axes))
 
 
+@pytest.mark.parametrize("piece_bytes", [1, 7, 64])
+def test_an_output_made_in_pieces_along_its_first_axis(
+    piece_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past _PIECES_FROM bytes (here every output), an output whose first axis is not sliced is
+    made piece by piece along it (pieces of one row, of a few and of rows not dividing the
+    axis), the same bits as the spec's snippet; a sliced first axis, a first axis of one and
+    rank 1 are made whole."""
+    monkeypatch.setattr(module, "_PIECES_FROM", 0)
+    monkeypatch.setattr(module, "_PIECE_BYTES", piece_bytes)
+    rng = np.random.default_rng(21)
+    for _ in range(150):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(v) for v in rng.integers(0, 6, rank))
+        count = int(rng.integers(1, rank + 1))
+        axes = [int(v) for v in rng.choice(rank, count, replace=False)]
+        start = [int(v) for v in rng.integers(-7, 7, count)]
+        stop = [int(v) for v in rng.integers(-7, 7, count)]
+        step = [int(v) or 1 for v in rng.integers(-3, 4, count)]
+        if rng.integers(0, 3) == 0 and 0 in axes:  # the first axis "sliced" whole, step 1
+            where = axes.index(0)
+            start[where], stop[where], step[where] = 0, shape[0], 1
+        dtype = (np.int8, np.float32, np.float64)[int(rng.integers(0, 3))]
+        data = rng.integers(0, 100, shape).astype(dtype)
+        index = [slice(None)] * rank
+        for axis, first, last, pace in zip(axes, start, stop, step, strict=True):
+            index[axis] = slice(first, last, pace)
+        updates = -1 - rng.integers(0, 100, data[tuple(index)].shape).astype(dtype)
+        got = run(data, updates, start, stop, step, axes)
+        assert_same_bits(got, snippet(data, updates, start, stop, step, axes))
+
+
 def test_a_backward_start_below_minus_d_is_an_empty_slice() -> None:
     """Length 7, start -9, stop -10, step -2: Python's rule (the spec's snippet) clamps start to
     "before the first element": the slice is empty, so updates has length 0."""
