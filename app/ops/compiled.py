@@ -605,39 +605,54 @@ def _pad_rows_loop(
 
 
 def _transpose_loop(
-    source: Any, out: Any, batch: int, rows: int, columns: int, tile: int
+    source: Any,
+    out: Any,
+    batch: int,
+    rows: int,
+    columns: int,
+    tall: int,
+    wide: int,
+    columns_first: int,
 ) -> None:  # pragma: no cover - compiled
     """A batch of 2-D transposes: ``source`` (batch, rows, columns) into ``out`` (batch,
-    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side (a
-    multiple of the block's side), the tiles down a strip of columns one after another. Inside
-    a tile, square blocks of one vector register's elements a side (``_transpose_block``: 16 x
-    16 bytes, 8 x 8 elements of 2 or 4 bytes, 4 x 4 of 8) are read as whole rows, transposed in
-    the registers and written as whole rows; the rows and columns past the last whole block
-    move an element at a time."""
+    columns, rows), both flat and C-ordered, in tiles of ``tall`` x ``wide`` elements (multiples
+    of the block's side), the tiles down a strip of columns one after another. Inside a tile,
+    square blocks of one vector register's elements a side (``_transpose_block``: 16 x 16
+    bytes, 8 x 8 elements of 2 or 4 bytes, 4 x 4 of 8) are read as whole rows, transposed in
+    the registers and written as whole rows, a row of blocks after another, or a column of
+    blocks after another (``columns_first``: each target line is then written whole before the
+    next); the rows and columns past the last whole block move an element at a time."""
     u = np.uint64
     side = _block_side(out)
     height = u(rows)
     width = u(columns)
-    span = u(tile)
     plane = height * width
-    tall = height - height % side  # the rows and columns that whole blocks cover
-    wide = width - width % side
+    covered_rows = height - height % side  # the rows and columns that whole blocks cover
+    covered_columns = width - width % side
     for b in range(u(batch)):
         base = b * plane
-        for left in range(u(0), wide, span):
-            right = min(left + span, wide)
-            for top in range(u(0), tall, span):
-                bottom = min(top + span, tall)
+        for left in range(u(0), covered_columns, u(wide)):
+            right = min(left + u(wide), covered_columns)
+            for top in range(u(0), covered_rows, u(tall)):
+                bottom = min(top + u(tall), covered_rows)
+                if columns_first:
+                    for c in range(left, right, side):
+                        for r in range(top, bottom, side):
+                            _transpose_block(
+                                source, base + r * width + c, width, out, base + c * height + r,
+                                height,
+                            )  # fmt: skip
+                    continue
                 for r in range(top, bottom, side):
                     for c in range(left, right, side):
                         _transpose_block(
                             source, base + r * width + c, width, out, base + c * height + r, height
                         )
         for r in range(height):
-            for c in range(wide, width):
+            for c in range(covered_columns, width):
                 out[base + c * height + r] = source[base + r * width + c]
-        for r in range(tall, height):
-            for c in range(wide):
+        for r in range(covered_rows, height):
+            for c in range(covered_columns):
                 out[base + c * height + r] = source[base + r * width + c]
 
 
@@ -858,10 +873,10 @@ pad_rows = _compiled(
     ],
 )
 
-#: transpose_tiles(source, out, batch, rows, columns, tile): each width.
+#: transpose_tiles(source, out, batch, rows, columns, tall, wide, columns_first): each width.
 transpose_tiles = _compiled(
     _transpose_loop,
-    [types.void(_readonly(width), _mutable(width), *[_I64] * 4) for width in _WIDTHS],
+    [types.void(_readonly(width), _mutable(width), *[_I64] * 6) for width in _WIDTHS],
 )
 
 #: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,

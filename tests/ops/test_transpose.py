@@ -77,7 +77,8 @@ def test_large_tensors_tile_by_tile(
     [((1024, 2048), (1, 0)), ((3, 256, 520), (0, 2, 1)), ((8, 16), (1, 0)), ((16, 8), (1, 0)),
      ((2, 3, 8, 24), (0, 2, 3, 1)), ((2, 8, 3, 8), (0, 3, 1, 2)), ((40, 8, 16), (1, 2, 0)),
      ((520, 264), (1, 0)), ((3, 5), (1, 0)), ((15, 17), (1, 0)), ((16, 16), (1, 0)),
-     ((4, 33, 47), (0, 2, 1)), ((129, 257), (1, 0)), ((1, 300), (1, 0))],
+     ((4, 33, 47), (0, 2, 1)), ((129, 257), (1, 0)), ((1, 300), (1, 0)), ((37, 4096), (1, 0)),
+     ((2, 21, 4096), (0, 2, 1))],
 )  # fmt: skip
 @pytest.mark.parametrize("offset", [0, 1])
 def test_blocks_transposed_in_the_registers(
@@ -86,7 +87,8 @@ def test_blocks_transposed_in_the_registers(
     """A batch of 2-D transposes moves square blocks of a register's elements (16 x 16 bytes,
     8 x 8 of 2 and 4 bytes, 4 x 4 of 8), the rows and columns past the last whole block one
     element at a time: sides that are multiples of the block's and sides that are not, sides
-    shorter than a block, tiles' edges, batches, a source at an odd address: the same bits."""
+    shorter than a block, tiles' edges, batches, a source at an odd address, rows of a multiple
+    of 4 KiB (tiles a line tall, a column of blocks after another): the same bits."""
     arg = sample(np.dtype(dtype), shape, seed=11)
     if offset:  # the tensor at an odd address, as a body's member may be
         buffer = np.zeros(arg.nbytes + offset, np.uint8)
