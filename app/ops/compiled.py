@@ -265,6 +265,52 @@ def _stream_row(
 # wrap-around, and the copy loops vectorise.
 
 
+#: Indices ``_take_by_positions`` reads into positions at a time (4 bytes each: 256 KiB).
+TAKE_CHUNK = 1 << 16
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _take_by_positions(
+    source: Any,
+    indices: Any,
+    out: Any,
+    batches: int,
+    outer: int,
+    length: int,
+    count: int,
+    wrap: int,
+) -> None:  # pragma: no cover - compiled
+    """``_take_loop``'s way for narrow elements: positions of a chunk of indices worked out once
+    for all the rows of their batch (``length`` at most 2**32)."""
+    u = np.uint64
+    end = u(length)
+    span = u(count)
+    per = u(outer)
+    positions = np.empty(min(span, u(TAKE_CHUNK)), np.uint32)
+    for batch in range(u(batches)):
+        idx = indices[batch * span : (batch + u(1)) * span]
+        for first in range(u(0), span, u(TAKE_CHUNK)):
+            last = min(span, first + u(TAKE_CHUNK))
+            inside = True
+            for k in range(first, last):
+                value = np.int64(idx[k])
+                value += (value >> 63) & wrap
+                inside &= u(value) < end
+                positions[k - first] = np.uint32(value)
+            for row in range(batch * per, (batch + u(1)) * per):
+                src = source[row * end : (row + u(1)) * end]
+                dst = out[row * span + first : row * span + last]
+                if inside:
+                    for k in range(last - first):
+                        dst[k] = src[u(positions[k])]
+                    continue
+                for k in range(last - first):
+                    value = np.int64(idx[first + k])
+                    value += (value >> 63) & wrap
+                    position = u(value)
+                    dst[k] = src[position] if position < end else 0
+
+
 def _take_loop(
     source: Any,
     indices: Any,
@@ -288,12 +334,21 @@ def _take_loop(
     is gathered, one every few indices: its elements are read in index order, which the CPU's
     own prefetcher cannot follow. (Each row works on its own slices of the three arrays: fewer
     values live in the inner loop, none of them spilled to the stack.)
+
+    Elements of 1 and 2 bytes, several rows to a batch: the indices are read ``TAKE_CHUNK`` at a
+    time into positions (uint32) once for all the batch's rows; where all of a chunk's are in
+    range, each row takes its elements at them with nothing else done per element (reading,
+    wrapping and testing an index cost several times the move of a byte). A chunk with one out
+    of range goes element by element as above.
     """
     u = np.uint64
     end = u(length)
     span = u(count)
     per = u(outer)
     total = u(source.size)
+    if _width(out) <= u(2) and per > u(1) and end <= u(1 << 32):
+        _take_by_positions(source, indices, out, batches, outer, length, count, wrap)
+        return
     lines = (end + u(line) - u(1)) // u(line) if line else u(0)
     step = max(u(1), span // lines) if lines else span
     for row in range(u(batches) * per):

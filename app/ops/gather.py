@@ -212,15 +212,23 @@ def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray
     return flat.view(_SIGNED[itemsize]), (1 << 32 if itemsize == 4 else 0)
 
 
+#: The indices the compiled loop reads into positions at a time for elements of 1 and 2 bytes
+#: (``compiled.TAKE_CHUNK``, 4 bytes each; a test holds the two equal: the compiled module is not
+#: imported here).
+TAKE_CHUNK = 1 << 16
+
+
 def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any]) -> int:
-    """The most bytes ``gather`` holds beyond its inputs and output: none (the compiled loop reads
-    each index where it is), but a copy of the indices as int32 when they are of 8 or 16 bits,
-    or in native byte order when they come in the other."""
+    """The most bytes ``gather`` holds beyond its inputs and output: a chunk of positions (the
+    compiled loop's, for narrow elements), and a copy of the indices as int32 when they are of
+    8 or 16 bits, or in native byte order when they come in the other."""
+    count = math.prod(indices_shape)
+    positions = 4 * min(count, TAKE_CHUNK)
     if indices_dtype.itemsize < 4:
-        return math.prod(indices_shape) * 4
+        return positions + count * 4
     if indices_dtype.isnative:
-        return 0
-    return math.prod(indices_shape) * indices_dtype.itemsize
+        return positions
+    return positions + count * indices_dtype.itemsize
 
 
 # ------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import numpy.typing as npt
 import pytest
 
 from app import registry
-from app.ops import compiled, gather, roll
+from app.ops import compiled, gather, loops, roll
 from app.pipeline.jobs import Limits, make_job
 from app.settings import Settings
 from tests.support import assert_same_bits
@@ -142,6 +142,35 @@ def test_gather_matches_the_reference(dtype: Any, index_type: Any) -> None:
             )
             assert result is given
             assert_same_bits(given, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.float16, np.int16], ids=name_of)
+@pytest.mark.parametrize("index_type", [np.int32, np.int64, np.uint32, np.uint64], ids=name_of)
+def test_narrow_elements_take_a_chunk_s_positions_once_for_its_rows(
+    dtype: Any, index_type: Any
+) -> None:
+    """Elements of 1 and 2 bytes, several rows to a batch: a chunk of indices all in range
+    (negative ones among them for signed types) is read once into positions for every row; a
+    chunk with one out of range goes element by element (a zero there). Two chunks of
+    ``TAKE_CHUNK`` and a part, the first all in range, the second with one out."""
+    rng = np.random.default_rng(np.dtype(dtype).num)
+    data = random_data(rng, (2, 3, 100), dtype)
+    count = 2 * compiled.TAKE_CHUNK + 5
+    signed = np.dtype(index_type).kind == "i"
+    low = -100 if signed else 0
+    indices = rng.integers(low, 100, count).astype(index_type)
+    wanted = reference_gather(data, indices, 2, 0)
+    assert loops.wait_compiled(120)
+    assert_same_bits(gather(data, indices, 2, 0), wanted)
+    indices[compiled.TAKE_CHUNK + 3] = 100  # one past the end, in the second chunk
+    outside = reference_gather(data, indices, 2, 0)
+    assert not outside[..., compiled.TAKE_CHUNK + 3].any()
+    assert_same_bits(gather(data, indices, 2, 0), outside)
+    batched = rng.integers(low, 100, (2, 3, 50)).astype(index_type)
+    assert_same_bits(gather(data, batched, 2, 2), reference_gather(data, batched, 2, 2))
+    # The chunk's positions are declared in Gather's workspace.
+    assert gather_module.TAKE_CHUNK == compiled.TAKE_CHUNK
+    assert gather_module.gather_workspace((count,), np.dtype(np.int64)) == 4 * compiled.TAKE_CHUNK
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.float64], ids=name_of)
