@@ -291,12 +291,13 @@ def _take_by_positions(
         idx = indices[batch * span : (batch + u(1)) * span]
         for first in range(u(0), span, u(TAKE_CHUNK)):
             last = min(span, first + u(TAKE_CHUNK))
-            inside = True
+            outside = u(0)
             for k in range(first, last):
                 value = np.int64(idx[k])
                 value += (value >> 63) & wrap
-                inside &= u(value) < end
+                outside |= u(u(value) >= end)
                 positions[k - first] = np.uint32(value)
+            inside = outside == u(0)
             for row in range(batch * per, (batch + u(1)) * per):
                 src = source[row * end : (row + u(1)) * end]
                 dst = out[row * span + first : row * span + last]
