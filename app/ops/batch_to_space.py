@@ -19,7 +19,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, copy_gathered, is_integer_type
+from app.ops.raw import as_raw, copy_gathered, is_integer_type, without_still_axes
 
 #: Up to this many blocks, each is one strided copy into the output; past it, the uncropped
 #: output is one permuted copy (into a temporary of data's size when something is cropped).
@@ -119,8 +119,15 @@ def _moved(
 ) -> npt.NDArray[Any]:
     if out is None:
         out = np.empty(shape, data.dtype)
-    if not math.prod(shape):
-        return out
+    if math.prod(shape):
+        _move(*without_still_axes(data, out, blocks, begins))
+    return out
+
+
+def _move(
+    data: npt.NDArray[Any], out: npt.NDArray[Any], blocks: list[int], begins: list[int]
+) -> None:
+    shape = out.shape
     batch, sizes = shape[0], data.shape[1:]
     # x' of the spec: [B_1, ..., B_{N-1}, batch / prod(B), D_1, ..., D_{N-1}].
     source = as_raw(data).reshape(*blocks, batch, *sizes)
@@ -132,7 +139,7 @@ def _moved(
         order = [count, *list(itertools.chain(*((count + 1 + a, a) for a in range(count))))]
         split = target.reshape(batch, *itertools.chain(*zip(sizes, blocks, strict=True)))
         copy_gathered(split, as_raw(data).reshape(-1), source.transpose(order))
-        return out
+        return
     if math.prod(blocks) > _BLOCKS_COPIED_ONE_BY_ONE:
         cropped = full != shape
         whole = np.empty(full, target.dtype) if cropped else target
@@ -142,7 +149,7 @@ def _moved(
         if cropped:
             kept = tuple(slice(b, b + s) for b, s in zip(begins, shape[1:], strict=True))
             np.copyto(target, whole[(slice(None), *kept)], casting="equiv")
-        return out
+        return
     for block in itertools.product(*(range(b) for b in blocks)):
         taken, placed = [slice(None)], [slice(None)]
         for b, crop, size, step, length in zip(block, begins, sizes, blocks, shape[1:],
@@ -157,7 +164,6 @@ def _moved(
             placed.append(slice(start, start + (last - first - 1) * step + 1, step))
         else:
             np.copyto(target[tuple(placed)], source[block][tuple(taken)], casting="equiv")
-    return out
 
 
 def _plan(arrays: Arrays, attributes: Attributes) -> Plan:

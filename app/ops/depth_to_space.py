@@ -72,6 +72,12 @@ def _moved(
         out = np.empty(shape, data.dtype)
     if not math.prod(shape):
         return out
+    if block_size == 1:
+        # The identity, in both modes: copied as it is, not through the view of about twice
+        # the data's dimensions below, which NumPy cannot make past rank 33 (TENSOR_OPS_MAX_RANK
+        # allows 64).
+        np.copyto(as_raw(out), as_raw(data), casting="equiv")
+        return out
     batch, depth, *_ = shape
     sizes = data.shape[2:]
     spatial = len(sizes)

@@ -123,18 +123,27 @@ def _check_parents(parent_ids: npt.NDArray[Any], lengths: list[int], beam_width:
     """Refuse a parent id that the beams follow (steps 1 to max_seq_len - 1 of each batch)
     outside [0, BEAM_WIDTH): it names no beam."""
     max_time = parent_ids.shape[0]
+    if not parent_ids.size:
+        return
     decoded = np.array(lengths, np.int64)
-    for level in range(1, max_time):
-        values = parent_ids[level]
+    # Many steps at a time, about _CHUNK / 8 ids (their temporaries, some 15 bytes an id, within
+    # the 8 * _CHUNK the workspace counts): a step at a time was a Python loop over MAX_TIME
+    # (2**31 - 1 steps of no beam, a request of a few hundred bytes, held a worker for hours).
+    steps = max(1, (_CHUNK // 8) // (parent_ids.size // max_time))
+    for first in range(1, max_time, steps):
+        values = parent_ids[first : first + steps]
         if values.dtype.kind not in "iubf":
             values = values.astype(np.float32)  # bfloat16: exact in float32
         # As Python numbers: compared exactly with BEAM_WIDTH, whatever the type.
         low, high = values.min(initial=0).item(), values.max(initial=0).item()
         if low >= 0 and high < beam_width:
             continue
-        bad = ((values < 0) | (values >= beam_width)) & (decoded > level)[:, None]
+        levels = np.arange(first, first + len(values), dtype=np.int64)
+        followed = (decoded[None, :] > levels[:, None])[:, :, None]
+        bad = ((values < 0) | (values >= beam_width)) & followed
         if bad.any():
-            batch, beam = (int(i) for i in np.argwhere(bad)[0])
+            step, batch, beam = (int(i) for i in np.argwhere(bad)[0])
+            level = first + step
             value = parent_ids[level, batch, beam].item()
             raise SpecError(
                 "parent_ids",

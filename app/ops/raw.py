@@ -343,3 +343,25 @@ def copy_permuted(
     compiled.strided_copy(
         source, out, table, source_start, out_start, row[0], row[1], row[2], lane_step, 0
     )
+
+
+def without_still_axes(
+    data: npt.NDArray[Any], out: npt.NDArray[Any], blocks: list[int], begins: list[int]
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], list[int], list[int]]:
+    """BatchToSpace's and SpaceToBatch's problem without the axes that move nothing: those after
+    the first where data and out both have one element and the block is 1 (their crop or pad is
+    then 0). ``blocks`` and ``begins`` are per axis after the first.
+
+    Both ops view the data through about twice its dimensions; without these axes, data of more
+    than 32 dimensions (TENSOR_OPS_MAX_RANK allows 64) stays within NumPy's 64. Views of
+    ``data`` and ``out`` (an axis of one element is indexed away, whatever the strides)."""
+    still = [
+        axis
+        for axis in range(1, data.ndim)
+        if data.shape[axis] == 1 and out.shape[axis] == 1 and blocks[axis - 1] == 1
+    ]
+    if not still:
+        return data, out, blocks, begins
+    index = tuple(0 if axis in still else slice(None) for axis in range(data.ndim))
+    kept = [axis - 1 for axis in range(1, data.ndim) if axis not in still]
+    return data[index], out[index], [blocks[i] for i in kept], [begins[i] for i in kept]

@@ -19,7 +19,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, copy_gathered, is_integer_type
+from app.ops.raw import as_raw, copy_gathered, is_integer_type, without_still_axes
 
 #: Up to this many blocks, each is one strided copy from data (and the padding around it is
 #: zeroed); past it, data is padded into a temporary of the output's size, moved in one copy.
@@ -107,9 +107,15 @@ def _moved(
 ) -> npt.NDArray[Any]:
     if out is None:
         out = np.empty(shape, data.dtype)
-    if not math.prod(shape):
-        return out
-    batch, sizes, reduced = data.shape[0], data.shape[1:], shape[1:]
+    if math.prod(shape):
+        _move(*without_still_axes(data, out, blocks, begins))
+    return out
+
+
+def _move(
+    data: npt.NDArray[Any], out: npt.NDArray[Any], blocks: list[int], begins: list[int]
+) -> None:
+    batch, sizes, reduced = data.shape[0], data.shape[1:], out.shape[1:]
     # The output is x'' of the spec: [B_1, ..., B_{N-1}, batch, (D_1 + P_1) / B_1, ...].
     target = as_raw(out).reshape(*blocks, batch, *reduced)
     source = as_raw(data)
@@ -123,7 +129,7 @@ def _moved(
         order = [2 + 2 * axis for axis in range(count)] + [0]
         order += [1 + 2 * axis for axis in range(count)]
         copy_gathered(target, source.reshape(-1), split.transpose(order))
-        return out
+        return
     if math.prod(blocks) > _BLOCKS_COPIED_ONE_BY_ONE:
         padded = np.zeros((batch, *(q * b for q, b in zip(reduced, blocks, strict=True))),
                           source.dtype)  # fmt: skip
@@ -134,7 +140,7 @@ def _moved(
         order = [2 + 2 * axis for axis in range(count)] + [0]
         order += [1 + 2 * axis for axis in range(count)]
         np.copyto(target, split.transpose(order), casting="equiv")
-        return out
+        return
     for block in itertools.product(*(range(b) for b in blocks)):
         into = target[block]
         taken, placed = [slice(None)], [slice(None)]
@@ -149,7 +155,6 @@ def _moved(
             into[(*[slice(None)] * len(placed[:-1]), slice(0, start))] = 0
             into[(*[slice(None)] * len(placed[:-1]), slice(start + count, length))] = 0
         np.copyto(into[tuple(placed)], source[tuple(taken)], casting="equiv")
-    return out
 
 
 def _plan(arrays: Arrays, attributes: Attributes) -> Plan:

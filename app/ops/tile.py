@@ -65,14 +65,19 @@ def _tiled(
     if not math.prod(shape):
         return out
     rank = len(shape)
-    source = as_raw(data).reshape((1,) * (rank - data.ndim) + data.shape)
+    sizes = (1,) * (rank - data.ndim) + data.shape
     # The output seen as (repeats_0, size_0, repeats_1, size_1, ...): data broadcast over the
-    # repeats' axes is one copy, with nothing made in between.
+    # repeats' axes is one copy, with nothing made in between. Parts of one element are left
+    # out (they place nothing), so data of more than 32 dimensions (TENSOR_OPS_MAX_RANK allows
+    # 64) stays within NumPy's 64 (each part left is at least 2, and the output is < 2**63).
     split: list[int] = []
-    for length, size in zip(shape, source.shape, strict=True):
-        split += [length // size if size else 0, size]
-    spread = source.reshape([part for size in source.shape for part in (1, size)])
-    np.copyto(as_raw(out).reshape(split), spread, casting="equiv")
+    spread: list[int] = []
+    for length, size in zip(shape, sizes, strict=True):
+        for part, seen in ((length // size, 1), (size, size)):  # no 0 size: the output is empty
+            if part != 1:
+                split.append(part)
+                spread.append(seen)
+    np.copyto(as_raw(out).reshape(split), as_raw(data).reshape(spread), casting="equiv")
     return out
 
 
