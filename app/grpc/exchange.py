@@ -221,9 +221,7 @@ class GrpcExchange:
         arrays: dict[str, Any] = {}
         for index, item in enumerate(head.inputs):
             try:
-                arrays[item.name] = decode_v2_binary(
-                    raw[index], list(item.shape), item.datatype, "its raw contents"
-                )
+                arrays[item.name] = item.decoded(raw[index])
             except TensorError as error:
                 raise from_wire(error, item.name) from None
         job = make_job(head.op, arrays, dict(head.attributes), limits)
@@ -374,6 +372,6 @@ def _head_of(request: Any, op: Op, raw_output: bool, attributes: dict[str, Any])
         op,
         raw_output,
         dict(attributes),
-        tuple(InputHead(item.name, tuple(item.shape), item.datatype) for item in request.inputs),
+        tuple(InputHead.of(item.name, tuple(item.shape), item.datatype) for item in request.inputs),
         tuple((item.name, parameter_values(item.parameters)) for item in request.outputs),
     )

@@ -11,8 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from app.codecs.v2_tensors import decode_v2_binary, element_count, v2_dtype, wire_dtype
 from app.pipeline.jobs import Limits
 from app.registry import Op
+from tensor_ops_wire.dtypes import canonical_bools
 
 #: Heads up to this many bytes, of up to this many inputs and outputs each, are kept (a small
 #: call's: names, shapes, a few parameters).
@@ -30,11 +35,28 @@ ENTRY_BYTES = 8192
 @dataclass(frozen=True, slots=True)
 class InputHead:
     """An input as the head declares it: name, shape and datatype; its contents are the
-    message's raw contents at the same index."""
+    message's raw contents at the same index, of ``nbytes`` bytes of ``wire`` elements (what
+    ``decode_v2_binary`` works out of the shape and datatype)."""
 
     name: str
     shape: tuple[int, ...]
     datatype: str
+    wire: np.dtype[Any]
+    nbytes: int
+
+    @classmethod
+    def of(cls, name: str, shape: tuple[int, ...], datatype: str) -> InputHead:
+        """An input whose datatype and shape were accepted (``decode_v2_binary`` passed)."""
+        dtype = v2_dtype(datatype)
+        nbytes = element_count(list(shape), dtype) * dtype.itemsize
+        return cls(name, shape, datatype, wire_dtype(dtype), nbytes)
+
+    def decoded(self, chunk: memoryview) -> npt.NDArray[Any]:
+        """The input from its raw contents, as ``decode_v2_binary`` makes it (which refuses
+        contents of another length, in its words)."""
+        if len(chunk) != self.nbytes:
+            return decode_v2_binary(chunk, list(self.shape), self.datatype, "its raw contents")
+        return canonical_bools(np.frombuffer(chunk, dtype=self.wire)).reshape(self.shape)
 
 
 @dataclass(frozen=True, slots=True)

@@ -290,3 +290,18 @@ def test_a_large_head_or_one_of_many_outputs_is_not_kept() -> None:
     answer = outcome(message(ROLL, outputs=many), heads)
     np.testing.assert_array_equal(output(answer), np.roll(DATA, 1, axis=1))
     assert not heads.entries
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [
+        message({**ROLL, "data": DATA[:, :2]}, shapes={"data": [2, 3]}),  # 16 bytes for 24
+        message({**ROLL, "axes": np.array([5])}),  # out of data's rank: make_job's
+        message({**ROLL, "shift": np.array([2**40])}),  # answered: the net shift is 1
+    ],
+    ids=["raw-length", "axes-out-of-range", "large-shift"],
+)
+def test_the_values_of_a_known_head_are_checked_each_call(sent: bytes) -> None:
+    heads = warm()
+    assert outcome(sent, heads) == outcome(sent, unkept())
+    assert heads.found == 1  # its head was found: the values' checks ran on it
