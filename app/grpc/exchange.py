@@ -204,11 +204,17 @@ class GrpcExchange:
             or len(self.head) - sum(len(item) for item in raw) > LARGEST_HEAD
         ):
             return None
-        # Raw contents are values, not the head's, and were taken out above: the head's
+        # Raw contents are values, not the head's, and were taken out above; the id is only
+        # sent back (a client may give each call its own), and no check reads it. The head's
         # bytes are the rest of the message, written in one way (map entries sorted), so that
         # equal bytes are an equal head.
         request.ClearField("raw_input_contents")
+        request_id = request.id
+        if request_id:
+            request.ClearField("id")
         head = request.SerializeToString(deterministic=True)
+        if request_id:
+            request.id = request_id
         return head_key(head, len(raw), self.shared is None, limits)
 
     def _known(self, head: Head, limits: Limits) -> Job:

@@ -77,7 +77,8 @@ class Head:
     outputs: tuple[tuple[str, Mapping[str, Any]], ...]
 
 
-#: A head's bytes (a ``ModelInferRequest`` without raw contents, serialised deterministically),
+#: A head's bytes (a ``ModelInferRequest`` without its raw contents and its id, serialised
+#: deterministically),
 #: how many raw entries came with it, whether shared memory was off, and the limits it met
 #: (rank, output bytes, dimension).
 HeadKey = tuple[bytes, int, bool, int, int, int]

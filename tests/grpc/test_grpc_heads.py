@@ -139,7 +139,7 @@ def test_the_values_of_a_known_head_are_read_from_each_message() -> None:
         (message(ROLL, datatypes={"shift": "FP32"}), "a shift of floats"),
         (message(ROLL, model="gather"), "another model"),
         (message(ROLL, model_version="1"), "a version not served"),
-        (message(ROLL, id="call-7"), "an id"),
+        (message(ROLL, parameters={"tag": pb.InferParameter(string_param="a")}), "a parameter"),
         (
             message(ROLL, outputs=[pb.ModelInferRequest.InferRequestedOutputTensor(name="out")]),
             "an output",
@@ -256,35 +256,50 @@ def test_typed_contents_are_values_and_are_not_kept() -> None:
     assert not heads.entries
 
 
+def tagged(tag: str, **fields: Any) -> bytes:
+    """ROLL's message with a parameter of the client's own (ignored by the service): a head of
+    its own."""
+    return message(ROLL, parameters={"tag": pb.InferParameter(string_param=tag)}, **fields)
+
+
+def test_the_id_is_not_part_of_the_head() -> None:
+    heads = warm()
+    for number in range(3):
+        answer = outcome(message(ROLL, id=f"call-{number}"), heads)
+        assert answer == outcome(message(ROLL, id=f"call-{number}"), unkept())
+        answered = pb.ModelInferResponse.FromString(split_raw(answer, RAW_OUTPUT_FIELD)[0])
+        assert answered.id == f"call-{number}"  # its own id, sent back
+    assert (len(heads.entries), heads.found) == (1, 3)
+
+
 def test_the_cache_keeps_the_most_recent_heads_within_its_count() -> None:
     heads = HeadCache(most=3)
     for number in range(10):
-        answer = outcome(message(ROLL, id=f"call-{number}"), heads)
-        assert (
-            pb.ModelInferResponse.FromString(split_raw(answer, RAW_OUTPUT_FIELD)[0]).id
-            == f"call-{number}"
-        )
+        answer = outcome(tagged(f"call-{number}"), heads)
+        np.testing.assert_array_equal(output(answer), np.roll(DATA, 1, axis=1))
     assert len(heads.entries) == 3
-    kept = [pb.ModelInferRequest.FromString(key[0]).id for key in heads.entries]
+    kept = [
+        pb.ModelInferRequest.FromString(key[0]).parameters["tag"].string_param
+        for key in heads.entries
+    ]
     assert kept == ["call-7", "call-8", "call-9"]
     assert heads.held_bytes == sum(HeadCache.cost(key) for key in heads.entries)
 
 
 def test_the_cache_keeps_within_its_bytes() -> None:
     one = HeadCache()
-    outcome(message(ROLL, id="0"), one)  # as long as each below
+    outcome(tagged("0"), one)  # as long as each below
     (key,) = one.entries
     heads = HeadCache(most_bytes=2 * HeadCache.cost(key) + 10)
     for number in range(6):
-        outcome(message(ROLL, id=f"{number}"), heads)
+        outcome(tagged(f"{number}"), heads)
         assert heads.held_bytes <= heads.most_bytes
     assert len(heads.entries) == 2
 
 
 def test_a_large_head_or_one_of_many_outputs_is_not_kept() -> None:
     heads = HeadCache()
-    long_id = "x" * (LARGEST_HEAD + 1)
-    answer = outcome(message(ROLL, id=long_id), heads)
+    answer = outcome(tagged("x" * (LARGEST_HEAD + 1)), heads)
     np.testing.assert_array_equal(output(answer), np.roll(DATA, 1, axis=1))
     many = [pb.ModelInferRequest.InferRequestedOutputTensor(name="output")] * (MOST_TENSORS + 1)
     answer = outcome(message(ROLL, outputs=many), heads)
