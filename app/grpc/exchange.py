@@ -4,6 +4,7 @@ the answer's bytes made (``answer.py``)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +29,16 @@ from app.grpc.answer import (
     several_answer,
     typed_answer,
     wrapped,
+)
+from app.grpc.heads import (
+    HEADS,
+    LARGEST_HEAD,
+    MOST_TENSORS,
+    Head,
+    HeadCache,
+    HeadKey,
+    InputHead,
+    head_key,
 )
 from app.grpc.shared_memory import grpc_answer, raw_positions
 from app.grpc.status import unreadable
@@ -61,6 +72,10 @@ from tensor_ops_wire.grpc_v2.framing import (
 )
 
 INPUTS_NUMBER = pb.ModelInferRequest.DESCRIPTOR.fields_by_name["inputs"].number
+#: An output's V2 datatype, worked out once per element type (a dtype's lookup makes a dtype
+#: of native byte order each time: a few microseconds of a small answer). Bounded by the
+#: element types served: an unsupported one raises, and nothing is kept for it.
+_output_datatype = functools.cache(v2_datatype)
 
 
 #: Messages up to this size are parsed by protobuf whole (their raw contents copied, a few
@@ -88,7 +103,9 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
 class GrpcExchange:
     """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
 
-    def __init__(self, shared: SharedTensors | None = None, stream: bool = False) -> None:
+    def __init__(
+        self, shared: SharedTensors | None = None, stream: bool = False, heads: HeadCache = HEADS
+    ) -> None:
         #: A message of a ``ModelStreamInfer`` stream: its answer is written wrapped in a
         #: ``ModelStreamInferResponse``, in the same single copy as the output's.
         self.stream = stream
@@ -102,6 +119,8 @@ class GrpcExchange:
         self.shared_output = False
         #: The outputs the message names, of an op of several (None: all of them).
         self.requested: frozenset[str] | None = None
+        #: Heads that passed their checks before (the worker's, unless a test gives its own).
+        self.heads = heads
 
     @property
     def op(self) -> Op | None:
@@ -143,20 +162,84 @@ class GrpcExchange:
         if self.raw is None:
             self.raw = [memoryview(item) for item in request.raw_input_contents]
         self.request = request
+        shared = self.shared
+        key = self._head_key(request, limits)
+        if key is not None:
+            known = self.heads.get(key)
+            if known is not None:
+                return self._known(known, limits)
         op = model(request.model_name, request.model_version or None)
         parameters = parameter_values(request.parameters)
         # Lazily: a message may name an output a million times, each read and let go.
         outputs = ((item.name, parameter_values(item.parameters)) for item in request.outputs)
-        shared = self.shared
         extensions = OUTPUT_EXTENSIONS if shared is None else OUTPUT_EXTENSIONS_ON
         self.raw_output = wants_binary(
             parameters, outputs, default=True, extensions=extensions, op=op
         )
         arrays = self._inputs(request, op, limits)
-        job = make_job(op, arrays, op_attributes(op, parameters), limits)
+        attributes = op_attributes(op, parameters)
+        head = None
+        if key is not None and (shared is None or raw_positions(request.inputs) is None):
+            # Every input in raw contents: what the head asks for may be kept, once the whole
+            # message has passed (a copy, before make_job holds the attributes).
+            head = _head_of(request, op, self.raw_output, attributes)
+        job = make_job(op, arrays, attributes, limits)
         self.requested = requested_outputs(job, (item.name for item in request.outputs))
         if shared is not None and shared.place_output(
             ((item.name, parameter_values(item.parameters)) for item in request.outputs), job
+        ):
+            self.shared_output = True  # written into the client's region, not sent
+        else:
+            self._refuse_what_cannot_be_sent(job, limits)
+        if key is not None and head is not None:
+            self.heads.put(key, head)
+        return job
+
+    def _head_key(self, request: Any, limits: Limits) -> HeadKey | None:
+        """The key of the message's head, when what it asks for may be kept: its inputs all in
+        raw contents (none in typed contents, which are values), a few inputs and outputs, a
+        head of a few KiB. None: the message is checked in full, and nothing is kept."""
+        raw = self.raw
+        if (
+            not raw
+            or len(request.inputs) > MOST_TENSORS
+            or len(request.outputs) > MOST_TENSORS
+            # What is left of the message without its raw contents' bytes (their framing
+            # left in: more than the head, never less).
+            or len(self.head) - sum(len(item) for item in raw) > LARGEST_HEAD
+        ):
+            return None
+        # Raw contents are values, not the head's, and were taken out above; the id is only
+        # sent back (a client may give each call its own), and no check reads it. The head's
+        # bytes are the rest of the message, written in one way (map entries sorted), so that
+        # equal bytes are an equal head.
+        request.ClearField("raw_input_contents")
+        request_id = request.id
+        if request_id:
+            request.ClearField("id")
+        head = request.SerializeToString(deterministic=True)
+        if request_id:
+            request.id = request_id
+        return head_key(head, len(raw), self.shared is None, limits)
+
+    def _known(self, head: Head, limits: Limits) -> Job:
+        """A job from a message whose head passed its checks before (``Head``): each input
+        decoded from its raw contents, then the spec's checks of the values, the outputs asked
+        for and the answer's size, as for any message."""
+        raw = self.raw
+        assert raw is not None  # a key is made only for a message with raw contents
+        self.raw_output = head.raw_output
+        arrays: dict[str, Any] = {}
+        for index, item in enumerate(head.inputs):
+            try:
+                arrays[item.name] = item.decoded(raw[index])
+            except TensorError as error:
+                raise from_wire(error, item.name) from None
+        job = make_job(head.op, arrays, dict(head.attributes), limits)
+        self.requested = requested_outputs(job, (name for name, _ in head.outputs))
+        shared = self.shared
+        if shared is not None and shared.place_output(
+            ((name, dict(parameters)) for name, parameters in head.outputs), job
         ):
             self.shared_output = True  # written into the client's region, not sent
         else:
@@ -284,7 +367,7 @@ class GrpcExchange:
         if self.shared_output:
             assert self.shared is not None
             return wrapped(grpc_answer(job, request_id, self.shared), self.stream)
-        datatype = v2_datatype(job.output_dtype)
+        datatype = _output_datatype(job.output_dtype)
         raw = self._raw_output(job)
         if job.split is not None:
             answer = several_answer(job, datatype, request_id, self.requested, raw)
@@ -292,3 +375,14 @@ class GrpcExchange:
         if raw:
             return raw_answer(job, datatype, request_id, self.stream)
         return wrapped(typed_answer(job, datatype, request_id), self.stream)
+
+
+def _head_of(request: Any, op: Op, raw_output: bool, attributes: dict[str, Any]) -> Head:
+    """What a message's head asked for, once every check of it has passed."""
+    return Head(
+        op,
+        raw_output,
+        dict(attributes),
+        tuple(InputHead.of(item.name, tuple(item.shape), item.datatype) for item in request.inputs),
+        tuple((item.name, parameter_values(item.parameters)) for item in request.outputs),
+    )
