@@ -6,7 +6,8 @@ raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-b
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
 index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose and
 GatherTree's walk of every width, the transpose in 8-byte words (1- and 4-byte elements) and
-GatherTree's check of float ids (3 widths): 34 compiled signatures in all.
+GatherTree's check of float ids (3 widths), and Unique's table of slots (1- and 2-byte values)
+and hash table (keys of 2, 4 or 8 bytes), writing either index type: 51 compiled signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
@@ -902,6 +903,219 @@ first_fraction = _compiled(
     [_I64(_readonly(width), _I64, _I64) for width in _WIDTHS[1:]],
 )
 
+# ---------------------------------------------------------------------------------------------
+# Unique's loops: its groups counted in a table of one slot a value (elements of one or two
+# bytes), or found by a hash table of their keys (wider ones, a bounded number of groups).
+
+
+def _count_slots_loop(slots: Any, counts: Any) -> None:  # pragma: no cover - compiled
+    """Add each value of ``slots`` to its count in ``counts``: four tables one after the other
+    (``counts`` of four times the slots), element ``i`` counted in table ``i % 4``, so that
+    repeats of one value in a row do not wait on each other's store."""
+    u = np.uint64
+    total = u(slots.size)
+    table = u(counts.size) // u(4)
+    whole = total - total % u(4)
+    for i in range(u(0), whole, u(4)):
+        counts[u(slots[i])] += 1
+        counts[table + u(slots[i + u(1)])] += 1
+        counts[u(2) * table + u(slots[i + u(2)])] += 1
+        counts[u(3) * table + u(slots[i + u(3)])] += 1
+    for i in range(whole, total):
+        counts[u(slots[i])] += 1
+
+
+def _first_slots_loop(slots: Any, firsts: Any, occurring: int) -> None:  # pragma: no cover
+    """Each value's first position in ``slots`` written in ``firsts`` (its entries that are
+    negative), read from the start until ``occurring`` values are found: usually a short way."""
+    missing = occurring
+    for i in range(np.uint64(slots.size)):
+        slot = np.uint64(slots[i])
+        if missing and firsts[slot] < 0:
+            firsts[slot] = i
+            missing -= 1
+        if not missing:
+            break
+
+
+def _look_up_loop(slots: Any, table: Any, out: Any) -> None:  # pragma: no cover - compiled
+    """``out[i] = table[slots[i]]``: each element's group, in the index type."""
+    for i in range(np.uint64(slots.size)):
+        out[i] = table[np.uint64(slots[i])]
+
+
+#: The multiplier of the hash (2**64 over the golden ratio, odd): a key's high product bits
+#: pick its slot, spread even for keys that differ in their high bits only.
+_HASH_FACTOR = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _hash_groups_loop(
+    raw: Any,
+    fraction: int,
+    shift: int,
+    table_keys: Any,
+    table_ids: Any,
+    group_keys: Any,
+    firsts: Any,
+    counts: Any,
+) -> int:  # pragma: no cover - compiled
+    """The groups of equal values of ``raw`` (the bits of an integer type, or of a float type
+    with ``fraction`` mantissa bits; 0 for integers) in the order they first occur: each one's
+    key, first position and count in ``group_keys``, ``firsts`` and ``counts``; their number,
+    or -1 once there would be more than ``group_keys`` can hold.
+
+    Keys are the bits, +0.0 for -0.0 (equal values); a NaN equals nothing, so each is a group
+    of its own and never enters the table. The table (``table_keys`` and ``table_ids``, a power
+    of two of slots, ids -1 where empty, ``shift`` 64 minus its bits) is open-addressed: a key's
+    slot the top bits of its product with _HASH_FACTOR, then the next ones, each id a group's.
+    """
+    u = np.uint64
+    sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
+    magnitude_mask = sign - u(1)
+    infinity = (magnitude_mask >> u(fraction)) << u(fraction)
+    mask = u(table_keys.size - 1)
+    limit = group_keys.size
+    groups = 0
+    for i in range(u(raw.size)):
+        key = u(raw[i])
+        if fraction:
+            magnitude = key & magnitude_mask
+            if magnitude == u(0):
+                key = u(0)
+            elif magnitude > infinity:
+                if groups == limit:
+                    return -1
+                group_keys[groups] = key
+                firsts[groups] = i
+                counts[groups] = 1
+                groups += 1
+                continue
+        slot = (key * _HASH_FACTOR) >> u(shift)
+        while True:
+            group = table_ids[slot]
+            if group < 0:
+                if groups == limit:
+                    return -1
+                table_keys[slot] = key
+                table_ids[slot] = groups
+                group_keys[groups] = key
+                firsts[groups] = i
+                counts[groups] = 1
+                groups += 1
+                break
+            if table_keys[slot] == key:
+                counts[group] += 1
+                break
+            slot = (slot + u(1)) & mask
+    return groups
+
+
+def _hash_look_up_loop(
+    raw: Any,
+    fraction: int,
+    shift: int,
+    table_keys: Any,
+    table_ids: Any,
+    ranks: Any,
+    nan_ranks: Any,
+    out: Any,
+) -> None:  # pragma: no cover - compiled
+    """Each element's group in the index type, after ``_hash_groups_loop`` filled the table:
+    ``ranks[id]`` of its key's group, and for the k-th NaN ``nan_ranks[k]`` (NaNs are groups
+    of their own, in the order they occur)."""
+    u = np.uint64
+    sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
+    magnitude_mask = sign - u(1)
+    infinity = (magnitude_mask >> u(fraction)) << u(fraction)
+    mask = u(table_keys.size - 1)
+    nans = u(0)
+    for i in range(u(raw.size)):
+        key = u(raw[i])
+        if fraction:
+            magnitude = key & magnitude_mask
+            if magnitude == u(0):
+                key = u(0)
+            elif magnitude > infinity:
+                out[i] = nan_ranks[nans]
+                nans += u(1)
+                continue
+        slot = (key * _HASH_FACTOR) >> u(shift)
+        while table_keys[slot] != key or table_ids[slot] < 0:
+            slot = (slot + u(1)) & mask
+        out[i] = ranks[table_ids[slot]]
+
+
+_SLOT_WIDTHS = (types.uint8, types.uint16)
+_KEY_WIDTHS = (types.uint16, types.uint32, types.uint64)
+
+#: count_slots(slots, counts): bytes or 2-byte values, int64 counts.
+count_slots = _compiled(
+    _count_slots_loop, [types.void(_readonly(w), _mutable(_I64)) for w in _SLOT_WIDTHS]
+)
+
+#: first_slots(slots, firsts, occurring): bytes or 2-byte values, int64 positions.
+first_slots = _compiled(
+    _first_slots_loop, [types.void(_readonly(w), _mutable(_I64), _I64) for w in _SLOT_WIDTHS]
+)
+
+#: look_up(slots, table, out): bytes or 2-byte values, each index type.
+look_up = _compiled(
+    _look_up_loop,
+    [
+        types.void(_readonly(w), _readonly(index), _mutable(index))
+        for w in _SLOT_WIDTHS
+        for index in _INDEX_TYPES
+    ],
+)
+
+#: hash_groups(raw, fraction, shift, table_keys, table_ids, group_keys, firsts, counts): keys
+#: of 2, 4 or 8 bytes; uint64 keys, int32 ids, int64 positions and counts.
+hash_groups = _compiled(
+    _hash_groups_loop,
+    [
+        _I64(
+            _readonly(w),
+            _I64,
+            _I64,
+            _mutable(types.uint64),
+            _mutable(types.int32),
+            _mutable(types.uint64),
+            _mutable(_I64),
+            _mutable(_I64),
+        )
+        for w in _KEY_WIDTHS
+    ],
+)
+
+#: hash_look_up(raw, fraction, shift, table_keys, table_ids, ranks, nan_ranks, out): keys of
+#: 2, 4 or 8 bytes, each index type.
+hash_look_up = _compiled(
+    _hash_look_up_loop,
+    [
+        types.void(
+            _readonly(w),
+            _I64,
+            _I64,
+            _readonly(types.uint64),
+            _readonly(types.int32),
+            _readonly(index),
+            _readonly(index),
+            _mutable(index),
+        )
+        for w in _KEY_WIDTHS
+        for index in _INDEX_TYPES
+    ],
+)
+
+#: Unique's loops, as ``_LOOPS`` lists them.
+_UNIQUE_LOOPS = (
+    ("count_slots", count_slots),
+    ("first_slots", first_slots),
+    ("look_up", look_up),
+    ("hash_groups", hash_groups),
+    ("hash_look_up", hash_look_up),
+)
+
 _LOOPS = (
     ("take", take),
     ("take_slices", take_slices),
@@ -912,6 +1126,7 @@ _LOOPS = (
     ("transpose_words", transpose_words),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
+    *_UNIQUE_LOOPS,
 )
 
 
@@ -933,3 +1148,4 @@ __all__ = [
     "transpose_tiles",
     "transpose_words",
 ]
+__all__ += ["count_slots", "first_slots", "hash_groups", "hash_look_up", "look_up"]
