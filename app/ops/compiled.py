@@ -955,16 +955,15 @@ def _hash_groups_loop(
     shift: int,
     table_keys: Any,
     table_ids: Any,
-    group_keys: Any,
     firsts: Any,
     counts: Any,
 ) -> int:  # pragma: no cover - compiled
     """The groups of equal values of ``raw`` (the bits of an integer type, or of a float type
     with ``fraction`` mantissa bits; 0 for integers) in the order they first occur: each one's
-    key, first position and count in ``group_keys``, ``firsts`` and ``counts``; their number,
-    or -1 once there would be more than ``group_keys`` can hold.
+    first position and count in ``firsts`` and ``counts``; their number, or -1 once there would
+    be more than those can hold.
 
-    Keys are the bits, +0.0 for -0.0 (equal values); a NaN equals nothing, so each is a group
+    Keys are the bits, +0.0's for -0.0 (equal values); a NaN equals nothing, so each is a group
     of its own and never enters the table. The table (``table_keys`` and ``table_ids``, a power
     of two of slots, ids -1 where empty, ``shift`` 64 minus its bits) is open-addressed: a key's
     slot the top bits of its product with _HASH_FACTOR, then the next ones, each id a group's.
@@ -974,7 +973,7 @@ def _hash_groups_loop(
     magnitude_mask = sign - u(1)
     infinity = (magnitude_mask >> u(fraction)) << u(fraction)
     mask = u(table_keys.size - 1)
-    limit = group_keys.size
+    limit = firsts.size
     groups = 0
     for i in range(u(raw.size)):
         key = u(raw[i])
@@ -985,7 +984,6 @@ def _hash_groups_loop(
             elif magnitude > infinity:
                 if groups == limit:
                     return -1
-                group_keys[groups] = key
                 firsts[groups] = i
                 counts[groups] = 1
                 groups += 1
@@ -998,7 +996,6 @@ def _hash_groups_loop(
                     return -1
                 table_keys[slot] = key
                 table_ids[slot] = groups
-                group_keys[groups] = key
                 firsts[groups] = i
                 counts[groups] = 1
                 groups += 1
@@ -1015,14 +1012,15 @@ def _hash_look_up_loop(
     fraction: int,
     shift: int,
     table_keys: Any,
-    table_ids: Any,
-    ranks: Any,
+    table_ranks: Any,
     nan_ranks: Any,
     out: Any,
 ) -> None:  # pragma: no cover - compiled
-    """Each element's group in the index type, after ``_hash_groups_loop`` filled the table:
-    ``ranks[id]`` of its key's group, and for the k-th NaN ``nan_ranks[k]`` (NaNs are groups
-    of their own, in the order they occur)."""
+    """Each element's group in the index type, with the table ``_hash_groups_loop`` filled
+    (``table_ranks`` the rank of each slot's group): its key's slot's rank, and for the k-th
+    NaN ``nan_ranks[k]`` (NaNs are groups of their own, in the order they occur). Every key is
+    in the table, and the slots from its first to its own are all taken (nothing is removed
+    from the table): a key found is its own slot, and the empty slots are never read."""
     u = np.uint64
     sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
     magnitude_mask = sign - u(1)
@@ -1040,9 +1038,9 @@ def _hash_look_up_loop(
                 nans += u(1)
                 continue
         slot = (key * _HASH_FACTOR) >> u(shift)
-        while table_keys[slot] != key or table_ids[slot] < 0:
+        while table_keys[slot] != key:
             slot = (slot + u(1)) & mask
-        out[i] = ranks[table_ids[slot]]
+        out[i] = table_ranks[slot]
 
 
 _SLOT_WIDTHS = (types.uint8, types.uint16)
@@ -1068,8 +1066,8 @@ look_up = _compiled(
     ],
 )
 
-#: hash_groups(raw, fraction, shift, table_keys, table_ids, group_keys, firsts, counts): keys
-#: of 2, 4 or 8 bytes; uint64 keys, int32 ids, int64 positions and counts.
+#: hash_groups(raw, fraction, shift, table_keys, table_ids, firsts, counts): keys of 2, 4 or 8
+#: bytes; uint64 keys, int32 ids, int64 positions and counts.
 hash_groups = _compiled(
     _hash_groups_loop,
     [
@@ -1079,7 +1077,6 @@ hash_groups = _compiled(
             _I64,
             _mutable(types.uint64),
             _mutable(types.int32),
-            _mutable(types.uint64),
             _mutable(_I64),
             _mutable(_I64),
         )
@@ -1087,8 +1084,8 @@ hash_groups = _compiled(
     ],
 )
 
-#: hash_look_up(raw, fraction, shift, table_keys, table_ids, ranks, nan_ranks, out): keys of
-#: 2, 4 or 8 bytes, each index type.
+#: hash_look_up(raw, fraction, shift, table_keys, table_ranks, nan_ranks, out): keys of 2, 4
+#: or 8 bytes, each index type.
 hash_look_up = _compiled(
     _hash_look_up_loop,
     [
@@ -1097,7 +1094,6 @@ hash_look_up = _compiled(
             _I64,
             _I64,
             _readonly(types.uint64),
-            _readonly(types.int32),
             _readonly(index),
             _readonly(index),
             _mutable(index),

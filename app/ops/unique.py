@@ -381,22 +381,23 @@ def _hashed_groups(
     bits = (2 * limit - 1).bit_length()  # at least twice the slots of the groups: short probes
     table_keys = np.empty(1 << bits, np.uint64)
     table_ids = np.full(1 << bits, -1, np.int32)
-    group_keys = np.empty(limit, np.uint64)
     firsts = np.empty(limit, np.int64)
     counts = np.empty(limit, np.int64)
-    arguments = (fraction, 64 - bits, table_keys, table_ids)
-    groups = int(compiled.hash_groups(raw, *arguments, group_keys, firsts, counts))
+    groups = int(
+        compiled.hash_groups(raw, fraction, 64 - bits, table_keys, table_ids, firsts, counts)
+    )
     if groups < 0:
         return None
-    del group_keys
     firsts, counts = firsts[:groups], counts[:groups]
     keys, nan = sortable_keys(values[firsts])
     order = np.argsort(keys, kind="stable") if plan.sorted else np.arange(groups)
     ranks = np.empty(groups, plan.index_type)
     ranks[order] = np.arange(groups)
     nan_ranks = ranks[:0] if nan is None else ranks[nan]  # NaN groups in the order they occur
+    table_ranks = ranks[table_ids]  # an empty slot's (id -1) never read
+    del table_ids
     inverse = np.empty(raw.size, plan.index_type)
-    compiled.hash_look_up(raw, *arguments, ranks, nan_ranks, inverse)
+    compiled.hash_look_up(raw, fraction, 64 - bits, table_keys, table_ranks, nan_ranks, inverse)
     return firsts[order], counts[order], inverse
 
 
