@@ -951,17 +951,19 @@ _HASH_FACTOR = np.uint64(0x9E3779B97F4A7C15)
 
 def _hash_groups_loop(
     raw: Any,
+    start: int,
+    stop: int,
+    groups: int,
     fraction: int,
     shift: int,
     table_keys: Any,
     table_ids: Any,
     firsts: Any,
-    counts: Any,
 ) -> int:  # pragma: no cover - compiled
-    """The groups of equal values of ``raw`` (the bits of an integer type, or of a float type
-    with ``fraction`` mantissa bits; 0 for integers) in the order they first occur: each one's
-    first position and count in ``firsts`` and ``counts``; their number, or -1 once there would
-    be more than those can hold.
+    """The groups of equal values of ``raw[start:stop]`` (the bits of an integer type, or of a
+    float type with ``fraction`` mantissa bits; 0 for integers) added, in the order they first
+    occur, to the ``groups`` in the table: each new one's first position in ``firsts``; their
+    number now, or -1 once there would be more than ``firsts`` can hold.
 
     Keys are the bits, +0.0's for -0.0 (equal values); a NaN equals nothing, so each is a group
     of its own and never enters the table. The table (``table_keys`` and ``table_ids``, a power
@@ -974,8 +976,7 @@ def _hash_groups_loop(
     infinity = (magnitude_mask >> u(fraction)) << u(fraction)
     mask = u(table_keys.size - 1)
     limit = firsts.size
-    groups = 0
-    for i in range(u(raw.size)):
+    for i in range(u(start), u(stop)):
         key = u(raw[i])
         if fraction:
             magnitude = key & magnitude_mask
@@ -985,7 +986,6 @@ def _hash_groups_loop(
                 if groups == limit:
                     return -1
                 firsts[groups] = i
-                counts[groups] = 1
                 groups += 1
                 continue
         slot = (key * _HASH_FACTOR) >> u(shift)
@@ -997,11 +997,9 @@ def _hash_groups_loop(
                 table_keys[slot] = key
                 table_ids[slot] = groups
                 firsts[groups] = i
-                counts[groups] = 1
                 groups += 1
                 break
             if table_keys[slot] == key:
-                counts[group] += 1
                 break
             slot = (slot + u(1)) & mask
     return groups
@@ -1014,19 +1012,22 @@ def _hash_look_up_loop(
     table_keys: Any,
     table_ranks: Any,
     nan_ranks: Any,
+    counts: Any,
     out: Any,
-) -> None:  # pragma: no cover - compiled
-    """Each element's group in the index type, with the table ``_hash_groups_loop`` filled
-    (``table_ranks`` the rank of each slot's group): its key's slot's rank, and for the k-th
-    NaN ``nan_ranks[k]`` (NaNs are groups of their own, in the order they occur). Every key is
-    in the table, and the slots from its first to its own are all taken (nothing is removed
-    from the table): a key found is its own slot, and the empty slots are never read."""
+) -> int:  # pragma: no cover - compiled
+    """Each element's group in the index type, by the table ``_hash_groups_loop`` filled
+    (``table_ranks`` the rank of each slot's group, -1 where empty): its key's slot's rank,
+    and for the k-th NaN ``nan_ranks[k]`` (NaNs are groups of their own, in the order they
+    occur); each group's elements counted in ``counts`` (by rank). -1, or the position of the
+    first element whose group the table does not have (a key not in it, a NaN past the last
+    of ``nan_ranks``): ``out`` and ``counts`` are then written up to it only."""
     u = np.uint64
     sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
     magnitude_mask = sign - u(1)
     infinity = (magnitude_mask >> u(fraction)) << u(fraction)
     mask = u(table_keys.size - 1)
     nans = u(0)
+    known_nans = u(nan_ranks.size)
     for i in range(u(raw.size)):
         key = u(raw[i])
         if fraction:
@@ -1034,13 +1035,24 @@ def _hash_look_up_loop(
             if magnitude == u(0):
                 key = u(0)
             elif magnitude > infinity:
-                out[i] = nan_ranks[nans]
+                if nans == known_nans:
+                    return np.int64(i)
+                rank = nan_ranks[nans]
+                out[i] = rank
+                counts[rank] += 1
                 nans += u(1)
                 continue
         slot = (key * _HASH_FACTOR) >> u(shift)
-        while table_keys[slot] != key:
+        while True:
+            rank = table_ranks[slot]
+            if rank < 0:
+                return np.int64(i)
+            if table_keys[slot] == key:
+                break
             slot = (slot + u(1)) & mask
-        out[i] = table_ranks[slot]
+        out[i] = rank
+        counts[rank] += 1
+    return np.int64(-1)
 
 
 _SLOT_WIDTHS = (types.uint8, types.uint16)
@@ -1066,36 +1078,31 @@ look_up = _compiled(
     ],
 )
 
-#: hash_groups(raw, fraction, shift, table_keys, table_ids, firsts, counts): keys of 2, 4 or 8
-#: bytes; uint64 keys, int32 ids, int64 positions and counts.
+#: hash_groups(raw, start, stop, groups, fraction, shift, table_keys, table_ids, firsts): keys of
+#: 2, 4 or 8 bytes; uint64 keys, int32 ids, int64 positions.
 hash_groups = _compiled(
     _hash_groups_loop,
     [
         _I64(
-            _readonly(w),
-            _I64,
-            _I64,
-            _mutable(types.uint64),
-            _mutable(types.int32),
-            _mutable(_I64),
-            _mutable(_I64),
+            _readonly(w), *[_I64] * 5, _mutable(types.uint64), _mutable(types.int32), _mutable(_I64)
         )
         for w in _KEY_WIDTHS
     ],
 )
 
-#: hash_look_up(raw, fraction, shift, table_keys, table_ranks, nan_ranks, out): keys of 2, 4
-#: or 8 bytes, each index type.
+#: hash_look_up(raw, fraction, shift, table_keys, table_ranks, nan_ranks, counts, out): keys of
+#: 2, 4 or 8 bytes, each index type, int64 counts.
 hash_look_up = _compiled(
     _hash_look_up_loop,
     [
-        types.void(
+        _I64(
             _readonly(w),
             _I64,
             _I64,
             _readonly(types.uint64),
             _readonly(index),
             _readonly(index),
+            _mutable(_I64),
             _mutable(index),
         )
         for w in _KEY_WIDTHS

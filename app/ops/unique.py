@@ -345,6 +345,8 @@ MOST_HASHED_GROUPS = 1 << 16
 #: nearly every element is a group of its own the sort is as fast.
 _FEW_GROUPS = 64
 _ELEMENTS_A_GROUP = 8
+#: The elements whose groups ``_hashed_groups`` finds before it counts and ranks every one.
+_HASH_PREFIX = 1 << 16
 #: The mantissa bits of the float types ``_hashed_groups`` takes (integers: 0).
 _FRACTION_BITS = {
     np.dtype(np.float16): 10,
@@ -358,12 +360,14 @@ def _hashed_groups(
     values: npt.NDArray[Any], plan: UniquePlan
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]] | None:
     """``_sorted_groups`` of single elements of 2, 4 or 8 bytes by a hash table of their keys
-    (compiled; None when the compiled loops are not ready): one pass finds the groups in the
-    order they first occur, with their first positions and counts; the few groups are sorted
-    by their keys (``sortable_keys``); a second pass writes each element's group in the index
-    type. None too when there are more groups than it holds (MOST_HASHED_GROUPS, and one
-    in _ELEMENTS_A_GROUP elements past _FEW_GROUPS), seen before the second pass (nothing is
-    written then): the sort takes them."""
+    (compiled; None when the compiled loops are not ready). The groups of the first
+    _HASH_PREFIX elements are found (in the order they first occur, with their first
+    positions) and ranked (sorted by their keys, ``sortable_keys``, or as they occur); one pass
+    over every element then writes each one's group in the index type and counts them. Most
+    data has all its groups early: where an element's group is new, the groups of the rest are
+    added from it on and that pass made again. None too when there are more groups than the
+    table holds (MOST_HASHED_GROUPS, and one in _ELEMENTS_A_GROUP elements past _FEW_GROUPS):
+    the sort takes them."""
     dtype = values.dtype
     if dtype.kind in "iu":
         fraction = 0
@@ -379,26 +383,26 @@ def _hashed_groups(
     raw = as_raw(np.ascontiguousarray(values))
     limit = min(raw.size, MOST_HASHED_GROUPS, max(_FEW_GROUPS, raw.size // _ELEMENTS_A_GROUP))
     bits = (2 * limit - 1).bit_length()  # at least twice the slots of the groups: short probes
-    table_keys = np.empty(1 << bits, np.uint64)
+    table = (fraction, 64 - bits, np.empty(1 << bits, np.uint64))
     table_ids = np.full(1 << bits, -1, np.int32)
     firsts = np.empty(limit, np.int64)
-    counts = np.empty(limit, np.int64)
-    groups = int(
-        compiled.hash_groups(raw, fraction, 64 - bits, table_keys, table_ids, firsts, counts)
-    )
-    if groups < 0:
-        return None
-    firsts, counts = firsts[:groups], counts[:groups]
-    keys, nan = sortable_keys(values[firsts])
-    order = np.argsort(keys, kind="stable") if plan.sorted else np.arange(groups)
-    ranks = np.empty(groups, plan.index_type)
-    ranks[order] = np.arange(groups)
-    nan_ranks = ranks[:0] if nan is None else ranks[nan]  # NaN groups in the order they occur
-    table_ranks = ranks[table_ids]  # an empty slot's (id -1) never read
-    del table_ids
     inverse = np.empty(raw.size, plan.index_type)
-    compiled.hash_look_up(raw, fraction, 64 - bits, table_keys, table_ranks, nan_ranks, inverse)
-    return firsts[order], counts[order], inverse
+    groups, start, stop = 0, 0, min(raw.size, _HASH_PREFIX)
+    while True:
+        groups = int(compiled.hash_groups(raw, start, stop, groups, *table, table_ids, firsts))
+        if groups < 0:
+            return None
+        keys, nan = sortable_keys(values[firsts[:groups]])
+        order = np.argsort(keys, kind="stable") if plan.sorted else np.arange(groups)
+        ranks = np.empty(groups, plan.index_type)
+        ranks[order] = np.arange(groups)
+        nan_ranks = ranks[:0] if nan is None else ranks[nan]  # NaN groups as they occur
+        table_ranks = np.where(table_ids < 0, -1, ranks[table_ids]).astype(plan.index_type)
+        counts = np.zeros(groups, np.int64)
+        new = int(compiled.hash_look_up(raw, *table, table_ranks, nan_ranks, counts, inverse))
+        if new < 0:
+            return firsts[order], counts, inverse  # counts by rank already
+        start, stop = new, raw.size  # a group not seen yet: the rest's groups added, then again
 
 
 def _first_positions(

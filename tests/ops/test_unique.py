@@ -457,14 +457,21 @@ def _watch_hash(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return answered
 
 
+@pytest.mark.parametrize("prefix", [None, 7], ids=["groups-first-found-early", "found-late"])
 @pytest.mark.parametrize("dtype", DATA_TYPES, ids=lambda t: t.name)
 def test_compiled_ways_give_the_bits_of_the_sort_and_of_numpy(
-    dtype: np.dtype[Any], monkeypatch: pytest.MonkeyPatch
+    dtype: np.dtype[Any], prefix: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Every element type, sorted or in order of first occurrence, i32 or i64 indices, axis
     left out or given (1-D data, and slices of one element): the compiled table or hash table,
     NumPy's stand-ins and the sort give the same bits, on data with every special bit pattern
-    (NaNs of every payload and sign, both zeros, infinities, subnormals, extremes) repeated."""
+    (NaNs of every payload and sign, both zeros, infinities, subnormals, extremes) repeated.
+    With a prefix of 7 elements, the hash table meets groups (and NaNs) it has not seen while
+    it writes the groups, and starts again."""
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    if prefix is not None:
+        monkeypatch.setattr(unique_module, "_HASH_PREFIX", prefix)
     answered = _watch_hash(monkeypatch)
     rng = np.random.default_rng(dtype.itemsize + 17)
     some = make_data(rng, dtype, (40,), strided=True)
@@ -507,14 +514,18 @@ def test_nans_and_zeros_through_the_hash_table() -> None:
         assert inverse.tolist() == [0, 1, 0, 2, 3, 0, 4, 5, 0]
 
 
+@pytest.mark.parametrize("prefix", [None, 5], ids=["groups-first-found-early", "found-late"])
 @pytest.mark.parametrize("sort", [True, False])
 def test_more_groups_than_the_hash_table_holds_are_sorted(
-    sort: bool, monkeypatch: pytest.MonkeyPatch
+    sort: bool, prefix: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past MOST_HASHED_GROUPS groups (found only at the last element, or many NaNs), the hash
-    table gives up and the sort answers, with the same bits; with one group fewer, it answers."""
+    table gives up and the sort answers, with the same bits; with one group fewer, it answers
+    (its groups found in the first elements, or some of them after they were counted)."""
     from app.ops import unique as unique_module  # noqa: PLC0415
 
+    if prefix is not None:
+        monkeypatch.setattr(unique_module, "_HASH_PREFIX", prefix)
     answered = _watch_hash(monkeypatch)
     monkeypatch.setattr(unique_module, "MOST_HASHED_GROUPS", 8)
     for dtype in (np.int32, np.uint64, np.float32, np.float64):
