@@ -341,7 +341,7 @@ def _counted_groups(
 #: The most groups the hash table of ``_hashed_groups`` holds: past them, the sort is taken.
 MOST_HASHED_GROUPS = 1 << 16
 #: Past this many groups, the hash table takes at most one group in _ELEMENTS_A_GROUP elements:
-#: its memory (some 72 bytes a group) stays a small part of the workspace declared, and where
+#: its memory (some 90 bytes a group) stays a small part of the workspace declared, and where
 #: nearly every element is a group of its own the sort is as fast.
 _FEW_GROUPS = 64
 _ELEMENTS_A_GROUP = 8
