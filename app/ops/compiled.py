@@ -1014,7 +1014,7 @@ def _hash_look_up_loop(
     nan_ranks: Any,
     counts: Any,
     out: Any,
-) -> int:  # pragma: no cover - compiled
+) -> Any:  # pragma: no cover - compiled
     """Each element's group in the index type, by the table ``_hash_groups_loop`` filled
     (``table_ranks`` the rank of each slot's group, -1 where empty): its key's slot's rank,
     and for the k-th NaN ``nan_ranks[k]`` (NaNs are groups of their own, in the order they
