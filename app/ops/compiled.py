@@ -116,6 +116,66 @@ def _width(typingctx: Any, array: Any) -> Any:
     return types.uint64(array), codegen
 
 
+def _block_lanes(bits: int) -> int:
+    """The elements of ``bits`` bits in the register ``_transpose_block`` moves a block's row in:
+    16 bytes for elements of 1 and 2 bytes (16 x 16 and 8 x 8 blocks), 32 for 4 and 8 bytes (8 x
+    8 and 4 x 4: AVX2's registers, two halves where a machine has only 16-byte ones)."""
+    return (256 if bits >= 32 else 128) // bits
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _block_side(typingctx: Any, array: Any) -> Any:
+    """The side (uint64) of ``_transpose_block``'s square blocks of ``array``'s elements."""
+    lanes = _block_lanes(array.dtype.bitwidth)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return context.get_constant(types.uint64, lanes)
+
+    return types.uint64(array), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _transpose_block(
+    typingctx: Any, source: Any, s: Any, s_step: Any, out: Any, o: Any, o_step: Any
+) -> Any:
+    """A square block transposed in the registers: its rows are the vectors of ``source`` from
+    ``source[s + i * s_step]`` on (i from 0 to the side, ``_block_lanes``), its transpose is
+    stored as the vectors of ``out`` from ``out[o + i * o_step]`` on. With n the side, the n rows
+    go through log2(n) rounds, each pairing row i with row i + n/2 and replacing the pair by the
+    low and the high halves of their interleaving (rows 2i and 2i + 1): after the last round,
+    row i holds column i. LLVM chooses the target's shuffles for each interleaving."""
+    bits = out.dtype.bitwidth
+    lanes = _block_lanes(bits)
+    half = lanes // 2
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(32)
+        index = ir.IntType(64)
+        vector = ir.VectorType(ir.IntType(bits), lanes)
+        mask = ir.VectorType(word, lanes)
+        low = ir.Constant(mask, [word(v) for k in range(half) for v in (k, lanes + k)])
+        high = ir.Constant(mask, [word(v) for k in range(half, lanes) for v in (k, lanes + k)])
+        source_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        out_data = context.make_array(signature.args[3])(context, builder, args[3]).data
+
+        def row(data: Any, start: Any, step: Any, i: int) -> Any:
+            at = builder.add(start, builder.mul(step, index(i)))
+            return builder.bitcast(builder.gep(data, [at]), vector.as_pointer())
+
+        rows = [builder.load(row(source_data, args[1], args[2], i), align=1) for i in range(lanes)]
+        for _ in range(lanes.bit_length() - 1):
+            paired = []
+            for i in range(half):
+                paired.append(builder.shuffle_vector(rows[i], rows[i + half], low))
+                paired.append(builder.shuffle_vector(rows[i], rows[i + half], high))
+            rows = paired
+        for i, value in enumerate(rows):
+            builder.store(value, row(out_data, args[4], args[5], i), align=1)
+        return context.get_dummy_value()
+
+    return types.void(source, s, s_step, out, o, o_step), codegen
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: Any) -> Any:
     """The 64-byte line of ``out`` from ``out[o]`` on (its address a multiple of 64) set by
@@ -549,136 +609,52 @@ def _transpose_loop(
     source: Any, out: Any, batch: int, rows: int, columns: int, tile: int
 ) -> None:  # pragma: no cover - compiled
     """A batch of 2-D transposes: ``source`` (batch, rows, columns) into ``out`` (batch,
-    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side, the
-    tiles down a strip of columns one after another. A tile's source rows are copied into a
-    small buffer first (the rows of a matrix whose width is a power of two fall in one cache set
-    and evict one another), the next tile's rows prefetched meanwhile (a strided stream the
-    CPU's prefetcher does not follow across so many rows); then each target row is written
-    whole from the buffer."""
+    columns, rows), both flat and C-ordered, in square tiles of ``tile`` elements a side (a
+    multiple of the block's side), the tiles down a strip of columns one after another. Inside
+    a tile, square blocks of one vector register's elements a side (``_transpose_block``: 16 x
+    16 bytes, 8 x 8 elements of 2 or 4 bytes, 4 x 4 of 8) are read as whole rows, transposed in
+    the registers and written as whole rows; the rows and columns past the last whole block
+    move an element at a time."""
     u = np.uint64
+    side = _block_side(out)
     height = u(rows)
     width = u(columns)
-    side = u(tile)
+    span = u(tile)
     plane = height * width
-    total = u(source.size)
-    buffer = np.empty(tile * tile, source.dtype)
+    tall = height - height % side  # the rows and columns that whole blocks cover
+    wide = width - width % side
     for b in range(u(batch)):
         base = b * plane
-        for left in range(u(0), width, side):
-            wide = min(side, width - left)
-            for top in range(u(0), height, side):
-                tall = min(side, height - top)
-                for r in range(tall):
-                    at = base + (top + r) * width + left
-                    ahead = at + side * width
-                    if ahead < total:
-                        _prefetch(source, ahead)
-                    row = r * side
-                    for c in range(wide):
-                        buffer[row + c] = source[at + c]
-                for c in range(wide):
-                    at = base + (left + c) * height + top
-                    for r in range(tall):
-                        out[at + r] = buffer[r * side + c]
+        for left in range(u(0), wide, span):
+            right = min(left + span, wide)
+            for top in range(u(0), tall, span):
+                bottom = min(top + span, tall)
+                for r in range(top, bottom, side):
+                    for c in range(left, right, side):
+                        _transpose_block(
+                            source, base + r * width + c, width, out, base + c * height + r, height
+                        )
+        for r in range(height):
+            for c in range(wide, width):
+                out[base + c * height + r] = source[base + r * width + c]
+        for r in range(tall, height):
+            for c in range(wide):
+                out[base + c * height + r] = source[base + r * width + c]
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
-def _exchange(a: Any, b: Any, mask: Any, shift: Any) -> Any:  # pragma: no cover - compiled
-    """One step of a transpose inside 8-byte words: the ``mask``ed parts of ``a`` and ``b`` stay,
-    the others trade places (``b``'s low part moves up into ``a``, ``a``'s high part down into
-    ``b``)."""
-    return (a & mask) | ((b << shift) & ~mask), ((a >> shift) & mask) | (b & ~mask)
-
-
-def _transpose_words_loop(
-    source: Any, out: Any, batch: int, rows: int, columns: int, tile: int, width: int
-) -> None:  # pragma: no cover - compiled
-    """A batch of 2-D transposes of 1-byte (``width`` 1) or 4-byte (``width`` 4) elements, moved
-    8 bytes at a time: ``source`` and ``out`` are the flat arrays' 8-byte words, ``rows`` and
-    ``columns`` (in elements) multiples of the elements in a word (8 or 2). A block of 8 x 8
-    bytes (2 x 2 elements of 4 bytes) is 8 (2) words read from 8 (2) rows, transposed inside the
-    words by exchanges of halves, quarters and eighths, and written to 8 (2) rows: a word moved
-    per step where the element loop moves a byte. The source is cut in tiles of ``tile`` words a
-    side (by as many rows as a word has elements), each copied into a small buffer first (rows
-    whose width is a power of two share a cache set), the next tile's rows prefetched."""
+def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragma: no cover
+    """The value (uint64) of the float whose bits are ``raw`` (``fraction`` mantissa bits,
+    exponent ``bias``; ``mask`` keeps all but its sign), right for the whole numbers from 0 to
+    2**fraction and either zero, without a branch: the mantissa with its leading 1, shifted
+    right by what the exponent lacks of ``fraction`` (a zero's or a subnormal's exponent shifts
+    every bit out). Other values give some number, which the caller clips."""
     u = np.uint64
-    per = u(8) // u(width)  # elements in a word
-    across = u(columns) // per  # words in a source row
-    down = u(rows) // per  # words in a target row
-    plane = u(rows) * across
-    total = u(source.size)
-    side = u(tile)
-    buffer = np.empty(tile * tile * 8, np.uint64)
-    low32, low16, low8 = u(0xFFFFFFFF), u(0x0000FFFF0000FFFF), u(0x00FF00FF00FF00FF)
-    for b in range(u(batch)):
-        base = b * plane
-        for left in range(u(0), across, side):
-            wide = min(side, across - left)
-            for top in range(u(0), down, side):
-                tall = min(side, down - top)
-                for r in range(tall * per):
-                    at = base + (top * per + r) * across + left
-                    ahead = at + side * per * across
-                    if ahead < total:
-                        _prefetch(source, ahead)
-                    for c in range(wide):
-                        buffer[r * side + c] = source[at + c]
-                for c in range(wide):
-                    target = base + (left + c) * per * down + top
-                    for r in range(tall):
-                        p = r * per * side + c
-                        o = target + r
-                        if per == u(2):
-                            w0, w1 = _exchange(buffer[p], buffer[p + side], low32, u(32))
-                            out[o] = w0
-                            out[o + down] = w1
-                            continue
-                        w0, w4 = _exchange(buffer[p], buffer[p + 4 * side], low32, u(32))
-                        w1, w5 = _exchange(buffer[p + side], buffer[p + 5 * side], low32, u(32))
-                        w2, w6 = _exchange(buffer[p + 2 * side], buffer[p + 6 * side], low32, u(32))
-                        w3, w7 = _exchange(buffer[p + 3 * side], buffer[p + 7 * side], low32, u(32))
-                        w0, w2 = _exchange(w0, w2, low16, u(16))
-                        w1, w3 = _exchange(w1, w3, low16, u(16))
-                        w4, w6 = _exchange(w4, w6, low16, u(16))
-                        w5, w7 = _exchange(w5, w7, low16, u(16))
-                        w0, w1 = _exchange(w0, w1, low8, u(8))
-                        w2, w3 = _exchange(w2, w3, low8, u(8))
-                        w4, w5 = _exchange(w4, w5, low8, u(8))
-                        w6, w7 = _exchange(w6, w7, low8, u(8))
-                        out[o] = w0
-                        out[o + down] = w1
-                        out[o + 2 * down] = w2
-                        out[o + 3 * down] = w3
-                        out[o + 4 * down] = w4
-                        out[o + 5 * down] = w5
-                        out[o + 6 * down] = w6
-                        out[o + 7 * down] = w7
-
-
-@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
-def _parent_value(
-    raw: Any, kind: int, fraction: int, bias: int, bits: int
-) -> Any:  # pragma: no cover
-    """A parent id's value (int64) from its raw bits (``bits`` of them): ``kind`` 0 unsigned,
-    1 signed, 2 a float of ``fraction`` mantissa bits and exponent ``bias``. Only values the
-    checks let through need be right (integers in [0, BEAM_WIDTH), -0.0 too); the caller clips
-    the others."""
-    u = np.uint64
-    value = u(raw)
-    if kind == 0:
-        return np.int64(value)
-    if kind == 1:
-        if bits < 64 and value >> u(bits - 1):
-            return np.int64(value) - (np.int64(1) << bits)
-        return np.int64(value)
-    magnitude = value & ((u(1) << u(bits - 1)) - u(1))
+    magnitude = u(raw) & mask
     exponent = np.int64(magnitude >> u(fraction)) - bias
-    if magnitude == 0 or exponent < 0:
-        return np.int64(0)
-    if exponent > fraction:
-        return np.int64(1) << 62
     whole = (magnitude & ((u(1) << u(fraction)) - u(1))) | (u(1) << u(fraction))
-    return np.int64(whole >> u(fraction - exponent))
+    shift = min(max(np.int64(fraction) - exponent, np.int64(0)), np.int64(63))
+    return whole >> u(shift)
 
 
 def _gather_tree_loop(
@@ -697,34 +673,37 @@ def _gather_tree_loop(
     bias: int,
 ) -> None:  # pragma: no cover - compiled
     """GatherTree-1. ``steps``, ``parents`` and ``out`` are the flat (max_time, batch_size,
-    beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says
-    (``_parent_value``; where the walk reads, the checks have let through only integers in
-    [0, BEAM_WIDTH); it clips whatever else into the batch's beams). ``lengths`` holds each
+    beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says (0
+    and 1, an integer: its bits; 2, a float of ``fraction`` mantissa bits and exponent
+    ``bias``). Where the walk reads, the checks have let through only integers in
+    [0, BEAM_WIDTH); whatever else is clipped into the batch's beams. ``lengths`` holds each
     batch's decoded steps. A step at or past a batch's length is ``ends[0]`` (end_token's bits);
     every value past a beam's first end_token (bits ``ends[0]`` or ``ends[1]``, its other zero)
     becomes ``ends[0]``.
 
     ``block`` batches are walked together, down their steps then up again to end the beams:
     each step's piece of them is one run of memory, and all their steps stay in the cache
-    between the two walks. ``state`` (2 * block * beam_width) holds where each beam of the block
-    is (its position in a step's piece) and whether it has ended. The next step's piece is
-    prefetched while one is walked (the walk reads it in beam order)."""
+    between the two walks. ``state`` (block * beam_width) holds where each beam of the block
+    is (its beam in its batch's piece of a step); whether a beam has ended is a byte of a table
+    of the block's beams made here. The next step's piece is prefetched while one is walked (the
+    walk reads it in beam order). The indices are unsigned: a signed index is tested for
+    wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
     u = np.uint64
     width = u(beam_width)
     row = u(batch_size) * width
     end = ends[0]
     alt = ends[1]
-    most = np.int64(beam_width) - 1
-    bits = 8 * steps.itemsize
+    highest = u(beam_width - 1)
+    magnitude_mask = (u(1) << u(8 * steps.itemsize - 1)) - u(1)
     line = u(max(1, 64 // steps.itemsize))
+    finished = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
     for first in range(u(0), u(batch_size), u(block)):
         batches = min(u(block), u(batch_size) - first)
         size = batches * width
-        index = state[:size]
-        finished = state[size : u(2) * size]
         base = first * width
-        for k in range(size):
-            index[k] = k
+        for j in range(batches):
+            for k in range(width):
+                state[j * width + k] = k
         t = max_time - 1
         while t >= 0:
             at = u(t) * row + base
@@ -739,24 +718,38 @@ def _gather_tree_loop(
                     for k in range(width):
                         out[piece + k] = end
                     continue
-                for k in range(start, start + width):
-                    out[at + k] = steps[at + u(index[k])]
-                if t > 0:
-                    for k in range(start, start + width):
-                        value = _parent_value(parents[at + u(index[k])], kind, fraction, bias, bits)
-                        index[k] = np.int64(start) + min(max(value, 0), most)
+                if t == 0:
+                    for k in range(width):
+                        out[piece + k] = steps[piece + u(state[start + k])]
+                elif kind < 2:
+                    # An integer id the walk reads is in [0, BEAM_WIDTH) (checked): its bits
+                    # are its value; clipped all the same (as unsigned, a negative is large).
+                    for k in range(width):
+                        at_parent = piece + u(state[start + k])
+                        out[piece + k] = steps[at_parent]
+                        state[start + k] = min(u(parents[at_parent]), highest)
+                else:
+                    # A float id the walk reads is an integer in [0, BEAM_WIDTH) (checked): its
+                    # mantissa shifted by its exponent, without a branch (a zero's exponent
+                    # shifts every bit out); clipped all the same.
+                    for k in range(width):
+                        at_parent = piece + u(state[start + k])
+                        out[piece + k] = steps[at_parent]
+                        value = _whole_float(parents[at_parent], magnitude_mask, fraction, bias)
+                        state[start + k] = min(value, highest)
             t -= 1
+        ended = finished[:size]
         for k in range(size):
-            finished[k] = 0
+            ended[k] = False
         # Without a branch (a beam's end comes at no step the predictor can learn): a value is
         # end_token's bits once its beam has ended, and the beam ends at its first end_token.
         for step in range(u(max_time)):
             at = step * row + base
             for k in range(size):
                 value = out[at + k]
-                ended = finished[k]
-                out[at + k] = end if ended else value
-                finished[k] = ended | ((value == end) | (value == alt))
+                done = ended[k]
+                out[at + k] = end if done else value
+                ended[k] = done | ((value == end) | (value == alt))
 
 
 def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
@@ -870,13 +863,6 @@ pad_rows = _compiled(
 transpose_tiles = _compiled(
     _transpose_loop,
     [types.void(_readonly(width), _mutable(width), *[_I64] * 4) for width in _WIDTHS],
-)
-
-#: transpose_words(source, out, batch, rows, columns, tile, width): 8-byte words of 1- or 4-byte
-#: elements.
-transpose_words = _compiled(
-    _transpose_words_loop,
-    [types.void(_readonly(types.uint64), _mutable(types.uint64), *[_I64] * 5)],
 )
 
 #: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,
@@ -1126,7 +1112,6 @@ _LOOPS = (
     ("strided_copy", strided_copy),
     ("pad_rows", pad_rows),
     ("transpose_tiles", transpose_tiles),
-    ("transpose_words", transpose_words),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
     *_UNIQUE_LOOPS,
@@ -1149,6 +1134,5 @@ __all__ = [
     "take",
     "take_slices",
     "transpose_tiles",
-    "transpose_words",
 ]
 __all__ += ["count_slots", "first_slots", "hash_groups", "hash_look_up", "look_up"]

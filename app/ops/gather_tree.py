@@ -23,7 +23,7 @@ from app.ops.raw import as_raw, into_c_ordered
 #: Elements checked at a time (the checks' temporaries stay this small, whatever the input).
 _CHUNK = 1 << 16
 #: The bytes of ids a block of batches walked together holds in each of its three arrays, and
-#: the most beams a block holds the state of (16 bytes each).
+#: the most beams a block holds the state of (9 bytes each: where it is, whether it ended).
 _BLOCK_BYTES = 2 << 20
 _STATE_BEAMS = 1 << 16
 _NAMES = ("step_ids", "parent_ids", "max_seq_len", "end_token")
@@ -208,7 +208,7 @@ def _walk(
     ends[1] = as_raw(np.asarray(other, end_token.dtype).reshape(1))[0]
     decoded = np.array(lengths, np.int64)
     block = _block(max_time, batch_size, beam_width, out.itemsize)
-    state = np.empty(2 * block * beam_width, np.int64)
+    state = np.empty(block * beam_width, np.int64)
     loops.gather_tree(steps, parents, target, decoded, state, ends, max_time, batch_size,
                       beam_width, block, *_parent_reading(parent_ids.dtype))  # fmt: skip
 
@@ -222,13 +222,13 @@ def _block(max_time: int, batch_size: int, beam_width: int, itemsize: int) -> in
 
 
 def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
-    """What the walk holds beside the output: each beam's state (16 bytes a beam of a block of
+    """What the walk holds beside the output: each beam's state (9 bytes a beam of a block of
     at most _STATE_BEAMS, or of one batch), the checks' chunk of _CHUNK values (8 bytes each at
     most), and a copy of step_ids and parent_ids when they are not C-ordered."""
     step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
     beam_width = step_ids.shape[-1] if step_ids.ndim == 3 else 0
     copied = sum(0 if item.flags.c_contiguous else item.nbytes for item in (step_ids, parent_ids))
-    return 16 * max(beam_width, _STATE_BEAMS) + 8 * _CHUNK + copied
+    return 9 * max(beam_width, _STATE_BEAMS) + 8 * _CHUNK + copied
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:

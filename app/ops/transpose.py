@@ -68,11 +68,9 @@ def transpose(
 
 
 #: The side of the square tiles a 2-D transpose moves one at a time, in elements, by item size
-#: (the fastest measured on 64 MiB: docs/benchmarks.md).
-_TILE = {1: 128, 2: 64, 4: 64, 8: 64}
-#: The side of the tiles of the transpose in 8-byte words, in words (as many rows of the source
-#: as a word holds elements times this), by item size; 2-byte elements gained nothing by it.
-_WORD_TILE = {1: 32, 4: 32}
+#: (the fastest measured on 64 MiB: docs/benchmarks.md); each a multiple of the side of the
+#: blocks transposed in the registers inside it (16, 8, 8 and 4 elements).
+_TILE = {1: 128, 2: 128, 4: 128, 8: 64}
 
 
 def _transposed(
@@ -91,13 +89,6 @@ def _transposed(
     # A batch of 2-D transposes: the compiled tiled loop (NumPy's copy of the transposed view
     # misses the cache on every element, and tiles cut by NumPy cost a call each).
     batch, rows, columns = swapped
-    per = 8 // arg.itemsize  # elements in an 8-byte word
-    if arg.itemsize in _WORD_TILE and rows % per == 0 and columns % per == 0:
-        # Bytes and 4-byte elements whose sides hold whole words: moved a word at a time.
-        compiled.transpose_words(as_raw(arg).reshape(-1).view(np.uint64),
-                                 target.reshape(-1).view(np.uint64), batch, rows, columns,
-                                 _WORD_TILE[arg.itemsize], arg.itemsize)  # fmt: skip
-        return out
     compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows, columns,
                              _TILE[arg.itemsize])  # fmt: skip
     return out

@@ -303,7 +303,6 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "strided_copy": 5,  # the four unsigned widths and 16-byte units
         "pad_rows": 4,
         "transpose_tiles": 4,
-        "transpose_words": 1,
         "gather_tree": 4,
         "first_fraction": 3,
         # Unique's: slots of 1 or 2 bytes, keys of 2, 4 or 8, int32 or int64 indices.

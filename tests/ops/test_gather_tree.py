@@ -11,6 +11,7 @@ import openvino.opset1 as ov_opset1
 import pytest
 
 from app.ops import gather_tree as module
+from app.ops import loops
 from app.ops.declaration import Plan
 from app.ops.errors import SpecError
 from app.ops.gather_tree import gather_tree
@@ -143,6 +144,28 @@ def test_properties_against_the_pseudocode() -> None:
         dtype = (np.int32, np.int64, np.float32, np.float64, np.uint16)[seed % 5]
         inputs = beams(dtype, shape, seed)
         assert_same_bits(run(*inputs), pseudocode(*inputs))
+
+
+_FLOAT_TYPES = [dtype for dtype in ELEMENT_TYPES if dtype.kind == "f" or dtype.name == "bfloat16"]
+
+
+@pytest.mark.parametrize("dtype", _FLOAT_TYPES, ids=str)
+@pytest.mark.parametrize("block_bytes", [1, 2 << 20])
+def test_float_parent_ids_of_every_exponent_compiled_and_not(
+    dtype: np.dtype[Any], block_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float parent ids 0 to 199 (every exponent from a zero's to 2**7, -0.0 among them) name
+    the beams they are, compiled (one batch a block, or all of them) and by the stand-ins."""
+    monkeypatch.setattr(module, "_BLOCK_BYTES", block_bytes)
+    step_ids, parent_ids, max_seq_len, end = beams(dtype, (7, 3, 200), seed=11)
+    parent_ids = parent_ids.copy()
+    parent_ids[parent_ids == 0] = -0.0
+    assert int(np.signbit(parent_ids).sum()) > 0
+    want = pseudocode(step_ids, parent_ids, max_seq_len, end)
+    assert loops.wait_compiled(120)
+    assert_same_bits(run(step_ids, parent_ids, max_seq_len, end), want)
+    with loops.numpy_stand_ins():
+        assert_same_bits(run(step_ids, parent_ids, max_seq_len, end), want)
 
 
 def test_lengths_zero_and_past_max_time() -> None:
