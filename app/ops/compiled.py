@@ -6,7 +6,8 @@ raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-b
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
 index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose and
 GatherTree's walk of every width, the transpose in 8-byte words (1- and 4-byte elements) and
-GatherTree's check of float ids (3 widths): 34 compiled signatures in all.
+GatherTree's check of float ids (3 widths), and Unique's table of slots (1- and 2-byte values)
+and hash table (keys of 2, 4 or 8 bytes), writing either index type: 51 compiled signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
@@ -959,6 +960,222 @@ first_fraction = _compiled(
     [_I64(_readonly(width), _I64, _I64) for width in _WIDTHS[1:]],
 )
 
+# ---------------------------------------------------------------------------------------------
+# Unique's loops: its groups counted in a table of one slot a value (elements of one or two
+# bytes), or found by a hash table of their keys (wider ones, a bounded number of groups).
+
+
+def _count_slots_loop(slots: Any, counts: Any) -> None:  # pragma: no cover - compiled
+    """Add each value of ``slots`` to its count in ``counts``: four tables one after the other
+    (``counts`` of four times the slots), element ``i`` counted in table ``i % 4``, so that
+    repeats of one value in a row do not wait on each other's store."""
+    u = np.uint64
+    total = u(slots.size)
+    table = u(counts.size) // u(4)
+    whole = total - total % u(4)
+    for i in range(u(0), whole, u(4)):
+        counts[u(slots[i])] += 1
+        counts[table + u(slots[i + u(1)])] += 1
+        counts[u(2) * table + u(slots[i + u(2)])] += 1
+        counts[u(3) * table + u(slots[i + u(3)])] += 1
+    for i in range(whole, total):
+        counts[u(slots[i])] += 1
+
+
+def _first_slots_loop(slots: Any, firsts: Any, occurring: int) -> None:  # pragma: no cover
+    """Each value's first position in ``slots`` written in ``firsts`` (its entries that are
+    negative), read from the start until ``occurring`` values are found: usually a short way."""
+    missing = occurring
+    for i in range(np.uint64(slots.size)):
+        slot = np.uint64(slots[i])
+        if missing and firsts[slot] < 0:
+            firsts[slot] = i
+            missing -= 1
+        if not missing:
+            break
+
+
+def _look_up_loop(slots: Any, table: Any, out: Any) -> None:  # pragma: no cover - compiled
+    """``out[i] = table[slots[i]]``: each element's group, in the index type."""
+    for i in range(np.uint64(slots.size)):
+        out[i] = table[np.uint64(slots[i])]
+
+
+#: The multiplier of the hash (2**64 over the golden ratio, odd): a key's high product bits
+#: pick its slot, spread even for keys that differ in their high bits only.
+_HASH_FACTOR = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _hash_groups_loop(
+    raw: Any,
+    start: int,
+    stop: int,
+    groups: int,
+    fraction: int,
+    shift: int,
+    table_keys: Any,
+    table_ids: Any,
+    firsts: Any,
+) -> int:  # pragma: no cover - compiled
+    """The groups of equal values of ``raw[start:stop]`` (the bits of an integer type, or of a
+    float type with ``fraction`` mantissa bits; 0 for integers) added, in the order they first
+    occur, to the ``groups`` in the table: each new one's first position in ``firsts``; their
+    number now, or -1 once there would be more than ``firsts`` can hold.
+
+    Keys are the bits, +0.0's for -0.0 (equal values); a NaN equals nothing, so each is a group
+    of its own and never enters the table. The table (``table_keys`` and ``table_ids``, a power
+    of two of slots, ids -1 where empty, ``shift`` 64 minus its bits) is open-addressed: a key's
+    slot the top bits of its product with _HASH_FACTOR, then the next ones, each id a group's.
+    """
+    u = np.uint64
+    sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
+    magnitude_mask = sign - u(1)
+    infinity = (magnitude_mask >> u(fraction)) << u(fraction)
+    mask = u(table_keys.size - 1)
+    limit = firsts.size
+    for i in range(u(start), u(stop)):
+        key = u(raw[i])
+        if fraction:
+            magnitude = key & magnitude_mask
+            if magnitude == u(0):
+                key = u(0)
+            elif magnitude > infinity:
+                if groups == limit:
+                    return -1
+                firsts[groups] = i
+                groups += 1
+                continue
+        slot = (key * _HASH_FACTOR) >> u(shift)
+        while True:
+            group = table_ids[slot]
+            if group < 0:
+                if groups == limit:
+                    return -1
+                table_keys[slot] = key
+                table_ids[slot] = groups
+                firsts[groups] = i
+                groups += 1
+                break
+            if table_keys[slot] == key:
+                break
+            slot = (slot + u(1)) & mask
+    return groups
+
+
+def _hash_look_up_loop(
+    raw: Any,
+    fraction: int,
+    shift: int,
+    table_keys: Any,
+    table_ranks: Any,
+    nan_ranks: Any,
+    counts: Any,
+    out: Any,
+) -> Any:  # pragma: no cover - compiled
+    """Each element's group in the index type, by the table ``_hash_groups_loop`` filled
+    (``table_ranks`` the rank of each slot's group, -1 where empty): its key's slot's rank,
+    and for the k-th NaN ``nan_ranks[k]`` (NaNs are groups of their own, in the order they
+    occur); each group's elements counted in ``counts`` (by rank). -1, or the position of the
+    first element whose group the table does not have (a key not in it, a NaN past the last
+    of ``nan_ranks``): ``out`` and ``counts`` are then written up to it only."""
+    u = np.uint64
+    sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
+    magnitude_mask = sign - u(1)
+    infinity = (magnitude_mask >> u(fraction)) << u(fraction)
+    mask = u(table_keys.size - 1)
+    nans = u(0)
+    known_nans = u(nan_ranks.size)
+    for i in range(u(raw.size)):
+        key = u(raw[i])
+        if fraction:
+            magnitude = key & magnitude_mask
+            if magnitude == u(0):
+                key = u(0)
+            elif magnitude > infinity:
+                if nans == known_nans:
+                    return np.int64(i)
+                rank = nan_ranks[nans]
+                out[i] = rank
+                counts[rank] += 1
+                nans += u(1)
+                continue
+        slot = (key * _HASH_FACTOR) >> u(shift)
+        while True:
+            rank = table_ranks[slot]
+            if rank < 0:
+                return np.int64(i)
+            if table_keys[slot] == key:
+                break
+            slot = (slot + u(1)) & mask
+        out[i] = rank
+        counts[rank] += 1
+    return np.int64(-1)
+
+
+_SLOT_WIDTHS = (types.uint8, types.uint16)
+_KEY_WIDTHS = (types.uint16, types.uint32, types.uint64)
+
+#: count_slots(slots, counts): bytes or 2-byte values, int64 counts.
+count_slots = _compiled(
+    _count_slots_loop, [types.void(_readonly(w), _mutable(_I64)) for w in _SLOT_WIDTHS]
+)
+
+#: first_slots(slots, firsts, occurring): bytes or 2-byte values, int64 positions.
+first_slots = _compiled(
+    _first_slots_loop, [types.void(_readonly(w), _mutable(_I64), _I64) for w in _SLOT_WIDTHS]
+)
+
+#: look_up(slots, table, out): bytes or 2-byte values, each index type.
+look_up = _compiled(
+    _look_up_loop,
+    [
+        types.void(_readonly(w), _readonly(index), _mutable(index))
+        for w in _SLOT_WIDTHS
+        for index in _INDEX_TYPES
+    ],
+)
+
+#: hash_groups(raw, start, stop, groups, fraction, shift, table_keys, table_ids, firsts): keys of
+#: 2, 4 or 8 bytes; uint64 keys, int32 ids, int64 positions.
+hash_groups = _compiled(
+    _hash_groups_loop,
+    [
+        _I64(
+            _readonly(w), *[_I64] * 5, _mutable(types.uint64), _mutable(types.int32), _mutable(_I64)
+        )
+        for w in _KEY_WIDTHS
+    ],
+)
+
+#: hash_look_up(raw, fraction, shift, table_keys, table_ranks, nan_ranks, counts, out): keys of
+#: 2, 4 or 8 bytes, each index type, int64 counts.
+hash_look_up = _compiled(
+    _hash_look_up_loop,
+    [
+        _I64(
+            _readonly(w),
+            _I64,
+            _I64,
+            _readonly(types.uint64),
+            _readonly(index),
+            _readonly(index),
+            _mutable(_I64),
+            _mutable(index),
+        )
+        for w in _KEY_WIDTHS
+        for index in _INDEX_TYPES
+    ],
+)
+
+#: Unique's loops, as ``_LOOPS`` lists them.
+_UNIQUE_LOOPS = (
+    ("count_slots", count_slots),
+    ("first_slots", first_slots),
+    ("look_up", look_up),
+    ("hash_groups", hash_groups),
+    ("hash_look_up", hash_look_up),
+)
+
 _LOOPS = (
     ("take", take),
     ("take_slices", take_slices),
@@ -968,6 +1185,7 @@ _LOOPS = (
     ("transpose_tiles", transpose_tiles),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
+    *_UNIQUE_LOOPS,
 )
 
 
@@ -988,3 +1206,4 @@ __all__ = [
     "take_slices",
     "transpose_tiles",
 ]
+__all__ += ["count_slots", "first_slots", "hash_groups", "hash_look_up", "look_up"]

@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import loops
 from app.ops.declaration import (
     BOOL,
     ELEMENT_TYPE,
@@ -142,7 +143,8 @@ def sortable_keys(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.uint64], Any
         return values.astype(np.uint64), None
     if dtype.kind == "i":
         return values.astype(np.int64).view(np.uint64) ^ _SIGN, None
-    wide = values.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signalling NaN is a NaN, said once per cast
+        wide = values.astype(np.float64)
     nan = np.isnan(wide)
     wide[wide == 0] = 0.0  # -0.0 is +0.0
     bits = wide.view(np.uint64)
@@ -171,8 +173,11 @@ def unique_planned(
         rows = data.reshape(count, 1)
     else:
         rows = np.moveaxis(data, plan.axis, 0).reshape(count, -1)
+    hashed = None
     if rows.shape[1] == 1 and _countable(rows.dtype):
         first, counts, inverse = _counted_groups(rows.reshape(-1), plan)
+    elif rows.shape[1] == 1 and (hashed := _hashed_groups(rows.reshape(-1), plan)) is not None:
+        first, counts, inverse = hashed
     else:
         first, counts, inverse = _sorted_groups(rows, plan)
     if plan.axis is None:
@@ -289,33 +294,115 @@ def _counted_groups(
     values: npt.NDArray[Any], plan: UniquePlan
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]]:
     """``_sorted_groups`` of a ``_countable`` type without a sort: each value's slot (its bits
-    as unsigned, a signed type's sign bit flipped, so slots go in the values' order) counted in
-    a table; the first occurrences found piece by piece from the start until every value that
-    occurs has one; each element's group a look-up of its slot. The inverse is written in the
-    index type."""
+    as unsigned) counted in a table; the first occurrences found from the start until every
+    value that occurs has one; each element's group a look-up of its slot, written in the index
+    type. Slots are ranked in the values' order (a signed type's with its sign bit flipped).
+    The compiled loops when they are ready, else NumPy's (the same answers)."""
     values = canonical_bools(values)  # a true byte other than 1 is the slot of 1 (no copy else)
     width = values.dtype.itemsize
     unsigned: type[np.unsignedinteger[Any]] = np.uint8 if width == 1 else np.uint16
-    bits: npt.NDArray[np.unsignedinteger[Any]] = values.view(unsigned)
     slots_count = 1 << (8 * width)
-    sign = unsigned(1 << (8 * width - 1))
-    slots = np.bitwise_xor(bits, sign) if values.dtype.kind == "i" else bits
-    total = np.zeros(slots_count, np.int64)
-    for start in range(0, slots.size, _PIECE):
-        total += np.bincount(slots[start : start + _PIECE], minlength=slots_count)
-    present = np.flatnonzero(total)  # the slots that occur, in the values' order
-    first_of = _first_positions(slots, present.size, slots_count)
+    # The raw slots in the values' ascending order: a signed value's bits with the sign flipped.
+    ascending = np.arange(slots_count, dtype=np.int64)
+    if values.dtype.kind == "i":
+        ascending ^= slots_count >> 1
+    compiled = loops.ready_module()
+    if compiled is None:
+        bits = values.view(unsigned)
+        total = np.zeros(slots_count, np.int64)
+        for start in range(0, bits.size, _PIECE):
+            total += np.bincount(bits[start : start + _PIECE], minlength=slots_count)
+        present = ascending[total[ascending] != 0]  # the slots that occur, in the values' order
+        first_of = _first_positions(bits, present.size, slots_count)
+    else:
+        bits = np.ascontiguousarray(values).view(unsigned)
+        tables = np.zeros(4 * slots_count, np.int64)  # count_slots' four tables
+        compiled.count_slots(bits, tables)
+        total = tables.reshape(4, slots_count).sum(axis=0)
+        present = ascending[total[ascending] != 0]
+        first_of = np.full(slots_count, -1, np.int64)
+        compiled.first_slots(bits, first_of, present.size)
     first, counts = first_of[present], total[present]
     if not plan.sorted:
         by_occurrence = np.argsort(first, kind="stable")
         present, first, counts = present[by_occurrence], first[by_occurrence], counts[by_occurrence]
     rank = np.zeros(slots_count, plan.index_type)
     rank[present] = np.arange(present.size)
-    inverse = np.empty(slots.size, plan.index_type)
-    for start in range(0, slots.size, _PIECE):
-        # Indexing the table (NumPy's take with an output is three times slower here).
-        inverse[start : start + _PIECE] = rank[slots[start : start + _PIECE]]
+    inverse = np.empty(bits.size, plan.index_type)
+    if compiled is None:
+        for start in range(0, bits.size, _PIECE):
+            # Indexing the table (NumPy's take with an output is three times slower here).
+            inverse[start : start + _PIECE] = rank[bits[start : start + _PIECE]]
+    else:
+        compiled.look_up(bits, rank, inverse)
     return first, counts, inverse
+
+
+#: The most groups the hash table of ``_hashed_groups`` holds: past them, the sort is taken.
+MOST_HASHED_GROUPS = 1 << 16
+#: Past this many groups, the hash table takes at most one group in _ELEMENTS_A_GROUP elements:
+#: its memory (some 90 bytes a group) stays a small part of the workspace declared, and where
+#: nearly every element is a group of its own the sort is as fast.
+_FEW_GROUPS = 64
+_ELEMENTS_A_GROUP = 8
+#: The elements whose groups ``_hashed_groups`` finds before it counts and ranks every one.
+_HASH_PREFIX = 1 << 16
+#: The mantissa bits of the float types ``_hashed_groups`` takes (integers: 0).
+_FRACTION_BITS = {
+    np.dtype(np.float16): 10,
+    _BFLOAT16: 7,
+    np.dtype(np.float32): 23,
+    np.dtype(np.float64): 52,
+}
+
+
+def _hashed_groups(
+    values: npt.NDArray[Any], plan: UniquePlan
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]] | None:
+    """``_sorted_groups`` of single elements of 2, 4 or 8 bytes by a hash table of their keys
+    (compiled; None when the compiled loops are not ready). The groups of the first
+    _HASH_PREFIX elements are found (in the order they first occur, with their first
+    positions) and ranked (sorted by their keys, ``sortable_keys``, or as they occur); one pass
+    over every element then writes each one's group in the index type and counts them. Most
+    data has all its groups early: where an element's group is new, the groups of the rest are
+    added from it on and that pass made again. None too when there are more groups than the
+    table holds (MOST_HASHED_GROUPS, and one in _ELEMENTS_A_GROUP elements past _FEW_GROUPS):
+    the sort takes them."""
+    dtype = values.dtype
+    if dtype.kind in "iu":
+        fraction = 0
+    elif dtype in _FRACTION_BITS:
+        fraction = _FRACTION_BITS[dtype]
+    else:
+        return None
+    if not dtype.isnative or dtype.itemsize not in (2, 4, 8):
+        return None
+    compiled = loops.ready_module()
+    if compiled is None:
+        return None
+    raw = as_raw(np.ascontiguousarray(values))
+    limit = min(raw.size, MOST_HASHED_GROUPS, max(_FEW_GROUPS, raw.size // _ELEMENTS_A_GROUP))
+    bits = (2 * limit - 1).bit_length()  # at least twice the slots of the groups: short probes
+    table = (fraction, 64 - bits, np.empty(1 << bits, np.uint64))
+    table_ids = np.full(1 << bits, -1, np.int32)
+    firsts = np.empty(limit, np.int64)
+    inverse = np.empty(raw.size, plan.index_type)
+    groups, start, stop = 0, 0, min(raw.size, _HASH_PREFIX)
+    while True:
+        groups = int(compiled.hash_groups(raw, start, stop, groups, *table, table_ids, firsts))
+        if groups < 0:
+            return None
+        keys, nan = sortable_keys(values[firsts[:groups]])
+        order = np.argsort(keys, kind="stable") if plan.sorted else np.arange(groups)
+        ranks = np.empty(groups, plan.index_type)
+        ranks[order] = np.arange(groups)
+        nan_ranks = ranks[:0] if nan is None else ranks[nan]  # NaN groups as they occur
+        table_ranks = np.where(table_ids < 0, -1, ranks[table_ids]).astype(plan.index_type)
+        counts = np.zeros(groups, np.int64)
+        new = int(compiled.hash_look_up(raw, *table, table_ranks, nan_ranks, counts, inverse))
+        if new < 0:
+            return firsts[order], counts, inverse  # counts by rank already
+        start, stop = new, raw.size  # a group not seen yet: the rest's groups added, then again
 
 
 def _first_positions(

@@ -334,6 +334,12 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "transpose_tiles": 4,
         "gather_tree": 4,
         "first_fraction": 3,
+        # Unique's: slots of 1 or 2 bytes, keys of 2, 4 or 8, int32 or int64 indices.
+        "count_slots": 2,
+        "first_slots": 2,
+        "look_up": 4,
+        "hash_groups": 3,
+        "hash_look_up": 6,
     }
     source = np.zeros(4, np.float32)  # not a raw unsigned view: no signature takes it
     with pytest.raises(TypeError):

@@ -403,6 +403,7 @@ def test_keys_packed_with_their_positions_give_what_the_index_sort_gives(
 
     monkeypatch.setattr(unique_module, "_packed_order", watched)
     monkeypatch.setattr(unique_module, "_countable", lambda _: False)
+    monkeypatch.setattr(unique_module, "_hashed_groups", lambda *_: None)
     rng = np.random.default_rng(dtype.itemsize)
     some = make_data(rng, dtype, (64,), False)
     data = some[rng.integers(0, some.size, 3000)]  # each value many times, in no order
@@ -415,3 +416,167 @@ def test_keys_packed_with_their_positions_give_what_the_index_sort_gives(
         for ours, theirs in zip(packed, by_index, strict=True):
             assert_same_bits(ours, theirs)
     assert packed_calls == [data.size] * 2
+
+
+# --- The compiled ways (a table of slots, a hash table) against the sort and NumPy's ways -------
+
+
+def _three_ways(
+    data: npt.NDArray[Any], axis: Any, sort: bool, index_type: str, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[npt.NDArray[Any], ...]]:
+    """Unique of ``data`` three ways: as it runs (the compiled loops), with NumPy's stand-ins
+    (the loops not compiled yet), and by the sort of keys (neither the table nor the hash)."""
+    from app.ops import loops  # noqa: PLC0415
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    plan = unique_plan(data, axis, sort, index_type, "i64")
+    assert loops.ready_module() is not None
+    compiled = unique_module.unique_planned(data, plan)
+    with loops.numpy_stand_ins():
+        stand_in = unique_module.unique_planned(data, plan)
+    with monkeypatch.context() as patch:
+        patch.setattr(unique_module, "_countable", lambda _: False)
+        patch.setattr(unique_module, "_hashed_groups", lambda *_: None)
+        by_sort = unique_module.unique_planned(data, plan)
+    return [compiled, stand_in, by_sort]
+
+
+def _watch_hash(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each call of ``_hashed_groups`` answered (True) or left the groups to the sort."""
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    answered: list[bool] = []
+    original = unique_module._hashed_groups
+
+    def watched(values: Any, plan: Any) -> Any:
+        groups = original(values, plan)
+        answered.append(groups is not None)
+        return groups
+
+    monkeypatch.setattr(unique_module, "_hashed_groups", watched)
+    return answered
+
+
+@pytest.mark.parametrize("prefix", [None, 7], ids=["groups-first-found-early", "found-late"])
+@pytest.mark.parametrize("dtype", DATA_TYPES, ids=lambda t: t.name)
+def test_compiled_ways_give_the_bits_of_the_sort_and_of_numpy(
+    dtype: np.dtype[Any], prefix: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every element type, sorted or in order of first occurrence, i32 or i64 indices, axis
+    left out or given (1-D data, and slices of one element): the compiled table or hash table,
+    NumPy's stand-ins and the sort give the same bits, on data with every special bit pattern
+    (NaNs of every payload and sign, both zeros, infinities, subnormals, extremes) repeated.
+    With a prefix of 7 elements, the hash table meets groups (and NaNs) it has not seen while
+    it writes the groups, and starts again."""
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    if prefix is not None:
+        monkeypatch.setattr(unique_module, "_HASH_PREFIX", prefix)
+    answered = _watch_hash(monkeypatch)
+    rng = np.random.default_rng(dtype.itemsize + 17)
+    some = make_data(rng, dtype, (40,), strided=True)
+    # Each of its values once (NaNs among them: groups of their own), then its other values
+    # many times: fewer groups than the hash table holds.
+    repeated = np.flatnonzero(~np.array([_is_nan(value) for value in some]))
+    data = np.concatenate([some, some[rng.choice(repeated, 2000)]])
+    hashed = dtype.kind not in "biu" or dtype.itemsize > 2
+    calls = 0
+    for sort in (True, False):
+        for index_type in ("i32", "i64"):
+            for shaped, axis in ((data, None), (data, np.array(0)), (data[:, None], np.array(0))):
+                compiled, stand_in, by_sort = _three_ways(
+                    shaped, axis, sort, index_type, monkeypatch
+                )
+                calls += 2 if hashed else 0
+                for ours, numpy_way, theirs in zip(compiled, stand_in, by_sort, strict=True):
+                    assert_same_bits(ours, theirs)
+                    assert_same_bits(numpy_way, theirs)
+    # The hash table answered as it runs, and left the groups to the sort with the stand-ins.
+    assert answered == [True, False] * (calls // 2)
+    small = data[:9]
+    assert_same_bits(unique(small)[2], check(small)[2])
+
+
+def test_nans_and_zeros_through_the_hash_table() -> None:
+    """Each NaN its own group, after +inf, in the order they occur (sorted) or where they first
+    occur (not sorted); -0.0 and +0.0 one group given with the bits of the first."""
+    nan = np.float64("nan")
+    for dtype in (np.float16, _BFLOAT16, np.float32, np.float64):
+        data = np.array([nan, 0.0, -np.inf, -0.0, nan, np.inf, 0.0, -nan, 2.5, -0.0], dtype)
+        values, first, inverse, counts = check(data)
+        assert first.tolist() == [2, 1, 8, 5, 0, 4, 7]
+        assert raw(values[1:2]).tolist() == raw(np.array([0.0], dtype)).tolist()
+        assert inverse.tolist() == [4, 1, 0, 1, 5, 3, 1, 6, 2, 1]
+        assert counts.tolist() == [1, 4, 1, 1, 1, 1, 1]
+        values, first, inverse, counts = check(data[1:], None, False)
+        assert raw(values[0:1]).tolist() == raw(np.array([0.0], dtype)).tolist()
+        assert first.tolist() == [0, 1, 3, 4, 6, 7]
+        assert inverse.tolist() == [0, 1, 0, 2, 3, 0, 4, 5, 0]
+
+
+@pytest.mark.parametrize("prefix", [None, 5], ids=["groups-first-found-early", "found-late"])
+@pytest.mark.parametrize("sort", [True, False])
+def test_more_groups_than_the_hash_table_holds_are_sorted(
+    sort: bool, prefix: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past MOST_HASHED_GROUPS groups (found only at the last element, or many NaNs), the hash
+    table gives up and the sort answers, with the same bits; with one group fewer, it answers
+    (its groups found in the first elements, or some of them after they were counted)."""
+    from app.ops import unique as unique_module  # noqa: PLC0415
+
+    if prefix is not None:
+        monkeypatch.setattr(unique_module, "_HASH_PREFIX", prefix)
+    answered = _watch_hash(monkeypatch)
+    monkeypatch.setattr(unique_module, "MOST_HASHED_GROUPS", 8)
+    for dtype in (np.int32, np.uint64, np.float32, np.float64):
+        data = np.tile(np.arange(8).astype(dtype), 50)
+        data = np.append(data, dtype(8))  # a ninth group, at the very end
+        for shaped in (data, data[:-1]):
+            compiled, stand_in, by_sort = _three_ways(shaped, None, sort, "i64", monkeypatch)
+            for ours, numpy_way, theirs in zip(compiled, stand_in, by_sort, strict=True):
+                assert_same_bits(ours, theirs)
+                assert_same_bits(numpy_way, theirs)
+    nans = np.full(9, np.nan, np.float32)  # nine NaNs: nine groups
+    assert check(nans, None, sort)[3].tolist() == [1] * 9
+    assert answered == [False, False, True, False] * 4 + [False]
+    monkeypatch.undo()
+    distinct = np.random.default_rng(3).permutation(70000).astype(np.int32)  # past 2**16 groups
+    answered = _watch_hash(monkeypatch)
+    values, first, inverse, counts = unique(distinct, None, sort)
+    assert answered == [False]
+    expected = np.arange(70000) if sort else distinct
+    assert values.tolist() == expected.tolist() and counts.tolist() == [1] * 70000
+    assert distinct[first].tolist() == values.tolist()
+    assert values[inverse].tolist() == distinct.tolist()
+
+
+def test_one_element_and_empty_through_the_compiled_ways() -> None:
+    for dtype in DATA_TYPES:
+        one = np.ones(1, dtype)
+        values, first, inverse, counts = check(one)
+        assert first.tolist() == [0] and inverse.tolist() == [0] and counts.tolist() == [1]
+        assert_same_bits(values, one)
+        got = check(np.zeros(0, dtype), None, False, "i32")
+        assert [output.size for output in got] == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float32, np.float64])
+def test_the_compiled_ways_hold_no_more_than_the_declared_workspace(dtype: Any) -> None:
+    """What the table's or the hash table's way holds (traced) stays within the workspace the op
+    declares and its outputs' bounds, with the most groups the hash table takes."""
+    import tracemalloc  # noqa: PLC0415
+
+    from app.ops.unique import MOST_HASHED_GROUPS, unique_planned, unique_workspace_bytes  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+    for size, groups in ((300, 300), (100_000, MOST_HASHED_GROUPS), (100_000, 5)):
+        data = rng.permutation(np.arange(size) % groups).astype(dtype)
+        plan = unique_plan(data)
+        bounds = sum(int(np.prod(shape)) * 8 for shape in plan.bounds)
+        tracemalloc.start()
+        try:
+            unique_planned(data, plan)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak <= bounds + unique_workspace_bytes(data, plan)
