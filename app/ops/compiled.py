@@ -4,15 +4,15 @@ Each loop is compiled for explicit signatures, so no request ever waits for the 
 whose types match no signature is a ``TypeError``, never a compilation. The loops work on the
 raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
-index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose and
-GatherTree's walk of every width, the transpose in 8-byte words (1- and 4-byte elements) and
-GatherTree's check of float ids (3 widths), and Unique's table of slots (1- and 2-byte values)
-and hash table (keys of 2, 4 or 8 bytes), writing either index type: 51 compiled signatures.
+index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose (blocks
+transposed in the vector registers) and GatherTree's walk of every width, GatherTree's check of
+float ids (3 widths), and Unique's table of slots (1- and 2-byte values) and hash table (keys
+of 2, 4 or 8 bytes), writing either index type: 51 compiled signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
 
-Long (some 900 lines) because numba's cache is kept per source file: a loop's cached machine
+Long (some 1,200 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
 the intrinsics and helpers a loop inlines live in the file of the loops (a helper in another
 module, once changed, would leave every cache built before it in use, stale).
