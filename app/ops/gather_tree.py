@@ -71,7 +71,7 @@ def gather_tree_plan(
     parent_ids: npt.NDArray[Any],
     max_seq_len: npt.NDArray[Any],
     end_token: npt.NDArray[Any],
-) -> list[int]:
+) -> npt.NDArray[np.int64]:
     """Check the inputs against the spec; each batch's number of decoded steps,
     min(MAX_TIME, max_seq_len[batch]). The output has step_ids' shape."""
     if step_ids.ndim != 3:
@@ -106,26 +106,40 @@ def gather_tree_plan(
         )
     for name, array in zip(_NAMES, (step_ids, parent_ids, max_seq_len, end_token), strict=True):
         _integral(name, array)
-    lengths = []
-    for batch, value in enumerate(max_seq_len.tolist()):
-        length = int(value)
-        if length < 0:
-            raise SpecError(
-                "max_seq_len",
-                f"max_seq_len[{batch}] = {length}: a sequence length cannot be negative",
-            )
-        lengths.append(min(max_time, length))
+    lengths = _decoded_lengths(max_seq_len, max_time)
     _check_parents(parent_ids, lengths, beam_width)
     return lengths
 
 
-def _check_parents(parent_ids: npt.NDArray[Any], lengths: list[int], beam_width: int) -> None:
+def _decoded_lengths(max_seq_len: npt.NDArray[Any], max_time: int) -> npt.NDArray[np.int64]:
+    """Each batch's decoded steps, min(MAX_TIME, max_seq_len[batch]) (int64, 8 bytes a batch:
+    the workspace counts them), max_seq_len's values checked not negative; a chunk of _CHUNK
+    at a time (a batch a Python number was seconds and hundreds of MiB for a few MiB of
+    lengths). Through float64: exact below 2**53, and any value above is past MAX_TIME."""
+    lengths = np.empty(max_seq_len.size, np.int64)
+    for start in range(0, max_seq_len.size, _CHUNK):
+        chunk = max_seq_len[start : start + _CHUNK]
+        negative = np.flatnonzero(chunk < 0)
+        if negative.size:
+            batch = start + int(negative[0])
+            raise SpecError(
+                "max_seq_len",
+                f"max_seq_len[{batch}] = {max_seq_len[batch].item()}: a sequence length cannot "
+                "be negative",
+            )
+        np.minimum(chunk.astype(np.float64), max_time, out=lengths[start : start + _CHUNK],
+                   casting="unsafe")  # fmt: skip
+    return lengths
+
+
+def _check_parents(
+    parent_ids: npt.NDArray[Any], lengths: npt.NDArray[np.int64], beam_width: int
+) -> None:
     """Refuse a parent id that the beams follow (steps 1 to max_seq_len - 1 of each batch)
     outside [0, BEAM_WIDTH): it names no beam."""
     max_time = parent_ids.shape[0]
     if not parent_ids.size:
         return
-    decoded = np.array(lengths, np.int64)
     # Many steps at a time, about _CHUNK / 8 ids (their temporaries, some 15 bytes an id, within
     # the 8 * _CHUNK the workspace counts): a step at a time was a Python loop over MAX_TIME
     # (2**31 - 1 steps of no beam, a request of a few hundred bytes, held a worker for hours).
@@ -139,7 +153,7 @@ def _check_parents(parent_ids: npt.NDArray[Any], lengths: list[int], beam_width:
         if low >= 0 and high < beam_width:
             continue
         levels = np.arange(first, first + len(values), dtype=np.int64)
-        followed = (decoded[None, :] > levels[:, None])[:, :, None]
+        followed = (lengths[None, :] > levels[:, None])[:, :, None]
         bad = ((values < 0) | (values >= beam_width)) & followed
         if bad.any():
             step, batch, beam = (int(i) for i in np.argwhere(bad)[0])
@@ -169,7 +183,7 @@ def gather_tree(
 def _gathered(
     step_ids: npt.NDArray[Any],
     parent_ids: npt.NDArray[Any],
-    lengths: list[int],
+    lengths: npt.NDArray[np.int64],
     end_token: npt.NDArray[Any],
     out: npt.NDArray[Any] | None,
 ) -> npt.NDArray[Any]:
@@ -200,7 +214,7 @@ def _parent_reading(dtype: np.dtype[Any]) -> tuple[int, int, int]:
 def _walk(
     step_ids: npt.NDArray[Any],
     parent_ids: npt.NDArray[Any],
-    lengths: list[int],
+    lengths: npt.NDArray[np.int64],
     end_token: npt.NDArray[Any],
     out: npt.NDArray[Any],
 ) -> None:
@@ -215,10 +229,9 @@ def _walk(
     # end_token is compared by value: a float zero equals the other zero too.
     other = -end_token if _is_float(end_token.dtype) and end_token == 0 else end_token
     ends[1] = as_raw(np.asarray(other, end_token.dtype).reshape(1))[0]
-    decoded = np.array(lengths, np.int64)
     block = _block(max_time, batch_size, beam_width, out.itemsize)
     state = np.empty(block * beam_width, np.int64)
-    loops.gather_tree(steps, parents, target, decoded, state, ends, max_time, batch_size,
+    loops.gather_tree(steps, parents, target, lengths, state, ends, max_time, batch_size,
                       beam_width, block, *_parent_reading(parent_ids.dtype))  # fmt: skip
 
 
@@ -232,12 +245,14 @@ def _block(max_time: int, batch_size: int, beam_width: int, itemsize: int) -> in
 
 def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
     """What the walk holds beside the output: each beam's state (9 bytes a beam of a block of
-    at most _STATE_BEAMS, or of one batch), the checks' chunk of _CHUNK values (8 bytes each at
-    most), and a copy of step_ids and parent_ids when they are not C-ordered."""
+    at most _STATE_BEAMS, or of one batch), each batch's decoded length (8 bytes), the checks'
+    chunk of _CHUNK values (8 bytes each at most), and a copy of step_ids and parent_ids when
+    they are not C-ordered."""
     step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
     beam_width = step_ids.shape[-1] if step_ids.ndim == 3 else 0
     copied = sum(0 if item.flags.c_contiguous else item.nbytes for item in (step_ids, parent_ids))
-    return 9 * max(beam_width, _STATE_BEAMS) + 8 * _CHUNK + copied
+    lengths = 8 * arrays["max_seq_len"].size
+    return 9 * max(beam_width, _STATE_BEAMS) + lengths + 8 * _CHUNK + copied
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:
