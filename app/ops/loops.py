@@ -210,12 +210,12 @@ def gather_tree(
     bias: int,
 ) -> None:
     """``compiled.gather_tree``, or its stand-in (for at most CHEAP_OUTPUT_BYTES of ids: it
-    holds a few copies of a step's row)."""
+    holds a few copies of a step's row; and at most CHEAP_STEPS steps: it walks them in
+    Python)."""
     arguments = (max_time, batch_size, beam_width, block, kind, fraction, bias)
     module = _COMPILED.module
     if module is None or _STAND_INS.get():
-        cheap = out.nbytes <= numpy_loops.CHEAP_OUTPUT_BYTES
-        module = _stand_in_or_loops(cheap)
+        module = _stand_in_or_loops(numpy_loops.gather_tree_is_cheap(out, max_time))
         if module is None:
             numpy_loops.gather_tree(steps, parents, out, lengths, state, ends, *arguments)
             return

@@ -22,6 +22,9 @@ Array = npt.NDArray[Any]
 CHEAP_OUTPUT_BYTES = 1 << 20
 #: The most rolled dimensions before the rows a roll stand-in takes: 2**n block copies.
 CHEAP_ROLLED_DIMENSIONS = 6
+#: The most steps GatherTree's stand-in walks (a few NumPy calls a step, twice): a million
+#: steps of one beam were a minute or two of a worker's time while numba compiled.
+CHEAP_STEPS = 1024
 
 
 def _positions(indices: Array, batches: int, count: int, wrap: int, length: int) -> Array:
@@ -121,6 +124,12 @@ def roll_rows(source: Array, out: Array, table: Array, row: int, split: int) -> 
         taken = tuple(pair[1] for pair in combination)
         np.copyto(target[(*into, slice(split, None))], whole[(*taken, slice(0, head))])
         np.copyto(target[(*into, slice(0, split))], whole[(*taken, slice(head, None))])
+
+
+def gather_tree_is_cheap(out: Array, max_time: int) -> bool:
+    """Whether ``gather_tree``'s stand-in is cheap enough for a call while numba compiles: at
+    most CHEAP_OUTPUT_BYTES of ids and CHEAP_STEPS steps."""
+    return out.nbytes <= CHEAP_OUTPUT_BYTES and max_time <= CHEAP_STEPS
 
 
 def roll_is_cheap(table: Array) -> bool:

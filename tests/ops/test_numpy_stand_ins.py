@@ -343,3 +343,40 @@ def test_a_roll_of_many_rolled_dimensions_waits_for_the_compiled_loop() -> None:
 
     assert numpy_loops.roll_is_cheap(table(numpy_loops.CHEAP_ROLLED_DIMENSIONS))
     assert not numpy_loops.roll_is_cheap(table(numpy_loops.CHEAP_ROLLED_DIMENSIONS + 1))
+
+
+def test_a_walk_of_many_steps_waits_for_the_compiled_loop(
+    monkeypatch: pytest.MonkeyPatch, stand_in_calls: list[str]
+) -> None:
+    """GatherTree's stand-in walks its steps in Python: a few bytes of ids over more than
+    CHEAP_STEPS steps wait for the compiled walk; as many steps as that stand in."""
+    module = loops.compiled_module()
+    compiling = loops._Compiled()
+    compiling.thread = threading.Thread()  # "started": no call starts another
+    monkeypatch.setattr(loops, "_COMPILED", compiling)
+    assert numpy_loops.gather_tree_is_cheap(np.empty(4, np.uint8), numpy_loops.CHEAP_STEPS)
+
+    def walk(steps: int) -> npt.NDArray[np.uint8]:
+        ids = np.arange(steps, dtype=np.uint8) % 5
+        out = np.empty(steps, np.uint8)
+        lengths = np.array([steps], np.int64)
+        ends = np.array([9, 9], np.uint8)
+        state = np.empty(1, np.int64)
+        loops.gather_tree(ids, np.zeros(steps, np.uint8), out, lengths, state, ends,
+                          steps, 1, 1, 1, 0, 0, 0)  # fmt: skip
+        return out
+
+    few = numpy_loops.CHEAP_STEPS
+    assert_same_bits(walk(few), np.arange(few, dtype=np.uint8) % 5)
+    assert stand_in_calls == ["gather_tree"]
+
+    def ready() -> None:
+        compiling.module = module
+        compiling.done.set()
+
+    timer = threading.Timer(0.2, ready)
+    timer.start()
+    many = numpy_loops.CHEAP_STEPS + 1
+    assert_same_bits(walk(many), np.arange(many, dtype=np.uint8) % 5)
+    timer.join()
+    assert stand_in_calls == ["gather_tree"]  # the compiled walk wrote the second
