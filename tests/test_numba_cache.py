@@ -42,7 +42,7 @@ def test_the_kernels_dispatchers_carry_the_readable_cache() -> None:
     assert dispatchers
     for dispatcher in dispatchers:
         if dispatcher.targetoptions.get("inline") == "always":
-            # A helper inlined into the loops that call it (GatherTree's ``_parent_value``): its
+            # A helper inlined into the loops that call it (GatherTree's ``_whole_float``): its
             # code is in their cached machine code, and it is never compiled on its own.
             assert not dispatcher.signatures, dispatcher
             continue

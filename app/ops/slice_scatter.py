@@ -135,8 +135,8 @@ def slice_scatter(
 
 #: An output of at least this many bytes whose first axis is not sliced is made in pieces of
 #: about _PIECE_BYTES along that axis, each copied from data, then given its updates while it
-#: is in the cache: made whole, the output was read back in from memory for the updates (a
-#: quarter off float32's every-other-column at 64 MiB; timed in turns, docs/benchmarks.md).
+#: is in the cache: made whole, the output was read back in from memory for the updates (about
+#: 15% off float32's every-other-column at 64 MiB; timed in turns, docs/benchmarks.md).
 _PIECES_FROM = 8 << 20
 _PIECE_BYTES = 1 << 20
 
@@ -152,7 +152,7 @@ def _scattered(
     raw, source, replacing = as_raw(out), as_raw(data), as_raw(updates)
     first = data.shape[0]
     whole_first = range(*slices[0].indices(first)) == range(first)
-    if out.nbytes < max(_PIECES_FROM, 1) or not whole_first or first < 2:
+    if not out.nbytes or out.nbytes < _PIECES_FROM or not whole_first or first < 2:
         np.copyto(raw, source, casting="equiv")
         np.copyto(raw[slices], replacing, casting="equiv")
         return out
