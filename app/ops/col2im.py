@@ -179,8 +179,8 @@ _SUM_KINDS = {"bool": 1, "float16": 2, "float32": 2, "float64": 2, "bfloat16": 3
 def col2im_workspace_bytes(data: npt.NDArray[Any], plan: Col2ImPlan) -> int:
     """The kernel's temporaries beyond input and output: data C-ordered in native order when it
     comes otherwise; per pixel row and column the first kernel element reaching it (int64) and
-    whether none does (a byte); and the NumPy stand-in's two masks of a kernel element's blocks
-    (a byte a block each), which it uses while numba compiles."""
+    whether none does (a byte); and the NumPy stand-in's masks (a byte per block, and per block
+    row and column: at most two per block), which it holds while numba compiles."""
     copied = 0 if data.dtype.isnative and data.flags.c_contiguous else data.nbytes
     pixels = plan.rows.length + plan.cols.length
     return copied + 9 * pixels + 2 * plan.rows.blocks * plan.cols.blocks

@@ -279,7 +279,8 @@ def col2im(
 ) -> None:
     """``compiled.col2im``: one strided copy (or sum) per kernel element, in the kernel's
     row-major order, its bits where it is the first to reach a pixel and added in the element
-    type (``_summed``) where an earlier one did."""
+    type (``_summed``) where an earlier one did. Beside ``out`` it holds a byte per block of a
+    kernel element (where it comes first) and per block row and column."""
     size0, stride0, dilation0, pad0, blocks0, height = (int(v) for v in axes[:6])
     size1, stride1, dilation1, pad1, blocks1, width = (int(v) for v in axes[6:])
     shape = (planes, size0, size1, blocks0, blocks1)
@@ -301,12 +302,12 @@ def col2im(
                 xs = slice(x0 + q0 * stride1, x0 + (q1 - 1) * stride1 + 1, stride1)
                 rows, cols = row_first[ys] == i, col_first[xs] == j
                 taken = (slice(None), i, j, slice(p0, p1), slice(q0, q1))
-                into, summed = target[:, ys, xs], blocks[taken]
                 if rows.all() and cols.all():
                     np.copyto(raw_out[:, ys, xs], raw_blocks[taken])
-                elif not (rows.any() and cols.any()):
-                    np.add(into, summed, out=into)
-                else:
+                    continue
+                into = target[:, ys, xs]
+                np.add(into, blocks[taken], out=into)
+                if rows.any() and cols.any():
+                    # The pixels it reaches first take its bits over the sum (one mask held).
                     mask = rows[:, None] & cols[None, :]
                     np.copyto(raw_out[:, ys, xs], raw_blocks[taken], where=mask)
-                    np.add(into, summed, out=into, where=~mask)

@@ -7,6 +7,7 @@ Where blocks overlap it adds: the plugin is given int32 and float32 small intege
 order). ``DIFFERENTIAL_CASES`` cases from a fixed seed.
 """
 
+import contextlib
 import functools
 import sys
 from pathlib import Path
@@ -527,3 +528,40 @@ def test_a_large_kernel_does_not_loop_in_python(
         expected[:, 1:] += second
     got = col2im(data, np.array(size), np.array(kernel))
     assert_same_bits(got, expected.astype(np.float32).reshape(1, 1, *size))
+
+
+@pytest.mark.parametrize("stand_in", [False, True], ids=["compiled", "stand_in"])
+@pytest.mark.parametrize(
+    ("shape", "size", "kernel", "order"),
+    [
+        ((1, 2, (1 << 21) - 1), (1 << 21, 1), (2, 1), "C"),  # a column: 9 bytes a pixel row
+        ((1, 2, 1 << 21), (1, (1 << 21) + 1), (1, 2), "C"),  # a row: the stand-in's mask
+        ((3, 4, 1 << 18), (513, 513), (2, 2), "F"),  # data copied C-ordered
+    ],
+    ids=["column", "row", "fortran"],
+)
+def test_what_the_kernel_holds_is_within_its_declared_workspace(
+    shape: tuple[int, ...], size: Any, kernel: Any, order: str, stand_in: bool
+) -> None:
+    """Overlapping blocks of int8 (whose output is small beside per-pixel bookkeeping): the
+    peak the kernel allocates (traced) is within the output and the declared workspace."""
+    import tracemalloc  # noqa: PLC0415
+
+    from app.pipeline.jobs import Limits, make_job  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    assert loops.wait_compiled()
+    data = np.ones(shape, np.int8, order=order)  # type: ignore[call-overload]
+    arrays = {"data": data, "output_size": np.array(size), "kernel_size": np.array(kernel)}
+    job = make_job(OP, arrays, OP.attribute_defaults(), Limits.of(Settings()))
+    with loops.numpy_stand_ins() if stand_in else contextlib.nullcontext():
+        tracemalloc.start()
+        try:
+            out = job.output()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak <= job.output_bytes + job.workspace_bytes + (1 << 20)
+    assert job.workspace_bytes >= (data.nbytes if order == "F" else 0) + 9 * sum(size)
+    assert int(out.max()) == (4 if order == "F" else 2)
+    assert int(out.min()) == 1
