@@ -565,3 +565,19 @@ def test_what_the_kernel_holds_is_within_its_declared_workspace(
     assert job.workspace_bytes >= (data.nbytes if order == "F" else 0) + 9 * sum(size)
     assert int(out.max()) == (4 if order == "F" else 2)
     assert int(out.min()) == 1
+
+
+def test_empty_data_under_a_kernel_of_a_billion_elements_is_zeros_at_once(
+    stand_in_calls: list[str],
+) -> None:
+    """No block fits (L = 0): zero bytes of data may still name a kernel of 10**9 elements,
+    which once cost a Python step each. The image is zeros, by as many lines of Python as for a
+    1 x 1 kernel, nothing asked of the loops."""
+
+    def run(kernel: int) -> Any:
+        return col2im(np.zeros((1, kernel, 0), np.float32), np.array([10, 10]),
+                      np.array([kernel, 1]))  # fmt: skip
+
+    assert _lines_run(lambda: run(10**9)) == _lines_run(lambda: run(11))
+    assert_same_bits(run(10**9), np.zeros((1, 1, 10, 10), np.float32))
+    assert stand_in_calls == []
