@@ -76,7 +76,7 @@ def _attribute_pair(name: str, values: Sequence[int], positive: bool) -> tuple[i
     low = 1 if positive else 0
     if any(not isinstance(v, int | np.integer) or not low <= v <= _INT64_MAX for v in items):
         rule = "positive integers" if positive else "non-negative integer numbers"
-        raise SpecError(name, f"{name} must be {rule} of int64, got {list(items)}")
+        raise SpecError(name, f"{name} must be {rule} up to 2**63 - 1, got {list(items)}")
     return int(items[0]), int(items[1])
 
 
