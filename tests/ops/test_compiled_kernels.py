@@ -328,6 +328,8 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "transpose_tiles": 4,
         "gather_tree": 4,
         "first_fraction": 3,
+        "col2im_reach": 1,
+        "col2im": 4,  # each width
         # Unique's: slots of 1 or 2 bytes, keys of 2, 4 or 8, int32 or int64 indices.
         "count_slots": 2,
         "first_slots": 2,
