@@ -5,6 +5,7 @@ Kernels raise ``SpecError`` and the wire codecs ``TensorError``; both are mapped
 own shape (FastAPI's ``detail`` list, V2's ``{"error"}``, a gRPC status).
 """
 
+import difflib
 import logging
 import re
 import traceback
@@ -263,6 +264,25 @@ def refuse_unknown_fields(
         for key in unknown[:PROBLEM_LIMIT]
     ]
     raise ServiceError.of(problems, len(unknown))
+
+
+#: Names longer than this are not compared for a near miss (difflib's time grows with both).
+NEAR_MISS_CHARS = 64
+
+
+def near_miss(name: str, names: Iterable[str]) -> str | None:
+    """The one of ``names`` that ``name`` looks like a slip of: the same letters in another case
+    or without the underscores (``batchdims``, ``Batch_Dims``), or close by difflib's measure
+    (``bacth_dims``); None when nothing is that close."""
+    if len(name) > NEAR_MISS_CHARS:
+        return None
+    known = sorted(names)
+    folded = name.lower().replace("_", "").replace("-", "")
+    for candidate in known:
+        if candidate.replace("_", "") == folded:
+            return candidate
+    close = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.85)
+    return close[0] if close else None
 
 
 def internal_error(error: BaseException) -> ServiceError:

@@ -34,6 +34,7 @@ from app.errors import (
     ServiceError,
     from_validation,
     from_wire,
+    near_miss,
     quote,
     refuse_unknown_fields,
 )
@@ -294,6 +295,12 @@ class NpzExchange:
         }
         for name in attribute_names().difference(self.attributes).intersection(query):
             raise ServiceError(Fault.UNKNOWN_INPUT, ("query", name), f"{op.name} has no {name}")
+        taken = ("dtype", *self.attributes)
+        for name in query:
+            if name not in taken:
+                # Refused as the JSON body's unknown field is: a misspelt attribute ignored
+                # would run the op with its default (?batchdims=1 as batch_dims 0).
+                raise ServiceError(Fault.UNKNOWN_INPUT, ("query", name), _unknown_query(op, name))
         self.dtype = None
         if "dtype" in query:
             try:
@@ -379,6 +386,15 @@ def _query_attribute(query: Mapping[str, str], name: str, op: Op) -> Any:
         return item.from_text(text)
     except AttributeRefusedError as refusal:
         raise ServiceError(Fault.INVALID_FIELD, ("query", name), f"{name} {refusal}") from None
+
+
+def _unknown_query(op: Op, name: str) -> str:
+    """Why query parameter ``name`` is refused on ``op``'s route: what the query takes, and the
+    nearest of it."""
+    taken = ", ".join(("dtype", *(item.name for item in op.attributes)))
+    said = f"{op.name} takes no query parameter {quote(name)}; its query takes {taken}"
+    near = near_miss(name, ("dtype", *(item.name for item in op.attributes)))
+    return f'{said}; did you mean "{near}"?' if near else said
 
 
 def exchange_for_media(op: Op, kind: str) -> Exchange:

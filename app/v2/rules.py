@@ -8,7 +8,7 @@ copy, read by both adapters, so that a request means the same and fails the same
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from app.errors import Fault, ServiceError, quote
+from app.errors import Fault, ServiceError, near_miss, quote
 from app.ops.declaration import BOOL, INTS, Attribute, AttributeRefusedError, variadic_index
 from app.pipeline.jobs import Job, Limits, check_shape
 from app.registry import REGISTRY, Op, attribute_names, version_of, versions
@@ -286,6 +286,7 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, Any]:
             raise ServiceError(
                 Fault.INVALID_FIELD, ("body", "parameters", name), f"{name} {refusal}"
             ) from None
+    _refuse_slips(op, parameters)
     for item in op.required_attributes:
         if item.name not in parameters:
             raise ServiceError(
@@ -294,6 +295,26 @@ def op_attributes(op: Op, parameters: Parameters) -> dict[str, Any]:
                 f"missing parameter {item.name!r}: {op.name} requires it ({item.kind_words})",
             )
     return attributes
+
+
+def _refuse_slips(op: Op, parameters: Parameters) -> None:
+    """Refuse a parameter that is a slip of one of the op's attributes (``batchdims``,
+    ``Batch_Dims``): ignored, it would run the op with the attribute's default. Other unknown
+    parameters pass, as the protocol lets clients send their own (``priority``, ``timeout``,
+    ``sequence_id``)."""
+    names = [item.name for item in op.attributes]
+    if not names:
+        return
+    for name in parameters:
+        if name in names or name in attribute_names():
+            continue
+        near = near_miss(name, names)
+        if near is not None:
+            raise ServiceError(
+                Fault.UNKNOWN_INPUT,
+                ("body", "parameters", name),
+                f"model {op.name!r} takes no {quote(name)} parameter; did you mean {near!r}?",
+            )
 
 
 def _older(op: Op) -> bool:

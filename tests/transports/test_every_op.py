@@ -240,3 +240,59 @@ def test_the_client_on_every_transport(server: tuple[str, str], transport: Trans
             result = tops.call(op_name, arrays, attributes, version=asked)
             got = [plain(item) for item in result] if op.several_outputs else [plain(result)]
             assert got == expected_outputs(op, example_name), (op_name, example_name)
+
+
+def _slip(name: str) -> str:
+    """A slip of attribute ``name`` a person makes: its underscores left out, or (none) its
+    letters in capitals."""
+    return name.replace("_", "") if "_" in name else name.upper()
+
+
+#: (op, version, attribute) of every attribute of every version of every op.
+ATTRIBUTES = [(op.name, op.version, item.name) for op in every_version() for item in op.attributes]
+
+
+@pytest.mark.parametrize(
+    ("op_name", "version", "attribute"),
+    ATTRIBUTES,
+    ids=[f"{name}-v{version}-{attribute}" for name, version, attribute in ATTRIBUTES],
+)
+async def test_a_misspelt_attribute_is_refused_on_every_way_in(
+    client: httpx.AsyncClient, op_name: str, version: int, attribute: str
+) -> None:
+    """An attribute's name slipped (``batchdims``, ``AXIS``) is refused naming the slip, never
+    run with the attribute's default: a JSON field, an ``.npz`` query parameter and a ``/v2``
+    parameter alike (gRPC reads its parameters as ``/v2`` does: the fault table's row)."""
+    op = versions(op_name)[version]
+    value = dict(op.examples[next(iter(op.examples))]["value"])
+    arrays, attributes = example_arrays(op, value)
+    declared = op.attribute(attribute)
+    assert declared is not None
+    given = attributes.get(attribute, declared.default)
+    slip = _slip(attribute)
+    path = f"/{op_name}/v{version}"
+    body = await client.post(path, json={**value, slip: parameter_value(given)})
+    assert body.status_code == 422, body.text
+    assert ["body", slip] in [problem["loc"] for problem in body.json()["detail"]]
+    query = {key: query_text(item) for key, item in attributes.items()}
+    npz = await client.post(
+        path,
+        params={**query, slip: query_text(given)},
+        content=npz_bytes(**arrays),
+        headers={"content-type": "application/x-npz"},
+    )
+    assert npz.status_code == 422, npz.text
+    (problem,) = npz.json()["detail"]
+    assert problem["loc"] == ["query", slip]
+    assert problem["msg"].endswith(f'did you mean "{attribute}"?'), problem["msg"]
+    parameters = {key: parameter_value(item) for key, item in attributes.items()}
+    v2 = await client.post(
+        f"/v2/models/{op_name}/versions/{version}/infer",
+        json={
+            "inputs": v2_inputs(arrays),
+            "parameters": {**parameters, slip: parameter_value(given)},
+        },
+    )
+    assert v2.status_code == 422, v2.text
+    assert v2.json()["error"].startswith(f"parameters.{slip}: ")
+    assert v2.json()["error"].endswith(f"did you mean {attribute!r}?")

@@ -147,9 +147,11 @@ def nz(
     batch_dims: object = None,
     dtype: str | None = None,
     members: dict[str, bytes] | None = None,
+    raw: dict[str, Any] | None = None,
 ) -> Call:
-    """An ``.npz`` body (``np.savez``), ``batch_dims`` and ``dtype`` in the query; ``members``:
-    an archive laid out as ``np.savez`` writes one, with members of any bytes."""
+    """An ``.npz`` body (``np.savez``), ``batch_dims`` and ``dtype`` in the query (and ``raw``'s
+    names, as their text); ``members``: an archive laid out as ``np.savez`` writes one, with
+    members of any bytes."""
     if members is None:
         named: dict[str, Any] = dict(arrays)
         content = npz_bytes(**named)
@@ -160,6 +162,7 @@ def nz(
         params["batch_dims"] = str(batch_dims)
     if dtype is not None:
         params["dtype"] = dtype
+    params.update({name: str(value) for name, value in (raw or {}).items()})
     return Call(f"/{op}", content, dict(NPZ_HEADERS), params)
 
 
@@ -470,6 +473,19 @@ ROWS = [
         field="bogus",
     ),
     Row(
+        "misspelt-attribute",
+        "an attribute's name misspelt (`batchdims` for batch_dims)",
+        422,
+        {
+            "json": Cell(lambda: js("gather", GATHER, raw={"batchdims": 1})),
+            "npy": Cell(lambda: ny("gather", GATHER, raw={"batchdims": 1})),
+            "npz": Cell(lambda: nz("gather", GATHER, raw={"batchdims": 1})),
+            "v2-json": Cell(lambda: vj("gather", GATHER, parameters={"batchdims": 1})),
+            "v2-binary": Cell(lambda: vb("gather", GATHER, parameters={"batchdims": 1})),
+        },
+        field="batchdims",
+    ),
+    Row(
         "batch-dims-on-roll",
         "batch_dims sent to roll",
         422,
@@ -639,6 +655,7 @@ GRPC_CELLS: dict[str, Callable[[], bytes]] = {
     "unreadable-tensor": lambda: gr("roll", ROLL, shapes={"data": [3, 3]}),
     "missing-input": lambda: gr("roll", roll_with(axes=None)),
     "unknown-input": lambda: gr("roll", roll_with(bogus=i64(1))),
+    "misspelt-attribute": lambda: gr("gather", GATHER, parameters={"batchdims": 1}),
     "batch-dims-on-roll": lambda: gr("roll", ROLL, parameters={"batch_dims": 1}),
     "batch-dims-not-integer": lambda: gr("gather", GATHER, parameters={"batch_dims": "1"}),
     "index-wrong-type": lambda: gr("roll", roll_with(shift=np.array(1, np.int16))),
