@@ -29,7 +29,15 @@ from tests.transports.test_every_op import example_arrays
 
 Array = npt.NDArray[Any]
 LIMITS = Limits.of(Settings())
-STAND_INS = ("take", "take_slices", "roll_rows", "gather_tree", "first_fraction")
+STAND_INS = (
+    "take",
+    "take_slices",
+    "roll_rows",
+    "gather_tree",
+    "first_fraction",
+    "scatter_put",
+    "scatter_reduce",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -112,8 +120,9 @@ def test_the_ops_whose_kernels_reach_a_loop_ran_their_stand_ins(
                 answers(make_job(op, arrays, attributes, LIMITS))
                 reached[op.name] = reached.get(op.name, 0) + len(stand_in_calls) - before
     with_loops = {name for name, count in reached.items() if count}
-    # Roll, the Gather family and GatherTree run their compiled loops; the other ops none.
-    assert {"roll", "gather", "gather_tree"} <= with_loops, reached
+    # Roll, the Gather family, GatherTree and ScatterElementsUpdate run their compiled loops;
+    # the other ops none.
+    assert {"roll", "gather", "gather_tree", "scatter_elements_update"} <= with_loops, reached
     assert set(stand_in_calls) == set(STAND_INS)
 
 
