@@ -1359,7 +1359,7 @@ def _half_value(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     return sign * np.float64(1024 + mantissa) * 2.0 ** (exponent - 25)
 
 
-def _mean_of(total: Any, count: int) -> Any:  # pragma: no cover - typed by its overload
+def _mean_of(total: Any, count: Any) -> Any:  # pragma: no cover - typed by its overload
     """A sum (in the element type) over its count: floats divided as float64 (rounded once to
     the element type by the store), integers rounded down (towards negative infinity)."""
     raise NotImplementedError

@@ -218,16 +218,17 @@ def scatter_elements_update_planned(
     code = numpy_loops.SCATTER_REDUCTIONS.index(plan.reduction)
     if kind:  # float16 and bfloat16 as their bits
         flat, values = as_raw(flat), as_raw(values)
+    arguments = (along, values, table, plan.axis, size, code, int(plan.use_init_val), kind)
+    if _numpy_only(kind, plan.reduction, updates.size):
+        nothing = np.zeros(0, dtype=np.uint8)
+        numpy_loops.scatter_reduce(flat, *arguments, nothing, nothing.view(np.uint32))
+        return out
     fresh = not plan.use_init_val and plan.reduction != "mean"
     # A mark a position (use_init_val false) and a count a position (mean): the loop's, sized
     # to the output (the stand-ins sort the positions instead and read neither).
     seen = np.zeros((flat.size + 7) // 8 if fresh else 0, dtype=np.uint8)
     counts = np.zeros(flat.size if plan.reduction == "mean" else 0, dtype=np.uint32)
-    arguments = (along, values, table, plan.axis, size, code, int(plan.use_init_val), kind)
-    if _numpy_only(kind, plan.reduction, updates.size):
-        numpy_loops.scatter_reduce(flat, *arguments, seen, counts)
-    else:
-        loops.scatter_reduce(flat, *arguments, seen, counts)
+    loops.scatter_reduce(flat, *arguments, seen, counts)
     return out
 
 
@@ -245,14 +246,18 @@ def _numpy_only(kind: int, reduction: str, updates: int) -> bool:
 
 #: The compiled loop counts a position's updates in a uint32.
 _MOST_COUNTED = 2**32 - 1
+#: The compiled loops' positions of a chunk of updates (compiled.SCATTER_CHUNK, 8 bytes each)
+#: and their multi-index (a dimension at most 64).
+_CHUNK_BYTES = 8 * 4096 + 8 * 65
 
 
 def scatter_elements_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
     """The most bytes the kernel holds beyond inputs and output: indices as int64 (8 bytes an
     update), updates in native order, C-ordered (their size), a mark a position of the output
-    when use_init_val is false (a bit) and a count a position for mean (4 bytes). NumPy's way
-    (the stand-ins while numba compiles, at most CHEAP_SCATTER_UPDATES updates; float16's and
-    bfloat16's sum, prod and mean always) holds more a update: each one's position and the
+    when use_init_val is false (a bit) and a count a position for mean (4 bytes), and the
+    loop's chunk of positions. NumPy's way (the stand-ins while numba compiles, at most
+    CHEAP_SCATTER_UPDATES updates; float16's and bfloat16's sum, prod and mean always) holds
+    more an update: each one's position and the
     sort of the positions (32 bytes), and for a reduction the arrays of ``np.unique`` and, for
     min and max, the sequences the fold builds (four arrays of the updates' size and their
     marks)."""
@@ -264,7 +269,7 @@ def scatter_elements_update_workspace(arrays: Arrays, attributes: Attributes) ->
         marks = 4 * positions
     elif reduction != "none" and not attributes.get("use_init_val", True):
         marks = positions // 8 + 1
-    compiled_way = 8 * updates.size + updates.nbytes + marks
+    compiled_way = 8 * updates.size + updates.nbytes + marks + _CHUNK_BYTES
     numpy_way = compiled_way + 32 * updates.size
     if reduction != "none":
         numpy_way += 4 * updates.nbytes + 56 * updates.size
