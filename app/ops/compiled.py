@@ -8,7 +8,7 @@ index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled trans
 transposed in the vector registers) and GatherTree's walk of every width, GatherTree's check of
 float ids (3 widths), and Unique's table of slots (1- and 2-byte values) and hash table (keys
 of 2, 4 or 8 bytes), writing either index type, and ScatterElementsUpdate's puts (each width)
-and reductions (each type it computes in; float16's and bfloat16's bits for min and max): 66
+and reductions (each type it computes in; float16 and bfloat16 as their bits): 66
 compiled signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
@@ -1179,7 +1179,7 @@ SCATTER_CHUNK = 1 << 12
 #: ``scatter_reduce``'s reductions, by code (``numpy_loops.SCATTER_REDUCTIONS``' order).
 _SUM, _PROD, _MIN, _MAX, _MEAN = 1, 2, 3, 4, 5
 #: ``scatter_reduce``'s ``kind`` of uint16 elements: their own values, or float16's or bfloat16's
-#: bits (compared by the values they stand for; min and max only).
+#: bits (compared by the values they stand for; summed and multiplied in float32, rounded back).
 _FLOAT16_BITS, _BFLOAT16_BITS = 1, 2
 
 
@@ -1316,6 +1316,15 @@ def _reduced_typed(x: Any, u: Any, reduction: Any, kind: Any) -> Any:
         def halves(x: Any, u: Any, reduction: Any, kind: Any) -> Any:  # pragma: no cover
             if kind == 0:
                 return _integer_reduced(x, u, reduction)
+            if reduction == _SUM or reduction == _PROD:  # noqa: PLR1714, SIM109
+                # As NumPy (float16) and ml_dtypes (bfloat16) compute: in float32, rounded to
+                # the type after each step. Of two NaNs, the update's payload (sign) is kept by
+                # products too: the element and the update change places for them.
+                here32 = _half_float32(x, kind)
+                there32 = _half_float32(u, kind)
+                if reduction == _PROD:
+                    return _float32_half(_reduced(there32, here32, _PROD, 0), kind)
+                return _float32_half(_reduced(here32, there32, _SUM, 0), kind)
             here = _half_value(x, kind)
             there = _half_value(u, kind)
             if reduction == _MIN:
@@ -1357,6 +1366,93 @@ def _half_value(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     if exponent == 0:
         return sign * np.float64(mantissa) * 2.0**-24
     return sign * np.float64(1024 + mantissa) * 2.0 ** (exponent - 25)
+
+
+@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+def _half_float32(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """float16's (``kind`` 1) or bfloat16's (2) bits as a float32, exactly; a NaN keeps its
+    payload, a signalling one too (NumPy's and ml_dtypes' conversions)."""
+    if kind == _BFLOAT16_BITS:
+        return np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32)
+    wide = np.uint32(bits)
+    if (wide & 0x7C00) == 0x7C00:
+        sign = (wide & 0x8000) << 16
+        return np.uint32(sign | 0x7F800000 | ((wide & 0x3FF) << 13)).view(np.float32)
+    return np.float32(_half_value(bits, kind))
+
+
+@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+def _rounded_half(sign: Any, exponent: Any, significand: Any, precision: int) -> Any:
+    """float16's bits (uint16) of ``significand * 2**(exponent - precision + 1)`` (a binary
+    float of ``precision`` bits, not zero) with ``sign`` (0 or 0x8000), rounded to nearest,
+    ties to even: a subnormal below 2**-14, infinity from 65520 on."""
+    low = max(exponent, -14)
+    shift = (low - 10) - (exponent - precision + 1)
+    if shift > precision + 1:  # below half the smallest subnormal
+        return np.uint16(sign)
+    whole = significand >> shift
+    rest = significand & ((np.int64(1) << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    if rest > half or (rest == half and whole & 1):
+        whole += 1
+    bits = whole if exponent < -14 else ((low + 15) << 10) + whole - 1024
+    return np.uint16(sign | min(bits, 0x7C00))
+
+
+@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+def _float32_half(value: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """A float32 rounded to float16's (``kind`` 1: NumPy's conversion) or bfloat16's (2:
+    ml_dtypes') bits, to nearest, ties to even. A NaN: float16 keeps the payload's high bits
+    (a NaN still), bfloat16 gives its default NaN with the sign."""
+    bits = np.float32(value).view(np.uint32)
+    sign = (bits >> 16) & 0x8000
+    magnitude = bits & 0x7FFFFFFF
+    if kind == _BFLOAT16_BITS:
+        if magnitude > 0x7F800000:
+            return np.uint16(sign | 0x7FC0)
+        top = bits >> 16
+        rest = bits & 0xFFFF
+        if rest > 0x8000 or (rest == 0x8000 and top & 1):
+            top += 1
+        return np.uint16(top)
+    if magnitude >= 0x7F800000:
+        payload = (magnitude & 0x7FFFFF) >> 13
+        if magnitude > 0x7F800000 and payload == 0:
+            return np.uint16(sign | 0x7C01)  # a NaN still
+        return np.uint16(sign | 0x7C00 | payload)
+    if magnitude == 0:
+        return np.uint16(sign)
+    field = np.int64(magnitude >> 23)
+    fraction = np.int64(magnitude & 0x7FFFFF)
+    if field == 0:
+        return _rounded_half(np.int64(sign), np.int64(-126), fraction, 24)
+    return _rounded_half(np.int64(sign), field - 127, fraction | (1 << 23), 24)
+
+
+@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+def _half_mean(total: Any, count: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """mean of float16 (``kind`` 1) or bfloat16 (2) bits: the sum as float64 over the count,
+    rounded once to float16 (NumPy's conversion from float64), or to float32 then bfloat16
+    (ml_dtypes')."""
+    mean = np.float64(_half_float32(total, kind)) / np.float64(count)
+    if kind == _BFLOAT16_BITS:
+        return _float32_half(np.float32(mean), kind)
+    bits = np.float64(mean).view(np.uint64)
+    # As int64 (no bit of either past 63): numba compares uint64 with int64 as floats.
+    sign = np.int64(bits >> np.uint64(48)) & 0x8000
+    magnitude = np.int64(bits & np.uint64(0x7FFFFFFFFFFFFFFF))
+    if magnitude >= 0x7FF0000000000000:
+        payload = (magnitude & 0xFFFFFFFFFFFFF) >> 42
+        if magnitude > 0x7FF0000000000000 and payload == 0:
+            return np.uint16(sign | 0x7C01)  # a NaN still
+        return np.uint16(sign | 0x7C00 | payload)
+    if magnitude == 0:
+        return np.uint16(sign)
+    field = np.int64(magnitude >> 52)
+    fraction = np.int64(magnitude & 0xFFFFFFFFFFFFF)
+    if field == 0:
+        return _rounded_half(sign, np.int64(-1022), fraction, 53)
+    return _rounded_half(sign, field - 1023, fraction | (np.int64(1) << 52), 53)
 
 
 def _mean_of(total: Any, count: Any) -> Any:  # pragma: no cover - typed by its overload
@@ -1439,7 +1535,11 @@ def _scatter_reduce_loop(
     extra = 0 if fresh else 1
     for p in range(out.size):
         if counts[p]:
-            out[p] = _mean_of(out[p], np.int64(counts[p]) + extra)
+            if kind:
+                # (np.uint16: typed for every element type, run for float16/bfloat16 bits.)
+                out[p] = _half_mean(np.uint16(out[p]), np.int64(counts[p]) + extra, kind)
+            else:
+                out[p] = _mean_of(out[p], np.int64(counts[p]) + extra)
 
 
 #: scatter_put(out, indices, updates, table, axis, size): each width; int64 indices and table.

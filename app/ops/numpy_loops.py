@@ -289,9 +289,8 @@ def scatter_reduce(
     seen: Array,
     counts: Array,
 ) -> None:
-    """``compiled.scatter_reduce`` (``seen`` and ``counts`` unused: the positions are sorted).
-    Also the one way of float16's and bfloat16's sum, prod and mean (numba has no such
-    arithmetic)."""
+    """``compiled.scatter_reduce`` (``seen`` and ``counts`` unused: the positions are sorted);
+    float16 and bfloat16 (``kind`` 1 and 2) computed by NumPy's and ml_dtypes' own loops."""
     if updates.size == 0:
         return
     named = SCATTER_KINDS[kind] or np.dtype(out.dtype.type)

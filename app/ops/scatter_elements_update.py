@@ -219,7 +219,7 @@ def scatter_elements_update_planned(
     if kind:  # float16 and bfloat16 as their bits
         flat, values = as_raw(flat), as_raw(values)
     arguments = (along, values, table, plan.axis, size, code, int(plan.use_init_val), kind)
-    if _numpy_only(kind, plan.reduction, updates.size):
+    if _numpy_only(updates.size):
         nothing = np.zeros(0, dtype=np.uint8)
         numpy_loops.scatter_reduce(flat, *arguments, nothing, nothing.view(np.uint32))
         return out
@@ -237,11 +237,10 @@ def _kind(dtype: np.dtype[Any]) -> int:
     return {"float16": 1, "bfloat16": 2}.get(dtype.name, 0)
 
 
-def _numpy_only(kind: int, reduction: str, updates: int) -> bool:
-    """Whether a reduction takes NumPy's way whether or not the loops are compiled: float16's
-    and bfloat16's arithmetic (numba has none; their min and max only compare, and are
-    compiled), and more updates than a uint32 count holds."""
-    return (kind != 0 and reduction in ("sum", "prod", "mean")) or updates >= _MOST_COUNTED
+def _numpy_only(updates: int) -> bool:
+    """Whether a reduction takes NumPy's way whether or not the loops are compiled: with more
+    updates than the compiled loop's uint32 count holds."""
+    return updates >= _MOST_COUNTED
 
 
 #: The compiled loop counts a position's updates in a uint32.
@@ -256,11 +255,10 @@ def scatter_elements_update_workspace(arrays: Arrays, attributes: Attributes) ->
     update), updates in native order, C-ordered (their size), a mark a position of the output
     when use_init_val is false (a bit) and a count a position for mean (4 bytes), and the
     loop's chunk of positions. NumPy's way (the stand-ins while numba compiles, at most
-    CHEAP_SCATTER_UPDATES updates; float16's and bfloat16's sum, prod and mean always) holds
-    more an update: each one's position and the
-    sort of the positions (32 bytes), and for a reduction the arrays of ``np.unique`` and, for
-    min and max, the sequences the fold builds (four arrays of the updates' size and their
-    marks)."""
+    CHEAP_SCATTER_UPDATES updates; always past 2**32 - 2 of them) holds more an update: each
+    one's position and the sort of the positions (32 bytes), and for a reduction the arrays of
+    ``np.unique`` and, for min and max, the sequences the fold builds (four arrays of the
+    updates' size and their marks)."""
     updates, data = arrays["updates"], arrays["data"]
     reduction = attributes.get("reduction", "none")
     positions = data.size
@@ -273,9 +271,7 @@ def scatter_elements_update_workspace(arrays: Arrays, attributes: Attributes) ->
     numpy_way = compiled_way + 32 * updates.size
     if reduction != "none":
         numpy_way += 4 * updates.nbytes + 56 * updates.size
-    if numpy_loops.scatter_is_cheap(updates) or _numpy_only(
-        _kind(data.dtype), reduction, updates.size
-    ):
+    if numpy_loops.scatter_is_cheap(updates) or _numpy_only(updates.size):
         return numpy_way
     return compiled_way
 
