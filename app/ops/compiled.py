@@ -55,6 +55,16 @@ def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
     return dispatcher
 
 
+def _helper(function: Callable[..., Any]) -> Any:
+    """``function`` compiled for the types the loops call it with, when they are compiled, and
+    cached with them (a helper inlined by numba's ``inline="always"`` is the other way: numba's
+    IR inliner fails on ScatterElementsUpdate's overloads and branchy helpers)."""
+    dispatcher = numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
+    with contextlib.suppress(RuntimeError, OSError):
+        use_readable_cache(dispatcher, function)
+    return dispatcher
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
     """Ask the CPU to bring ``array[index]``'s cache line in (``llvm.prefetch``: read, keep)."""
@@ -1183,7 +1193,7 @@ _SUM, _PROD, _MIN, _MAX, _MEAN = 1, 2, 3, 4, 5
 _FLOAT16_BITS, _BFLOAT16_BITS = 1, 2
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _scatter_positions(
     indices: Any,
     table: Any,
@@ -1339,7 +1349,7 @@ def _reduced_typed(x: Any, u: Any, reduction: Any, kind: Any) -> Any:
     return integer
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _integer_reduced(x: Any, u: Any, reduction: int) -> Any:  # pragma: no cover - compiled
     """``reduction(u, x)`` of integers: sums and products wrap in the element type (the store
     keeps the low bits)."""
@@ -1352,7 +1362,7 @@ def _integer_reduced(x: Any, u: Any, reduction: int) -> Any:  # pragma: no cover
     return x if u < x else u
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _half_value(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     """The value (float64, exact; a NaN for a NaN) of float16's (``kind`` 1) or bfloat16's
     (2) bits, for comparisons."""
@@ -1368,7 +1378,7 @@ def _half_value(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     return sign * np.float64(1024 + mantissa) * 2.0 ** (exponent - 25)
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _half_float32(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     """float16's (``kind`` 1) or bfloat16's (2) bits as a float32, exactly; a NaN keeps its
     payload, a signalling one too (NumPy's and ml_dtypes' conversions)."""
@@ -1381,7 +1391,7 @@ def _half_float32(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     return np.float32(_half_value(bits, kind))
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _rounded_half(sign: Any, exponent: Any, significand: Any, precision: int) -> Any:
     """float16's bits (uint16) of ``significand * 2**(exponent - precision + 1)`` (a binary
     float of ``precision`` bits, not zero) with ``sign`` (0 or 0x8000), rounded to nearest,
@@ -1399,7 +1409,7 @@ def _rounded_half(sign: Any, exponent: Any, significand: Any, precision: int) ->
     return np.uint16(sign | min(bits, 0x7C00))
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _float32_half(value: Any, kind: int) -> Any:  # pragma: no cover - compiled
     """A float32 rounded to float16's (``kind`` 1: NumPy's conversion) or bfloat16's (2:
     ml_dtypes') bits, to nearest, ties to even. A NaN: float16 keeps the payload's high bits
@@ -1429,7 +1439,7 @@ def _float32_half(value: Any, kind: int) -> Any:  # pragma: no cover - compiled
     return _rounded_half(np.int64(sign), field - 127, fraction | (1 << 23), 24)
 
 
-@numba.njit(nogil=True)  # type: ignore[untyped-decorator]
+@_helper
 def _half_mean(total: Any, count: Any, kind: int) -> Any:  # pragma: no cover - compiled
     """mean of float16 (``kind`` 1) or bfloat16 (2) bits: the sum as float64 over the count,
     rounded once to float16 (NumPy's conversion from float64), or to float32 then bfloat16
