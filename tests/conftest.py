@@ -42,7 +42,6 @@ SYSTEM_TIER = (
     # Long runs (see above).
     "grpc/test_grpc_receive.py::test_refused_requests_are_freed_at_once",
     "grpc/test_grpc_receive.py::test_concurrent_keyed_uploads_stay_within_their_reservations",
-    "ops/test_compiled_kernels.py::test_the_compiled_code_is_cached_and_loaded",
     "test_startup.py::test_the_first_start_says_the_kernels_compile_and_a_later_one_does_not",
     "test_schemathesis.py",
     "test_edges.py::test_shutdown_is_on_time_whatever_the_collector_does",

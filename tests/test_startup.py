@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from app.numba_cache import kernels_cached
+from app.ops.compiled import compiled_signatures
 from tests.support import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -184,3 +185,36 @@ def test_the_first_start_says_the_kernels_compile_and_a_later_one_does_not(
     again = [line["message"] for line in records(log)]
     assert [message for message in again if ready.fullmatch(message)] != []
     assert not any(message.startswith("compiling") for message in again)
+    # What the first start wrote is the whole of the machine code: an import in another process
+    # loads every signature of every loop from NUMBA_CACHE_DIR and compiles none (the one cold
+    # compile of this test serves both claims; each costs about a minute of CPU).
+    assert loaded_from_the_cache(env) == dict(compiled_signatures())
+
+
+#: Each compiled loop's signatures loaded from numba's cache and compiled, in a fresh process.
+CACHE_STATISTICS = """
+import json
+from app.ops import compiled
+print(json.dumps({
+    name: [sum(loop.stats.cache_hits.values()), sum(loop.stats.cache_misses.values())]
+    for name, loop in compiled._LOOPS
+}))
+"""
+
+
+def loaded_from_the_cache(env: dict[str, str]) -> dict[str, int]:
+    """How many signatures of each loop an import loaded from the cache (those it compiled
+    instead fail the call: the cache was to hold them all)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CACHE_STATISTICS],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    counts: dict[str, list[int]] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert {name: missed for name, (_, missed) in counts.items()} == dict.fromkeys(counts, 0)
+    return {name: hits for name, (hits, _) in counts.items()}

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import loops
 from app.ops.declaration import (
     ALL_TYPES,
     DATA_CONSTRAINT,
@@ -25,6 +26,8 @@ from app.ops.errors import SpecError
 from app.ops.raw import as_raw, copy_permuted, strided_view
 
 _INDEX_TYPES = ("int32", "int64")
+#: The largest attribute value (the compiled loops take them as int64).
+_INT64_MAX = 2**63 - 1
 
 
 class BlockAxis(NamedTuple):
@@ -71,9 +74,9 @@ def _attribute_pair(name: str, values: Sequence[int], positive: bool) -> tuple[i
             name, f"{name} must have two values (one per spatial dimension), got {list(items)}"
         )
     low = 1 if positive else 0
-    if any(not isinstance(v, int | np.integer) or v < low for v in items):
+    if any(not isinstance(v, int | np.integer) or not low <= v <= _INT64_MAX for v in items):
         rule = "positive integers" if positive else "non-negative integer numbers"
-        raise SpecError(name, f"{name} must be {rule}, got {list(items)}")
+        raise SpecError(name, f"{name} must be {rule} up to 2**63 - 1, got {list(items)}")
     return int(items[0]), int(items[1])
 
 
@@ -159,55 +162,28 @@ def _reach(axis: BlockAxis, offset: int) -> tuple[int, int]:
     return first, max(first, stop)
 
 
-def _coverage(axis: BlockAxis) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """How many (kernel element, block) pairs reach each pixel along the axis, and the first
-    kernel element that does (``axis.size`` where none)."""
-    counts = np.zeros(axis.length, dtype=np.int64)
-    first_offset = np.full(axis.length, axis.size, dtype=np.int64)
-    for offset in range(axis.size):
-        first, stop = _reach(axis, offset)
-        if stop > first:
-            start = offset * axis.dilation - axis.pad
-            last = start + (stop - 1) * axis.stride
-            reached = slice(start + first * axis.stride, last + 1, axis.stride)
-            counts[reached] += 1
-            np.minimum(first_offset[reached], offset, out=first_offset[reached])
-    return counts, first_offset
+def _first_elements(axis: BlockAxis) -> tuple[npt.NDArray[np.int64], bool]:
+    """Per pixel along the axis, the first kernel element that reaches it (``axis.size`` where
+    none does), and whether a pixel is reached twice (by a compiled loop: a kernel may have as
+    many elements along an axis as the data has rows)."""
+    first = np.full(axis.length, axis.size, dtype=np.int64)
+    twice = loops.col2im_reach(first, axis.size, axis.stride, axis.dilation, axis.pad, axis.blocks)
+    return first, twice
 
 
-def _combine(
-    raw_out: npt.NDArray[Any],
-    raw_blocks: npt.NDArray[Any],
-    out: npt.NDArray[Any],
-    blocks: npt.NDArray[Any],
-    i: int,
-    j: int,
-    ys: slice,
-    xs: slice,
-    reach: tuple[tuple[int, int], tuple[int, int]],
-    first: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]] | None,
-) -> None:
-    """Kernel element ``(i, j)`` of every block into the pixels it reaches: its bits where it
-    is the first to reach a pixel (``first``: per row and per column; None: first everywhere),
-    added in the element type where an earlier element already did."""
-    (p0, p1), (q0, q1) = reach
-    if first is None or (first[0].all() and first[1].all()):
-        np.copyto(raw_out[:, :, ys, xs], raw_blocks[:, :, i, j, p0:p1, q0:q1])
-        return
-    target = out[:, :, ys, xs]
-    source = blocks[:, :, i, j, p0:p1, q0:q1]
-    if not (first[0].any() and first[1].any()):
-        np.add(target, source, out=target)
-        return
-    mask = first[0][:, None] & first[1][None, :]
-    np.copyto(raw_out[:, :, ys, xs], raw_blocks[:, :, i, j, p0:p1, q0:q1], where=mask)
-    np.add(target, source, out=target, where=~mask)
+#: How ``loops.col2im`` adds two values of a type (its ``kind``): 0 integers (wrapping, the
+#: default), 1 bool (or), 2 IEEE floats of the element's width, 3 bfloat16.
+_SUM_KINDS = {"bool": 1, "float16": 2, "float32": 2, "float64": 2, "bfloat16": 3}
 
 
-def col2im_workspace_bytes(data: npt.NDArray[Any]) -> int:
-    """The kernel's temporaries beyond input and output: data in native order when it comes
-    byte-swapped (the per-axis coverage counts are a few bytes a pixel row/column)."""
-    return 0 if data.dtype.isnative else data.nbytes
+def col2im_workspace_bytes(data: npt.NDArray[Any], plan: Col2ImPlan) -> int:
+    """The kernel's temporaries beyond input and output: data C-ordered in native order when it
+    comes otherwise; per pixel row and column the first kernel element reaching it (int64) and
+    whether none does (a byte); and the NumPy stand-in's masks (a byte per block, and per block
+    row and column: at most two per block), which it holds while numba compiles."""
+    copied = 0 if data.dtype.isnative and data.flags.c_contiguous else data.nbytes
+    pixels = plan.rows.length + plan.cols.length
+    return copied + 9 * pixels + 2 * plan.rows.blocks * plan.cols.blocks
 
 
 def _place_whole(out: npt.NDArray[Any], values: npt.NDArray[Any], plan: Col2ImPlan) -> bool:
@@ -218,10 +194,13 @@ def _place_whole(out: npt.NDArray[Any], values: npt.NDArray[Any], plan: Col2ImPl
     reaches are the caller's to zero). False, nothing written, where the reach differs between
     kernel elements or none reaches."""
     rows, cols = plan.rows, plan.cols
-    reach = [{_reach(axis, offset) for offset in range(axis.size)} for axis in (rows, cols)]
-    if len(reach[0]) != 1 or len(reach[1]) != 1:
+    # A later kernel element starts no earlier: its first and stop blocks are no larger. So
+    # every element reaches the same blocks when the first and the last do (no Python loop over
+    # a kernel that may have as many elements along an axis as the data has rows).
+    reach = [_reach(axis, 0) for axis in (rows, cols)]
+    if reach != [_reach(axis, axis.size - 1) for axis in (rows, cols)]:
         return False
-    ((p0, p1),), ((q0, q1),) = reach
+    (p0, p1), (q0, q1) = reach
     if p1 <= p0 or q1 <= q0:
         return False
     raw_out = as_raw(out)
@@ -248,9 +227,11 @@ def _place_whole(out: npt.NDArray[Any], values: npt.NDArray[Any], plan: Col2ImPl
 def col2im_planned(
     data: npt.NDArray[Any], plan: Col2ImPlan, out: npt.NDArray[Any] | None = None
 ) -> npt.NDArray[Any]:
-    """``col2im`` with the inputs already checked: one strided copy per kernel element, in the
-    kernel's row-major order, its bits put where it is the first to reach a pixel and added in
-    the element type where an earlier one did (a pixel reached once keeps its bits)."""
+    """``col2im`` with the inputs already checked: each kernel element of each block put in the
+    pixel it reaches, in the kernel's row-major order, its bits where it is the first to reach
+    the pixel and added in the element type where an earlier one did (a pixel reached once
+    keeps its bits): one compiled loop (``loops.col2im``), or one permuted copy where no pixel
+    is reached twice and every kernel element reaches the same blocks."""
     if out is None:
         out = np.empty(plan.output_shape, dtype=data.dtype)
     work = data.dtype.newbyteorder("=")
@@ -261,46 +242,37 @@ def col2im_planned(
     if out.size == 0:
         return out
     rows, cols = plan.rows, plan.cols
-    row_counts, row_first = _coverage(rows)
-    col_counts, col_first = _coverage(cols)
-    overlap = int(row_counts.max(initial=0)) > 1 or int(col_counts.max(initial=0)) > 1
-    values = data if data.dtype.isnative else data.astype(work)
-    if not overlap and values.flags.c_contiguous and _place_whole(out, values, plan):
-        _zero_unreached(out, row_counts, col_counts)
+    if rows.blocks == 0 or cols.blocks == 0:  # no block (the data is empty, its kernel any size)
+        as_raw(out).fill(0)
         return out
-    blocks = values.reshape(
-        data.shape[0], plan.channels, rows.size, cols.size, rows.blocks, cols.blocks
-    )
-    raw_out, raw_blocks = as_raw(out), as_raw(blocks)
-    with np.errstate(all="ignore"):  # integers wrap, NaNs and infinities are values here
-        for i in range(rows.size):
-            p0, p1 = _reach(rows, i)
-            if p1 <= p0:
-                continue
-            y0 = p0 * rows.stride + i * rows.dilation - rows.pad
-            ys = slice(y0, y0 + (p1 - p0 - 1) * rows.stride + 1, rows.stride)
-            for j in range(cols.size):
-                q0, q1 = _reach(cols, j)
-                if q1 <= q0:
-                    continue
-                x0 = q0 * cols.stride + j * cols.dilation - cols.pad
-                xs = slice(x0, x0 + (q1 - q0 - 1) * cols.stride + 1, cols.stride)
-                source = (p0, p1), (q0, q1)
-                _combine(raw_out, raw_blocks, out, blocks, i, j, ys, xs, source,
-                         (row_first[ys] == i, col_first[xs] == j) if overlap else None)  # fmt: skip
-    _zero_unreached(out, row_counts, col_counts)
+    row_first, rows_twice = _first_elements(rows)
+    col_first, cols_twice = _first_elements(cols)
+    row_unreached, col_unreached = row_first == rows.size, col_first == cols.size
+    values = data if data.dtype.isnative else np.ascontiguousarray(data, dtype=work)
+    whole = not (rows_twice or cols_twice) and values.flags.c_contiguous
+    if whole and _place_whole(out, values, plan):
+        _zero_unreached(out, row_unreached, col_unreached)
+        return out
+    axes = np.array(
+        [[a.size, a.stride, a.dilation, a.pad, a.blocks, a.length] for a in (rows, cols)], np.int64
+    ).reshape(-1)
+    kind = _SUM_KINDS.get(work.name, 0)
+    source = as_raw(np.ascontiguousarray(values)).reshape(-1)
+    planes = out.shape[0] * out.shape[1]
+    loops.col2im(source, as_raw(out).reshape(-1), row_first, col_first, axes, planes, kind)
+    _zero_unreached(out, row_unreached, col_unreached)
     return out
 
 
 def _zero_unreached(
-    out: npt.NDArray[Any], row_counts: npt.NDArray[np.int64], col_counts: npt.NDArray[np.int64]
+    out: npt.NDArray[Any], rows: npt.NDArray[np.bool_], cols: npt.NDArray[np.bool_]
 ) -> None:
-    """Zero the image's rows and columns no block reaches."""
+    """Zero the image's rows and columns no block reaches (``rows``, ``cols``: True there)."""
     zero = np.zeros((), dtype=out.dtype)
-    if (row_counts == 0).any():
-        out[:, :, row_counts == 0, :] = zero
-    if (col_counts == 0).any():
-        out[:, :, :, col_counts == 0] = zero
+    if rows.any():
+        out[:, :, rows, :] = zero
+    if cols.any():
+        out[:, :, :, cols] = zero
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,7 +297,7 @@ def _plan(arrays: Arrays, attributes: Attributes) -> Plan:
 
 
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
-    return col2im_workspace_bytes(arrays["data"])
+    return col2im_workspace_bytes(arrays["data"], _checked(arrays, attributes))
 
 
 def _size_input(name: str, number: int, words: str) -> Input:

@@ -6,15 +6,15 @@ raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-b
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
 index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose (blocks
 transposed in the vector registers) and GatherTree's walk of every width, GatherTree's check of
-float ids (3 widths), and Unique's table of slots (1- and 2-byte values) and hash table (keys
-of 2, 4 or 8 bytes), writing either index type, and ScatterElementsUpdate's puts (each width)
-and reductions (each type it computes in; float16 and bfloat16 as their bits): 66
-compiled signatures.
+float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of blocks (every width),
+Unique's table of slots (1- and 2-byte values) and hash table (keys of 2, 4 or 8 bytes),
+writing either index type, and ScatterElementsUpdate's puts (each width) and reductions (each
+type it computes in; float16 and bfloat16 as their bits): 71 compiled signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
 
-Long (some 1,500 lines) because numba's cache is kept per source file: a loop's cached machine
+Long (some 1,850 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
 the intrinsics and helpers a loop inlines live in the file of the loops (a helper in another
 module, once changed, would leave every cache built before it in use, stale).
@@ -973,6 +973,230 @@ first_fraction = _compiled(
 )
 
 # ---------------------------------------------------------------------------------------------
+# Col2Im's loops: which kernel element first reaches each pixel of an axis, and the blocks
+# summed into the image in the kernel's row-major order. Values are handled as their bits
+# (uint64 here, whatever the width): a sum of floats is worked out from them, as NumPy and
+# ml_dtypes work it out (float16 and bfloat16 through float32, rounded to nearest even).
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _as_single(typingctx: Any, bits: Any) -> Any:
+    """The float32 whose bits are the low 32 of ``bits`` (uint64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _as_double(typingctx: Any, bits: Any) -> Any:
+    """The float64 whose bits are ``bits`` (uint64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(bits), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _bits_of(typingctx: Any, value: Any) -> Any:
+    """The bits of a float32 or float64 ``value``, as a uint64."""
+    width = value.bitwidth
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        bits = builder.bitcast(args[0], ir.IntType(width))
+        return bits if width == 64 else builder.zext(bits, ir.IntType(64))
+
+    return types.uint64(value), codegen
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _half_to_single(half: Any) -> Any:  # pragma: no cover - compiled
+    """The float32 bits of the same value as float16 bits ``half`` (exact; a NaN keeps its
+    payload, a signalling one stays signalling)."""
+    u = np.uint64
+    sign = (half & u(0x8000)) << u(16)
+    exponent = (half >> u(10)) & u(0x1F)
+    mantissa = half & u(0x3FF)
+    if exponent == u(0x1F):
+        return sign | u(0x7F800000) | (mantissa << u(13))
+    if exponent != u(0):
+        return sign | ((exponent + u(112)) << u(23)) | (mantissa << u(13))
+    # Zero or subnormal: mantissa units of 2**-24, exact in float32.
+    return sign | _bits_of(np.float32(mantissa) * np.float32(2.0**-24))
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _single_to_half(single: Any) -> Any:  # pragma: no cover - compiled
+    """float32 bits ``single`` rounded to the nearest float16 (ties to even), as bits: past the
+    largest half an infinity, a NaN the top bits of its payload (1 where they are all zero)."""
+    u = np.uint64
+    sign = (single >> u(16)) & u(0x8000)
+    magnitude = single & u(0x7FFFFFFF)
+    if magnitude > u(0x7F800000):
+        payload = (magnitude >> u(13)) & u(0x3FF)
+        return sign | u(0x7C00) | max(payload, u(1))
+    if magnitude >= u(0x47800000):  # 2**16 and up: past the largest half's rounding
+        return sign | u(0x7C00)
+    if magnitude >= u(0x38800000):  # 2**-14 and up: a normal half (or 65520 up: infinity)
+        half = (magnitude >> u(13)) - u(112 << 10)
+        rest = magnitude & u(0x1FFF)
+        if rest > u(0x1000) or (rest == u(0x1000) and (half & u(1)) == u(1)):
+            half += u(1)
+        return sign | half
+    # Below: a subnormal half, in units of 2**-24 (exact in float32), rounded to even.
+    return sign | u(np.rint(_as_single(magnitude) * np.float32(2.0**24)))
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _single_sum(a: Any, b: Any, second_nan: bool) -> Any:  # pragma: no cover - compiled
+    """The float32 bits of the sum of float32 bits ``a`` and ``b``: where one is a NaN, that
+    one quieted; where both are, ``a`` (``b`` if ``second_nan``), as NumPy's loops give them
+    (its float32 loops keep the first's, its float16 and ml_dtypes' bfloat16 the second's)."""
+    u = np.uint64
+    x = _as_single(a)
+    y = _as_single(b)
+    total = x + y
+    if not np.isnan(total):
+        return _bits_of(total)
+    first_nan = np.isnan(x)
+    other_nan = np.isnan(y)
+    if first_nan and not (other_nan and second_nan):
+        return a | u(0x400000)
+    if other_nan:
+        return b | u(0x400000)
+    return _bits_of(total)  # infinities of opposite signs: the CPU's NaN
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _double_sum(a: Any, b: Any) -> Any:  # pragma: no cover - compiled
+    """``_single_sum`` for float64 bits (a NaN quieted; of two, the first's)."""
+    u = np.uint64
+    x = _as_double(a)
+    y = _as_double(b)
+    total = x + y
+    if not np.isnan(total):
+        return _bits_of(total)
+    if np.isnan(x):
+        return a | u(0x8000000000000)
+    if np.isnan(y):
+        return b | u(0x8000000000000)
+    return _bits_of(total)
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _element_sum(a: Any, b: Any, kind: int, width: Any) -> Any:  # pragma: no cover - compiled
+    """The bits of ``a + b`` in the element type (``kind``: 0 an integer, wrapping; 1 bool, an
+    or; 2 an IEEE float of ``width`` bytes; 3 bfloat16), from their bits (uint64; the caller
+    keeps the low ``width`` bytes). Floats of 2 bytes are summed in float32 and rounded."""
+    u = np.uint64
+    if kind == 0:
+        return a + b
+    if kind == 1:
+        return u((a | b) != u(0))
+    if kind == 3:
+        total = _single_sum(a << u(16), b << u(16), True)
+        if (total & u(0x7FFFFFFF)) > u(0x7F800000):
+            return ((total >> u(16)) & u(0x8000)) | u(0x7FC0)  # ml_dtypes' NaN: its sign only
+        return (total + u(0x7FFF) + ((total >> u(16)) & u(1))) >> u(16)
+    if width == u(2):
+        return _single_to_half(_single_sum(_half_to_single(a), _half_to_single(b), True))
+    if width == u(4):
+        return _single_sum(a, b, False)
+    return _double_sum(a, b)
+
+
+def _col2im_reach_loop(
+    first: Any, size: int, stride: int, dilation: int, pad: int, blocks: int
+) -> bool:  # pragma: no cover - compiled
+    """Along one axis of ``first.size`` pixels: in ``first`` (filled with ``size`` by the
+    caller), the first kernel element (of ``size``) that reaches each pixel, element ``o`` of
+    block ``p`` lying at ``o * dilation + p * stride - pad``; whether a pixel is reached twice.
+
+    Every (element, block) pair is tried (``size * blocks``, at most the data's elements), the
+    pixel worked out in wrapping uint64: with ``blocks`` from Col2Im's formula the true value
+    lies in (-2**63, 2**63 + length), so it is a pixel exactly when its wrapped value is below
+    the length, whatever the pads, strides and dilations (no division, no overflow)."""
+    u = np.uint64
+    length = u(first.size)
+    twice = False
+    for offset in range(u(size)):
+        start = offset * u(dilation) - u(pad)
+        for p in range(u(blocks)):
+            y = start + p * u(stride)
+            if y < length:
+                if first[y] < size:
+                    twice = True
+                else:
+                    first[y] = offset
+    return twice
+
+
+def _col2im_loop(
+    source: Any, out: Any, row_first: Any, col_first: Any, axes: Any, planes: int, kind: int
+) -> None:  # pragma: no cover - compiled
+    """Col2Im's sum: ``source`` the blocks (planes, rows' size, columns' size, rows' blocks,
+    columns' blocks), ``out`` the images (planes, rows' length, columns' length), ``axes`` the
+    size, stride, dilation, pad, blocks and length of the rows, then of the columns. Each
+    block's kernel element goes to the pixel it reaches (found as ``_col2im_reach_loop`` finds
+    it): its bits where it is the first to (``row_first``, ``col_first``: per pixel row and
+    column), else added in the element type (``kind``, as ``_element_sum`` reads it), the
+    kernel's elements in row-major order. Pixels nothing reaches are left as they are."""
+    u = np.uint64
+    width = _width(out)
+    size0, stride0, dilation0, pad0 = u(axes[0]), u(axes[1]), u(axes[2]), u(axes[3])
+    blocks0, height = u(axes[4]), u(axes[5])
+    size1, stride1, dilation1, pad1 = u(axes[6]), u(axes[7]), u(axes[8]), u(axes[9])
+    blocks1, wide = u(axes[10]), u(axes[11])
+    per_element = blocks0 * blocks1
+    element = u(0)  # the block values of (plane, i, j) start here
+    for plane in range(u(planes)):
+        image = plane * height * wide
+        for i in range(size0):
+            y_start = i * dilation0 - pad0
+            for j in range(size1):
+                x_start = j * dilation1 - pad1
+                for p in range(blocks0):
+                    y = y_start + p * stride0
+                    if y >= height:
+                        continue
+                    row = image + y * wide
+                    taken = element + p * blocks1
+                    first_row = u(row_first[y]) == i
+                    for q in range(blocks1):
+                        x = x_start + q * stride1
+                        if x >= wide:
+                            continue
+                        value = u(source[taken + q])
+                        if first_row and u(col_first[x]) == j:
+                            out[row + x] = value
+                        else:
+                            out[row + x] = _element_sum(u(out[row + x]), value, kind, width)
+                element += per_element
+
+
+#: col2im_reach(first, size, stride, dilation, pad, blocks): int64 first elements.
+col2im_reach = _compiled(_col2im_reach_loop, [types.boolean(_mutable(_I64), *[_I64] * 5)])
+
+#: col2im(source, out, row_first, col_first, axes, planes, kind): each width.
+col2im = _compiled(
+    _col2im_loop,
+    [
+        types.void(
+            _readonly(width),
+            _mutable(width),
+            _readonly(_I64),
+            _readonly(_I64),
+            _readonly(_I64),
+            _I64,
+            _I64,
+        )
+        for width in _WIDTHS
+    ],
+)
+
+# ---------------------------------------------------------------------------------------------
 # Unique's loops: its groups counted in a table of one slot a value (elements of one or two
 # bytes), or found by a hash table of their keys (wider ones, a bounded number of groups).
 
@@ -1610,6 +1834,8 @@ _LOOPS = (
     ("transpose_tiles", transpose_tiles),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
+    ("col2im_reach", col2im_reach),
+    ("col2im", col2im),
     *_UNIQUE_LOOPS,
     ("scatter_put", scatter_put),
     ("scatter_reduce", scatter_reduce),
@@ -1623,6 +1849,8 @@ def compiled_signatures() -> Iterator[tuple[str, int]]:
 
 
 __all__ = [
+    "col2im",
+    "col2im_reach",
     "compiled_signatures",
     "first_fraction",
     "gather_tree",

@@ -232,6 +232,39 @@ def first_fraction(raw: Array, fraction: int, bias: int) -> int:
     return int(module.first_fraction(raw, fraction, bias))
 
 
+def col2im_reach(
+    first: Array, size: int, stride: int, dilation: int, pad: int, blocks: int
+) -> bool:
+    """``compiled.col2im_reach``, or its stand-in (for at most CHEAP_KERNEL_ELEMENTS kernel
+    elements: it goes through them in Python)."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(numpy_loops.col2im_reach_is_cheap(size))
+        if module is None:
+            return numpy_loops.col2im_reach(first, size, stride, dilation, pad, blocks)
+    return bool(module.col2im_reach(first, size, stride, dilation, pad, blocks))
+
+
+def col2im(
+    source: Array,
+    out: Array,
+    row_first: Array,
+    col_first: Array,
+    axes: Array,
+    planes: int,
+    kind: int,
+) -> None:
+    """``compiled.col2im``, or its stand-in (for at most CHEAP_KERNEL_ELEMENTS kernel elements:
+    it goes through them in Python, a few NumPy calls each)."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(numpy_loops.col2im_is_cheap(axes))
+        if module is None:
+            numpy_loops.col2im(source, out, row_first, col_first, axes, planes, kind)
+            return
+    module.col2im(source, out, row_first, col_first, axes, planes, kind)
+
+
 def scatter_put(
     out: Array, indices: Array, updates: Array, table: Array, axis: int, size: int
 ) -> None:

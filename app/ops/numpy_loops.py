@@ -12,6 +12,7 @@ admission model counts stays true.
 import itertools
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
@@ -30,6 +31,9 @@ CHEAP_SCATTER_UPDATES = 1 << 16
 #: The most steps GatherTree's stand-in walks (a few NumPy calls a step, twice): a million
 #: steps of one beam were a minute or two of a worker's time while numba compiled.
 CHEAP_STEPS = 1024
+#: The most kernel elements Col2Im's stand-ins go through (a few NumPy calls each): a 512 x 512
+#: kernel held a worker 8 s, and a kernel may have as many elements as the data has rows.
+CHEAP_KERNEL_ELEMENTS = 1024
 
 
 def _positions(indices: Array, batches: int, count: int, wrap: int, length: int) -> Array:
@@ -220,6 +224,98 @@ def first_fraction(raw: Array, fraction: int, bias: int) -> int:
         if bad.size:
             return start + int(bad[0])
     return -1
+
+
+def col2im_reach_is_cheap(size: int) -> bool:
+    """Whether ``col2im_reach``'s stand-in goes through few enough kernel elements."""
+    return size <= CHEAP_KERNEL_ELEMENTS
+
+
+def col2im_is_cheap(axes: Array) -> bool:
+    """Whether ``col2im``'s stand-in goes through few enough kernel elements (``axes``: as
+    ``col2im`` takes them)."""
+    return int(axes[0]) * int(axes[6]) <= CHEAP_KERNEL_ELEMENTS
+
+
+def _block_span(start: int, stride: int, blocks: int, length: int) -> tuple[int, int]:
+    """The blocks ``[first, stop)`` that put a kernel element lying at ``start`` in block 0
+    (every ``stride`` on) within ``[0, length)``."""
+    first = 0 if start >= 0 else (-start + stride - 1) // stride
+    stop = min(blocks, (length - 1 - start) // stride + 1)
+    return first, max(first, stop)
+
+
+def col2im_reach(
+    first: Array, size: int, stride: int, dilation: int, pad: int, blocks: int
+) -> bool:
+    """``compiled.col2im_reach``: a strided slice of ``first`` per kernel element, the pixels
+    it reaches (``first`` holds ``size`` where none has yet); whether one is reached twice."""
+    twice = False
+    for offset in range(size):
+        start = offset * dilation - pad
+        p0, p1 = _block_span(start, stride, blocks, first.size)
+        if p1 > p0:
+            reached = first[start + p0 * stride : start + (p1 - 1) * stride + 1 : stride]
+            twice = twice or bool((reached < size).any())
+            np.minimum(reached, offset, out=reached)
+    return twice
+
+
+def _summed(raw: Array, kind: int) -> Array:
+    """``raw`` (unsigned) as the type its values are added in (``kind``, as ``col2im`` takes
+    it): integers as they are (an unsigned sum wraps to the signed one's bits)."""
+    if kind == 1:
+        return raw.view(np.bool_)
+    if kind == 2:
+        return raw.view(f"f{raw.itemsize}")
+    if kind == 3:
+        return raw.view(ml_dtypes.bfloat16)
+    return raw
+
+
+def col2im(
+    source: Array,
+    out: Array,
+    row_first: Array,
+    col_first: Array,
+    axes: Array,
+    planes: int,
+    kind: int,
+) -> None:
+    """``compiled.col2im``: one strided copy (or sum) per kernel element, in the kernel's
+    row-major order, its bits where it is the first to reach a pixel and added in the element
+    type (``_summed``) where an earlier one did. Beside ``out`` it holds a byte per block of a
+    kernel element (where it comes first) and per block row and column."""
+    size0, stride0, dilation0, pad0, blocks0, height = (int(v) for v in axes[:6])
+    size1, stride1, dilation1, pad1, blocks1, width = (int(v) for v in axes[6:])
+    shape = (planes, size0, size1, blocks0, blocks1)
+    raw_blocks = source[: planes * size0 * size1 * blocks0 * blocks1].reshape(shape)
+    raw_out = out[: planes * height * width].reshape(planes, height, width)
+    blocks, target = _summed(raw_blocks, kind), _summed(raw_out, kind)
+    with np.errstate(all="ignore"):  # integers wrap, NaNs and infinities are values here
+        for i in range(size0):
+            y0 = i * dilation0 - pad0
+            p0, p1 = _block_span(y0, stride0, blocks0, height)
+            if p1 <= p0:
+                continue
+            ys = slice(y0 + p0 * stride0, y0 + (p1 - 1) * stride0 + 1, stride0)
+            for j in range(size1):
+                x0 = j * dilation1 - pad1
+                q0, q1 = _block_span(x0, stride1, blocks1, width)
+                if q1 <= q0:
+                    continue
+                xs = slice(x0 + q0 * stride1, x0 + (q1 - 1) * stride1 + 1, stride1)
+                rows, cols = row_first[ys] == i, col_first[xs] == j
+                taken = (slice(None), i, j, slice(p0, p1), slice(q0, q1))
+                if rows.all() and cols.all():
+                    np.copyto(raw_out[:, ys, xs], raw_blocks[taken])
+                    continue
+                into = target[:, ys, xs]
+                np.add(into, blocks[taken], out=into)
+                if rows.any() and cols.any():
+                    # The pixels it reaches first take its bits over the sum (one mask held).
+                    mask = rows[:, None] & cols[None, :]
+                    np.copyto(raw_out[:, ys, xs], raw_blocks[taken], where=mask)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -7,7 +7,10 @@ Where blocks overlap it adds: the plugin is given int32 and float32 small intege
 order). ``DIFFERENTIAL_CASES`` cases from a fixed seed.
 """
 
+import contextlib
 import functools
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +20,8 @@ import openvino.opset15 as ov_opset15
 import pytest
 from openvino import op as ov_op
 
+from app.ops import col2im as col2im_module
+from app.ops import loops, numpy_loops
 from app.ops.col2im import OP, col2im, col2im_plan
 from app.ops.errors import SpecError
 from tests.cases import DATA_TYPES, make_data, raw
@@ -196,6 +201,7 @@ def test_an_amplifying_request_is_planned_not_built() -> None:
         ((1, 4, 9), [4, 4], [2, 2], ((1,),), "strides"),
         ((1, 4, 9), [4, 4], [2, 2], ((1, 1), (1, -1)), "dilations"),
         ((1, 4, 9), [4, 4], [2, 2], ((1, 1), (1, 1), (-1, 0)), "pads_begin"),
+        ((1, 4, 9), [4, 4], [2, 2], ((1, 1), (1, 1), (2**63, 0)), "pads_begin"),  # past int64
         ((1, 4, 9), [4, 4], [2, 2], ((1, 1), (1, 1), (0, 0), (0, 0, 0)), "pads_end"),
     ],
 )
@@ -336,3 +342,243 @@ def test_a_small_request_for_a_terabyte_is_refused_before_anything_exists() -> N
     response = asyncio.run(ask())
     assert response.status_code == 413
     assert "TENSOR_OPS_MAX" in response.json()["detail"][0]["msg"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The compiled loops (app/ops/compiled.py) against the NumPy path (app/ops/numpy_loops.py)
+
+#: Random cases of each element type run both ways, most of them with overlapping blocks.
+BOTH_WAYS_CASES = 60
+
+
+def _geometry(rng: np.random.Generator) -> tuple[Any, Any, tuple[Any, ...], tuple[int, ...]]:
+    """output_size, kernel_size, (strides, dilations, pads_begin, pads_end) and data's shape of
+    a random Col2Im: kernels up to 4 x 4, overlapping in about half of them."""
+
+    def pair(low: int, high: int) -> list[int]:
+        return [int(v) for v in rng.integers(low, high, 2)]
+
+    size, kernel = pair(1, 10), pair(1, 5)
+    lists = (pair(1, 3), pair(0, 3), pair(0, 3), pair(0, 3))
+    blocks = [max((size[d] + lists[2][d] + lists[3][d] - lists[1][d] * (kernel[d] - 1) - 1)
+                  // lists[0][d] + 1, 0) for d in range(2)]  # fmt: skip
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 3)) * kernel[0] * kernel[1],
+             blocks[0] * blocks[1])  # fmt: skip
+    return size, kernel, lists, shape
+
+
+def _both_ways(data: npt.NDArray[Any], size: Any, kernel: Any, *lists: Any) -> tuple[Any, Any]:
+    """Col2Im by the compiled loops, then by their NumPy stand-ins."""
+    args = (data, np.array(size), np.array(kernel), *lists)
+    compiled = col2im(*args)
+    with loops.numpy_stand_ins():
+        stood_in = col2im(*args)
+    return compiled, stood_in
+
+
+def _nans_met(data: npt.NDArray[Any], size: Any, kernel: Any, *lists: Any) -> Any:
+    """Per pixel, whether two NaNs were summed there (by counting them through Col2Im)."""
+    nans = np.isnan(data).astype(np.int64)
+    return col2im(nans, np.array(size), np.array(kernel), *lists) > 1
+
+
+@pytest.fixture
+def stand_in_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of Col2Im's NumPy stand-ins called while the test runs (compiled loops ready)."""
+    assert loops.wait_compiled(), "the numba loops did not compile"
+    calls: list[str] = []
+    for name in ("col2im", "col2im_reach"):
+        loop = getattr(numpy_loops, name)
+
+        def counted(*arguments: Any, name: str = name, loop: Any = loop) -> Any:
+            calls.append(name)
+            return loop(*arguments)
+
+        monkeypatch.setattr(numpy_loops, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", DATA_TYPES, ids=lambda t: t.name)
+def test_compiled_loop_and_numpy_path_give_the_same_bits(
+    dtype: np.dtype[Any], stand_in_calls: list[str]
+) -> None:
+    """Random geometries (dilation 0 to 2, strides 1 and 2, pads, mostly overlapping), data of
+    random bits and special values (-0.0, NaN payloads, signalling NaNs, infinities, integer
+    extremes that wrap), C-ordered, strided and big-endian: the same bits both ways. Where two
+    NaNs meet in a float32 or float64 sum, NumPy's own loops give the first's payload in their
+    vector body and the second's in their scalar tail: there both answers are NaN only."""
+    rng = np.random.default_rng((SEED, dtype.num, 7))
+    overlapping = 0
+    for number in range(BOTH_WAYS_CASES):
+        size, kernel, lists, shape = _geometry(rng)
+        data = make_data(rng, dtype, shape, strided=number % 4 == 1)
+        if number % 4 == 2 and dtype.itemsize > 1:
+            data = data.astype(dtype.newbyteorder(">"))
+        before = len(stand_in_calls)
+        compiled, stood_in = _both_ways(data, size, kernel, *lists)
+        assert compiled.dtype == data.dtype and compiled.shape == stood_in.shape
+        if data.size and compiled.size:
+            assert "col2im_reach" in stand_in_calls[before:]
+        if dtype.name in ("float32", "float64"):
+            met = _nans_met(data, size, kernel, *lists)
+            assert np.isnan(compiled[met]).all() and np.isnan(stood_in[met]).all()
+            compiled, stood_in = compiled.copy(), stood_in.copy()
+            compiled[met] = stood_in[met] = 0
+        assert_same_bits(compiled, stood_in)
+        overlapping += int(_reach_counts(shape, size, kernel, *lists).max(initial=0) > 1)
+    assert overlapping > BOTH_WAYS_CASES // 3
+    assert "col2im" in stand_in_calls
+
+
+#: Pairs summed in one call: kernel 1 x 2 sliding by 1 along a row, each inner pixel
+#: ``data[0, 0, x] + data[0, 1, x - 1]``.
+PAIRS = 1 << 17
+
+
+@pytest.mark.parametrize("dtype", DATA_TYPES, ids=lambda t: t.name)
+def test_every_bit_pattern_summed_gives_the_same_bits_both_ways(
+    dtype: np.dtype[Any], stand_in_calls: list[str]
+) -> None:
+    """Kernel 1 x 2 along a row: every pixel but the ends is the sum of two random values (for
+    2-byte types, the first of them every bit pattern, subnormals, NaNs and infinities
+    included): float16 and bfloat16 rounded from float32 as NumPy and ml_dtypes round them,
+    integers wrapping, bool an or. The same bits both ways, but where two float32 or float64
+    NaNs meet (see above)."""
+    rng = np.random.default_rng((SEED, dtype.num, 11))
+    data = make_data(rng, dtype, (1, 2, PAIRS), strided=False).copy()
+    if dtype.itemsize == 2:
+        raw(data)[0, 0, : 1 << 16] = np.arange(1 << 16, dtype=np.uint16)
+    compiled, stood_in = _both_ways(data, (1, PAIRS + 1), (1, 2))
+    assert stand_in_calls.count("col2im") == 1  # the stand-in's one call (1 x 2 is cheap)
+    if dtype.name in ("float32", "float64"):
+        met = _nans_met(data, (1, PAIRS + 1), (1, 2))
+        assert np.isnan(compiled[met]).all()
+        compiled[met] = stood_in[met] = 0
+    assert_same_bits(compiled, stood_in)
+    # The ends hold one value each, their bits (a NaN's payload, -0.0) as they came.
+    assert raw(compiled)[0, 0, 0, 0] == raw(data)[0, 0, 0]
+    assert raw(compiled)[0, 0, 0, -1] == raw(data)[0, 1, -1]
+
+
+def test_integers_wrap_and_signed_zeros_and_payloads_of_one_value_are_kept() -> None:
+    """Kernel 1 x 2 over a row of 4 by the compiled loop: data's rows are kernel elements 0
+    and 1, its columns blocks; pixel x sums block x's element 0 and block x - 1's element 1."""
+    assert loops.wait_compiled()
+    data = np.array([[[1, 127, -128], [5, -1, 3]]], np.int8)
+    got = col2im(data, np.array([1, 4]), np.array([1, 2]))
+    assert got.tolist() == [[[[1, -124, 127, 3]]]]  # 127 + 5 and -128 - 1 wrap
+    nan = 0x7C01  # a signalling NaN: kept where it is alone, quieted in a sum
+    data = np.array([[[0x8000, nan, 0x8000], [0x8000, 0x8000, nan]]], np.uint16).view(np.float16)
+    got = raw(col2im(data, np.array([1, 4]), np.array([1, 2])))
+    assert got.reshape(-1).tolist() == [0x8000, 0x7E01, 0x8000, nan]
+
+
+def _lines_run(run: Any) -> int:
+    """The lines of app/ops/ Python run by ``run()`` (a loop in Python over a kernel's
+    elements would run some lines once per element)."""
+    counted = [0]
+    folder = str(Path(col2im_module.__file__).parent)
+
+    def local(frame: Any, event: str, argument: Any) -> Any:
+        if event == "line":
+            counted[0] += 1
+        return local
+
+    def tracer(frame: Any, event: str, argument: Any) -> Any:
+        return local if frame.f_code.co_filename.startswith(folder) else None
+
+    previous = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        run()
+    finally:
+        sys.settrace(previous)
+    return counted[0]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "size"),
+    [((48, 48), (49, 48)), ((1, 4096), (1, 4097)), ((4096, 1), (4097, 1))],
+    ids=["square", "row", "column"],
+)
+def test_a_large_kernel_does_not_loop_in_python(
+    kernel: tuple[int, int], size: tuple[int, int], stand_in_calls: list[str]
+) -> None:
+    """Blocks overlapping under a kernel of thousands of elements (2 blocks, each pixel of the
+    middle reached twice; a hostile 512 x 512 one held a worker 8 s): as many lines of Python
+    run as for a 2 x 2 kernel, the sum done by the compiled loop, no stand-in called."""
+
+    def case(kernel: tuple[int, int], size: tuple[int, int]) -> Any:
+        data = np.arange(2 * kernel[0] * kernel[1], dtype=np.float32).reshape(1, -1, 2)
+        return lambda: col2im(data, np.array(size), np.array(kernel))
+
+    small = _lines_run(case((2, 2), (3, 2) if kernel[0] > 1 else (2, 3)))
+    large = _lines_run(case(kernel, size))
+    assert large == small
+    assert stand_in_calls == []
+    # Block 1 sits one pixel on from block 0 (along the rows where the image is one row
+    # longer than the kernel): each pixel the sum of at most two small integers (exact).
+    data = np.arange(2 * kernel[0] * kernel[1], dtype=np.float32).reshape(1, -1, 2)
+    first, second = (data[0, :, block].reshape(kernel).astype(np.float64) for block in (0, 1))
+    expected = np.zeros(size)
+    if size[0] > kernel[0]:
+        expected[:-1, :] += first
+        expected[1:, :] += second
+    else:
+        expected[:, :-1] += first
+        expected[:, 1:] += second
+    got = col2im(data, np.array(size), np.array(kernel))
+    assert_same_bits(got, expected.astype(np.float32).reshape(1, 1, *size))
+
+
+@pytest.mark.parametrize("stand_in", [False, True], ids=["compiled", "stand_in"])
+@pytest.mark.parametrize(
+    ("shape", "size", "kernel", "order"),
+    [
+        ((1, 2, (1 << 21) - 1), (1 << 21, 1), (2, 1), "C"),  # a column: 9 bytes a pixel row
+        ((1, 2, 1 << 21), (1, (1 << 21) + 1), (1, 2), "C"),  # a row: the stand-in's mask
+        ((3, 4, 1 << 18), (513, 513), (2, 2), "F"),  # data copied C-ordered
+    ],
+    ids=["column", "row", "fortran"],
+)
+def test_what_the_kernel_holds_is_within_its_declared_workspace(
+    shape: tuple[int, ...], size: Any, kernel: Any, order: str, stand_in: bool
+) -> None:
+    """Overlapping blocks of int8 (whose output is small beside per-pixel bookkeeping): the
+    peak the kernel allocates (traced) is within the output and the declared workspace."""
+    import tracemalloc  # noqa: PLC0415
+
+    from app.pipeline.jobs import Limits, make_job  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    assert loops.wait_compiled()
+    data = np.ones(shape, np.int8, order=order)  # type: ignore[call-overload]
+    arrays = {"data": data, "output_size": np.array(size), "kernel_size": np.array(kernel)}
+    job = make_job(OP, arrays, OP.attribute_defaults(), Limits.of(Settings()))
+    with loops.numpy_stand_ins() if stand_in else contextlib.nullcontext():
+        tracemalloc.start()
+        try:
+            out = job.output()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak <= job.output_bytes + job.workspace_bytes + (1 << 20)
+    assert job.workspace_bytes >= (data.nbytes if order == "F" else 0) + 9 * sum(size)
+    assert int(out.max()) == (4 if order == "F" else 2)
+    assert int(out.min()) == 1
+
+
+def test_empty_data_under_a_kernel_of_a_billion_elements_is_zeros_at_once(
+    stand_in_calls: list[str],
+) -> None:
+    """No block fits (L = 0): zero bytes of data may still name a kernel of 10**9 elements,
+    which once cost a Python step each. The image is zeros, by as many lines of Python as for a
+    1 x 1 kernel, nothing asked of the loops."""
+
+    def run(kernel: int) -> Any:
+        return col2im(np.zeros((1, kernel, 0), np.float32), np.array([10, 10]),
+                      np.array([kernel, 1]))  # fmt: skip
+
+    assert _lines_run(lambda: run(10**9)) == _lines_run(lambda: run(11))
+    assert_same_bits(run(10**9), np.zeros((1, 1, 10, 10), np.float32))
+    assert stand_in_calls == []

@@ -35,6 +35,8 @@ STAND_INS = (
     "roll_rows",
     "gather_tree",
     "first_fraction",
+    "col2im_reach",
+    "col2im",
     "scatter_put",
     "scatter_reduce",
 )
@@ -120,9 +122,10 @@ def test_the_ops_whose_kernels_reach_a_loop_ran_their_stand_ins(
                 answers(make_job(op, arrays, attributes, LIMITS))
                 reached[op.name] = reached.get(op.name, 0) + len(stand_in_calls) - before
     with_loops = {name for name, count in reached.items() if count}
-    # Roll, the Gather family, GatherTree and ScatterElementsUpdate run their compiled loops;
-    # the other ops none.
-    assert {"roll", "gather", "gather_tree", "scatter_elements_update"} <= with_loops, reached
+    # Roll, the Gather family, GatherTree, Col2Im and ScatterElementsUpdate run their compiled
+    # loops; the others none.
+    expected = {"roll", "gather", "gather_tree", "col2im", "scatter_elements_update"}
+    assert expected <= with_loops, reached
     assert set(stand_in_calls) == set(STAND_INS)
 
 
@@ -389,3 +392,42 @@ def test_a_walk_of_many_steps_waits_for_the_compiled_loop(
     assert_same_bits(walk(many), np.arange(many, dtype=np.uint8) % 5)
     timer.join()
     assert stand_in_calls == ["gather_tree"]  # the compiled walk wrote the second
+
+
+def test_a_large_col2im_kernel_waits_for_the_compiled_loops(
+    monkeypatch: pytest.MonkeyPatch, stand_in_calls: list[str]
+) -> None:
+    """Col2Im's stand-ins go through the kernel's elements in Python, a few NumPy calls each (a
+    512 x 512 kernel held a worker 8 s): while numba compiles, a kernel of CHEAP_KERNEL_ELEMENTS
+    elements stands in, one more waits for the compiled loops (which write the answer)."""
+    module = loops.compiled_module()
+    compiling = loops._Compiled()
+    compiling.thread = threading.Thread()  # "started": no call starts another
+    monkeypatch.setattr(loops, "_COMPILED", compiling)
+    side = numpy_loops.CHEAP_KERNEL_ELEMENTS // 2  # a kernel of 2 x side, two blocks overlapping
+    axes = np.array([2, 1, 1, 0, 2, 3, side, 1, 1, 0, 1, side], np.int64)
+    assert numpy_loops.col2im_is_cheap(axes)
+    assert not numpy_loops.col2im_is_cheap(np.where(np.arange(12) == 6, side + 1, axes))
+    assert numpy_loops.col2im_reach_is_cheap(numpy_loops.CHEAP_KERNEL_ELEMENTS)
+    assert not numpy_loops.col2im_reach_is_cheap(numpy_loops.CHEAP_KERNEL_ELEMENTS + 1)
+
+    def image(columns: int) -> npt.NDArray[np.int32]:
+        data = np.arange(2 * 2 * columns, dtype=np.int32).reshape(1, 2 * columns, 2)
+        got = col2im_module.col2im(data, np.array([3, columns]), np.array([2, columns]))
+        expected = col2im_reference(data, (3, columns), (2, columns))
+        assert_same_bits(got, expected)
+        return got
+
+    image(side)
+    assert stand_in_calls == ["col2im_reach", "col2im_reach", "col2im"]
+
+    def ready() -> None:
+        compiling.module = module
+        compiling.done.set()
+
+    timer = threading.Timer(0.2, ready)
+    timer.start()
+    image(side + 1)
+    timer.join()
+    # Each axis's reach (2 and side + 1 elements) stood in; the sum (2 * (side + 1)) waited.
+    assert stand_in_calls == ["col2im_reach", "col2im_reach", "col2im"] + ["col2im_reach"] * 2
