@@ -7,13 +7,14 @@ only whole runs are moved), and Gather's indices on their signed view of the sam
 index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose (blocks
 transposed in the vector registers) and GatherTree's walk of every width, GatherTree's check of
 float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of blocks (every width),
-and Unique's table of slots (1- and 2-byte values) and hash table (keys of 2, 4 or 8 bytes),
-writing either index type: 56 compiled signatures.
+Unique's table of slots (1- and 2-byte values) and hash table (keys of 2, 4 or 8 bytes),
+writing either index type, and ScatterElementsUpdate's puts (each width) and reductions (each
+type it computes in; float16 and bfloat16 as their bits): 71 compiled signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
 
-Long (some 1,400 lines) because numba's cache is kept per source file: a loop's cached machine
+Long (some 1,850 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
 the intrinsics and helpers a loop inlines live in the file of the loops (a helper in another
 module, once changed, would leave every cache built before it in use, stale).
@@ -34,7 +35,7 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from app.numba_cache import use_readable_cache
 
@@ -51,6 +52,16 @@ def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
     for signature in signatures:
         dispatcher.compile(signature)
     dispatcher.disable_compile()
+    return dispatcher
+
+
+def _helper(function: Callable[..., Any]) -> Any:
+    """``function`` compiled for the types the loops call it with, when they are compiled, and
+    cached with them (a helper inlined by numba's ``inline="always"`` is the other way: numba's
+    IR inliner fails on ScatterElementsUpdate's overloads and branchy helpers)."""
+    dispatcher = numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
+    with contextlib.suppress(RuntimeError, OSError):
+        use_readable_cache(dispatcher, function)
     return dispatcher
 
 
@@ -1392,6 +1403,419 @@ hash_look_up = _compiled(
     ],
 )
 
+# ---------------------------------------------------------------------------------------------
+# ScatterElementsUpdate's loops: each update applied at its position, one after the other in the
+# updates' row-major order (the order the op's spec reads them in, and the NumPy stand-ins'),
+# with no sort: the cost follows the updates, repeated positions or not.
+
+#: Updates whose positions ``_scatter_positions`` works out at a time (8 bytes each: 32 KiB).
+SCATTER_CHUNK = 1 << 12
+#: ``scatter_reduce``'s reductions, by code (``numpy_loops.SCATTER_REDUCTIONS``' order).
+_SUM, _PROD, _MIN, _MAX, _MEAN = 1, 2, 3, 4, 5
+#: ``scatter_reduce``'s ``kind`` of uint16 elements: their own values, or float16's or bfloat16's
+#: bits (compared by the values they stand for; summed and multiplied in float32, rounded back).
+_FLOAT16_BITS, _BFLOAT16_BITS = 1, 2
+
+
+@_helper
+def _scatter_positions(
+    indices: Any,
+    table: Any,
+    axis: int,
+    size: int,
+    start: int,
+    stop: int,
+    counter: Any,
+    positions: Any,
+) -> None:  # pragma: no cover - compiled
+    """The output's flat positions of updates ``start`` to ``stop`` (in row-major order) into
+    ``positions``: an update's own multi-index, with the index along ``axis`` from ``indices``
+    (``size`` added to a negative one). ``table`` is the updates' shape, then the output's
+    strides (elements); ``counter`` the multi-index of update ``start`` with, last, its offset
+    without the axis's part: left at ``stop``'s."""
+    rank = table.size // 2
+    along = table[rank + axis]
+    offset = counter[rank]
+    for i in range(start, stop):
+        index = indices[i]
+        index += (index >> 63) & size
+        positions[i - start] = offset + index * along
+        # The next update's multi-index: the last dimension counted, carried leftwards.
+        d = rank - 1
+        while d >= 0:
+            step = table[rank + d] if d != axis else 0
+            counter[d] += 1
+            offset += step
+            if counter[d] < table[d]:
+                break
+            offset -= counter[d] * step
+            counter[d] = 0
+            d -= 1
+    counter[rank] = offset
+
+
+def _scatter_put_loop(
+    out: Any, indices: Any, updates: Any, table: Any, axis: int, size: int
+) -> None:  # pragma: no cover - compiled
+    """``out[position(i)] = updates[i]`` for each update in order: of repeated positions the
+    last one stays."""
+    counter = np.zeros(table.size // 2 + 1, np.int64)
+    positions = np.empty(SCATTER_CHUNK, np.int64)
+    total = updates.size
+    for start in range(0, total, SCATTER_CHUNK):
+        stop = min(total, start + SCATTER_CHUNK)
+        _scatter_positions(indices, table, axis, size, start, stop, counter, positions)
+        for k in range(stop - start):
+            out[positions[k]] = updates[start + k]
+
+
+def _quiet_nan_of(x: Any, u: Any) -> Any:  # pragma: no cover - typed by its overload
+    """The NaN an arithmetic on ``x`` and ``u`` (one a NaN) gives when ``x`` is its first
+    operand: ``x`` quieted when it is a NaN, else ``u`` quieted (x86's rule: the first NaN
+    operand's payload, the quiet bit set)."""
+    raise NotImplementedError
+
+
+@overload(_quiet_nan_of)  # type: ignore[untyped-decorator]
+def _quiet_nan_of_typed(x: Any, u: Any) -> Any:
+    # numba views a scalar only as the direct result of a NumPy type's call: one way per width.
+    if x.bitwidth == 32:
+
+        def quieted_32(x: Any, u: Any) -> Any:  # pragma: no cover - compiled
+            if np.isnan(x):
+                return np.uint32(np.float32(x).view(np.uint32) | np.uint32(1 << 22)).view(
+                    np.float32
+                )
+            return np.uint32(np.float32(u).view(np.uint32) | np.uint32(1 << 22)).view(np.float32)
+
+        return quieted_32
+
+    def quieted_64(x: Any, u: Any) -> Any:  # pragma: no cover - compiled
+        if np.isnan(x):
+            return np.uint64(np.float64(x).view(np.uint64) | np.uint64(1 << 51)).view(np.float64)
+        return np.uint64(np.float64(u).view(np.uint64) | np.uint64(1 << 51)).view(np.float64)
+
+    return quieted_64
+
+
+def _reduced(x: Any, u: Any, reduction: int, kind: int) -> Any:  # pragma: no cover - typed
+    """``reduction(u, x)`` in the element type: ``x`` the element there, ``u`` the update."""
+    raise NotImplementedError
+
+
+@overload(_reduced)  # type: ignore[untyped-decorator]
+def _reduced_typed(x: Any, u: Any, reduction: Any, kind: Any) -> Any:
+    if isinstance(x, types.Boolean):
+
+        def logical(x: Any, u: Any, reduction: Any, kind: Any) -> Any:  # pragma: no cover
+            if reduction == _SUM:
+                return x | u
+            if reduction == _PROD:
+                return x & u
+            if reduction == _MIN:
+                return x if x < u else u
+            return x if u < x else u
+
+        return logical
+    if isinstance(x, types.Float):
+
+        def real(x: Any, u: Any, reduction: Any, kind: Any) -> Any:  # pragma: no cover
+            # std::min(u, x): x stays only when x < u (max: u < x); a NaN update is taken.
+            chosen = u
+            if reduction == _MIN:
+                if x < u:
+                    chosen = x
+                return chosen
+            if reduction == _MAX:
+                if u < x:
+                    chosen = x
+                return chosen
+            # Of two NaNs, a sum keeps the update's payload, a product the element's: NumPy's
+            # add.at and multiply.at as the stand-ins call them (``numpy_loops.scatter_reduce``).
+            value = x + u
+            first = u
+            second = x
+            if reduction == _PROD:
+                value = x * u
+                first = x
+                second = u
+            # An invalid operation's NaN (inf - inf, 0 * inf) stays the CPU's default one.
+            if np.isnan(value) and (np.isnan(x) or np.isnan(u)):
+                value = _quiet_nan_of(first, second)
+            return value
+
+        return real
+    if x == types.uint16:
+
+        def halves(x: Any, u: Any, reduction: Any, kind: Any) -> Any:  # pragma: no cover
+            if kind == 0:
+                return _integer_reduced(x, u, reduction)
+            if reduction == _SUM or reduction == _PROD:  # noqa: PLR1714, SIM109
+                # As NumPy (float16) and ml_dtypes (bfloat16) compute: in float32, rounded to
+                # the type after each step. Of two NaNs, the update's payload (sign) is kept by
+                # products too: the element and the update change places for them.
+                here32 = _half_float32(x, kind)
+                there32 = _half_float32(u, kind)
+                if reduction == _PROD:
+                    return _float32_half(_reduced(there32, here32, _PROD, 0), kind)
+                return _float32_half(_reduced(here32, there32, _SUM, 0), kind)
+            here = _half_value(x, kind)
+            there = _half_value(u, kind)
+            if reduction == _MIN:
+                return x if here < there else u
+            return x if there < here else u
+
+        return halves
+
+    def integer(x: Any, u: Any, reduction: Any, kind: Any) -> Any:  # pragma: no cover
+        return _integer_reduced(x, u, reduction)
+
+    return integer
+
+
+@_helper
+def _integer_reduced(x: Any, u: Any, reduction: int) -> Any:  # pragma: no cover - compiled
+    """``reduction(u, x)`` of integers: sums and products wrap in the element type (the store
+    keeps the low bits)."""
+    if reduction == _SUM:
+        return x + u
+    if reduction == _PROD:
+        return x * u
+    if reduction == _MIN:
+        return x if x < u else u
+    return x if u < x else u
+
+
+@_helper
+def _half_value(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """The value (float64, exact; a NaN for a NaN) of float16's (``kind`` 1) or bfloat16's
+    (2) bits, for comparisons."""
+    if kind == _BFLOAT16_BITS:
+        return np.float64(np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32))
+    exponent = (np.int64(bits) >> 10) & 0x1F
+    mantissa = np.int64(bits) & 0x3FF
+    sign = -1.0 if bits & 0x8000 else 1.0
+    if exponent == 0x1F:
+        return np.nan if mantissa else sign * np.inf
+    if exponent == 0:
+        return sign * np.float64(mantissa) * 2.0**-24
+    return sign * np.float64(1024 + mantissa) * 2.0 ** (exponent - 25)
+
+
+@_helper
+def _half_float32(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """float16's (``kind`` 1) or bfloat16's (2) bits as a float32, exactly; a NaN keeps its
+    payload, a signalling one too (NumPy's and ml_dtypes' conversions)."""
+    if kind == _BFLOAT16_BITS:
+        return np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32)
+    wide = np.uint32(bits)
+    if (wide & 0x7C00) == 0x7C00:
+        sign = (wide & 0x8000) << 16
+        return np.uint32(sign | 0x7F800000 | ((wide & 0x3FF) << 13)).view(np.float32)
+    return np.float32(_half_value(bits, kind))
+
+
+@_helper
+def _rounded_half(sign: Any, exponent: Any, significand: Any, precision: int) -> Any:
+    """float16's bits (uint16) of ``significand * 2**(exponent - precision + 1)`` (a binary
+    float of ``precision`` bits, not zero) with ``sign`` (0 or 0x8000), rounded to nearest,
+    ties to even: a subnormal below 2**-14, infinity from 65520 on."""
+    low = max(exponent, -14)
+    shift = (low - 10) - (exponent - precision + 1)
+    if shift > precision + 1:  # below half the smallest subnormal
+        return np.uint16(sign)
+    whole = significand >> shift
+    rest = significand & ((np.int64(1) << shift) - 1)
+    half = np.int64(1) << (shift - 1)
+    if rest > half or (rest == half and whole & 1):
+        whole += 1
+    bits = whole if exponent < -14 else ((low + 15) << 10) + whole - 1024
+    return np.uint16(sign | min(bits, 0x7C00))
+
+
+@_helper
+def _float32_half(value: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """A float32 rounded to float16's (``kind`` 1: NumPy's conversion) or bfloat16's (2:
+    ml_dtypes') bits, to nearest, ties to even. A NaN: float16 keeps the payload's high bits
+    (a NaN still), bfloat16 gives its default NaN with the sign."""
+    bits = np.float32(value).view(np.uint32)
+    sign = (bits >> 16) & 0x8000
+    magnitude = bits & 0x7FFFFFFF
+    if kind == _BFLOAT16_BITS:
+        if magnitude > 0x7F800000:
+            return np.uint16(sign | 0x7FC0)
+        top = bits >> 16
+        rest = bits & 0xFFFF
+        if rest > 0x8000 or (rest == 0x8000 and top & 1):
+            top += 1
+        return np.uint16(top)
+    if magnitude >= 0x7F800000:
+        payload = (magnitude & 0x7FFFFF) >> 13
+        if magnitude > 0x7F800000 and payload == 0:
+            return np.uint16(sign | 0x7C01)  # a NaN still
+        return np.uint16(sign | 0x7C00 | payload)
+    if magnitude == 0:
+        return np.uint16(sign)
+    field = np.int64(magnitude >> 23)
+    fraction = np.int64(magnitude & 0x7FFFFF)
+    if field == 0:
+        return _rounded_half(np.int64(sign), np.int64(-126), fraction, 24)
+    return _rounded_half(np.int64(sign), field - 127, fraction | (1 << 23), 24)
+
+
+@_helper
+def _half_mean(total: Any, count: Any, kind: int) -> Any:  # pragma: no cover - compiled
+    """mean of float16 (``kind`` 1) or bfloat16 (2) bits: the sum as float64 over the count,
+    rounded once to float16 (NumPy's conversion from float64), or to float32 then bfloat16
+    (ml_dtypes')."""
+    mean = np.float64(_half_float32(total, kind)) / np.float64(count)
+    if kind == _BFLOAT16_BITS:
+        return _float32_half(np.float32(mean), kind)
+    bits = np.float64(mean).view(np.uint64)
+    # As int64 (no bit of either past 63): numba compares uint64 with int64 as floats.
+    sign = np.int64(bits >> np.uint64(48)) & 0x8000
+    magnitude = np.int64(bits & np.uint64(0x7FFFFFFFFFFFFFFF))
+    if magnitude >= 0x7FF0000000000000:
+        payload = (magnitude & 0xFFFFFFFFFFFFF) >> 42
+        if magnitude > 0x7FF0000000000000 and payload == 0:
+            return np.uint16(sign | 0x7C01)  # a NaN still
+        return np.uint16(sign | 0x7C00 | payload)
+    if magnitude == 0:
+        return np.uint16(sign)
+    field = np.int64(magnitude >> 52)
+    fraction = np.int64(magnitude & 0xFFFFFFFFFFFFF)
+    if field == 0:
+        return _rounded_half(sign, np.int64(-1022), fraction, 53)
+    return _rounded_half(sign, field - 1023, fraction | (np.int64(1) << 52), 53)
+
+
+def _mean_of(total: Any, count: Any) -> Any:  # pragma: no cover - typed by its overload
+    """A sum (in the element type) over its count: floats divided as float64 (rounded once to
+    the element type by the store), integers rounded down (towards negative infinity)."""
+    raise NotImplementedError
+
+
+@overload(_mean_of)  # type: ignore[untyped-decorator]
+def _mean_of_typed(total: Any, count: Any) -> Any:
+    if isinstance(total, types.Float):
+
+        def divided(total: Any, count: Any) -> Any:  # pragma: no cover - compiled
+            return np.float64(total) / np.float64(count)
+
+        return divided
+    if isinstance(total, types.Integer) and not total.signed:
+
+        def unsigned_floor(total: Any, count: Any) -> Any:  # pragma: no cover - compiled
+            return np.uint64(total) // np.uint64(count)
+
+        return unsigned_floor
+
+    def floor(total: Any, count: Any) -> Any:  # pragma: no cover - compiled
+        return np.int64(total) // np.int64(count)
+
+    return floor
+
+
+def _scatter_reduce_loop(
+    out: Any,
+    indices: Any,
+    updates: Any,
+    table: Any,
+    axis: int,
+    size: int,
+    reduction: int,
+    use_init_val: int,
+    kind: int,
+    seen: Any,
+    counts: Any,
+) -> None:  # pragma: no cover - compiled
+    """``out[position(i)] = reduction(updates[i], out[position(i)])`` for each update in order
+    (``reduction`` 1 sum, 2 prod, 3 min, 4 max, 5 mean; bool sum and prod are OR and AND).
+
+    With ``use_init_val`` 0 the first update of a position replaces out's element there (marked
+    in ``seen``, a bit a position; mean: its count 0). ``counts`` (mean only, a count a position)
+    counts each position's updates; their sum is then divided by the values summed (data's
+    element among them when ``use_init_val``). Floats' arithmetic is the CPU's; a NaN result of
+    NaN operands carries one's payload, quieted, as NumPy's loops give it (a sum the update's
+    first, a product the element's); the comparisons of min and max select bits unchanged."""
+    counter = np.zeros(table.size // 2 + 1, np.int64)
+    positions = np.empty(SCATTER_CHUNK, np.int64)
+    total = updates.size
+    fresh = use_init_val == 0
+    for start in range(0, total, SCATTER_CHUNK):
+        stop = min(total, start + SCATTER_CHUNK)
+        _scatter_positions(indices, table, axis, size, start, stop, counter, positions)
+        for k in range(stop - start):
+            p = positions[k]
+            u = updates[start + k]
+            if reduction == _MEAN:
+                before = counts[p]
+                counts[p] = before + 1
+                if fresh and before == 0:
+                    out[p] = u
+                else:
+                    out[p] = _reduced(out[p], u, _SUM, kind)
+                continue
+            if fresh:
+                byte = p >> 3
+                bit = np.uint8(1 << (p & 7))
+                if not seen[byte] & bit:
+                    seen[byte] |= bit
+                    out[p] = u
+                    continue
+            out[p] = _reduced(out[p], u, reduction, kind)
+    if reduction != _MEAN:
+        return
+    extra = 0 if fresh else 1
+    for p in range(out.size):
+        if counts[p]:
+            if kind:
+                # (np.uint16: typed for every element type, run for float16/bfloat16 bits.)
+                out[p] = _half_mean(np.uint16(out[p]), np.int64(counts[p]) + extra, kind)
+            else:
+                out[p] = _mean_of(out[p], np.int64(counts[p]) + extra)
+
+
+#: scatter_put(out, indices, updates, table, axis, size): each width; int64 indices and table.
+scatter_put = _compiled(
+    _scatter_put_loop,
+    [
+        types.void(_mutable(width), _readonly(_I64), _readonly(width), _readonly(_I64), _I64, _I64)
+        for width in _WIDTHS
+    ],
+)
+
+#: The element types ScatterElementsUpdate's reductions compute in (float16 and bfloat16: their
+#: bits as uint16, compared for min and max).
+_SCATTER_TYPES = (
+    types.boolean,
+    types.int8,
+    types.int16,
+    types.int32,
+    types.int64,
+    *_WIDTHS,
+    types.float32,
+    types.float64,
+)
+
+#: scatter_reduce(out, indices, updates, table, axis, size, reduction, use_init_val, kind, seen,
+#: counts): each type; int64 indices and table, uint8 marks, uint32 counts.
+scatter_reduce = _compiled(
+    _scatter_reduce_loop,
+    [
+        types.void(
+            _mutable(element),
+            _readonly(_I64),
+            _readonly(element),
+            _readonly(_I64),
+            *[_I64] * 5,
+            _mutable(types.uint8),
+            _mutable(types.uint32),
+        )
+        for element in _SCATTER_TYPES
+    ],
+)
+
 #: Unique's loops, as ``_LOOPS`` lists them.
 _UNIQUE_LOOPS = (
     ("count_slots", count_slots),
@@ -1413,6 +1837,8 @@ _LOOPS = (
     ("col2im_reach", col2im_reach),
     ("col2im", col2im),
     *_UNIQUE_LOOPS,
+    ("scatter_put", scatter_put),
+    ("scatter_reduce", scatter_reduce),
 )
 
 
@@ -1430,6 +1856,8 @@ __all__ = [
     "gather_tree",
     "pad_rows",
     "roll_rows",
+    "scatter_put",
+    "scatter_reduce",
     "strided_copy",
     "take",
     "take_slices",

@@ -265,6 +265,45 @@ def col2im(
     module.col2im(source, out, row_first, col_first, axes, planes, kind)
 
 
+def scatter_put(
+    out: Array, indices: Array, updates: Array, table: Array, axis: int, size: int
+) -> None:
+    """``compiled.scatter_put``, or its stand-in (for at most CHEAP_SCATTER_UPDATES updates:
+    it sorts their positions)."""
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(numpy_loops.scatter_is_cheap(updates))
+        if module is None:
+            numpy_loops.scatter_put(out, indices, updates, table, axis, size)
+            return
+    module.scatter_put(out, indices, updates, table, axis, size)
+
+
+def scatter_reduce(
+    out: Array,
+    indices: Array,
+    updates: Array,
+    table: Array,
+    axis: int,
+    size: int,
+    reduction: int,
+    use_init_val: int,
+    kind: int,
+    seen: Array,
+    counts: Array,
+) -> None:
+    """``compiled.scatter_reduce``, or its stand-in (for at most CHEAP_SCATTER_UPDATES updates:
+    it sorts their positions)."""
+    arguments = (axis, size, reduction, use_init_val, kind, seen, counts)
+    module = _COMPILED.module
+    if module is None or _STAND_INS.get():
+        module = _stand_in_or_loops(numpy_loops.scatter_is_cheap(updates))
+        if module is None:
+            numpy_loops.scatter_reduce(out, indices, updates, table, *arguments)
+            return
+    module.scatter_reduce(out, indices, updates, table, *arguments)
+
+
 def ready_module() -> ModuleType | None:
     """The compiled loops' module when they serve the calls now, else None (compiling started,
     if nothing had started it): for a kernel whose stand-in is NumPy's own copy of the same

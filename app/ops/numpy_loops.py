@@ -16,6 +16,8 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from tensor_ops_wire.dtypes import BFLOAT16
+
 Array = npt.NDArray[Any]
 
 #: The largest output (bytes) a stand-in writes: the gathered block and positions it holds beside
@@ -23,6 +25,9 @@ Array = npt.NDArray[Any]
 CHEAP_OUTPUT_BYTES = 1 << 20
 #: The most rolled dimensions before the rows a roll stand-in takes: 2**n block copies.
 CHEAP_ROLLED_DIMENSIONS = 6
+#: The most updates ScatterElementsUpdate's stand-ins take: they sort the updates' positions
+#: (and hold a few arrays of their size), where the compiled loops walk them once.
+CHEAP_SCATTER_UPDATES = 1 << 16
 #: The most steps GatherTree's stand-in walks (a few NumPy calls a step, twice): a million
 #: steps of one beam were a minute or two of a worker's time while numba compiled.
 CHEAP_STEPS = 1024
@@ -311,3 +316,183 @@ def col2im(
                     # The pixels it reaches first take its bits over the sum (one mask held).
                     mask = rows[:, None] & cols[None, :]
                     np.copyto(raw_out[:, ys, xs], raw_blocks[taken], where=mask)
+
+
+# ------------------------------------------------------------------------------------------------
+# ScatterElementsUpdate's stand-ins: the updates' positions worked out whole, then ordered by a
+# stable sort (the updates applied in their row-major order, whatever NumPy's fancy assignment
+# does with repeats).
+
+#: ``scatter_reduce``'s reductions by code (``compiled.scatter_reduce`` takes the same codes).
+SCATTER_REDUCTIONS = ("none", "sum", "prod", "min", "max", "mean")
+#: ``scatter_reduce``'s ``kind``: the element type's own values, or uint16 bits of float16 (1)
+#: or bfloat16 (2).
+SCATTER_KINDS = (None, np.dtype(np.float16), BFLOAT16)
+
+
+def scatter_is_cheap(updates: Array) -> bool:
+    """Whether ScatterElementsUpdate's stand-ins are cheap enough for a call while numba
+    compiles: at most CHEAP_SCATTER_UPDATES updates."""
+    return updates.size <= CHEAP_SCATTER_UPDATES
+
+
+def scatter_positions(indices: Array, table: Array, axis: int, size: int) -> Array:
+    """Each update's flat position in the output (int64), in the updates' row-major order: its
+    own index, with the index along ``axis`` from ``indices`` (``size`` added to a negative
+    one); ``table`` holds the updates' shape, then the output's strides (elements)."""
+    rank = table.size // 2
+    shape = tuple(int(length) for length in table[:rank])
+    strides = [int(stride) for stride in table[rank:]]
+    along = indices.reshape(shape).astype(np.int64)
+    if along.size and int(along.min()) < 0:
+        along = np.where(along < 0, along + size, along)
+    positions = along * strides[axis] if strides[axis] != 1 else along.copy()
+    for dim in range(rank):
+        if dim == axis or shape[dim] == 1:
+            continue
+        span = np.arange(shape[dim], dtype=np.int64) * strides[dim]
+        positions += span.reshape((-1,) + (1,) * (rank - dim - 1))
+    return positions.reshape(-1)
+
+
+def scatter_put(
+    out: Array, indices: Array, updates: Array, table: Array, axis: int, size: int
+) -> None:
+    """``compiled.scatter_put``: ``out[positions[i]] = updates[i]`` in order, the last of
+    repeated positions winning (chosen explicitly: NumPy does not promise an order for repeated
+    fancy assignment), by a stable sort of the positions."""
+    if updates.size == 0:
+        return
+    positions = scatter_positions(indices, table, axis, size)
+    order = np.argsort(positions, kind="stable")
+    ordered = positions[order]
+    last = np.empty(ordered.size, dtype=bool)
+    last[-1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+    out[ordered[last]] = updates[order[last]]
+
+
+def scatter_reduce(
+    out: Array,
+    indices: Array,
+    updates: Array,
+    table: Array,
+    axis: int,
+    size: int,
+    reduction: int,
+    use_init_val: int,
+    kind: int,
+    seen: Array,
+    counts: Array,
+) -> None:
+    """``compiled.scatter_reduce`` (``seen`` and ``counts`` unused: the positions are sorted);
+    float16 and bfloat16 (``kind`` 1 and 2) computed by NumPy's and ml_dtypes' own loops."""
+    if updates.size == 0:
+        return
+    named = SCATTER_KINDS[kind] or np.dtype(out.dtype.type)
+    # NumPy's ufunc.at picks its loop by the dtype instances it is given: with the output's
+    # type NumPy's own and the updates' another instance of it (what ``newbyteorder("=")``
+    # makes), a sum of two NaNs keeps the update's payload (a product, the element's), the rule
+    # the compiled loop follows. Set here whatever instances the caller holds (big-endian
+    # data's output is another instance), so one rule holds for every byte order.
+    flat = out.view(named)
+    values = updates.view(named.newbyteorder("="))
+    positions = scatter_positions(indices, table, axis, size)
+    name = SCATTER_REDUCTIONS[reduction]
+    with np.errstate(all="ignore"):  # integers wrap, NaNs and infinities are values here
+        if name in ("sum", "prod", "mean"):
+            _accumulate(flat, positions, values, name, bool(use_init_val))
+        else:
+            _extreme(flat, positions, values, name == "max", bool(use_init_val))
+
+
+def _is_float(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind == "f" or dtype == SCATTER_KINDS[2]
+
+
+def _accumulate(
+    flat: Array, positions: Array, values: Array, reduction: str, use_init_val: bool
+) -> None:
+    """sum, prod and mean: the updates folded in, in order, in the element type (``ufunc.at``
+    applies them one after the other)."""
+    function = np.multiply if reduction == "prod" else np.add
+    reached, first, inverse = np.unique(positions, return_index=True, return_inverse=True)
+    if use_init_val:
+        function.at(flat, positions, values)
+    else:
+        # data's element takes no part: each position starts from its first update (an
+        # identity such as 0 would turn a first -0.0 into +0.0), the others fold into it.
+        flat[reached] = values[first]
+        rest = np.ones(positions.size, dtype=bool)
+        rest[first] = False
+        function.at(flat, positions[rest], values[rest])
+    if reduction != "mean":
+        return
+    # Counted by the updates' places among the reached positions (as many as the updates),
+    # not over the whole output.
+    counts = np.bincount(inverse.reshape(-1), minlength=reached.size)
+    if use_init_val:
+        counts += 1
+    sums = flat[reached]
+    if _is_float(flat.dtype):
+        flat[reached] = (sums.astype(np.float64) / counts).astype(flat.dtype)
+    else:
+        wide = np.uint64 if flat.dtype.kind == "u" else np.int64
+        flat[reached] = np.floor_divide(sums.astype(wide), counts.astype(wide)).astype(flat.dtype)
+
+
+def _extreme(
+    flat: Array, positions: Array, values: Array, greatest: bool, use_init_val: bool
+) -> None:
+    """min and max: ``x = std::min(u, x)`` (``x`` stays only when ``x < u``; max: ``u < x``)
+    folded over each position's updates in order, without a loop over them.
+
+    The fold ends on the last NaN when it is the last value; else it restarts after the last
+    NaN (the value after a NaN replaces it), and ends on the extreme of what follows, the latest
+    of equal ones (only +0.0 and -0.0 are equal with other bits).
+    """
+    order = np.argsort(positions, kind="stable")
+    ordered = positions[order]
+    chosen = values[order]
+    starts_mask = np.empty(ordered.size, dtype=bool)
+    starts_mask[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_mask[1:])
+    places = ordered[starts_mask]
+    if use_init_val:
+        # data's element is the first value of each position's sequence.
+        group = np.cumsum(starts_mask) - 1
+        counts = np.bincount(group)
+        sequence = np.empty(ordered.size + places.size, dtype=flat.dtype)
+        first = np.flatnonzero(starts_mask) + np.arange(places.size)
+        keep = np.ones(sequence.size, dtype=bool)
+        keep[first] = False
+        sequence[first] = flat[places]
+        sequence[keep] = chosen
+        starts = first
+        lengths = counts + 1
+    else:
+        sequence = chosen
+        starts = np.flatnonzero(starts_mask)
+        lengths = np.diff(np.append(starts, ordered.size))
+    group = np.repeat(np.arange(places.size), lengths)
+    index = np.arange(sequence.size, dtype=np.int64)
+    ends = starts + lengths - 1
+    if _is_float(flat.dtype):
+        nan = np.isnan(sequence)
+        last_nan = np.maximum.reduceat(np.where(nan, index, -1), starts)
+    else:
+        last_nan = np.full(places.size, -1, dtype=np.int64)
+    tail = index > last_nan[group]
+    if flat.dtype.kind == "b":
+        neutral = np.array(not greatest)
+    elif flat.dtype.kind in "iu":
+        info = np.iinfo(flat.dtype)
+        neutral = np.array(info.min if greatest else info.max, dtype=flat.dtype)
+    else:
+        neutral = np.array(-np.inf if greatest else np.inf).astype(flat.dtype)
+    candidates = np.where(tail, sequence, neutral)
+    best = (np.maximum if greatest else np.minimum).reduceat(candidates, starts)
+    latest = np.maximum.reduceat(np.where(tail & (sequence == best[group]), index, -1), starts)
+    # A position whose last value is a NaN ends on it.
+    pick = np.where(last_nan == ends, last_nan, latest)
+    flat[places] = sequence[pick]

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from app.ops import loops, numpy_loops
 from app.ops.declaration import (
     ALL_TYPES,
     BOOL,
@@ -27,7 +28,6 @@ from app.ops.errors import SpecError
 from app.ops.raw import as_raw, is_integer_type
 
 REDUCTIONS = ("none", "sum", "prod", "min", "max", "mean")
-_BFLOAT16 = np.dtype("bfloat16")
 
 
 class ScatterElementsPlan(NamedTuple):
@@ -37,10 +37,6 @@ class ScatterElementsPlan(NamedTuple):
     reduction: str
     use_init_val: bool
     output_shape: tuple[int, ...]
-
-
-def _is_float(dtype: np.dtype[Any]) -> bool:
-    return dtype.kind == "f" or dtype == _BFLOAT16
 
 
 def scatter_elements_axis(rank: int, axis: npt.NDArray[Any]) -> int:
@@ -175,23 +171,11 @@ def scatter_elements_update(
     return scatter_elements_update_planned(data, indices, updates, plan, out)
 
 
-def target_positions(
-    indices: npt.NDArray[Any], shape: tuple[int, ...], axis: int
-) -> npt.NDArray[np.int64]:
-    """Each update's flat position in an array of ``shape`` (C order), in the updates'
-    row-major order: its own index, with the index along ``axis`` from ``indices``."""
-    rank = len(shape)
-    strides = [math.prod(shape[dim + 1 :]) for dim in range(rank)]
-    along = indices.astype(np.int64)
-    if along.size and int(along.min()) < 0:
-        along = np.where(along < 0, along + shape[axis], along)
-    positions = along * strides[axis] if strides[axis] != 1 else along.copy()
-    for dim in range(rank):
-        if dim == axis or indices.shape[dim] == 1:
-            continue
-        span = np.arange(indices.shape[dim], dtype=np.int64) * strides[dim]
-        positions += span.reshape((-1,) + (1,) * (rank - dim - 1))
-    return positions.reshape(-1)
+def scatter_table(indices_shape: tuple[int, ...], shape: tuple[int, ...]) -> npt.NDArray[np.int64]:
+    """The loops' table: the updates' shape (indices'), then the output's strides (elements,
+    C order)."""
+    strides = [math.prod(shape[dim + 1 :]) for dim in range(len(shape))]
+    return np.array([*indices_shape, *strides], dtype=np.int64)
 
 
 def scatter_elements_update_planned(
@@ -220,136 +204,76 @@ def scatter_elements_update_planned(
         np.copyto(out, data)
     if updates.size == 0:
         return out
-    positions = target_positions(indices, data.shape, plan.axis)
+    # The loops read the indices as int64 (the checks let no value past int64's range through).
+    along = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+    table = scatter_table(indices.shape, data.shape)
+    size = data.shape[plan.axis]
     flat = out.reshape(-1)
     if plan.reduction == "none":
         source = as_raw(np.ascontiguousarray(updates, dtype=out.dtype)).reshape(-1)
-        _put_last(as_raw(flat), positions, source)
+        loops.scatter_put(as_raw(flat), along, source, table, plan.axis, size)
         return out
     values = np.ascontiguousarray(updates, dtype=work).reshape(-1)
-    with np.errstate(all="ignore"):  # integers wrap, NaNs and infinities are values here
-        if plan.reduction in ("sum", "prod", "mean"):
-            _accumulate(flat, positions, values, plan)
-        else:
-            _extreme(flat, positions, values, plan)
+    kind = _kind(work)
+    code = numpy_loops.SCATTER_REDUCTIONS.index(plan.reduction)
+    if kind:  # float16 and bfloat16 as their bits
+        flat, values = as_raw(flat), as_raw(values)
+    arguments = (along, values, table, plan.axis, size, code, int(plan.use_init_val), kind)
+    if _numpy_only(updates.size):
+        nothing = np.zeros(0, dtype=np.uint8)
+        numpy_loops.scatter_reduce(flat, *arguments, nothing, nothing.view(np.uint32))
+        return out
+    fresh = not plan.use_init_val and plan.reduction != "mean"
+    # A mark a position (use_init_val false) and a count a position (mean): the loop's, sized
+    # to the output (the stand-ins sort the positions instead and read neither).
+    seen = np.zeros((flat.size + 7) // 8 if fresh else 0, dtype=np.uint8)
+    counts = np.zeros(flat.size if plan.reduction == "mean" else 0, dtype=np.uint32)
+    loops.scatter_reduce(flat, *arguments, seen, counts)
     return out
 
 
-def _put_last(target: npt.NDArray[Any], positions: npt.NDArray[np.int64], source: Any) -> None:
-    """``target[positions[i]] = source[i]`` in order: of repeated positions the last one wins
-    (chosen explicitly: NumPy does not promise an order for repeated fancy assignment). The
-    cost follows the updates, not data: a stable sort of the positions finds each one's last."""
-    order = np.argsort(positions, kind="stable")
-    ordered = positions[order]
-    last = np.empty(ordered.size, dtype=bool)
-    last[-1] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
-    target[ordered[last]] = source[order[last]]
+def _kind(dtype: np.dtype[Any]) -> int:
+    """``loops.scatter_reduce``'s kind of ``dtype``: 1 float16, 2 bfloat16, else 0."""
+    return {"float16": 1, "bfloat16": 2}.get(dtype.name, 0)
 
 
-def _accumulate(
-    flat: npt.NDArray[Any],
-    positions: npt.NDArray[np.int64],
-    values: npt.NDArray[Any],
-    plan: ScatterElementsPlan,
-) -> None:
-    """sum, prod and mean: the updates folded in, in order, in the element type (``ufunc.at``
-    applies them one after the other)."""
-    function = np.multiply if plan.reduction == "prod" else np.add
-    reached, first = np.unique(positions, return_index=True)
-    if plan.use_init_val:
-        function.at(flat, positions, values)
-    else:
-        # data's element takes no part: each position starts from its first update (an
-        # identity such as 0 would turn a first -0.0 into +0.0), the others fold into it.
-        flat[reached] = values[first]
-        rest = np.ones(positions.size, dtype=bool)
-        rest[first] = False
-        function.at(flat, positions[rest], values[rest])
-    if plan.reduction != "mean":
-        return
-    counts = np.bincount(positions, minlength=flat.size)[reached]
-    if plan.use_init_val:
-        counts += 1
-    sums = flat[reached]
-    if _is_float(flat.dtype):
-        flat[reached] = (sums.astype(np.float64) / counts).astype(flat.dtype)
-    else:
-        wide = np.uint64 if flat.dtype.kind == "u" else np.int64
-        flat[reached] = np.floor_divide(sums.astype(wide), counts.astype(wide)).astype(flat.dtype)
+def _numpy_only(updates: int) -> bool:
+    """Whether a reduction takes NumPy's way whether or not the loops are compiled: with more
+    updates than the compiled loop's uint32 count holds."""
+    return updates >= _MOST_COUNTED
 
 
-def _extreme(
-    flat: npt.NDArray[Any],
-    positions: npt.NDArray[np.int64],
-    values: npt.NDArray[Any],
-    plan: ScatterElementsPlan,
-) -> None:
-    """min and max: ``x = std::min(u, x)`` (``x`` stays only when ``x < u``; max: ``u < x``)
-    folded over each position's updates in order, without a loop over them.
-
-    The fold ends on the last NaN when it is the last value; else it restarts after the last
-    NaN (the value after a NaN replaces it), and ends on the extreme of what follows, the latest
-    of equal ones (only +0.0 and -0.0 are equal with other bits).
-    """
-    greatest = plan.reduction == "max"
-    order = np.argsort(positions, kind="stable")
-    ordered = positions[order]
-    chosen = values[order]
-    starts_mask = np.empty(ordered.size, dtype=bool)
-    starts_mask[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts_mask[1:])
-    places = ordered[starts_mask]
-    if plan.use_init_val:
-        # data's element is the first value of each position's sequence.
-        group = np.cumsum(starts_mask) - 1
-        counts = np.bincount(group)
-        sequence = np.empty(ordered.size + places.size, dtype=flat.dtype)
-        first = np.flatnonzero(starts_mask) + np.arange(places.size)
-        keep = np.ones(sequence.size, dtype=bool)
-        keep[first] = False
-        sequence[first] = flat[places]
-        sequence[keep] = chosen
-        starts = first
-        lengths = counts + 1
-    else:
-        sequence = chosen
-        starts = np.flatnonzero(starts_mask)
-        lengths = np.diff(np.append(starts, ordered.size))
-    group = np.repeat(np.arange(places.size), lengths)
-    index = np.arange(sequence.size, dtype=np.int64)
-    ends = starts + lengths - 1
-    if _is_float(flat.dtype):
-        nan = np.isnan(sequence)
-        last_nan = np.maximum.reduceat(np.where(nan, index, -1), starts)
-    else:
-        last_nan = np.full(places.size, -1, dtype=np.int64)
-    tail = index > last_nan[group]
-    if flat.dtype.kind == "b":
-        neutral = np.array(not greatest)
-    elif flat.dtype.kind in "iu":
-        info = np.iinfo(flat.dtype)
-        neutral = np.array(info.min if greatest else info.max, dtype=flat.dtype)
-    else:
-        neutral = np.array(-np.inf if greatest else np.inf).astype(flat.dtype)
-    candidates = np.where(tail, sequence, neutral)
-    best = (np.maximum if greatest else np.minimum).reduceat(candidates, starts)
-    latest = np.maximum.reduceat(np.where(tail & (sequence == best[group]), index, -1), starts)
-    # A position whose last value is a NaN ends on it.
-    pick = np.where(last_nan == ends, last_nan, latest)
-    flat[places] = sequence[pick]
+#: The compiled loop counts a position's updates in a uint32.
+_MOST_COUNTED = 2**32 - 1
+#: The compiled loops' positions of a chunk of updates (compiled.SCATTER_CHUNK, 8 bytes each)
+#: and their multi-index (a dimension at most 64).
+_CHUNK_BYTES = 8 * 4096 + 8 * 65
 
 
 def scatter_elements_update_workspace(arrays: Arrays, attributes: Attributes) -> int:
-    """The most bytes the kernel holds beyond inputs and output: indices as int64 and each
-    update's position (16 bytes an update), the sort of the positions (16 more), and for a
-    reduction the updates in native order with, for min and max, the sequences the fold
-    builds (four arrays of the updates' size and their marks)."""
-    updates = arrays["updates"]
-    base = 40 * updates.size
-    if attributes.get("reduction", "none") == "none":
-        return base + updates.nbytes
-    return base + 5 * updates.nbytes + 40 * updates.size + arrays["data"].nbytes // 8
+    """The most bytes the kernel holds beyond inputs and output: indices as int64 (8 bytes an
+    update), updates in native order, C-ordered (their size), a mark a position of the output
+    when use_init_val is false (a bit) and a count a position for mean (4 bytes), and the
+    loop's chunk of positions. NumPy's way (the stand-ins while numba compiles, at most
+    CHEAP_SCATTER_UPDATES updates; always past 2**32 - 2 of them) holds more an update: each
+    one's position and the sort of the positions (32 bytes), and for a reduction the arrays of
+    ``np.unique`` and, for min and max, the sequences the fold builds (four arrays of the
+    updates' size and their marks)."""
+    updates, data = arrays["updates"], arrays["data"]
+    reduction = attributes.get("reduction", "none")
+    positions = data.size
+    marks = 0
+    if reduction == "mean":
+        marks = 4 * positions
+    elif reduction != "none" and not attributes.get("use_init_val", True):
+        marks = positions // 8 + 1
+    compiled_way = 8 * updates.size + updates.nbytes + marks + _CHUNK_BYTES
+    numpy_way = compiled_way + 32 * updates.size
+    if reduction != "none":
+        numpy_way += 4 * updates.nbytes + 56 * updates.size
+    if numpy_loops.scatter_is_cheap(updates) or _numpy_only(updates.size):
+        return numpy_way
+    return compiled_way
 
 
 # ------------------------------------------------------------------------------------------------

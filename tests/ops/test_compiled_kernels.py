@@ -336,6 +336,10 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "look_up": 4,
         "hash_groups": 3,
         "hash_look_up": 6,
+        # ScatterElementsUpdate's: puts of each width, reductions of the 11 types it computes
+        # in (bool, the integers, float32, float64; uint16 also float16's and bfloat16's bits).
+        "scatter_put": 4,
+        "scatter_reduce": 11,
     }
     source = np.zeros(4, np.float32)  # not a raw unsigned view: no signature takes it
     with pytest.raises(TypeError):

@@ -37,6 +37,8 @@ STAND_INS = (
     "first_fraction",
     "col2im_reach",
     "col2im",
+    "scatter_put",
+    "scatter_reduce",
 )
 
 
@@ -120,8 +122,10 @@ def test_the_ops_whose_kernels_reach_a_loop_ran_their_stand_ins(
                 answers(make_job(op, arrays, attributes, LIMITS))
                 reached[op.name] = reached.get(op.name, 0) + len(stand_in_calls) - before
     with_loops = {name for name, count in reached.items() if count}
-    # Roll, the Gather family, GatherTree and Col2Im run their compiled loops; the others none.
-    assert {"roll", "gather", "gather_tree", "col2im"} <= with_loops, reached
+    # Roll, the Gather family, GatherTree, Col2Im and ScatterElementsUpdate run their compiled
+    # loops; the others none.
+    expected = {"roll", "gather", "gather_tree", "col2im", "scatter_elements_update"}
+    assert expected <= with_loops, reached
     assert set(stand_in_calls) == set(STAND_INS)
 
 

@@ -10,6 +10,8 @@ plugin follows its spec; where it does not, the case is pinned in ``test_known_d
 """
 
 import functools
+import math
+import threading
 from typing import Any
 
 import numpy as np
@@ -20,6 +22,7 @@ import openvino.opset12 as ov_opset12
 import pytest
 from openvino import op as ov_op
 
+from app.ops import loops, numpy_loops
 from app.ops.errors import SpecError
 from app.ops.scatter_elements_update import (
     OLDER,
@@ -115,7 +118,8 @@ def check(
     if reduction in ("sum", "prod", "mean") and (data.dtype.kind == "f" or data.dtype == _BFLOAT16):
         # Arithmetic on two NaNs gives one of their payloads, which one the CPU's (and the
         # compiler's operand order) says: those are compared as NaNs, every other bit exactly.
-        both = np.isnan(got.astype(np.float64)) & np.isnan(expected.astype(np.float64))
+        with np.errstate(invalid="ignore"):  # a signalling NaN widened is a NaN all the same
+            both = np.isnan(got.astype(np.float64)) & np.isnan(expected.astype(np.float64))
         compared = np.where(both, np.nan, got).astype(data.dtype)
         assert_same_bits(compared, np.where(both, np.nan, expected).astype(data.dtype))
     else:
@@ -491,3 +495,166 @@ def test_declared_examples(op: Any, name: str) -> None:
         op.version,
     )
     assert got.tolist() == op.examples[name]["x-expected-output"]
+
+
+# ------------------------------------------------------------------------------------------------
+# The compiled loops (app/ops/compiled.py) against NumPy's stand-ins (app/ops/numpy_loops.py)
+
+BOTH_WAYS_CASES = 6
+
+
+def mixed_values(rng: np.random.Generator, dtype: np.dtype[Any], size: int) -> npt.NDArray[Any]:
+    """Random bits, special values and ordinary ones (tests/cases.py's make_data), a third of
+    them small integers (-2 to 2, zeros of both signs for floats): sums and products that land
+    on zeros and repeats, min and max that meet equal values."""
+    values = make_data(rng, dtype, (size,), strided=False).copy()
+    small = rng.random(size) < 1 / 3
+    chosen = rng.integers(-2, 3, int(small.sum()))
+    if dtype.kind == "b":
+        values[small] = chosen > 0
+    elif dtype.kind == "u":
+        values[small] = (chosen + 2).astype(dtype)
+    else:
+        floats = chosen.astype(np.float64)
+        if dtype.kind != "i":
+            floats[rng.random(floats.size) < 0.3] = -0.0
+        values[small] = floats.astype(dtype)
+    return values
+
+
+def both_ways_case(
+    rng: np.random.Generator, dtype: np.dtype[Any], long: bool
+) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], int]:
+    """A random case of ``dtype``: rank 1 to 3, indices of a few values (so repeated), of both
+    signs, the axis' dimension of the updates up to twice data's; ``long``: some 12,000 updates
+    (past a chunk of the loop's positions, SCATTER_CHUNK)."""
+    rank = int(rng.integers(1, 4))
+    data_shape = tuple(int(d) for d in rng.integers(1, 6, rank))
+    axis = int(rng.integers(-rank, rank))
+    normal = axis % rank
+    shape = [int(rng.integers(1, d + 1)) for d in data_shape]
+    shape[normal] = int(rng.integers(1, 2 * data_shape[normal] + 2))
+    if long:
+        shape[normal] = 12_000 // math.prod(shape[:normal] + shape[normal + 1 :]) + 1
+    size = data_shape[normal]
+    index_type = INDEX_TYPES[int(rng.integers(0, len(INDEX_TYPES)))]
+    low = 0 if index_type.kind == "u" else -size
+    indices = rng.integers(low, size, shape).astype(index_type)
+    data = mixed_values(rng, dtype, math.prod(data_shape)).reshape(data_shape)
+    updates = mixed_values(rng, dtype, indices.size).reshape(shape)
+    return data, indices, updates, axis
+
+
+COMPILED_REDUCTIONS = [
+    (dtype, reduction, init)
+    for dtype in DATA_TYPES
+    for reduction in REDUCTIONS
+    for init in (True, False)
+    if not (reduction == "mean" and dtype.kind == "b")
+    if not (reduction == "none" and not init)
+]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "reduction", "init"),
+    COMPILED_REDUCTIONS,
+    ids=[f"{d.name}-{r}-{'init' if i else 'fresh'}" for d, r, i in COMPILED_REDUCTIONS],
+)
+def test_the_compiled_loops_and_numpy_s_give_the_same_bits(
+    dtype: np.dtype[Any], reduction: str, init: bool
+) -> None:
+    """Random cases of every element type, reduction and use_init_val: repeated and negative
+    indices, NaNs of every payload (both signs, quiet and signalling), zeros of both signs,
+    integers that wrap, float16 and bfloat16 rounded after each step; one case past a chunk of
+    positions, one of big-endian data. The count of stand-in calls says that each way ran
+    once."""
+    assert loops.wait_compiled(), "the numba loops did not compile"
+    rng = np.random.default_rng((SEED, DATA_TYPES.index(dtype), REDUCTIONS.index(reduction), init))
+    for number in range(BOTH_WAYS_CASES):
+        data, indices, updates, axis = both_ways_case(rng, dtype, long=number == 0)
+        if number == 1 and dtype.kind in "iuf" and dtype.itemsize > 1:
+            # Big-endian data and updates: computed in native order, the same rule of NaNs.
+            swapped = dtype.newbyteorder(">")
+            data, updates = data.astype(swapped), updates.astype(swapped)
+        calls: list[str] = []
+        compiled = counted_run(data, indices, updates, axis, reduction, init, calls)
+        assert calls == [], "NumPy's way ran beside the loops"
+        with loops.numpy_stand_ins():
+            stood_in = counted_run(data, indices, updates, axis, reduction, init, calls)
+        assert calls == ["numpy"]
+        assert_same_bits(compiled, stood_in)
+        if number:  # the long case is only compared: the reference reads 12,000 updates slowly
+            check(data, indices, updates, axis, reduction, init)
+
+
+def counted_run(
+    data: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    updates: npt.NDArray[Any],
+    axis: int,
+    reduction: str,
+    init: bool,
+    calls: list[str],
+) -> npt.NDArray[Any]:
+    """The kernel's answer, each call of a NumPy stand-in named in ``calls``."""
+    put, reduce = numpy_loops.scatter_put, numpy_loops.scatter_reduce
+
+    def counted_put(*arguments: Any) -> None:
+        calls.append("numpy")
+        put(*arguments)
+
+    def counted_reduce(*arguments: Any) -> None:
+        calls.append("numpy")
+        reduce(*arguments)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(numpy_loops, "scatter_put", counted_put)
+        patch.setattr(numpy_loops, "scatter_reduce", counted_reduce)
+        return scatter_elements_update(data, indices, updates, axis, reduction, init)
+
+
+def test_one_position_reached_by_every_update_both_ways() -> None:
+    """Every update to one place (the case that held a worker for seconds when the positions
+    were sorted): the same bits both ways, and sums as many as the updates."""
+    assert loops.wait_compiled(), "the numba loops did not compile"
+    updates = np.arange(1, 20_001, dtype=np.int64)
+    indices = np.full(updates.size, -1)
+    for reduction, init, expected in (("sum", True, 7 + 200_010_000), ("none", True, 20_000),
+                                      ("mean", False, 10_000), ("min", False, 1),
+                                      ("max", True, 20_000)):  # fmt: skip
+        got = scatter_elements_update(np.full(3, 7), indices, updates, 0, reduction, init)
+        with loops.numpy_stand_ins():
+            stood_in = scatter_elements_update(np.full(3, 7), indices, updates, 0, reduction, init)
+        assert got.tolist() == [7, 7, expected]
+        assert_same_bits(got, stood_in)
+
+
+def test_while_compiling_many_updates_wait_for_the_compiled_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stand-ins sort the updates' positions: at most CHEAP_SCATTER_UPDATES updates stand
+    in while numba compiles, more wait for the compiled loop."""
+    module = loops.compiled_module()
+    compiling = loops._Compiled()
+    compiling.thread = threading.Thread()  # "started": no call starts another
+    monkeypatch.setattr(loops, "_COMPILED", compiling)
+    calls: list[str] = []
+    few = numpy_loops.CHEAP_SCATTER_UPDATES
+    ones = np.ones(few, np.int32)
+    assert counted_run(np.zeros(2, np.int32), ones, ones, 0, "sum", True, calls).tolist() == [
+        0,
+        few,
+    ]
+    assert calls == ["numpy"]
+
+    def ready() -> None:
+        compiling.module = module
+        compiling.done.set()
+
+    timer = threading.Timer(0.2, ready)
+    timer.start()
+    more = np.ones(few + 1, np.int32)
+    got = counted_run(np.zeros(2, np.int32), more, more, 0, "sum", True, calls)
+    timer.join()
+    assert got.tolist() == [0, few + 1]
+    assert calls == ["numpy"]  # the compiled loop wrote the second
