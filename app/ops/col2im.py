@@ -390,7 +390,9 @@ OP = Op(
         "Col2Im-15 'combining the values contained in blocks': overlapping values are added in "
         "the element type (floats rounded after each addition, integers wrap, bool OR), in the "
         "kernel's row-major order (i, then j) at each pixel; a pixel one value reaches keeps "
-        "its bits (-0.0, NaN payloads); pixels no block reaches are zero.",
+        "its bits (-0.0, NaN payloads); pixels no block reaches are zero. A sum with one NaN "
+        "keeps its payload (quieted); of two NaNs, the earlier one's (float32, float64) or the "
+        "later one's (float16, bfloat16, as NumPy's and ml_dtypes' additions give them).",
         "Col2Im-15 data is 3-D: the text's shape (N, C * Product(kernel_size), L) is read over "
         "its word '4D tensor' (the output is the 4-D one); an unbatched 2-D data is refused.",
         "Col2Im-15 the attribute is served as `strides` (shared/api.md's name; the spec's "

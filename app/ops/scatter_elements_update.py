@@ -389,7 +389,9 @@ _DECISIONS = (
     "ScatterElementsUpdate-12 reductions compute in the element type, one update at a time: "
     "float16/bfloat16 round after each step, integers wrap; bool sum and prod are OR and AND "
     "(as the spec says), min and max are AND and OR. A NaN result of arithmetic carries the "
-    "payload the CPU's arithmetic gives.",
+    "payload the CPU's arithmetic gives: one NaN operand, its payload (quieted); two, the "
+    "update's for sum, and for prod the element's (float32, float64) or the update's (float16, "
+    "bfloat16); an invalid operation (inf - inf, 0 * inf), the CPU's default NaN.",
     "ScatterElementsUpdate-12 min and max are the spec's C++ min(updates[i], output[...]) and "
     "max(...): std::min(a, b) is a unless b < a, so the element there stays only when strictly "
     "less (max: greater) than the update: a NaN update is taken, a NaN there is replaced by the "
