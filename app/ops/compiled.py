@@ -56,13 +56,12 @@ def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
 
 
 def _helper(function: Callable[..., Any]) -> Any:
-    """``function`` compiled for the types the loops call it with, when they are compiled, and
-    cached with them (a helper inlined by numba's ``inline="always"`` is the other way: numba's
-    IR inliner fails on ScatterElementsUpdate's overloads and branchy helpers)."""
-    dispatcher = numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
-    with contextlib.suppress(RuntimeError, OSError):
-        use_readable_cache(dispatcher, function)
-    return dispatcher
+    """``function`` compiled for the types the loops call it with, when they are compiled (a
+    helper inlined by numba's ``inline="always"`` is the other way: numba's IR inliner fails on
+    ScatterElementsUpdate's overloads and branchy helpers). Not cached on its own: its machine
+    code is linked into each loop that calls it, and a loop loaded from the cache needs nothing
+    else, so its own entries would be files no start reads (the image holds the loops' only)."""
+    return numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
 
 
 @intrinsic  # type: ignore[untyped-decorator]

@@ -93,7 +93,8 @@ def reference(
             if data.dtype.kind in "iu":
                 out[target] = int(total) // count
             else:
-                out[target] = np.float64(total) / count
+                with np.errstate(invalid="ignore"):  # a NaN or infinite sum is a value here
+                    out[target] = np.float64(total) / count
     return out
 
 
