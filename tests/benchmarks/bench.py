@@ -8,7 +8,7 @@
     .venv/bin/python tests/benchmarks/bench.py --replot bench.json    # redraw the plot only
 
 The full run takes about 3-4 minutes on the 2-core development machine and writes the plot
-``docs/benchmark.png``; ``--smoke`` takes under 30 s and writes its plot to the temporary
+``docs/benchmark.png``; ``--smoke`` takes about a minute (63 s on that machine) and writes its plot to the temporary
 directory instead (``--plot PATH`` chooses).
 
 Every figure is a median of measurements taken side by side with its anchor in one run,
@@ -1680,7 +1680,7 @@ class Config:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--smoke", action="store_true", help="small sizes, < 60 s (CI)")
+    parser.add_argument("--smoke", action="store_true", help="small sizes, about a minute (CI)")
     parser.add_argument("--big", action="store_true", help="also 256 MiB kernels")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     parser.add_argument("--repeat", type=int, default=7, help="rounds of large measurements")
