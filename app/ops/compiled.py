@@ -14,7 +14,7 @@ type it computes in; float16 and bfloat16 as their bits): 71 compiled signatures
 The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
 
-Long (some 1,850 lines) because numba's cache is kept per source file: a loop's cached machine
+Long (some 1,800 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
 the intrinsics and helpers a loop inlines live in the file of the loops (a helper in another
 module, once changed, would leave every cache built before it in use, stale).
@@ -975,7 +975,9 @@ first_fraction = _compiled(
 # Col2Im's loops: which kernel element first reaches each pixel of an axis, and the blocks
 # summed into the image in the kernel's row-major order. Values are handled as their bits
 # (uint64 here, whatever the width): a sum of floats is worked out from them, as NumPy and
-# ml_dtypes work it out (float16 and bfloat16 through float32, rounded to nearest even).
+# ml_dtypes work it out (float16 and bfloat16 through float32, rounded to nearest even). The
+# conversions between the half floats and float32 or float64 bits here are the only ones:
+# ScatterElementsUpdate's reductions below use them too.
 
 
 @intrinsic  # type: ignore[untyped-decorator]
@@ -1013,7 +1015,7 @@ def _bits_of(typingctx: Any, value: Any) -> Any:
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _half_to_single(half: Any) -> Any:  # pragma: no cover - compiled
     """The float32 bits of the same value as float16 bits ``half`` (exact; a NaN keeps its
-    payload, a signalling one stays signalling)."""
+    payload, a signalling one stays signalling: NumPy's conversion)."""
     u = np.uint64
     sign = (half & u(0x8000)) << u(16)
     exponent = (half >> u(10)) & u(0x1F)
@@ -1027,25 +1029,48 @@ def _half_to_single(half: Any) -> Any:  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
-def _single_to_half(single: Any) -> Any:  # pragma: no cover - compiled
-    """float32 bits ``single`` rounded to the nearest float16 (ties to even), as bits: past the
-    largest half an infinity, a NaN the top bits of its payload (1 where they are all zero)."""
+def _double_to_half(double: Any) -> Any:  # pragma: no cover - compiled
+    """float64 bits ``double`` rounded once to the nearest float16 (ties to even), as bits:
+    from 65520 on an infinity, a NaN the top bits of its payload (1 where they are all zero),
+    as NumPy converts float64 to float16."""
     u = np.uint64
-    sign = (single >> u(16)) & u(0x8000)
-    magnitude = single & u(0x7FFFFFFF)
-    if magnitude > u(0x7F800000):
-        payload = (magnitude >> u(13)) & u(0x3FF)
-        return sign | u(0x7C00) | max(payload, u(1))
-    if magnitude >= u(0x47800000):  # 2**16 and up: past the largest half's rounding
+    sign = (double >> u(48)) & u(0x8000)
+    magnitude = double & u(0x7FFFFFFFFFFFFFFF)
+    if magnitude > u(0x7FF0000000000000):
+        return sign | u(0x7C00) | max((magnitude >> u(42)) & u(0x3FF), u(1))
+    if magnitude >= u(0x40F0000000000000):  # 2**16 and up: past the largest half's rounding
         return sign | u(0x7C00)
-    if magnitude >= u(0x38800000):  # 2**-14 and up: a normal half (or 65520 up: infinity)
-        half = (magnitude >> u(13)) - u(112 << 10)
-        rest = magnitude & u(0x1FFF)
-        if rest > u(0x1000) or (rest == u(0x1000) and (half & u(1)) == u(1)):
+    if magnitude >= u(0x3F10000000000000):  # 2**-14 and up: a normal half (or 65520 up: inf)
+        half = (magnitude >> u(42)) - u(1008 << 10)
+        rest = magnitude & u((1 << 42) - 1)
+        if rest > u(1 << 41) or (rest == u(1 << 41) and (half & u(1)) == u(1)):
             half += u(1)
         return sign | half
-    # Below: a subnormal half, in units of 2**-24 (exact in float32), rounded to even.
-    return sign | u(np.rint(_as_single(magnitude) * np.float32(2.0**24)))
+    # Below: a subnormal half, in units of 2**-24 (exact in float64), rounded to even.
+    return sign | u(np.rint(_as_double(magnitude) * 2.0**24))
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _single_to_half(single: Any) -> Any:  # pragma: no cover - compiled
+    """float32 bits ``single`` rounded to the nearest float16 as NumPy converts float32 to
+    float16: ``_double_to_half`` of the same value (float64 holds every float32 exactly, so
+    there is one rounding), a NaN's payload taken from its float32 bits (widening would quiet
+    a signalling one)."""
+    u = np.uint64
+    if (single & u(0x7FFFFFFF)) > u(0x7F800000):
+        payload = max((single >> u(13)) & u(0x3FF), u(1))
+        return ((single >> u(16)) & u(0x8000)) | u(0x7C00) | payload
+    return _double_to_half(_bits_of(np.float64(_as_single(single))))
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _single_to_brain(single: Any) -> Any:  # pragma: no cover - compiled
+    """float32 bits ``single`` rounded to the nearest bfloat16 (ties to even), as bits, as
+    ml_dtypes converts: a NaN becomes its default NaN with the sign."""
+    u = np.uint64
+    if (single & u(0x7FFFFFFF)) > u(0x7F800000):
+        return ((single >> u(16)) & u(0x8000)) | u(0x7FC0)
+    return (single + u(0x7FFF) + ((single >> u(16)) & u(1))) >> u(16)
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
@@ -1095,10 +1120,7 @@ def _element_sum(a: Any, b: Any, kind: int, width: Any) -> Any:  # pragma: no co
     if kind == 1:
         return u((a | b) != u(0))
     if kind == 3:
-        total = _single_sum(a << u(16), b << u(16), True)
-        if (total & u(0x7FFFFFFF)) > u(0x7F800000):
-            return ((total >> u(16)) & u(0x8000)) | u(0x7FC0)  # ml_dtypes' NaN: its sign only
-        return (total + u(0x7FFF) + ((total >> u(16)) & u(1))) >> u(16)
+        return _single_to_brain(_single_sum(a << u(16), b << u(16), True))
     if width == u(2):
         return _single_to_half(_single_sum(_half_to_single(a), _half_to_single(b), True))
     if width == u(4):
@@ -1558,8 +1580,8 @@ def _reduced_typed(x: Any, u: Any, reduction: Any, kind: Any) -> Any:
                 if reduction == _PROD:
                     return _float32_half(_reduced(there32, here32, _PROD, 0), kind)
                 return _float32_half(_reduced(here32, there32, _SUM, 0), kind)
-            here = _half_value(x, kind)
-            there = _half_value(u, kind)
+            here = _half_float32(x, kind)  # exact: compared as the values they are
+            there = _half_float32(u, kind)
             if reduction == _MIN:
                 return x if here < there else u
             return x if there < here else u
@@ -1586,80 +1608,23 @@ def _integer_reduced(x: Any, u: Any, reduction: int) -> Any:  # pragma: no cover
 
 
 @_helper
-def _half_value(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
-    """The value (float64, exact; a NaN for a NaN) of float16's (``kind`` 1) or bfloat16's
-    (2) bits, for comparisons."""
-    if kind == _BFLOAT16_BITS:
-        return np.float64(np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32))
-    exponent = (np.int64(bits) >> 10) & 0x1F
-    mantissa = np.int64(bits) & 0x3FF
-    sign = -1.0 if bits & 0x8000 else 1.0
-    if exponent == 0x1F:
-        return np.nan if mantissa else sign * np.inf
-    if exponent == 0:
-        return sign * np.float64(mantissa) * 2.0**-24
-    return sign * np.float64(1024 + mantissa) * 2.0 ** (exponent - 25)
-
-
-@_helper
 def _half_float32(bits: Any, kind: int) -> Any:  # pragma: no cover - compiled
     """float16's (``kind`` 1) or bfloat16's (2) bits as a float32, exactly; a NaN keeps its
     payload, a signalling one too (NumPy's and ml_dtypes' conversions)."""
+    wide = np.uint64(bits)
     if kind == _BFLOAT16_BITS:
-        return np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32)
-    wide = np.uint32(bits)
-    if (wide & 0x7C00) == 0x7C00:
-        sign = (wide & 0x8000) << 16
-        return np.uint32(sign | 0x7F800000 | ((wide & 0x3FF) << 13)).view(np.float32)
-    return np.float32(_half_value(bits, kind))
-
-
-@_helper
-def _rounded_half(sign: Any, exponent: Any, significand: Any, precision: int) -> Any:
-    """float16's bits (uint16) of ``significand * 2**(exponent - precision + 1)`` (a binary
-    float of ``precision`` bits, not zero) with ``sign`` (0 or 0x8000), rounded to nearest,
-    ties to even: a subnormal below 2**-14, infinity from 65520 on."""
-    low = max(exponent, -14)
-    shift = (low - 10) - (exponent - precision + 1)
-    if shift > precision + 1:  # below half the smallest subnormal
-        return np.uint16(sign)
-    whole = significand >> shift
-    rest = significand & ((np.int64(1) << shift) - 1)
-    half = np.int64(1) << (shift - 1)
-    if rest > half or (rest == half and whole & 1):
-        whole += 1
-    bits = whole if exponent < -14 else ((low + 15) << 10) + whole - 1024
-    return np.uint16(sign | min(bits, 0x7C00))
+        return _as_single(wide << np.uint64(16))
+    return _as_single(_half_to_single(wide))
 
 
 @_helper
 def _float32_half(value: Any, kind: int) -> Any:  # pragma: no cover - compiled
     """A float32 rounded to float16's (``kind`` 1: NumPy's conversion) or bfloat16's (2:
-    ml_dtypes') bits, to nearest, ties to even. A NaN: float16 keeps the payload's high bits
-    (a NaN still), bfloat16 gives its default NaN with the sign."""
-    bits = np.float32(value).view(np.uint32)
-    sign = (bits >> 16) & 0x8000
-    magnitude = bits & 0x7FFFFFFF
+    ml_dtypes') bits (uint16), to nearest, ties to even."""
+    single = _bits_of(np.float32(value))
     if kind == _BFLOAT16_BITS:
-        if magnitude > 0x7F800000:
-            return np.uint16(sign | 0x7FC0)
-        top = bits >> 16
-        rest = bits & 0xFFFF
-        if rest > 0x8000 or (rest == 0x8000 and top & 1):
-            top += 1
-        return np.uint16(top)
-    if magnitude >= 0x7F800000:
-        payload = (magnitude & 0x7FFFFF) >> 13
-        if magnitude > 0x7F800000 and payload == 0:
-            return np.uint16(sign | 0x7C01)  # a NaN still
-        return np.uint16(sign | 0x7C00 | payload)
-    if magnitude == 0:
-        return np.uint16(sign)
-    field = np.int64(magnitude >> 23)
-    fraction = np.int64(magnitude & 0x7FFFFF)
-    if field == 0:
-        return _rounded_half(np.int64(sign), np.int64(-126), fraction, 24)
-    return _rounded_half(np.int64(sign), field - 127, fraction | (1 << 23), 24)
+        return np.uint16(_single_to_brain(single))
+    return np.uint16(_single_to_half(single))
 
 
 @_helper
@@ -1670,22 +1635,7 @@ def _half_mean(total: Any, count: Any, kind: int) -> Any:  # pragma: no cover - 
     mean = np.float64(_half_float32(total, kind)) / np.float64(count)
     if kind == _BFLOAT16_BITS:
         return _float32_half(np.float32(mean), kind)
-    bits = np.float64(mean).view(np.uint64)
-    # As int64 (no bit of either past 63): numba compares uint64 with int64 as floats.
-    sign = np.int64(bits >> np.uint64(48)) & 0x8000
-    magnitude = np.int64(bits & np.uint64(0x7FFFFFFFFFFFFFFF))
-    if magnitude >= 0x7FF0000000000000:
-        payload = (magnitude & 0xFFFFFFFFFFFFF) >> 42
-        if magnitude > 0x7FF0000000000000 and payload == 0:
-            return np.uint16(sign | 0x7C01)  # a NaN still
-        return np.uint16(sign | 0x7C00 | payload)
-    if magnitude == 0:
-        return np.uint16(sign)
-    field = np.int64(magnitude >> 52)
-    fraction = np.int64(magnitude & 0xFFFFFFFFFFFFF)
-    if field == 0:
-        return _rounded_half(sign, np.int64(-1022), fraction, 53)
-    return _rounded_half(sign, field - 1023, fraction | (np.int64(1) << 52), 53)
+    return np.uint16(_double_to_half(_bits_of(mean)))
 
 
 def _mean_of(total: Any, count: Any) -> Any:  # pragma: no cover - typed by its overload

@@ -533,3 +533,52 @@ def test_the_strided_copy_by_non_temporal_stores_in_every_width(
         assert not out[:offset].any()
         results.append(out[offset:].reshape(rows, run))
     assert results[0].tobytes() == results[1].tobytes() == expected.tobytes()
+
+
+def test_the_half_float_conversions_round_as_numpy_and_ml_dtypes() -> None:
+    """The one set of float16 and bfloat16 conversions Col2Im's sums and ScatterElementsUpdate's
+    reductions share: float32 bits to float16 (NumPy) and bfloat16 (ml_dtypes), float64 bits to
+    float16 (NumPy: one rounding, not two through float32), at every tie between two float16s,
+    beside it, across the subnormals and the overflow edge, for NaN payloads and at random."""
+    import numba  # noqa: PLC0415 - only this test calls the inlined conversions itself
+
+    @numba.njit  # type: ignore[untyped-decorator]
+    def each(bits: Array, out: Array, which: int) -> None:  # pragma: no cover - compiled
+        for i in range(bits.size):
+            if which == 0:
+                out[i] = compiled._single_to_half(bits[i])
+            elif which == 1:
+                out[i] = compiled._single_to_brain(bits[i])
+            else:
+                out[i] = compiled._double_to_half(bits[i])
+
+    rng = np.random.default_rng(16)
+    halves = np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float64)
+    halves = np.unique(np.abs(halves[np.isfinite(halves)]))
+    ties = halves[:-1] + np.diff(halves) / 2
+    values = np.concatenate(
+        [halves, ties, np.nextafter(ties, np.inf), np.nextafter(ties, -np.inf),
+         [65519.99, 65520.0, 2.0**-25, 2.0**-26, 1e-300, 1e300, np.inf]]
+    )  # fmt: skip
+    doubles = np.concatenate(
+        [values, -values, rng.integers(0, 2**64, 200_000, dtype=np.uint64).view(np.float64),
+         np.array([np.nan, -np.nan]), np.array([0x7FF0000000000001, 0xFFF4000000000000], np.uint64).view(np.float64)]
+    )  # fmt: skip
+    singles = np.concatenate(
+        [np.arange(0x33000000 - 4096, 0x47800000 + 4096, 61, dtype=np.uint32),
+         rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32),
+         np.array([0x7F800001, 0x7FC00000, 0x7FBFE000, 0x7F802000, 0x7F7FFFFF, 0x7F7F8000], np.uint32)]
+    )  # fmt: skip
+    singles = np.concatenate([singles, singles | np.uint32(0x80000000)])
+    out = np.empty(singles.size, np.uint64)
+    with np.errstate(all="ignore"):
+        each(singles.astype(np.uint64), out, 0)
+        assert_same_bits(
+            out.astype(np.uint16), singles.view(np.float32).astype(np.float16).view(np.uint16)
+        )
+        each(singles.astype(np.uint64), out, 1)
+        expected = singles.view(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+        assert_same_bits(out.astype(np.uint16), expected)
+        out = np.empty(doubles.size, np.uint64)
+        each(doubles.view(np.uint64), out, 2)
+        assert_same_bits(out.astype(np.uint16), doubles.astype(np.float16).view(np.uint16))
