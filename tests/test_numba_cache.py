@@ -104,7 +104,7 @@ def test_the_mapping_guard_never_compiles_beside_the_kernels(tmp_path: Path) -> 
         env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)},
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=480,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]

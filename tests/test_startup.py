@@ -172,7 +172,8 @@ def test_the_first_start_says_the_kernels_compile_and_a_later_one_does_not(
     assert not kernels_cached()
     env = {"NUMBA_CACHE_DIR": str(cache)}
     ready = re.compile(r"kernels ready in \d+\.\d s")
-    log = serve_until_healthy(env, tmp_path / "1.log", until="kernels ready")
+    # A cold compile beside other work (the system tier runs it two at a time) may take minutes.
+    log = serve_until_healthy(env, tmp_path / "1.log", seconds=480, until="kernels ready")
     first = [line["message"] for line in records(log)]
     # The kernels compile beside the service (NumPy's loops answer meanwhile), said once.
     compiling = first.index(
