@@ -767,9 +767,9 @@ def _gather_tree_loop(
     each step's piece of them is one run of memory, and all their steps stay in the cache
     between the two walks. ``state`` (block * beam_width) holds where each beam of the block
     is (its beam in its batch's piece of a step); whether a beam has ended is a byte of a table
-    of the block's beams made here. The next step's piece is prefetched while one is walked (the
-    walk reads it in beam order). The indices are unsigned: a signed index is tested for
-    wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
+    of the block's beams made here. Each batch's piece of the next step is prefetched as the
+    batch is walked (the walk reads it in beam order). The indices are unsigned: a signed index
+    is tested for wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
     u = np.uint64
     width = u(beam_width)
     row = u(batch_size) * width
@@ -789,13 +789,15 @@ def _gather_tree_loop(
         t = max_time - 1
         while t >= 0:
             at = u(t) * row + base
-            if t >= 1:
-                for offset in range(u(0), size, line):
-                    _prefetch(steps, at - row + offset)
-                    _prefetch(parents, at - row + offset)
             for j in range(batches):
                 start = j * width
                 piece = at + start
+                if t >= 1:
+                    # The next step's piece of this batch, one batch ahead of its walk: a
+                    # step's whole piece asked for at once held the walk until it came.
+                    for offset in range(u(0), width, line):
+                        _prefetch(steps, piece - row + offset)
+                        _prefetch(parents, piece - row + offset)
                 if t >= lengths[first + j]:
                     for k in range(width):
                         out[piece + k] = end
@@ -837,36 +839,35 @@ def _gather_tree_loop(
 def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
     """The position of the first value of ``raw`` (a float's bits: ``fraction`` mantissa bits,
     exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1. Read in
-    chunks whose test has no branch, the first found only in a chunk that has one."""
+    chunks whose test has no branch, the first found only in a chunk that has one.
+
+    A value other than a zero is an integer when its exponent field minus the bias (``above``,
+    unsigned: a value below 1 wraps past every exponent) is below the infinities' and its
+    mantissa has no bit below the point: the mantissa's mask shifted right by ``above``. Unsigned
+    throughout, with no signed clamp, so that LLVM vectorizes the chunk's test."""
     u = np.uint64
     bits = u(8 * raw.itemsize)
     mantissa = u(fraction)
     magnitude_mask = (u(1) << (bits - u(1))) - u(1)
     mantissa_mask = (u(1) << mantissa) - u(1)
-    all_ones = magnitude_mask >> mantissa
+    span = (magnitude_mask >> mantissa) - u(bias)
     low = u(bias)
     total = u(raw.size)
     chunk = u(4096)
     for start in range(u(0), total, chunk):
         stop = min(total, start + chunk)
-        found = u(0)
+        found = False
         for i in range(start, stop):
             magnitude = u(raw[i]) & magnitude_mask
-            field = magnitude >> mantissa
-            shift = min(max(np.int64(low + mantissa) - np.int64(field), 0), fraction)
-            below = (u(raw[i]) & mantissa_mask) & ((u(1) << u(shift)) - u(1))
-            bad = (field == all_ones) | (field < low) | (below != u(0))
-            found |= u(bad & (magnitude != u(0)))
+            above = (magnitude >> mantissa) - low
+            below = magnitude & (mantissa_mask >> min(above, mantissa))
+            found |= ((above >= span) | (below != u(0))) & (magnitude != u(0))
         if found:
             for i in range(start, stop):
                 magnitude = u(raw[i]) & magnitude_mask
-                field = magnitude >> mantissa
-                if magnitude == u(0):
-                    continue
-                if field == all_ones or field < low:
-                    return np.int64(i)
-                shift = min(np.int64(low + mantissa) - np.int64(field), np.int64(fraction))
-                if shift > 0 and (u(raw[i]) & ((u(1) << u(shift)) - u(1))):
+                above = (magnitude >> mantissa) - low
+                below = magnitude & (mantissa_mask >> min(above, mantissa))
+                if magnitude != u(0) and ((above >= span) | (below != u(0))):
                     return np.int64(i)
     return np.int64(-1)
 

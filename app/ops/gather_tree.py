@@ -138,7 +138,7 @@ def _check_parents(
     """Refuse a parent id that the beams follow (steps 1 to max_seq_len - 1 of each batch)
     outside [0, BEAM_WIDTH): it names no beam."""
     max_time = parent_ids.shape[0]
-    if not parent_ids.size:
+    if not parent_ids.size or _every_parent_names_a_beam(parent_ids, beam_width):
         return
     # Many steps at a time, about _CHUNK / 8 ids (their temporaries, some 15 bytes an id, within
     # the 8 * _CHUNK the workspace counts): a step at a time was a Python loop over MAX_TIME
@@ -164,6 +164,35 @@ def _check_parents(
                 f"parent_ids[{level}, {batch}, {beam}] = {value} is no beam: a parent id must "
                 f"be in [0, {beam_width - 1}] (BEAM_WIDTH {beam_width})",
             )
+
+
+def _every_parent_names_a_beam(parent_ids: npt.NDArray[Any], beam_width: int) -> bool:
+    """Whether every parent id past the first step (followed or not) is in [0, BEAM_WIDTH), in
+    one pass: the largest of their bits read unsigned, which orders the values from 0 up and puts
+    every negative one (its sign bit set) above them all. The float ids are integers here
+    (checked before). False also when this cannot tell: the followed ids are then checked as
+    they always were (a parent id no beam follows may name no beam)."""
+    rest = parent_ids[1:]
+    dtype = rest.dtype
+    if not rest.size:
+        return True
+    if not (rest.flags.c_contiguous and dtype.isnative):
+        return False
+    if _is_float(dtype):
+        if dtype.name not in _FLOAT_BITS:
+            return False
+        value = np.asarray(beam_width).astype(dtype)
+        if float(value) != beam_width:
+            return False  # BEAM_WIDTH is no value of T (a float too narrow)
+        # A float of T from +0 up to below BEAM_WIDTH has bits below its bits; -0.0 does not
+        # (it is then checked as before).
+        limit = int(as_raw(value.reshape(1))[0])
+    elif dtype.kind == "i":
+        # A negative id, read unsigned, is at least 2 ** (bits - 1), past this limit.
+        limit = min(beam_width, int(np.iinfo(dtype).max) + 1)
+    else:  # unsigned and bool (a bool's byte is at least its value)
+        limit = beam_width
+    return int(as_raw(rest).reshape(-1).max()) < limit
 
 
 def gather_tree(
