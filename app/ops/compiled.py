@@ -724,6 +724,26 @@ def _transpose_loop(
                 out[base + c * height + r] = source[base + r * width + c]
 
 
+@intrinsic  # type: ignore[untyped-decorator]
+def _as_single(typingctx: Any, bits: Any) -> Any:
+    """The float32 whose bits are the low 32 of ``bits`` (uint64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _as_double(typingctx: Any, bits: Any) -> Any:
+    """The float64 whose bits are ``bits`` (uint64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(bits), codegen
+
+
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragma: no cover
     """The value (uint64) of the float whose bits are ``raw`` (``fraction`` mantissa bits,
@@ -776,6 +796,7 @@ def _gather_tree_loop(
     end = ends[0]
     alt = ends[1]
     highest = u(beam_width - 1)
+    top = np.float64(beam_width - 1)
     magnitude_mask = (u(1) << u(8 * steps.itemsize - 1)) - u(1)
     line = u(max(1, 64 // steps.itemsize))
     finished = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
@@ -812,10 +833,21 @@ def _gather_tree_loop(
                         at_parent = piece + u(state[start + k])
                         out[piece + k] = steps[at_parent]
                         state[start + k] = min(u(parents[at_parent]), highest)
+                elif steps.itemsize >= 4:
+                    # A float32 or float64 id the walk reads is an integer in [0, BEAM_WIDTH)
+                    # (checked): converted by the FPU, clipped first (a NaN to 0) so that the
+                    # conversion is defined whatever the bits.
+                    for k in range(width):
+                        at_parent = piece + u(state[start + k])
+                        out[piece + k] = steps[at_parent]
+                        raw = u(parents[at_parent])
+                        real = _as_single(raw) if steps.itemsize == 4 else _as_double(raw)
+                        real = real if real > 0.0 else 0.0
+                        state[start + k] = u(real if real < top else top)
                 else:
-                    # A float id the walk reads is an integer in [0, BEAM_WIDTH) (checked): its
-                    # mantissa shifted by its exponent, without a branch (a zero's exponent
-                    # shifts every bit out); clipped all the same.
+                    # A float16 or bfloat16 id the walk reads is an integer in [0, BEAM_WIDTH)
+                    # (checked): its mantissa shifted by its exponent, without a branch (a zero's
+                    # exponent shifts every bit out); clipped all the same.
                     for k in range(width):
                         at_parent = piece + u(state[start + k])
                         out[piece + k] = steps[at_parent]
@@ -978,27 +1010,8 @@ first_fraction = _compiled(
 # (uint64 here, whatever the width): a sum of floats is worked out from them, as NumPy and
 # ml_dtypes work it out (float16 and bfloat16 through float32, rounded to nearest even). The
 # conversions between the half floats and float32 or float64 bits here are the only ones:
-# ScatterElementsUpdate's reductions below use them too.
-
-
-@intrinsic  # type: ignore[untyped-decorator]
-def _as_single(typingctx: Any, bits: Any) -> Any:
-    """The float32 whose bits are the low 32 of ``bits`` (uint64)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
-
-    return types.float32(bits), codegen
-
-
-@intrinsic  # type: ignore[untyped-decorator]
-def _as_double(typingctx: Any, bits: Any) -> Any:
-    """The float64 whose bits are ``bits`` (uint64)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(bits), codegen
+# ScatterElementsUpdate's reductions below use them too (``_as_single`` and ``_as_double``, the
+# floats of given bits, are defined above, with GatherTree's loop, which reads float ids so).
 
 
 @intrinsic  # type: ignore[untyped-decorator]
