@@ -759,6 +759,16 @@ def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragm
     return whole >> u(shift)
 
 
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _float_beam(raw: Any, single: Any, top: Any) -> Any:  # pragma: no cover - compiled
+    """The value (uint64) of the float32 (``single``) or float64 whose bits are ``raw``, by the
+    FPU, clipped into [0, ``top``] first (a NaN to 0), so that the conversion is defined for any
+    bits."""
+    real = _as_single(raw) if single else _as_double(raw)
+    real = real if real > 0.0 else 0.0
+    return np.uint64(real if real < top else top)
+
+
 def _gather_tree_loop(
     steps: Any,
     parents: Any,
@@ -840,10 +850,8 @@ def _gather_tree_loop(
                     for k in range(width):
                         at_parent = piece + u(state[start + k])
                         out[piece + k] = steps[at_parent]
-                        raw = u(parents[at_parent])
-                        real = _as_single(raw) if steps.itemsize == 4 else _as_double(raw)
-                        real = real if real > 0.0 else 0.0
-                        state[start + k] = u(real if real < top else top)
+                        single = steps.itemsize == 4
+                        state[start + k] = _float_beam(u(parents[at_parent]), single, top)
                 else:
                     # A float16 or bfloat16 id the walk reads is an integer in [0, BEAM_WIDTH)
                     # (checked): its mantissa shifted by its exponent, without a branch (a zero's
