@@ -437,3 +437,50 @@ def test_wide_floats_are_told_integer_or_not(dtype: Any) -> None:
         values[place] = 0.5
         values[-1 if place != 10_000 - 1 else 0] = np.nan if place != 10_000 - 1 else 1.0
         assert loops.first_fraction(values.view(unsigned), *reading) == place
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("scan_bytes", [8, 24, 64, 256 << 10])
+def test_float_parents_scanned_in_pieces_answer_as_the_two_passes(
+    dtype: str, scan_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float parent ids checked integers a piece at a time, their largest bits taken from each
+    piece: pieces smaller than, across and larger than the first step's row (which is skipped),
+    an id past the beams (or -0.0, or -1) at the first step, at the first followed id, at the
+    last: the same answer as the two passes, and a fraction refused at its place, before any
+    range, wherever the pieces fall."""
+    monkeypatch.setattr(module, "_SCAN_BYTES", scan_bytes)
+    kind = next(item for item in ELEMENT_TYPES if np.dtype(item).name == dtype)
+    shape = (3, 2, 5)
+    for place in [(0, 0, 0), (0, 1, 4), (1, 0, 0), (1, 1, 4), (2, 1, 4)]:
+        for value in (4.0, 5.0, 6.0, -0.0, -1.0):
+            parent_ids = np.ones(shape, kind)
+            parent_ids[place] = value
+            assert module._scanned_in_pieces(parent_ids)
+            fits = module._integral_parents(parent_ids, 5)
+            assert fits == module._every_parent_names_a_beam(parent_ids, 5), (place, value)
+            assert fits == _names_a_beam_by_value(parent_ids, 5) or value == -0.0
+            parent_ids[2, 0, 1] = 0.5
+            parent_ids[1, 1, 1] = 9.0  # past the beams, before the fraction: not what is named
+            with pytest.raises(SpecError, match=r"parent_ids must have integer values only, "
+                               r"got 0\.5 at \[2, 0, 1\]"):  # fmt: skip
+                module._integral_parents(parent_ids, 5)
+
+
+def test_float_parents_scanned_in_pieces_refuse_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the plan, pieces of 8 bytes: a followed id past the beams refused at its place,
+    one at the first step or past a batch's length walked over, a fraction anywhere named
+    first; the beams as the pseudocode walks them."""
+    monkeypatch.setattr(module, "_SCAN_BYTES", 8)
+    step_ids, parent_ids, max_seq_len, end_token = beams(np.float32, (6, 3, 4), seed=3)
+    max_seq_len[:] = [6, 2, 0]
+    parent_ids[0, 0, 0] = 7.0  # the first step: never read
+    parent_ids[4, 1, 2] = -1.0  # past batch 1's length: never read
+    inputs = (step_ids, parent_ids, max_seq_len, end_token)
+    assert_same_bits(run(*inputs), pseudocode(*inputs))
+    parent_ids[3, 0, 1] = 4.0
+    with pytest.raises(SpecError, match=r"parent_ids\[3, 0, 1\] = 4\.0 is no beam"):
+        run(*inputs)
+    parent_ids[5, 2, 3] = 1.5
+    with pytest.raises(SpecError, match=r"got 1\.5 at \[5, 2, 3\]"):
+        run(*inputs)
