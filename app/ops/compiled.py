@@ -724,6 +724,26 @@ def _transpose_loop(
                 out[base + c * height + r] = source[base + r * width + c]
 
 
+@intrinsic  # type: ignore[untyped-decorator]
+def _as_single(typingctx: Any, bits: Any) -> Any:
+    """The float32 whose bits are the low 32 of ``bits`` (uint64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _as_double(typingctx: Any, bits: Any) -> Any:
+    """The float64 whose bits are ``bits`` (uint64)."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(bits), codegen
+
+
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragma: no cover
     """The value (uint64) of the float whose bits are ``raw`` (``fraction`` mantissa bits,
@@ -737,6 +757,16 @@ def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragm
     whole = (magnitude & ((u(1) << u(fraction)) - u(1))) | (u(1) << u(fraction))
     shift = min(max(np.int64(fraction) - exponent, np.int64(0)), np.int64(63))
     return whole >> u(shift)
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _float_beam(raw: Any, single: Any, top: Any) -> Any:  # pragma: no cover - compiled
+    """The value (uint64) of the float32 (``single``) or float64 whose bits are ``raw``, by the
+    FPU, clipped into [0, ``top``] first (a NaN to 0), so that the conversion is defined for any
+    bits."""
+    real = _as_single(raw) if single else _as_double(raw)
+    real = real if real > 0.0 else 0.0
+    return np.uint64(real if real < top else top)
 
 
 def _gather_tree_loop(
@@ -767,15 +797,16 @@ def _gather_tree_loop(
     each step's piece of them is one run of memory, and all their steps stay in the cache
     between the two walks. ``state`` (block * beam_width) holds where each beam of the block
     is (its beam in its batch's piece of a step); whether a beam has ended is a byte of a table
-    of the block's beams made here. The next step's piece is prefetched while one is walked (the
-    walk reads it in beam order). The indices are unsigned: a signed index is tested for
-    wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
+    of the block's beams made here. Each batch's piece of the next step is prefetched as the
+    batch is walked (the walk reads it in beam order). The indices are unsigned: a signed index
+    is tested for wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
     u = np.uint64
     width = u(beam_width)
     row = u(batch_size) * width
     end = ends[0]
     alt = ends[1]
     highest = u(beam_width - 1)
+    top = np.float64(beam_width - 1)
     magnitude_mask = (u(1) << u(8 * steps.itemsize - 1)) - u(1)
     line = u(max(1, 64 // steps.itemsize))
     finished = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
@@ -789,13 +820,15 @@ def _gather_tree_loop(
         t = max_time - 1
         while t >= 0:
             at = u(t) * row + base
-            if t >= 1:
-                for offset in range(u(0), size, line):
-                    _prefetch(steps, at - row + offset)
-                    _prefetch(parents, at - row + offset)
             for j in range(batches):
                 start = j * width
                 piece = at + start
+                if t >= 1:
+                    # The next step's piece of this batch, one batch ahead of its walk: a
+                    # step's whole piece asked for at once held the walk until it came.
+                    for offset in range(u(0), width, line):
+                        _prefetch(steps, piece - row + offset)
+                        _prefetch(parents, piece - row + offset)
                 if t >= lengths[first + j]:
                     for k in range(width):
                         out[piece + k] = end
@@ -810,10 +843,19 @@ def _gather_tree_loop(
                         at_parent = piece + u(state[start + k])
                         out[piece + k] = steps[at_parent]
                         state[start + k] = min(u(parents[at_parent]), highest)
+                elif steps.itemsize >= 4:
+                    # A float32 or float64 id the walk reads is an integer in [0, BEAM_WIDTH)
+                    # (checked): converted by the FPU, clipped first (a NaN to 0) so that the
+                    # conversion is defined whatever the bits.
+                    for k in range(width):
+                        at_parent = piece + u(state[start + k])
+                        out[piece + k] = steps[at_parent]
+                        single = steps.itemsize == 4
+                        state[start + k] = _float_beam(u(parents[at_parent]), single, top)
                 else:
-                    # A float id the walk reads is an integer in [0, BEAM_WIDTH) (checked): its
-                    # mantissa shifted by its exponent, without a branch (a zero's exponent
-                    # shifts every bit out); clipped all the same.
+                    # A float16 or bfloat16 id the walk reads is an integer in [0, BEAM_WIDTH)
+                    # (checked): its mantissa shifted by its exponent, without a branch (a zero's
+                    # exponent shifts every bit out); clipped all the same.
                     for k in range(width):
                         at_parent = piece + u(state[start + k])
                         out[piece + k] = steps[at_parent]
@@ -837,36 +879,35 @@ def _gather_tree_loop(
 def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
     """The position of the first value of ``raw`` (a float's bits: ``fraction`` mantissa bits,
     exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1. Read in
-    chunks whose test has no branch, the first found only in a chunk that has one."""
+    chunks whose test has no branch, the first found only in a chunk that has one.
+
+    A value other than a zero is an integer when its exponent field minus the bias (``above``,
+    unsigned: a value below 1 wraps past every exponent) is below the infinities' and its
+    mantissa has no bit below the point: the mantissa's mask shifted right by ``above``. Unsigned
+    throughout, with no signed clamp, so that LLVM vectorizes the chunk's test."""
     u = np.uint64
     bits = u(8 * raw.itemsize)
     mantissa = u(fraction)
     magnitude_mask = (u(1) << (bits - u(1))) - u(1)
     mantissa_mask = (u(1) << mantissa) - u(1)
-    all_ones = magnitude_mask >> mantissa
+    span = (magnitude_mask >> mantissa) - u(bias)
     low = u(bias)
     total = u(raw.size)
     chunk = u(4096)
     for start in range(u(0), total, chunk):
         stop = min(total, start + chunk)
-        found = u(0)
+        found = False
         for i in range(start, stop):
             magnitude = u(raw[i]) & magnitude_mask
-            field = magnitude >> mantissa
-            shift = min(max(np.int64(low + mantissa) - np.int64(field), 0), fraction)
-            below = (u(raw[i]) & mantissa_mask) & ((u(1) << u(shift)) - u(1))
-            bad = (field == all_ones) | (field < low) | (below != u(0))
-            found |= u(bad & (magnitude != u(0)))
+            above = (magnitude >> mantissa) - low
+            below = magnitude & (mantissa_mask >> min(above, mantissa))
+            found |= ((above >= span) | (below != u(0))) & (magnitude != u(0))
         if found:
             for i in range(start, stop):
                 magnitude = u(raw[i]) & magnitude_mask
-                field = magnitude >> mantissa
-                if magnitude == u(0):
-                    continue
-                if field == all_ones or field < low:
-                    return np.int64(i)
-                shift = min(np.int64(low + mantissa) - np.int64(field), np.int64(fraction))
-                if shift > 0 and (u(raw[i]) & ((u(1) << u(shift)) - u(1))):
+                above = (magnitude >> mantissa) - low
+                below = magnitude & (mantissa_mask >> min(above, mantissa))
+                if magnitude != u(0) and ((above >= span) | (below != u(0))):
                     return np.int64(i)
     return np.int64(-1)
 
@@ -977,27 +1018,8 @@ first_fraction = _compiled(
 # (uint64 here, whatever the width): a sum of floats is worked out from them, as NumPy and
 # ml_dtypes work it out (float16 and bfloat16 through float32, rounded to nearest even). The
 # conversions between the half floats and float32 or float64 bits here are the only ones:
-# ScatterElementsUpdate's reductions below use them too.
-
-
-@intrinsic  # type: ignore[untyped-decorator]
-def _as_single(typingctx: Any, bits: Any) -> Any:
-    """The float32 whose bits are the low 32 of ``bits`` (uint64)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
-
-    return types.float32(bits), codegen
-
-
-@intrinsic  # type: ignore[untyped-decorator]
-def _as_double(typingctx: Any, bits: Any) -> Any:
-    """The float64 whose bits are ``bits`` (uint64)."""
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return builder.bitcast(args[0], ir.DoubleType())
-
-    return types.float64(bits), codegen
+# ScatterElementsUpdate's reductions below use them too (``_as_single`` and ``_as_double``, the
+# floats of given bits, are defined above, with GatherTree's loop, which reads float ids so).
 
 
 @intrinsic  # type: ignore[untyped-decorator]

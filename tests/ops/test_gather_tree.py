@@ -302,3 +302,185 @@ def _benchmark_case(nbytes: int, dtype: np.dtype[Any]) -> BenchmarkCase:
     label = f"64 steps, {beam_width} beams, {'f32' if dtype == np.float32 else 'i8'}"
     return BenchmarkCase("gather_tree", label, arrays, {}, inputs[0].dtype, moved,
                          model if dtype == np.float32 else None)  # fmt: skip
+
+
+# --- the checks' quick passes ------------------------------------------------------------------
+
+
+def _names_a_beam_by_value(parent_ids: npt.NDArray[Any], beam_width: int) -> bool:
+    """Whether every parent id past the first step is in [0, BEAM_WIDTH), value by value."""
+    return all(0 <= float(value) < beam_width for value in parent_ids[1:].reshape(-1).tolist())
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES)
+def test_the_one_pass_parent_check_answers_as_the_values_do(dtype: np.dtype[Any]) -> None:
+    """The one pass over the parent ids' bits says yes exactly when every id past the first step
+    names a beam, for every type and around both ends of [0, BEAM_WIDTH): 0, BEAM_WIDTH - 1 and
+    BEAM_WIDTH, -1, the type's extremes, a beam wider than the type holds; the first step's
+    ids are never read. When it says no, the step-by-step check decides (it refuses only a
+    followed id)."""
+    kind = np.dtype(dtype)
+    widest = 1 if kind == np.bool_ else 127
+    for beam_width in sorted({1, 2, 3, widest, widest + 1, 300}):
+        candidates: list[float] = [0, 1, beam_width - 1, beam_width, beam_width + 1, -1, widest]
+        if kind.kind in "iu":
+            candidates += [int(np.iinfo(kind).max), int(np.iinfo(kind).min)]
+        for value in candidates:
+            held = np.asarray(value).astype(kind)
+            if float(held) != value:
+                continue  # not a value of the type
+            parent_ids = np.zeros((4, 3, 5), kind)
+            parent_ids[0, 2, 4] = np.asarray(-1 if kind.kind != "u" else 255).astype(kind)
+            parent_ids[2, 1, 3] = held
+            answer = module._every_parent_names_a_beam(parent_ids, beam_width)
+            assert answer == _names_a_beam_by_value(parent_ids, beam_width), (beam_width, value)
+
+
+def test_the_one_pass_parent_check_leaves_what_it_cannot_tell_to_the_values() -> None:
+    """-0.0 (bits above every beam), a BEAM_WIDTH no float16 holds, a big-endian or strided
+    input: the one pass says no, and the step-by-step check takes them as before; one step
+    has no parent the walk reads."""
+    zero = np.zeros((3, 1, 4), np.float32)
+    zero[1, 0, 2] = -0.0
+    assert not module._every_parent_names_a_beam(zero, 4)
+    assert run(np.ones((3, 1, 4), np.float32), zero, np.array([3], np.float32),
+               np.array(9, np.float32)).tolist() == np.ones((3, 1, 4)).tolist()  # fmt: skip
+    wide = np.full((2, 1, 2049), 2048, np.float16)
+    assert not module._every_parent_names_a_beam(wide, 2049)  # 2049 is no float16
+    ids = np.ones((2, 1, 2049), np.float16)
+    assert run(ids, wide, np.array([2], np.float16), np.array(9, np.float16)).shape == ids.shape
+    swapped = np.zeros((3, 2, 4), ">i4")
+    assert not module._every_parent_names_a_beam(swapped, 4)
+    swapped[1, 1, 1] = 4
+    with pytest.raises(SpecError, match=r"parent_ids\[1, 1, 1\] = 4"):
+        run(np.zeros((3, 2, 4), ">i4"), swapped, np.array([3, 3], ">i4"), np.array(9, ">i4"))
+    strided = np.zeros((3, 2, 8), np.int32)[:, :, ::2]
+    assert not module._every_parent_names_a_beam(strided, 4)
+    assert module._every_parent_names_a_beam(np.full((1, 2, 3), -5, np.int8), 3)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "beam_width", "value", "refused"),
+    [
+        ("int8", 300, 127, False),
+        ("int8", 300, -1, True),
+        ("int8", 128, -128, True),
+        ("uint8", 255, 254, False),
+        ("uint8", 255, 255, True),
+        ("int64", 3, -(2**63), True),
+        ("uint64", 3, 2**64 - 1, True),
+        ("float32", 3, 2.0, False),
+        ("float32", 3, 3.0, True),
+        ("float64", 3, -1.0, True),
+        ("bfloat16", 3, 256.0, True),
+    ],
+)
+def test_a_followed_parent_past_the_beams_is_refused_the_same(
+    dtype: str, beam_width: int, value: float, refused: bool
+) -> None:
+    """At the edges of what the one pass tells apart, a followed parent id past the beams is
+    refused naming it, and one within them is walked as the pseudocode walks it."""
+    kind = next(item for item in ELEMENT_TYPES if np.dtype(item).name == dtype)
+    step_ids = (np.arange(3 * 2 * beam_width) % 5).astype(kind).reshape(3, 2, beam_width)
+    parent_ids = np.zeros((3, 2, beam_width), kind)
+    parent_ids[2, 1, beam_width - 1] = np.asarray(value).astype(kind)
+    inputs = (step_ids, parent_ids, np.array([3, 3], kind), np.array(9, kind))
+    if refused:
+        with pytest.raises(SpecError, match=rf"parent_ids\[2, 1, {beam_width - 1}\] = "):
+            run(*inputs)
+        return
+    assert_same_bits(run(*inputs), pseudocode(*inputs))
+
+
+def _not_an_integer(values: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """x - trunc(x) is not 0: a fraction, NaN or an infinity (in float32 or float64: exact)."""
+    wide = values.astype(np.float64 if values.dtype.itemsize == 8 else np.float32)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(wide - np.trunc(wide) != 0)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_every_half_float_is_told_integer_or_not(dtype: str) -> None:
+    """Every one of the 65,536 bit patterns of a 16-bit float, alone: the compiled scan finds
+    it exactly when it is not an integer."""
+    kind = next(item for item in ELEMENT_TYPES if np.dtype(item).name == dtype)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    expected = _not_an_integer(every.view(kind))
+    reading = module._FLOAT_BITS[dtype]
+    found = [loops.first_fraction(every[i : i + 1], *reading) == 0 for i in range(every.size)]
+    assert found == expected.tolist()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_wide_floats_are_told_integer_or_not(dtype: Any) -> None:
+    """Random bit patterns, and the values at every exponent's edge (2**k, its neighbours,
+    the largest exact integers, subnormals, NaN, infinities, both zeros), alone and at every
+    place of a chunk's edge in a long run of integers."""
+    kind = np.dtype(dtype)
+    unsigned = np.dtype(f"u{kind.itemsize}")
+    rng = np.random.default_rng(5)
+    info = np.finfo(kind)
+    powers = np.array([2.0**k for k in range(-3, info.nmant + 3)], kind)
+    near = np.concatenate([powers, np.nextafter(powers, np.inf), np.nextafter(powers, 0)])
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, info.smallest_subnormal,
+                        info.max, 0.5, 1.5], kind)  # fmt: skip
+    bits = np.concatenate([
+        rng.integers(0, np.iinfo(unsigned).max, 20000, dtype=unsigned, endpoint=True),
+        np.concatenate([near, -near, special]).view(unsigned),
+    ])  # fmt: skip
+    expected = _not_an_integer(bits.view(kind))
+    reading = module._FLOAT_BITS[kind.name]
+    found = [loops.first_fraction(bits[i : i + 1], *reading) == 0 for i in range(bits.size)]
+    assert found == expected.tolist()
+    for place in (0, 4095, 4096, 4097, 8191, 10_000 - 1):
+        values = np.full(10_000, 7, kind)
+        values[place] = 0.5
+        values[-1 if place != 10_000 - 1 else 0] = np.nan if place != 10_000 - 1 else 1.0
+        assert loops.first_fraction(values.view(unsigned), *reading) == place
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+@pytest.mark.parametrize("scan_bytes", [8, 24, 64, 256 << 10])
+def test_float_parents_scanned_in_pieces_answer_as_the_two_passes(
+    dtype: str, scan_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Float parent ids checked integers a piece at a time, their largest bits taken from each
+    piece: pieces smaller than, across and larger than the first step's row (which is skipped),
+    an id past the beams (or -0.0, or -1) at the first step, at the first followed id, at the
+    last: the same answer as the two passes, and a fraction refused at its place, before any
+    range, wherever the pieces fall."""
+    monkeypatch.setattr(module, "_SCAN_BYTES", scan_bytes)
+    kind = next(item for item in ELEMENT_TYPES if np.dtype(item).name == dtype)
+    shape = (3, 2, 5)
+    for place in [(0, 0, 0), (0, 1, 4), (1, 0, 0), (1, 1, 4), (2, 1, 4)]:
+        for value in (4.0, 5.0, 6.0, -0.0, -1.0):
+            parent_ids = np.ones(shape, kind)
+            parent_ids[place] = value
+            assert module._scanned_in_pieces(parent_ids)
+            fits = module._integral_parents(parent_ids, 5)
+            assert fits == module._every_parent_names_a_beam(parent_ids, 5), (place, value)
+            assert fits == _names_a_beam_by_value(parent_ids, 5) or value == -0.0
+            parent_ids[2, 0, 1] = 0.5
+            parent_ids[1, 1, 1] = 9.0  # past the beams, before the fraction: not what is named
+            with pytest.raises(SpecError, match=r"parent_ids must have integer values only, "
+                               r"got 0\.5 at \[2, 0, 1\]"):  # fmt: skip
+                module._integral_parents(parent_ids, 5)
+
+
+def test_float_parents_scanned_in_pieces_refuse_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the plan, pieces of 8 bytes: a followed id past the beams refused at its place,
+    one at the first step or past a batch's length walked over, a fraction anywhere named
+    first; the beams as the pseudocode walks them."""
+    monkeypatch.setattr(module, "_SCAN_BYTES", 8)
+    step_ids, parent_ids, max_seq_len, end_token = beams(np.float32, (6, 3, 4), seed=3)
+    max_seq_len[:] = [6, 2, 0]
+    parent_ids[0, 0, 0] = 7.0  # the first step: never read
+    parent_ids[4, 1, 2] = -1.0  # past batch 1's length: never read
+    inputs = (step_ids, parent_ids, max_seq_len, end_token)
+    assert_same_bits(run(*inputs), pseudocode(*inputs))
+    parent_ids[3, 0, 1] = 4.0
+    with pytest.raises(SpecError, match=r"parent_ids\[3, 0, 1\] = 4\.0 is no beam"):
+        run(*inputs)
+    parent_ids[5, 2, 3] = 1.5
+    with pytest.raises(SpecError, match=r"got 1\.5 at \[5, 2, 3\]"):
+        run(*inputs)
