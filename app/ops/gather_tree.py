@@ -256,9 +256,15 @@ def gather_tree(
 ) -> npt.NDArray[Any]:
     """GatherTree-1: the beams ``step_ids`` and ``parent_ids`` describe; into ``out`` if
     given."""
-    arrays = [np.asarray(item) for item in (step_ids, parent_ids, max_seq_len, end_token)]
+    arrays = [_native(np.asarray(item)) for item in (step_ids, parent_ids, max_seq_len, end_token)]
     lengths = gather_tree_plan(*arrays)
     return _gathered(arrays[0], arrays[1], lengths, arrays[3], out)
+
+
+def _native(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """``array`` in the machine's byte order (a copy when it is not: the checks and the walk
+    read ids from their bits, so a big-endian ``.npy``'s must be turned around first)."""
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
 def _gathered(
@@ -328,19 +334,24 @@ def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
     """What the walk holds beside the output: each beam's state (9 bytes a beam of a block of
     at most _STATE_BEAMS, or of one batch), each batch's decoded length (8 bytes), the checks'
     chunk of _CHUNK values (8 bytes each at most), and a copy of step_ids and parent_ids when
-    they are not C-ordered."""
+    they are not C-ordered or not in the machine's byte order (the two copies of one that is
+    neither are not held at once: the native one is C-ordered)."""
     step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
     beam_width = step_ids.shape[-1] if step_ids.ndim == 3 else 0
-    copied = sum(0 if item.flags.c_contiguous else item.nbytes for item in (step_ids, parent_ids))
+    copied = sum(
+        0 if item.flags.c_contiguous and item.dtype.isnative else item.nbytes
+        for item in (step_ids, parent_ids)
+    )
     lengths = 8 * arrays["max_seq_len"].size
     return 9 * max(beam_width, _STATE_BEAMS) + lengths + 8 * _CHUNK + copied
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:
     """GatherTree-1's planner: every check made, the output's shape (step_ids')."""
-    step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
-    end_token = arrays["end_token"]
-    lengths = gather_tree_plan(step_ids, parent_ids, arrays["max_seq_len"], end_token)
+    step_ids, parent_ids, max_seq_len, end_token = (
+        _native(arrays[name]) for name in ("step_ids", "parent_ids", "max_seq_len", "end_token")
+    )
+    lengths = gather_tree_plan(step_ids, parent_ids, max_seq_len, end_token)
     return Plan(
         step_ids.shape,
         lambda out: _gathered(step_ids, parent_ids, lengths, end_token, out),
