@@ -18,7 +18,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import STREAM_BYTES, as_raw, is_integer_type
 
 
 def transpose_order(rank: int, input_order: npt.NDArray[Any]) -> tuple[int, ...]:
@@ -81,6 +81,15 @@ _SET_PERIOD = 4096
 _STRIP_BELOW = 64 << 10
 _STRIP_COLUMNS = 256
 _LINE = 64
+#: Outputs of ``raw.STREAM_BYTES`` or more whose rows (the source's columns) are whole lines
+#: long, 512 bytes or more, go in tiles of one line a side, each line read and written whole in
+#: one go, written by non-temporal stores (``_line_tiles`` in compiled.py; the set conflicts
+#: of rows a power of two apart then cost nothing), the source lines _AHEAD tiles on
+#: prefetched. Measured on 64 MiB (thread time, against ``np.copyto`` of the same bytes): 2-D
+#: float32 4096 x 4096 5.6 -> 0.9, int8 8192 x 8192 4.9 -> 1.3-1.5; NCHW -> NHWC (target rows
+#: of 64 and 256 bytes) stays on the square tiles, quicker there (1.5 against 1.6-5).
+_LINE_ROWS_FROM = 512
+_AHEAD = 16
 
 
 def _transposed(
@@ -100,13 +109,23 @@ def _transposed(
     # misses the cache on every element, and tiles cut by NumPy cost a call each).
     batch, rows, columns = swapped
     row_bytes = columns * arg.itemsize
+    target_row = rows * arg.itemsize
+    if (
+        out.nbytes >= STREAM_BYTES
+        and target_row % _LINE == 0
+        and target_row >= _LINE_ROWS_FROM
+        and row_bytes >= _LINE
+    ):
+        compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows,
+                                 columns, 0, 0, 0, _AHEAD)  # fmt: skip
+        return out
     if row_bytes % _SET_PERIOD == 0 and row_bytes < _STRIP_BELOW:
         tall, wide, columns_first = _LINE // arg.itemsize, _STRIP_COLUMNS, 1
     else:
         tall = wide = _TILE[arg.itemsize]
         columns_first = 0
     compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows, columns,
-                             tall, wide, columns_first)  # fmt: skip
+                             tall, wide, columns_first, 0)  # fmt: skip
     return out
 
 

@@ -11,8 +11,10 @@ import pytest
 from app.ops import loops
 from app.ops.declaration import Plan
 from app.ops.errors import SpecError
+from app.ops.raw import as_raw
 from app.ops.transpose import OP, transpose
 from app.registry import REGISTRY
+from tensor_ops_wire.dtypes import BFLOAT16
 from tests.ops.movement_support import (
     BENCHMARK_DTYPES,
     ELEMENT_TYPES,
@@ -97,6 +99,48 @@ def test_blocks_transposed_in_the_registers(
         arg = moved
     assert loops.wait_compiled(120)
     assert_same_bits(transpose(arg, order), np.transpose(arg, order).copy())
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "int64"])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 64, 64), (1, 128, 256), (2, 64, 130), (3, 96, 67), (1, 200, 64), (2, 130, 300),
+     (1, 64, 1), (1, 1, 64), (1, 5, 7), (1, 70, 3), (1, 3, 70), (4, 32, 16), (1, 257, 129)],
+)  # fmt: skip
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_line_tiles(dtype: str, shape: tuple[int, int, int], offset: int) -> None:
+    """The tiles of one cache line a side (``transpose_tiles`` with ``ahead`` above 0): whole
+    tiles, the columns past the last whole tile, the rows above the first band (the target at
+    ``offset`` elements past a line's start) and below the last, target rows a whole number of
+    lines long (streamed) or not (regular stores), batches, sides shorter than a tile, each
+    element width: the same bits as NumPy's transpose."""
+    assert loops.wait_compiled(120)
+    compiled = loops.ready_module()
+    assert compiled is not None
+    arg = sample(np.dtype(dtype), shape, seed=13)
+    buffer = np.zeros(arg.size + 64, arg.dtype)
+    out = buffer[offset : offset + arg.size].reshape(shape[0], shape[2], shape[1])
+    for ahead in (1, 16):
+        out[...] = 0
+        compiled.transpose_tiles(as_raw(arg).reshape(-1), as_raw(out).reshape(-1), *shape,
+                                 0, 0, 0, ahead)  # fmt: skip
+        assert_same_bits(out, np.transpose(arg, (0, 2, 1)).copy())
+    assert not buffer[:offset].any() and not buffer[offset + arg.size :].any()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "order"),
+    [("float32", (2, 1024, 1032), (0, 2, 1)), ("int8", (4096, 2100), (1, 0)),
+     ("float64", (1024, 1025), (1, 0)), ("bfloat16", (2, 2, 1024, 1040), (0, 1, 3, 2))],
+)  # fmt: skip
+def test_large_transposes_in_line_tiles(
+    dtype: str, shape: tuple[int, ...], order: tuple[int, ...]
+) -> None:
+    """An output of 8 MiB or more whose rows are whole lines, 512 bytes or more, goes in tiles
+    of one line a side, written by non-temporal stores: the same bits."""
+    assert loops.wait_compiled(120)
+    arg = sample(np.dtype(dtype) if dtype != "bfloat16" else BFLOAT16, shape, seed=14)
+    assert_same_bits(run(arg, np.array(order)), np.transpose(arg, order).copy())
 
 
 def test_rank_0_and_empty_dimensions() -> None:
