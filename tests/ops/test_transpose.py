@@ -143,6 +143,29 @@ def test_large_transposes_in_line_tiles(
     assert_same_bits(run(arg, np.array(order)), np.transpose(arg, order).copy())
 
 
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "int64"])
+@pytest.mark.parametrize(
+    ("shape", "order"),
+    [((64, 1000), (1, 0)), ((2, 64, 21, 100), (0, 2, 3, 1)), ((3, 16, 999), (0, 2, 1)),
+     ((32, 130), (1, 0)), ((8, 16, 16), (0, 2, 1)), ((128, 70), (1, 0)), ((192, 4), (1, 0))],
+)  # fmt: skip
+@pytest.mark.parametrize("offset", [0, 1])
+def test_short_target_rows(
+    dtype: str, shape: tuple[int, ...], order: tuple[int, ...], offset: int
+) -> None:
+    """Target rows a whole number of lines, shorter than 512 bytes (NCHW -> NHWC's channels):
+    square tiles of 64 elements, a column of blocks after another; sides that are multiples of
+    the tile's and sides that are not, batches, a source at an odd address: the same bits."""
+    arg = sample(np.dtype(dtype), shape, seed=15)
+    if offset:
+        buffer = np.zeros(arg.nbytes + offset, np.uint8)
+        moved = buffer[offset:].view(arg.dtype).reshape(shape)
+        moved[...] = arg
+        arg = moved
+    assert loops.wait_compiled(120)
+    assert_same_bits(transpose(arg, order), np.transpose(arg, order).copy())
+
+
 def test_rank_0_and_empty_dimensions() -> None:
     assert run(np.int8(5), np.zeros(0, np.int64)).tolist() == 5
     assert run(np.zeros((0, 3, 1)), [1, 2, 0]).shape == (3, 1, 0)
