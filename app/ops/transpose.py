@@ -88,15 +88,14 @@ _LINE = 64
 #: Outputs of ``raw.STREAM_BYTES`` or more whose rows (the source's columns) are whole lines
 #: long, 512 bytes or more, go in tiles of one line a side, each line read and written whole in
 #: one go, written by non-temporal stores (``_line_tiles`` in compiled.py; the set conflicts
-#: of rows a power of two apart then cost nothing), the source lines _AHEAD tiles on
-#: prefetched. Measured on 64 MiB (thread time, against ``np.copyto`` of the same bytes): 2-D
-#: float32 4096 x 4096 5.6 -> 0.9, int8 8192 x 8192 4.9 -> 1.3-1.5; NCHW -> NHWC (target rows
-#: of 64 and 256 bytes) stays on the square tiles, quicker there (1.5 against 1.6-5). So do
+#: of rows a power of two apart then cost nothing). Measured on 64 MiB (thread time, against
+#: ``np.copyto`` of the same bytes): 2-D float32 4096 x 4096 5.6 -> 0.9, int8 8192 x 8192 4.9 ->
+#: 1.1-1.3; NCHW -> NHWC (target rows of 64 and 256 bytes) stays on the square tiles, quicker
+#: there (1.5 against 1.6-5); at 4 MiB and less the line tiles are not always quicker. So do
 #: source rows shorter than 512 bytes and not whole lines: the columns past the last whole tile
 #: move an element at a time (float32 1M x 20: 1.8 against 3.2; rows of whole lines gain,
 #: int8 1M x 64: 1.7 -> 1.3).
 _LINE_ROWS_FROM = 512
-_AHEAD = 16
 #: Target rows of whole lines shorter than _LINE_ROWS_FROM (NCHW -> NHWC: the channels' count
 #: of elements) go in square tiles of _SHORT_TILE elements, a column of blocks after another:
 #: NCHW -> NHWC of 64 MiB, 64 channels, float32 / int8, 1.57-1.60 / 1.43-1.47 -> 1.29-1.37 /
@@ -132,7 +131,7 @@ def _transposed(
         and (row_bytes % _LINE == 0 or row_bytes >= _LINE_ROWS_FROM)
     ):
         compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows,
-                                 columns, 0, 0, 0, _AHEAD)  # fmt: skip
+                                 columns, 0, 0, 0, 1)  # fmt: skip
         return out
     if target_row < _LINE_ROWS_FROM and target_row % _LINE == 0:
         tall = wide = _SHORT_TILE
