@@ -96,12 +96,13 @@ _LINE = 64
 #: move an element at a time (float32 1M x 20: 1.8 against 3.2; rows of whole lines gain,
 #: int8 1M x 64: 1.7 -> 1.3).
 _LINE_ROWS_FROM = 512
-#: Target rows of whole lines shorter than _LINE_ROWS_FROM (NCHW -> NHWC: the channels' count
-#: of elements) go in square tiles of _SHORT_TILE elements, a column of blocks after another:
-#: NCHW -> NHWC of 64 MiB, 64 channels, float32 / int8, 1.57-1.60 / 1.43-1.47 -> 1.29-1.37 /
-#: 1.16-1.19 times the copy (thread time, same process); int16 4 x 32 channels 1.35 -> 1.16;
-#: 64 x 256 x 256 int8 1.30 -> 1.18. Rows not of whole lines can lose there (float32 100 x
-#: 100000: 1.9 -> 2.4), so they keep the tiles below.
+#: Target rows of whole lines, _SHORT_TILE elements or fewer (NCHW -> NHWC: the channels), go
+#: in square tiles of _SHORT_TILE elements, a column of blocks after another: NCHW -> NHWC of
+#: 64 MiB, 64 channels, float32 / int8, 1.54-1.60 / 1.43-1.47 -> 1.27-1.37 / 1.16-1.19 times
+#: the copy (thread time, same process); int16 4 x 32 channels 1.35 -> 1.16; float64 32
+#: channels 1.37 -> 1.16. More channels lose there (int8 128 and 256 channels 1.8-2.0 -> 2.5-2.7,
+#: float16 128: 1.8 -> 2.4), and so do rows not of whole lines (float32 100 x 100000: 1.9 ->
+#: 2.4): they keep the tiles below.
 _SHORT_TILE = 64
 
 
@@ -133,7 +134,7 @@ def _transposed(
         compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows,
                                  columns, 0, 0, 0, 1)  # fmt: skip
         return out
-    if target_row < _LINE_ROWS_FROM and target_row % _LINE == 0:
+    if rows <= _SHORT_TILE and target_row % _LINE == 0:
         tall = wide = _SHORT_TILE
         columns_first = 1
     elif row_bytes % _SET_PERIOD == 0 and row_bytes < _STRIP_BELOW:

@@ -151,9 +151,10 @@ def test_large_transposes_in_line_tiles(
 def test_short_target_rows(
     dtype: str, shape: tuple[int, ...], order: tuple[int, ...], offset: int
 ) -> None:
-    """Target rows a whole number of lines, shorter than 512 bytes (NCHW -> NHWC's channels):
+    """Target rows a whole number of lines, 64 elements or fewer (NCHW -> NHWC's channels):
     square tiles of 64 elements, a column of blocks after another; sides that are multiples of
-    the tile's and sides that are not, batches, a source at an odd address: the same bits."""
+    the tile's and sides that are not, longer rows beside them (the other tiles), batches, a
+    source at an odd address: the same bits."""
     arg = sample(np.dtype(dtype), shape, seed=15)
     if offset:
         buffer = np.zeros(arg.nbytes + offset, np.uint8)
