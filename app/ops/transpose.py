@@ -72,9 +72,10 @@ def transpose(
 #: blocks transposed in the registers inside it (16, 8, 8 and 4 elements). Measured against
 #: 128 (64 for 8 bytes), kernel alone, thread time, / a copy: float32 3001 x 5003 5.1 -> 1.8,
 #: 2999 x 2001 2.2 -> 1.5, 1000 x 1000 2.1 -> 1.2, float16 2001 x 7001 2.1 -> 1.5, float64
-#: 3001 x 1003 1.6 -> 1.4, int8 (64) 4001 x 4001 1.4 -> 1.2; float32 2048 x 512 1.73 -> 1.81,
-#: 300 x 30000 1.67 -> 1.73 the only losses seen (tiles of 16 lose more there).
-_TILE = {1: 64, 2: 32, 4: 32, 8: 32}
+#: 3001 x 1003 1.6 -> 1.4; float32 2048 x 512 1.73 -> 1.81, 300 x 30000 1.67 -> 1.73 the only
+#: losses seen (tiles of 16 lose more there). Bytes keep 128: 64 lost with 96-256 channels
+#: (2.0-2.2 -> 2.6-2.7) and measured both ways on 4001 x 4001.
+_TILE = {1: 128, 2: 32, 4: 32, 8: 32}
 #: Source rows of a multiple of 4 KiB, shorter than 64 KiB: each falls in the same first-level
 #: cache set as the others, so a square tile's target lines are evicted half written. Such a
 #: matrix goes in tiles one cache line of rows tall and _STRIP_COLUMNS wide, a column of blocks
