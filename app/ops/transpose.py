@@ -18,7 +18,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, is_integer_type
+from app.ops.raw import STREAM_BYTES, as_raw, is_integer_type
 
 
 def transpose_order(rank: int, input_order: npt.NDArray[Any]) -> tuple[int, ...]:
@@ -67,10 +67,15 @@ def transpose(
     return _transposed(arg, order, out)
 
 
-#: The side of the square tiles a 2-D transpose moves one at a time, in elements, by item size
-#: (the fastest measured on 64 MiB: docs/benchmarks.md); each a multiple of the side of the
-#: blocks transposed in the registers inside it (16, 8, 8 and 4 elements).
-_TILE = {1: 128, 2: 128, 4: 128, 8: 64}
+#: The side of the square tiles a 2-D transpose moves one at a time, in elements, by item size,
+#: where neither the line tiles nor the strips below apply; each a multiple of the side of the
+#: blocks transposed in the registers inside it (16, 8, 8 and 4 elements). Measured against
+#: 128 (64 for 8 bytes), kernel alone, thread time, / a copy: float32 3001 x 5003 5.1 -> 1.8,
+#: 2999 x 2001 2.2 -> 1.5, 1000 x 1000 2.1 -> 1.2, float16 2001 x 7001 2.1 -> 1.5, float64
+#: 3001 x 1003 1.6 -> 1.4; float32 2048 x 512 1.73 -> 1.81, 300 x 30000 1.67 -> 1.73 the only
+#: losses seen (tiles of 16 lose more there). Bytes keep 128: 64 lost with 96-256 channels
+#: (2.0-2.2 -> 2.6-2.7) and measured both ways on 4001 x 4001.
+_TILE = {1: 128, 2: 32, 4: 32, 8: 32}
 #: Source rows of a multiple of 4 KiB, shorter than 64 KiB: each falls in the same first-level
 #: cache set as the others, so a square tile's target lines are evicted half written. Such a
 #: matrix goes in tiles one cache line of rows tall and _STRIP_COLUMNS wide, a column of blocks
@@ -81,6 +86,25 @@ _SET_PERIOD = 4096
 _STRIP_BELOW = 64 << 10
 _STRIP_COLUMNS = 256
 _LINE = 64
+#: Outputs of ``raw.STREAM_BYTES`` or more whose rows (the source's columns) are whole lines
+#: long, 512 bytes or more, go in tiles of one line a side, each line read and written whole in
+#: one go, written by non-temporal stores (``_line_tiles`` in compiled.py; the set conflicts
+#: of rows a power of two apart then cost nothing). Measured on 64 MiB (thread time, against
+#: ``np.copyto`` of the same bytes): 2-D float32 4096 x 4096 5.6 -> 0.9, int8 8192 x 8192 4.9 ->
+#: 1.1-1.3; NCHW -> NHWC (target rows of 64 and 256 bytes) stays on the square tiles, quicker
+#: there (1.5 against 1.6-5); at 4 MiB and less the line tiles are not always quicker. So do
+#: source rows shorter than 512 bytes and not whole lines: the columns past the last whole tile
+#: move an element at a time (float32 1M x 20: 1.8 against 3.2; rows of whole lines gain,
+#: int8 1M x 64: 1.7 -> 1.3).
+_LINE_ROWS_FROM = 512
+#: Target rows of whole lines, _SHORT_TILE elements or fewer (NCHW -> NHWC: the channels), go
+#: in square tiles of _SHORT_TILE elements, a column of blocks after another: NCHW -> NHWC of
+#: 64 MiB, 64 channels, float32 / int8, 1.54-1.60 / 1.43-1.47 -> 1.27-1.37 / 1.16-1.19 times
+#: the copy (thread time, same process); int16 4 x 32 channels 1.35 -> 1.16; float64 32
+#: channels 1.37 -> 1.16. More channels lose there (int8 128 and 256 channels 1.8-2.0 -> 2.5-2.7,
+#: float16 128: 1.8 -> 2.4), and so do rows not of whole lines (float32 100 x 100000: 1.9 ->
+#: 2.4): they keep the tiles below.
+_SHORT_TILE = 64
 
 
 def _transposed(
@@ -100,13 +124,27 @@ def _transposed(
     # misses the cache on every element, and tiles cut by NumPy cost a call each).
     batch, rows, columns = swapped
     row_bytes = columns * arg.itemsize
-    if row_bytes % _SET_PERIOD == 0 and row_bytes < _STRIP_BELOW:
+    target_row = rows * arg.itemsize
+    if (
+        out.nbytes >= STREAM_BYTES
+        and target_row % _LINE == 0
+        and target_row >= _LINE_ROWS_FROM
+        and row_bytes >= _LINE
+        and (row_bytes % _LINE == 0 or row_bytes >= _LINE_ROWS_FROM)
+    ):
+        compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows,
+                                 columns, 0, 0, 0, 1)  # fmt: skip
+        return out
+    if rows <= _SHORT_TILE and target_row % _LINE == 0:
+        tall = wide = _SHORT_TILE
+        columns_first = 1
+    elif row_bytes % _SET_PERIOD == 0 and row_bytes < _STRIP_BELOW:
         tall, wide, columns_first = _LINE // arg.itemsize, _STRIP_COLUMNS, 1
     else:
         tall = wide = _TILE[arg.itemsize]
         columns_first = 0
     compiled.transpose_tiles(as_raw(arg).reshape(-1), target.reshape(-1), batch, rows, columns,
-                             tall, wide, columns_first)  # fmt: skip
+                             tall, wide, columns_first, 0)  # fmt: skip
     return out
 
 

@@ -11,8 +11,10 @@ import pytest
 from app.ops import loops
 from app.ops.declaration import Plan
 from app.ops.errors import SpecError
+from app.ops.raw import as_raw
 from app.ops.transpose import OP, transpose
 from app.registry import REGISTRY
+from tensor_ops_wire.dtypes import BFLOAT16
 from tests.ops.movement_support import (
     BENCHMARK_DTYPES,
     ELEMENT_TYPES,
@@ -91,6 +93,70 @@ def test_blocks_transposed_in_the_registers(
     of 4 KiB (tiles a line tall, a column of blocks after another): the same bits."""
     arg = sample(np.dtype(dtype), shape, seed=11)
     if offset:  # the tensor at an odd address, as a body's member may be
+        buffer = np.zeros(arg.nbytes + offset, np.uint8)
+        moved = buffer[offset:].view(arg.dtype).reshape(shape)
+        moved[...] = arg
+        arg = moved
+    assert loops.wait_compiled(120)
+    assert_same_bits(transpose(arg, order), np.transpose(arg, order).copy())
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "int64"])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 64, 64), (1, 128, 256), (2, 64, 130), (3, 96, 67), (1, 200, 64), (2, 130, 300),
+     (1, 64, 1), (1, 1, 64), (1, 5, 7), (1, 70, 3), (1, 3, 70), (4, 32, 16), (1, 257, 129)],
+)  # fmt: skip
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_line_tiles(dtype: str, shape: tuple[int, int, int], offset: int) -> None:
+    """The tiles of one cache line a side (``transpose_tiles`` with ``lines`` set): whole
+    tiles, the columns past the last whole tile, the rows above the first band (the target at
+    ``offset`` elements past a line's start) and below the last, target rows a whole number of
+    lines long (streamed) or not (regular stores), batches, sides shorter than a tile, each
+    element width: the same bits as NumPy's transpose."""
+    assert loops.wait_compiled(120)
+    compiled = loops.ready_module()
+    assert compiled is not None
+    arg = sample(np.dtype(dtype), shape, seed=13)
+    buffer = np.zeros(arg.size + 64, arg.dtype)
+    out = buffer[offset : offset + arg.size].reshape(shape[0], shape[2], shape[1])
+    compiled.transpose_tiles(as_raw(arg).reshape(-1), as_raw(out).reshape(-1), *shape,
+                             0, 0, 0, 1)  # fmt: skip
+    assert_same_bits(out, np.transpose(arg, (0, 2, 1)).copy())
+    assert not buffer[:offset].any() and not buffer[offset + arg.size :].any()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "shape", "order"),
+    [("float32", (2, 1024, 1032), (0, 2, 1)), ("int8", (4096, 2100), (1, 0)),
+     ("float64", (1024, 1025), (1, 0)), ("bfloat16", (2, 2, 1024, 1040), (0, 1, 3, 2))],
+)  # fmt: skip
+def test_large_transposes_in_line_tiles(
+    dtype: str, shape: tuple[int, ...], order: tuple[int, ...]
+) -> None:
+    """An output of 8 MiB or more whose rows are whole lines, 512 bytes or more, goes in tiles
+    of one line a side, written by non-temporal stores: the same bits."""
+    assert loops.wait_compiled(120)
+    arg = sample(np.dtype(dtype) if dtype != "bfloat16" else BFLOAT16, shape, seed=14)
+    assert_same_bits(run(arg, np.array(order)), np.transpose(arg, order).copy())
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "int64"])
+@pytest.mark.parametrize(
+    ("shape", "order"),
+    [((64, 1000), (1, 0)), ((2, 64, 21, 100), (0, 2, 3, 1)), ((3, 16, 999), (0, 2, 1)),
+     ((32, 130), (1, 0)), ((8, 16, 16), (0, 2, 1)), ((128, 70), (1, 0)), ((192, 4), (1, 0))],
+)  # fmt: skip
+@pytest.mark.parametrize("offset", [0, 1])
+def test_short_target_rows(
+    dtype: str, shape: tuple[int, ...], order: tuple[int, ...], offset: int
+) -> None:
+    """Target rows a whole number of lines, 64 elements or fewer (NCHW -> NHWC's channels):
+    square tiles of 64 elements, a column of blocks after another; sides that are multiples of
+    the tile's and sides that are not, longer rows beside them (the other tiles), batches, a
+    source at an odd address: the same bits."""
+    arg = sample(np.dtype(dtype), shape, seed=15)
+    if offset:
         buffer = np.zeros(arg.nbytes + offset, np.uint8)
         moved = buffer[offset:].view(arg.dtype).reshape(shape)
         moved[...] = arg
