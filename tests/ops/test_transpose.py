@@ -73,6 +73,16 @@ def test_large_tensors_tile_by_tile(
     assert_same_bits(run(arg, np.array(order)), np.transpose(arg, order).copy())
 
 
+def shifted(arg: npt.NDArray[Any], offset: int) -> npt.NDArray[Any]:
+    """``arg``'s copy ``offset`` bytes past an aligned address (as a body's member may be)."""
+    if not offset:
+        return arg
+    buffer = np.zeros(arg.nbytes + offset, np.uint8)
+    moved = buffer[offset:].view(arg.dtype).reshape(arg.shape)
+    moved[...] = arg
+    return moved
+
+
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "int64"])
 @pytest.mark.parametrize(
     ("shape", "order"),
@@ -91,12 +101,7 @@ def test_blocks_transposed_in_the_registers(
     element at a time: sides that are multiples of the block's and sides that are not, sides
     shorter than a block, tiles' edges, batches, a source at an odd address, rows of a multiple
     of 4 KiB (tiles a line tall, a column of blocks after another): the same bits."""
-    arg = sample(np.dtype(dtype), shape, seed=11)
-    if offset:  # the tensor at an odd address, as a body's member may be
-        buffer = np.zeros(arg.nbytes + offset, np.uint8)
-        moved = buffer[offset:].view(arg.dtype).reshape(shape)
-        moved[...] = arg
-        arg = moved
+    arg = shifted(sample(np.dtype(dtype), shape, seed=11), offset)
     assert loops.wait_compiled(120)
     assert_same_bits(transpose(arg, order), np.transpose(arg, order).copy())
 
@@ -155,12 +160,7 @@ def test_short_target_rows(
     square tiles of 64 elements, a column of blocks after another; sides that are multiples of
     the tile's and sides that are not, longer rows beside them (the other tiles), batches, a
     source at an odd address: the same bits."""
-    arg = sample(np.dtype(dtype), shape, seed=15)
-    if offset:
-        buffer = np.zeros(arg.nbytes + offset, np.uint8)
-        moved = buffer[offset:].view(arg.dtype).reshape(shape)
-        moved[...] = arg
-        arg = moved
+    arg = shifted(sample(np.dtype(dtype), shape, seed=15), offset)
     assert loops.wait_compiled(120)
     assert_same_bits(transpose(arg, order), np.transpose(arg, order).copy())
 
