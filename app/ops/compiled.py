@@ -127,6 +127,113 @@ def _width(typingctx: Any, array: Any) -> Any:
     return types.uint64(array), codegen
 
 
+def _gather_lane_count(bits: int) -> int:
+    """The lanes of one vector gather of elements of ``bits``: 16 (32-bit words gathered, a
+    512-bit vector), 8 for 8-byte elements."""
+    return 8 if bits == 64 else 16
+
+
+class _VectorAddresses(ir.Instruction):  # type: ignore[misc]
+    """``getelementptr`` of one pointer by a vector of indices: the vector of the elements'
+    pointers (llvmlite's builder takes scalar indices only). One base and 32-bit indices let
+    x86 gather by 32-bit offsets (``vpgatherdd``): 16 lanes to an instruction."""
+
+    def __init__(self, parent: Any, pointer: Any, indices: Any, lanes: int) -> None:
+        kind = ir.VectorType(pointer.type, lanes)
+        super().__init__(parent, kind, "getelementptr", [pointer, indices])
+
+    def descr(self, buf: list[str]) -> None:
+        pointer, indices = self.operands
+        buf.append(
+            f"getelementptr inbounds {pointer.type.pointee}, {pointer.type} "
+            f"{pointer.get_reference()}, {indices.type} {indices.get_reference()}\n"
+        )
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _gather_lanes(
+    typingctx: Any,
+    source: Any,
+    base: Any,
+    limit: Any,
+    end: Any,
+    indices: Any,
+    k: Any,
+    wrap: Any,
+    out: Any,
+    o: Any,
+) -> Any:
+    """One vector gather (``llvm.masked.gather``): the lanes' worth of ``out`` from ``out[o]``
+    on (``_gather_width``) set to ``source[base + position]`` for the positions of
+    ``indices[k:k + lanes]`` below ``limit``, and to 0 for the others. A negative value of a
+    signed index type gets ``wrap`` added (``_take_loop``'s rule); an unsigned type's values are
+    positions as they are. Worked on in lanes of the index type's width: 32-bit indices need
+    ``end`` at most 2**31 (the lanes' offsets are signed). Elements of 1 and 2 bytes are
+    gathered as 32-bit words at their address (x86 reads a word at any byte) and cut to their
+    width: ``limit`` is where a word would reach past ``source`` (``_word_limit``). Returns the
+    lanes, a bit each, whose position is in ``[limit, end)``: left to the caller."""
+    bits = out.dtype.bitwidth
+    lanes = _gather_lane_count(bits)
+    index_bits = indices.dtype.bitwidth
+    signed = indices.dtype.signed
+    word_bits = max(32, bits)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(32)
+        lane = ir.IntType(index_bits)
+        vector = ir.VectorType(lane, lanes)
+        zeros = ir.Constant(vector, [0] * lanes)
+        undefined = ir.Constant(vector, ir.Undefined)
+        first = ir.Constant(ir.VectorType(word, lanes), [0] * lanes)
+
+        def splat(value: Any) -> Any:
+            if index_bits < 64:
+                value = builder.trunc(value, lane)
+            one = builder.insert_element(undefined, value, word(0))
+            return builder.shuffle_vector(one, undefined, first)
+
+        source_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        index_data = context.make_array(signature.args[4])(context, builder, args[4]).data
+        out_data = context.make_array(signature.args[7])(context, builder, args[7]).data
+        at = builder.bitcast(builder.gep(index_data, [args[5]]), vector.as_pointer())
+        values = builder.load(at, align=1)
+        if signed:
+            negative = builder.icmp_signed("<", values, zeros)
+            values = builder.add(values, builder.select(negative, splat(args[6]), zeros))
+        inside = builder.icmp_unsigned("<", values, splat(args[3]))
+        readable = builder.icmp_unsigned("<", values, splat(args[2]))
+        addresses = _VectorAddresses(builder.block, builder.gep(source_data, [args[1]]), values,
+                                     lanes)  # fmt: skip
+        builder._insert(addresses)
+        loaded = ir.VectorType(ir.IntType(word_bits), lanes)
+        pointers = builder.bitcast(addresses, ir.VectorType(loaded.element.as_pointer(), lanes))
+        flags = ir.VectorType(ir.IntType(1), lanes)
+        function_type = ir.FunctionType(loaded, [pointers.type, word, flags, loaded])
+        name = f"llvm.masked.gather.v{lanes}i{word_bits}.v{lanes}p0i{word_bits}"
+        gather = cgutils.get_or_insert_function(builder.module, function_type, name)
+        got = builder.call(gather, [pointers, word(1), readable, ir.Constant(loaded, [0] * lanes)])
+        element = ir.VectorType(ir.IntType(bits), lanes)
+        if bits < word_bits:
+            got = builder.trunc(got, element)
+        target = builder.bitcast(builder.gep(out_data, [args[8]]), element.as_pointer())
+        builder.store(got, target, align=1)
+        left = builder.and_(inside, builder.not_(readable))
+        return builder.zext(builder.bitcast(left, ir.IntType(lanes)), ir.IntType(64))
+
+    return types.uint64(source, base, limit, end, indices, k, wrap, out, o), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _gather_width(typingctx: Any, out: Any) -> Any:
+    """The lanes of ``_gather_lanes`` into ``out`` (uint64), a constant of the compiled code."""
+    lanes = _gather_lane_count(out.dtype.bitwidth)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return context.get_constant(types.uint64, lanes)
+
+    return types.uint64(out), codegen
+
+
 def _block_lanes(bits: int) -> int:
     """The elements of ``bits`` bits in the register ``_transpose_block`` moves a block's row in:
     16 bytes for elements of 1 and 2 bytes (16 x 16 and 8 x 8 blocks), 32 for 4 and 8 bytes (8 x
@@ -328,6 +435,61 @@ TAKE_CHUNK = 1 << 16
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _word_limit(total: Any, base: Any, end: Any, width: Any) -> Any:  # pragma: no cover
+    """The positions from ``source[base]`` on (below ``end``) that ``_gather_lanes`` may read
+    as a 32-bit word within the ``total`` elements of ``source``: all of them for elements of 4
+    and 8 bytes; for narrower ones, those whose word ends by the array's last byte."""
+    u = np.uint64
+    if width >= u(4):
+        return end
+    room = (total - base) * width
+    if room < u(4):
+        return u(0)
+    return min(end, (room - u(4)) // width + u(1))
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _take_run(
+    source: Any,
+    indices: Any,
+    out: Any,
+    base: Any,
+    first: Any,
+    last: Any,
+    at: Any,
+    to: Any,
+    end: Any,
+    limit: Any,
+    wrap: Any,
+) -> None:  # pragma: no cover - compiled
+    """``out[to + k] = source[base + position]`` for ``k`` in ``[first, last)``, the position
+    that of ``indices[at + k]`` by ``_take_loop``'s rule (0 outside ``[0, end)``): a vector
+    gather a ``_gather_width`` of them (on x86; 32-bit indices while ``end`` is at most 2**31),
+    its lanes at ``[limit, end)`` (``_word_limit``) and the last few one by one."""
+    u = np.uint64
+    lanes = _gather_width(out)
+    k = first
+    if _X86 and (_width(indices) == u(8) or end <= u(1 << 31)):
+        while k + lanes <= last:
+            left = _gather_lanes(source, base, limit, end, indices, at + k, wrap, out, to + k)
+            if left:
+                for e in range(k, k + lanes):
+                    value = np.int64(indices[at + e])
+                    value += (value >> 63) & wrap
+                    if u(value) < end:
+                        out[to + e] = source[base + u(value)]
+            k += lanes
+    for e in range(k, last):
+        value = np.int64(indices[at + e])
+        value += (value >> 63) & wrap
+        position = u(value)
+        if position < end:
+            out[to + e] = source[base + position]
+        else:
+            out[to + e] = 0
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _take_by_positions(
     source: Any,
     indices: Any,
@@ -344,6 +506,8 @@ def _take_by_positions(
     end = u(length)
     span = u(count)
     per = u(outer)
+    total = u(source.size)
+    width = _width(out)
     positions = np.empty(min(span, u(TAKE_CHUNK)), np.uint32)
     for batch in range(u(batches)):
         idx = indices[batch * span : (batch + u(1)) * span]
@@ -357,12 +521,13 @@ def _take_by_positions(
                 positions[k - first] = np.uint32(value)
             inside = outside == u(0)
             for row in range(batch * per, (batch + u(1)) * per):
+                if inside:
+                    limit = _word_limit(total, row * end, end, width)
+                    _take_run(source, positions, out, row * end, u(0), last - first, u(0),
+                              row * span + first, end, limit, u(0))  # fmt: skip
+                    continue
                 src = source[row * end : (row + u(1)) * end]
                 dst = out[row * span + first : row * span + last]
-                if inside:
-                    for k in range(last - first):
-                        dst[k] = src[u(positions[k])]
-                    continue
                 for k in range(last - first):
                     value = np.int64(idx[first + k])
                     value += (value >> 63) & wrap
@@ -391,14 +556,21 @@ def _take_loop(
 
     ``line`` > 0: the next row's cache lines (``line`` elements each) are prefetched while a row
     is gathered, one every few indices: its elements are read in index order, which the CPU's
-    own prefetcher cannot follow. (Each row works on its own slices of the three arrays: fewer
-    values live in the inner loop, none of them spilled to the stack.)
+    own prefetcher cannot follow.
+
+    On x86 the elements are taken by vector gathers (``_take_run``): 16 indices at a time (8
+    for 8-byte elements) read, wrapped and tested as a vector and the elements gathered by one
+    instruction, masked to the positions in range (the others zeros): reading, wrapping and
+    testing each index one at a time cost more than its element's move (the loop alone, 64
+    MiB, inner axis, int32 indices: GatherElements 1.3x (float32) and 2.0x (int8) faster,
+    Gather of float32 1.2x). Elements of 1 and 2 bytes are gathered as the 32-bit words at
+    their addresses, a position whose word would reach past the source's end taken alone.
 
     Elements of 1 and 2 bytes, several rows to a batch: the indices are read ``TAKE_CHUNK`` at a
     time into positions (uint32) once for all the batch's rows; where all of a chunk's are in
-    range, each row takes its elements at them with nothing else done per element (reading,
-    wrapping and testing an index cost several times the move of a byte). A chunk with one out
-    of range goes element by element as above.
+    range, each row takes its elements at them by the vector gathers (1.15x faster than one by
+    one: a gather moves about one element every 0.2 ns in the cache, as byte loads do). A
+    chunk with one out of range goes element by element as above.
     """
     u = np.uint64
     end = u(length)
@@ -409,28 +581,26 @@ def _take_loop(
         _take_by_positions(source, indices, out, batches, outer, length, count, wrap)
         return
     lines = (end + u(line) - u(1)) // u(line) if line else u(0)
-    step = max(u(1), span // lines) if lines else span
+    # Whole vector gathers to a step; the next row's lines prefetched as far as the share of
+    # the row's indices done.
+    lanes = _gather_width(out)
+    step = (max(u(1), span // lines) + lanes - u(1)) // lanes * lanes if lines else span
     for row in range(u(batches) * per):
         batch = row // per
-        src = source[row * end : (row + u(1)) * end]
-        idx = indices[batch * span : (batch + u(1)) * span]
-        dst = out[row * span : (row + u(1)) * span]
-        ahead = (row + u(1)) * end
+        start = row * end
+        limit = _word_limit(total, start, end, _width(out))
+        ahead = start + end
         stop = min(ahead + end, total) if lines else ahead
         j = u(0)
         while j < span:
             last = min(span, j + step)
-            if ahead < stop:
-                _prefetch(source, ahead)
-                ahead += u(line)
-            for k in range(j, last):
-                value = np.int64(idx[k])
-                value += (value >> 63) & wrap
-                position = u(value)
-                if position < end:
-                    dst[k] = src[position]
-                else:
-                    dst[k] = 0
+            if lines:
+                reach = min(stop, start + end + last * lines // span * u(line))
+                while ahead < reach:
+                    _prefetch(source, ahead)
+                    ahead += u(line)
+            _take_run(source, indices, out, start, j, last, batch * span, row * span, end, limit,
+                      wrap)  # fmt: skip
             j = last
 
 

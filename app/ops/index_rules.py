@@ -46,11 +46,16 @@ def check_in_bounds(
 ) -> None:
     """Refuse any value of ``indices`` outside ``[0, length - 1]`` (negative ones too): the first
     one found, its place in ``indices`` and its value given to ``refusal`` for the op's words.
-    The least and greatest values are compared first; only a refusal looks further."""
+    The greatest value is compared first (of a signed type, as the unsigned type of its width:
+    a negative value reads as one of 2**(bits - 1) or more, out of range; one pass, where the
+    least and the greatest values took two); only a refusal looks further."""
     if indices.size == 0:
         return
-    low, high = int(indices.min()), int(indices.max())
-    if low >= 0 and high < length:
+    dtype = indices.dtype
+    if dtype.kind == "i" and length <= 1 << (8 * dtype.itemsize - 1):
+        if int(indices.view(dtype.str.replace("i", "u")).max()) < length:
+            return
+    elif int(indices.min()) >= 0 and int(indices.max()) < length:
         return
     found = _first_outside(indices.reshape(-1, 1), (length,), negative=False, rows=_CHUNK)
     if found is None:  # pragma: no cover - an extreme is out of bounds

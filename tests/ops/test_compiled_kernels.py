@@ -9,8 +9,10 @@ runs its kernel from the plan its plan function made. The loops are compiled onc
 for fixed signatures, and cached on disk.
 """
 
+import ctypes
 import importlib
 import itertools
+import mmap
 from typing import Any
 
 import ml_dtypes
@@ -212,6 +214,135 @@ def test_unsigned_indices_compare_as_unsigned() -> None:
         top = np.iinfo(index_type).max
         indices = np.array([top, top // 2 + 1, 4, 0], dtype=index_type)
         assert gather(data, indices, 0).tolist() == [0, 0, 5, 1]
+
+
+# --- take's vector gathers ---------------------------------------------------------------------
+
+#: The counts of indices a row: none, fewer than a gather's lanes, whole gathers of 8 and 16
+#: lanes, and whole gathers with tails.
+VECTOR_COUNTS = [0, 1, 7, 8, 15, 16, 17, 33, 40, 63]
+
+
+def reference_take(
+    source: Array, indices: Array, batches: int, outer: int, length: int, count: int, wrap: int
+) -> Array:
+    """``compiled.take``'s rule in NumPy: a negative value of the index view gets ``wrap`` added;
+    a position outside ``[0, length)`` gives a zero."""
+    rows = source.reshape(batches, outer, length)
+    values = indices.reshape(batches, count).astype(np.int64)
+    positions = values + np.where(values < 0, np.int64(wrap), np.int64(0))
+    inside = (positions >= 0) & (positions < length)
+    out = np.zeros((batches, outer, count), source.dtype)
+    for batch in range(batches):
+        taken = rows[batch][:, np.where(inside[batch], positions[batch], 0)]
+        out[batch] = np.where(inside[batch], taken, 0)
+    return out.reshape(-1)
+
+
+def index_views(rng: np.random.Generator, size: int, length: int) -> list[tuple[Array, int]]:
+    """The index views take is called with, and their ``wrap``: int32 and int64 (from the end),
+    uint32 viewed as int32 (2**32) and uint64 viewed as int64 (0), each with the edges of the
+    range and of the type among values in and around it."""
+    views = []
+    for kind in (np.int32, np.int64, np.uint32, np.uint64):
+        info = np.iinfo(kind)
+        low = -length - 2 if info.min < 0 else 0
+        values = rng.integers(low, length + 2, size).astype(kind)
+        edges = np.array([0, length - 1, length, info.max, info.min, max(info.min, -1)], kind)
+        if size:
+            picked = rng.random(size) < 0.2
+            values[picked] = edges[rng.integers(0, edges.size, int(picked.sum()))]
+        if info.min < 0:
+            views.append((values, length))
+        else:
+            signed = values.view(np.int32 if kind == np.uint32 else np.int64)
+            views.append((signed, 1 << 32 if kind == np.uint32 else 0))
+    return views
+
+
+def placed(values: Array, offset: int) -> Array:
+    """``values`` copied into a buffer at byte ``offset``: misaligned for any offset not a
+    multiple of the width, and nothing readable past their end."""
+    buffer = np.empty(values.nbytes + offset, np.uint8)
+    copy = buffer[offset:].view(values.dtype)
+    copy[...] = values
+    return copy
+
+
+@pytest.mark.parametrize("width", [np.uint8, np.uint16, np.uint32, np.uint64], ids=name_of)
+@pytest.mark.parametrize("per", [1, 3])
+def test_vector_gathers_take_every_index_type_and_tail(width: Any, per: int) -> None:
+    """``compiled.take`` by vector gathers against the NumPy rule: each width, every index view,
+    rows of one element to some gathers' worth, counts with and without tails, sources at odd
+    addresses, prefetching or not; with ``per`` rows a batch, narrow elements go through the
+    chunk's positions (all in range: a second call with every index in range)."""
+    rng = np.random.default_rng(np.dtype(width).itemsize * 10 + per)
+    for length, count, batches, offset, line in itertools.product(
+        [1, 2, 3, 5, 19, 64], VECTOR_COUNTS, [1, 2], [0, 1, 3], [0, 4]
+    ):
+        source = placed(random_data(rng, (batches * per * length,), width), offset)
+        for indices, wrap in index_views(rng, batches * count, length):
+            inside = rng.integers(0, length, batches * count).astype(indices.dtype)
+            for chosen in (indices, inside):
+                wanted = reference_take(source, chosen, batches, per, length, count, wrap)
+                out = np.full(wanted.size, 7, width)
+                compiled.take(source, chosen, out, batches, per, length, count, wrap, line)
+                assert_same_bits(out, wanted)
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mprotect"), reason="no mprotect")
+@pytest.mark.parametrize("width", [np.uint8, np.uint16], ids=name_of)
+def test_narrow_gathers_never_read_past_the_source(width: Any) -> None:
+    """A 1- or 2-byte element is gathered as the 32-bit word at its address: the last positions
+    of the source (their word would reach past its end) are read alone. The source is a page
+    followed by a page made unreadable (a word read past the source would crash the test);
+    every gather's lanes name the source's last elements."""
+    page = mmap.PAGESIZE
+    mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+    region = mmap.mmap(-1, 2 * page)
+    whole = np.frombuffer(region, np.uint8)
+    guard = ctypes.c_void_p(whole.ctypes.data + page)
+    assert mprotect(guard, ctypes.c_size_t(page), 0) == 0  # PROT_NONE
+    try:
+        rng = np.random.default_rng(5)
+        source = whole[:page].view(width)
+        source[...] = random_data(rng, source.shape, width)
+        total = source.size
+        for per, length in ((1, total), (4, total // 4)):
+            ends = np.arange(length - 4, length)
+            indices = np.concatenate([ends, ends - length] * 6)  # some counted from the end
+            for index_type in (np.int32, np.int64):
+                chosen = indices.astype(index_type)
+                wanted = reference_take(source, chosen, 1, per, length, chosen.size, length)
+                out = np.zeros(wanted.size, width)
+                compiled.take(source, chosen, out, 1, per, length, chosen.size, length, 0)
+                assert_same_bits(out, wanted)
+    finally:
+        assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
+
+
+@pytest.mark.parametrize("dtype", ALL_TYPES, ids=name_of)
+@pytest.mark.parametrize("index_type", [np.int32, np.int64], ids=name_of)
+def test_gather_elements_along_the_last_axis_by_vector_gathers(dtype: Any, index_type: Any) -> None:
+    """GatherElements along the last axis (one row of indices a row of data, through the
+    vector gathers): every element type, odd row lengths and counts, the row's last element,
+    inputs strided and misaligned, ``out`` given or not."""
+    from app.ops.gather_elements import gather_elements  # noqa: PLC0415
+
+    rng = np.random.default_rng(np.dtype(dtype).num)
+    for rows, length, count in ((1, 1, 1), (3, 5, 17), (4, 33, 40), (2, 300, 63)):
+        data = random_data(rng, (rows, 2 * length), dtype)[:, ::2]  # strided
+        indices = rng.integers(0, length, (rows, count)).astype(index_type)
+        indices[:, 0] = length - 1
+        indices[:, -1] = length - 1
+        wide = np.zeros((rows, length), dtype)
+        wide[...] = data
+        wanted = np.take_along_axis(wide, indices.astype(np.int64), axis=1)
+        assert_same_bits(gather_elements(data, indices, -1), wanted)
+        misaligned = placed(wide.reshape(-1), 1).reshape(wide.shape)
+        given = np.empty(wanted.shape, dtype)
+        assert gather_elements(misaligned, indices, 1, out=given) is given
+        assert_same_bits(given, wanted)
 
 
 @pytest.mark.parametrize("dtype", ALL_TYPES, ids=name_of)

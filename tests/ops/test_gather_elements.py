@@ -21,6 +21,7 @@ from openvino import op as ov_op
 
 from app.ops.errors import SpecError
 from app.ops.gather_elements import OP, gather_elements, gather_elements_plan
+from app.ops.index_rules import check_in_bounds
 from tests.cases import DATA_TYPES, make_data, raw, special_bits
 from tests.ops.movement_support import (
     BENCHMARK_DTYPES,
@@ -235,6 +236,35 @@ def test_gather_elements_matches_openvino() -> None:
             failures.append(number)
     assert sent >= DIFFERENTIAL_CASES * 3 // 4
     assert not failures, f"OpenVINO disagreed on {failures} ({sent} sent, {agreed} agreed)"
+
+
+@pytest.mark.parametrize("dtype", ["<i1", "<i2", "<i4", ">i4", "<i8", ">i8", "<u4", ">u8"])
+def test_bounds_are_checked_by_one_greatest_value(dtype: str) -> None:
+    """``check_in_bounds`` compares a signed type's greatest value as the unsigned type of its
+    width (a negative value reads as 2**(bits - 1) or more): every value at the edges of
+    ``[0, length - 1]`` and of the type, either byte order, strided; a length past the type's
+    positive half (where a negative value's unsigned reading could be in range) checked by the
+    least and greatest values as they are."""
+    info = np.iinfo(np.dtype(dtype))
+    refused: list[tuple[list[int], int]] = []
+
+    def refusal(place: list[int], value: int) -> SpecError:
+        refused.append((place, value))
+        return SpecError("indices", "out")
+
+    lengths = [1, 5, 127, int(info.max), int(info.max) + 1, 1 << 40]
+    for length in lengths:
+        inside = np.array([0, min(length - 1, int(info.max))] * 3, dtype)[::2]
+        check_in_bounds(inside, length, refusal)
+        outside = [length, -1, int(info.min), -length, int(info.max)]
+        for value in outside:
+            if info.min <= value <= info.max and not 0 <= value < length:
+                indices = np.zeros(7, dtype)
+                indices[5] = value
+                refused.clear()
+                with pytest.raises(SpecError):
+                    check_in_bounds(indices[::1], length, refusal)
+                assert refused == [([5], value)]
 
 
 # --- tests/benchmarks/bench_kernels.py's case ------------------------------------------------
