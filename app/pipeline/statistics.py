@@ -100,15 +100,18 @@ class Statistics:
             self._flush_timer.cancel()
             self._flush_timer = None
         for model, tally in self._tallies.items():
+            # The time of the last inference first: another worker reading between these writes
+            # then never sees a request counted without its time (with several workers each
+            # write lands in a file at once; a gauge's first one creates its file, milliseconds).
+            if tally.last:
+                _last(model).set(tally.last)
+                tally.last = 0.0
             for index, stage in enumerate(STAGES):
                 if tally.counts[index]:
                     count, seconds = _children(model, stage)
                     count.inc(tally.counts[index])
                     seconds.inc(tally.ns[index] * _NS)
                     tally.counts[index] = tally.ns[index] = 0
-            if tally.last:
-                _last(model).set(tally.last)
-                tally.last = 0.0
 
     def succeeded(
         self, model: Model, total: int, queue: int, compute_input: int, infer: int
