@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from tritonclient.utils import InferenceServerException
 
+from app.pipeline.statistics import FLUSH_AFTER
 from app.registry import REGISTRY, versions
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tests.support import (
@@ -477,6 +478,12 @@ def test_statistics_are_summed_over_two_workers(tmp_path: Path) -> None:
                 break
             assert time.monotonic() < deadline, (over_http, server_output(process)[-3000:])
             time.sleep(0.1)
+        # The read that saw the last count may have come in the middle of that worker's flush
+        # (its writes land in several files, one by one): read once more when it is surely over.
+        time.sleep(2 * FLUSH_AFTER)
+        with httpclient.InferenceServerClient(url.removeprefix("http://")) as fresh:
+            over_http = _roll_stats(fresh)
+        counted = over_http["inference_stats"]
         assert over_http["inference_count"] == successes
         assert over_http["execution_count"] == successes
         assert counted["success"]["count"] == successes
