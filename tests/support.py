@@ -186,9 +186,11 @@ def address(url: str) -> tuple[str, int]:
 
 def send_and_read(url: str, request: bytes, until: bytes, timeout: float = 10) -> bytes:
     """``request`` sent as it is on a new connection to ``url``'s host and port, then what comes
-    back until ``until`` is in it or the server closes the connection."""
+    back until ``until`` is in it or the server closes the connection (a server may answer and
+    close before the whole request is sent: its answer is read all the same)."""
     with socket.create_connection(address(url), timeout=timeout) as connection:
-        connection.sendall(request)
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            connection.sendall(request)
         answer = b""
         while until not in answer:
             piece = connection.recv(65536)

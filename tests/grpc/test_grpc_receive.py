@@ -41,6 +41,7 @@ from tests.support import (
     free_port,
     launch_server,
     malloc_env,
+    send_and_read,
     server_output,
     stop_server,
     v2_binary_body,
@@ -427,30 +428,16 @@ def _sent_whole(url: str, body: bytes) -> str:
     """The status of ``POST /v2/models/roll/infer`` with ``body`` sent whole as fast as the
     socket takes it, then the answer read (httpx takes 15-20 s to send 300 MiB: it slices what
     is left of the body after each send)."""
-    host, port = httpx.URL(url).host, httpx.URL(url).port
-    with socket.create_connection((host, port), timeout=30) as connection:
-        head = (
-            "POST /v2/models/roll/infer HTTP/1.1\r\nhost: test\r\n"
-            f"authorization: Bearer {KEY}\r\ncontent-type: application/json\r\n"
-            f"content-length: {len(body)}\r\n\r\n"
-        )
-        connection.sendall(head.encode("ascii"))
-        view = memoryview(body)
-        try:
-            for start in range(0, len(body), MiB):
-                connection.sendall(view[start : start + MiB])
-        except OSError:
-            pass  # refused and closed before the whole body: the answer is waiting all the same
-        answer = b""
-        while b"\r\n" not in answer:
-            piece = connection.recv(4096)
-            if not piece:
-                break
-            answer += piece
+    head = (
+        "POST /v2/models/roll/infer HTTP/1.1\r\nhost: test\r\n"
+        f"authorization: Bearer {KEY}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    )
+    answer = send_and_read(url, head.encode("ascii") + body, b"\r\n", timeout=30)
     return (
         answer.split(b" ", 2)[1].decode("ascii")
         if answer.startswith(b"HTTP/1.1 ")
-        else answer.decode()
+        else answer.decode(errors="replace")
     )
 
 
