@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import time
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +145,17 @@ _CALL_ENDED_BY_PEER = (
 )
 
 
+#: The gRPC call whose answer is on its way in this task (a unary answer, sent by gRPC with the
+#: call's status once the handler has returned it): its observation, so that gRPC's record of
+#: that send failing marks it CANCELLED before its line is written.
+ANSWER_ON_ITS_WAY: ContextVar["Observation | None"] = ContextVar("answer_on_its_way", default=None)
+
+
 class CallEndedByPeer(logging.Filter):
     """Drops gRPC's error record of a send that failed because the call had already ended
-    (``_CALL_ENDED_BY_PEER``): a client's cancel is logged once, as its access line."""
+    (``_CALL_ENDED_BY_PEER``): a client's cancel is logged once, as its access line, which the
+    record marks CANCELLED when it is about a call of ``ANSWER_ON_ITS_WAY`` (gRPC writes it in
+    the call's own task)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.name.startswith("grpc"):
@@ -155,7 +164,12 @@ class CallEndedByPeer(logging.Filter):
             message = record.getMessage()
         except Exception:  # a library's record whose arguments do not fit its message
             return True
-        return not message.startswith(_CALL_ENDED_BY_PEER)
+        if not message.startswith(_CALL_ENDED_BY_PEER):
+            return True
+        seen = ANSWER_ON_ITS_WAY.get()
+        if seen is not None:
+            seen.status = "CANCELLED"
+        return False
 
 
 def cut(text: str, most: int) -> str:

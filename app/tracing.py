@@ -27,6 +27,7 @@ import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -440,6 +441,8 @@ def grpc_spans(route: str, handle: Handler, fault_key: str) -> Handler:
         parent = _parent(context.invocation_metadata() or ())
         span = tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span, parent))
+        ends = _SpanEnd(span)
+        _CALL_SPAN.set(ends)
         try:
             return await handle(request, context)
         except asyncio.CancelledError:
@@ -457,9 +460,35 @@ def grpc_spans(route: str, handle: Handler, fault_key: str) -> Handler:
             raise
         finally:
             otel_context.detach(token)
-            span.end()
+            if not ends.with_call:
+                span.end()
 
     return traced
+
+
+class _SpanEnd:
+    """A gRPC call's server span, and whether it ends with the call (``end_with_call``)."""
+
+    __slots__ = ("span", "with_call")
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.with_call = False
+
+
+#: The server span of the gRPC call this task serves (``grpc_spans``).
+_CALL_SPAN: ContextVar[_SpanEnd | None] = ContextVar("call_span", default=None)
+
+
+def end_with_call(context: Any) -> None:
+    """The current gRPC call's span, if it has one, ends once the call has ended (``context``'s
+    done callbacks, after those added before this), not when its handler returns: its answer
+    goes out after that, and what its way out says is put on the span first."""
+    ends = _CALL_SPAN.get()
+    if ends is None or ends.with_call:
+        return
+    ends.with_call = True
+    context.add_done_callback(lambda _: ends.span.end())
 
 
 def _metadata_value(context: Any, key: str) -> str | None:

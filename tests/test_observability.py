@@ -224,3 +224,33 @@ def test_the_request_tally_is_in_the_metrics_within_its_flush_time() -> None:
 
     pending, flushed = asyncio.run(main())
     assert (pending, flushed) == (0, 2)
+
+
+def test_grpc_s_record_of_a_failed_send_marks_the_call_on_its_way_cancelled() -> None:
+    """gRPC's error record of an answer's send that failed under a call already ended is left
+    out, and the call whose answer was on its way in that task (``ANSWER_ON_ITS_WAY``) is
+    marked CANCELLED for its line; any other record, and the same record with no call on its
+    way, changes nothing."""
+    import contextvars  # noqa: PLC0415
+
+    from app.observability import ANSWER_ON_ITS_WAY, CallEndedByPeer, Observation  # noqa: PLC0415
+
+    def record(name: str, message: str) -> logging.LogRecord:
+        return logging.LogRecord(name, logging.ERROR, __file__, 1, message, None, None)
+
+    failed = "ExecuteBatchError raised in core by servicer method [/x/ModelInfer]"
+    keeps = CallEndedByPeer()
+
+    def in_a_call(name: str, message: str) -> tuple[bool, str | int]:
+        seen = Observation("id-1", "OK")
+        ANSWER_ON_ITS_WAY.set(seen)
+        return keeps.filter(record(name, message)), seen.status
+
+    assert contextvars.copy_context().run(in_a_call, "grpc._cython.cygrpc", failed) == (
+        False,
+        "CANCELLED",
+    )
+    assert contextvars.copy_context().run(in_a_call, "grpc._cython.cygrpc", "other") == (True, "OK")
+    assert contextvars.copy_context().run(in_a_call, "somebody.else", failed) == (True, "OK")
+    # No call on its way in this context: the record is left out all the same.
+    assert contextvars.copy_context().run(keeps.filter, record("grpc.aio", failed)) is False

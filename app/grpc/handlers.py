@@ -4,6 +4,7 @@ its request id, key check, log line and metrics, and its refusals as gRPC status
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ from app.grpc.status import (
     metadata_value,
 )
 from app.grpc.stream import Streams, serve_stream
-from app.observability import Observation
+from app.observability import ANSWER_ON_ITS_WAY, Observation
 
 #: A V2 method: reads its message itself (``receive``), once its key has been checked.
 Call = Callable[[Any, CallNotes], Awaitable[Any]]
@@ -80,9 +81,10 @@ def observed(
     before its message is read, and its refusals as gRPC statuses (the message HTTP's
     ``{"error"}`` would hold, the fault's kind in trailing metadata).
 
-    With ``send``, the answer is written here (the method served as a stream of one answer:
-    the same frames on the wire), held to the minimum send rate, and the log line says how its
-    way out ended: taken (OK), the client gone first (CANCELLED), or not taken at the rate
+    With ``send``, the answer goes out with the call's status (one batch of gRPC's: the method
+    is served client-streaming, its answer unary), is held to the minimum send rate from its
+    hand-over, and the log line, written once the call has ended (``_watch_answer``), says how
+    its way out ended: taken (OK), the client gone first (CANCELLED), or not taken at the rate
     (DEADLINE_EXCEEDED, its connection shut)."""
     route = f"/{SERVICE_NAME}/{method}"
     keys = route_keys(access, route)
@@ -94,6 +96,7 @@ def observed(
         tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, seen.request_id)]
         notes = CallNotes()
         error: ServiceError | None = None
+        logged_at_the_end = False
         try:
             try:
                 if keys is not None:
@@ -117,8 +120,8 @@ def observed(
                     # its time, for an id the client never asked about.
                     context.set_trailing_metadata(tags)
                 if send is not None:
-                    await _send_answer(send, context, response, notes, seen)
-                    return None
+                    _watch_answer(send, context, response, notes, seen, route)
+                    logged_at_the_end = True
                 return response
             code = CODES[error.kind]
             seen.status = code.name
@@ -128,31 +131,59 @@ def observed(
             error = None
             await context.abort(code, message, tuple(tags))
         finally:
-            seen.bytes_in, seen.reserved = notes.received, notes.reserved
-            seen.finish("gRPC", route, route)
+            if not logged_at_the_end:
+                seen.bytes_in, seen.reserved = notes.received, notes.reserved
+                seen.finish("gRPC", route, route)
 
     if tracing.TRACER is None:
         return handle
     return tracing.grpc_spans(route, handle, FAULT_KEY)  # each call in a server span
 
 
-async def _send_answer(
-    send: SendWatch, context: Any, message: bytes, notes: CallNotes, seen: Observation
+#: Answers longer than this (bytes) outgrow a connection's first flow-control window (64 KiB):
+#: gRPC sends them as the client takes them, so the bytes written to the connection are counted
+#: from their hand-over, to tell a call ended under its answer (``_watch_answer``).
+COUNTED_FROM = 64 * 1024
+
+
+def _watch_answer(
+    send: SendWatch,
+    context: Any,
+    message: bytes,
+    notes: CallNotes,
+    seen: Observation,
+    route: str,
 ) -> None:
-    """A call's one answer written, watched on its way out (``SendWatch``). A write that
-    fails (gRPC's ``ExecuteBatchError``: the call was ended under it) ends the call as a
-    cancellation: it is the client's doing or its connection's, not a server error."""
-    watch = send.arm(context, len(message), notes.was_cut)
-    try:
-        await context.write(message)
-    except asyncio.CancelledError:
-        seen.status = "CANCELLED" if notes.cut_after is None else "DEADLINE_EXCEEDED"
-        raise
-    except Exception:
-        seen.status = "CANCELLED" if notes.cut_after is None else "DEADLINE_EXCEEDED"
-        raise asyncio.CancelledError from None
-    finally:
+    """A call's one answer, returned to gRPC (which sends it with the call's status), watched
+    on its way out (``SendWatch``); once the call has ended, the watch stopped and the log line
+    written, saying how the answer's way out ended:
+
+    - DEADLINE_EXCEEDED: the watch shut its connection (not taken at the minimum rate);
+    - CANCELLED: the call ended under it, its client or connection gone: gRPC said so (its
+      record of the failed send, ``CallEndedByPeer``, marks ``ANSWER_ON_ITS_WAY``), or, for an
+      answer longer than ``COUNTED_FROM``, fewer bytes than the answer's went to its connection
+      (gRPC stops sending a call's message once it has ended);
+    - OK: otherwise, taken."""
+    watch = send.arm(context, len(message), notes.was_cut, counted=len(message) > COUNTED_FROM)
+    ANSWER_ON_ITS_WAY.set(seen)
+    # The line is written in the call's context (its span current: the line's trace ids).
+    call_context = contextvars.copy_context()
+
+    def finish() -> None:
+        seen.bytes_in, seen.reserved = notes.received, notes.reserved
+        seen.finish("gRPC", route, route)
+
+    def ended(_: Any) -> None:
+        written = None if watch is None else watch.written_whole()
         disarm(watch)
+        if notes.cut_after is not None:
+            seen.status = "DEADLINE_EXCEEDED"
+        elif written is False:
+            seen.status = "CANCELLED"
+        call_context.run(finish)
+
+    context.add_done_callback(ended)
+    tracing.end_with_call(context)  # after the line: it puts the call's status on the span
 
 
 def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
@@ -164,9 +195,11 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
 
     def method(call: Call, name: str, answers_bytes: bool = False) -> Any:
         if answers_bytes:
-            # Served as a stream of one answer, written by the handler itself: its way out
-            # is watched (``observed``'s ``send``). On the wire, a unary call's frames.
-            return grpc.stream_stream_rpc_method_handler(
+            # Its answer is bytes already (no serialiser), sent by gRPC with the call's status
+            # in one batch and watched on its way out (``observed``'s ``send``). An answer the
+            # handler wrote itself (a stream of one answer) took gRPC one batch more a call,
+            # and a small call half its rate (docs/benchmarks.md, gRPC).
+            return grpc.stream_unary_rpc_method_handler(
                 observed(name, call, service.access, service.send_watch)
             )
         return grpc.stream_unary_rpc_method_handler(

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import ipaddress
 import logging
 import os
 import socket
 import struct
+import termios
 from collections.abc import Callable
 from typing import Any
 
@@ -109,6 +111,22 @@ def bytes_acked(sock: socket.socket) -> int | None:
     return acked
 
 
+_QUEUED = struct.Struct("=i")
+
+
+def bytes_written(sock: socket.socket) -> int | None:
+    """The bytes written to a TCP connection so far: those its peer has acknowledged and those
+    still in the socket's send queue (Linux's ``SIOCOUTQ``). None where the kernel does not say."""
+    acked = bytes_acked(sock)
+    if acked is None:
+        return None
+    try:
+        queued = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, bytes(_QUEUED.size))
+    except OSError:
+        return None
+    return acked + int(_QUEUED.unpack(queued)[0])
+
+
 class SendWatch:
     """The minimum send rate of one gRPC server's answers: each answer is watched while gRPC
     sends it. Once it has been on its way a whole ``TENSOR_OPS_RATE_WINDOW``, the connection it
@@ -133,16 +151,24 @@ class SendWatch:
         self._sweep_handle: asyncio.TimerHandle | None = None
 
     def arm(
-        self, context: Any, nbytes: int, cut: Callable[[float], None] | None = None
+        self,
+        context: Any,
+        nbytes: int,
+        cut: Callable[[float], None] | None = None,
+        counted: bool = False,
     ) -> Watch | None:
         """The watch of an answer of ``nbytes`` of the call ``context`` handed to gRPC now;
         the caller cancels it once the answer has been taken. ``cut`` is told the seconds
-        since the hand-over when the watch shuts the connection. None: the rule is off."""
+        since the hand-over when the watch shuts the connection. With ``counted``, the bytes
+        written to the connection are counted from now (``Watch.written_whole``). None: the
+        rule is off."""
         settings = self.settings
         if settings.min_transfer_rate <= 0 or not self.port:
             return None
         loop = asyncio.get_running_loop()
         watch = Watch(self, context, nbytes, cut, loop.time())
+        if counted:
+            watch.count_from_now()
         self.watches.add(watch)
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(settings.rate_window / 4, self._sweep)
@@ -163,7 +189,18 @@ class SendWatch:
 class Watch:
     """One answer on its way out (``SendWatch``)."""
 
-    __slots__ = ("_peer", "acked", "context", "cut", "due", "nbytes", "sock", "started", "watch")
+    __slots__ = (
+        "_peer",
+        "acked",
+        "context",
+        "cut",
+        "due",
+        "nbytes",
+        "sock",
+        "started",
+        "watch",
+        "written",
+    )
 
     def __init__(
         self,
@@ -180,6 +217,8 @@ class Watch:
         self.cut = cut
         self.sock: socket.socket | None = None
         self.acked: int | None = None
+        #: The bytes written to the connection when the answer was handed over (counted ones).
+        self.written: int | None = None
         self.started = now
         #: When it is next looked at: a window after the hand-over, then each window.
         self.due = now + watch.settings.rate_window
@@ -193,6 +232,23 @@ class Watch:
             except Exception:  # a call gRPC has already let go of
                 self._peer = ""
         return self._peer
+
+    def count_from_now(self) -> None:
+        """Find the connection now and note the bytes written to it so far."""
+        self.sock = find_connection(self.peer, self.watch.port)
+        if self.sock is not None:
+            self.written = bytes_written(self.sock)
+
+    def written_whole(self) -> bool | None:
+        """Whether as many bytes as the answer's have been written to its connection since it
+        was handed over (a counted watch, before it is cancelled): False when fewer were,
+        so it cannot all have gone (gRPC stopped sending it: the call ended under it). Other
+        calls' bytes on the same connection count too, so True says only that it may have.
+        None: not counted, or the kernel does not say."""
+        if self.sock is None or self.written is None:
+            return None
+        now = bytes_written(self.sock)
+        return None if now is None else now - self.written >= self.nbytes
 
     def check(self, now: float) -> None:
         settings = self.watch.settings

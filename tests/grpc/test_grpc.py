@@ -376,6 +376,12 @@ async def test_request_id_metrics_and_log_line(stub: Any, caplog: pytest.LogCapt
             call = stub.ModelInfer(request("roll", ROLL), metadata=(("x-request-id", "abc-123"),))
             response = await call
             trailers = dict(await call.trailing_metadata() or ())
+            # The line and the count come once the call has ended on the server's side too
+            # (its answer goes out with its status): the client may see the status first.
+            for _ in range(200):
+                if any(getattr(r, "request_id", None) == "abc-123" for r in caplog.records):
+                    break
+                await asyncio.sleep(0.01)
     finally:
         logging.getLogger("tensor_ops").propagate = False
     assert output_of(response).tolist() == [[2.0, 0.0, 1.0], [5.0, 3.0, 4.0]]
