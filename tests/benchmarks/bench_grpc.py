@@ -6,6 +6,8 @@
     .venv/bin/python tests/benchmarks/bench_grpc.py --only stream  # one stream against unary
     .venv/bin/python tests/benchmarks/bench_grpc.py --env GLIBC_TUNABLES=glibc.malloc.hugetlb=1
                        # and a second service and echo started with that environment, compared
+    .venv/bin/python tests/benchmarks/bench_grpc.py --only small --pair ECHO_INFER_AS_STREAM=1 \
+        --pair ECHO_INFER_AS_STREAM=read   # the echo served three ways, side by side
 
 The service is ``python -m uvicorn app.main:app`` (one worker, ``launch_server`` of
 ``tests/support.py``) with gRPC on a free port of 127.0.0.1; its anchor is
@@ -137,7 +139,11 @@ class Config:
             max_calls=200_000,
             stage_rounds=3 if args.quick else 7,
             sections=set(args.only.split(",")),
-            envs=[{}, extra] if extra else [{}],
+            envs=[
+                {},
+                *([extra] if extra else []),
+                *(dict(item.split("=", 1) for item in pair.split(",")) for pair in args.pair),
+            ],
         )
 
 
@@ -377,15 +383,18 @@ async def check_small(pair: Pair, request: bytes, data: Array) -> None:
 
 
 async def small_runs(config: Config, pairs: list[Pair], request: bytes, data: Array) -> Any:
+    """Each round loads every server of every pair once, the order reversed every other round:
+    with ``--env``, the two pairs are compared under the same load of the rest of the machine."""
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    order: list[tuple[Pair, str]] = []
     for pair in pairs:
         await check_small(pair, request, data)
-        runs: dict[str, list[dict[str, float]]] = {"service": [], "echo": []}
-        order = ["service", "echo"]
-        for round_ in range(config.rounds):
-            for name in order if round_ % 2 == 0 else order[::-1]:
-                runs[name].append(await load(config, pair.targets[name], pair.pids[name], request))
-        results[pair.label] = runs
+        results[pair.label] = {"service": [], "echo": []}
+        order.extend((pair, name) for name in ("service", "echo"))
+    for round_ in range(config.rounds):
+        for pair, name in order if round_ % 2 == 0 else order[::-1]:
+            figures = await load(config, pair.targets[name], pair.pids[name], request)
+            results[pair.label][name].append(figures)
     return results
 
 
@@ -708,6 +717,14 @@ def main() -> None:
         metavar="KEY=VALUE",
         help="a second service and echo started with this variable too, compared with the "
         "first pair (repeat for more variables: one pair has them all)",
+    )
+    parser.add_argument(
+        "--pair",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="one more pair of servers started with these variables (repeat for more pairs); "
+        "the small calls of every pair are loaded in turns, round after round",
     )
     args = parser.parse_args()
     config = Config.from_args(args)

@@ -59,6 +59,22 @@ async def model_infer(message: bytes, context: Any) -> bytes:
     return echo_answer(message)
 
 
+async def model_infer_as_stream(requests: Any, context: Any) -> None:
+    """``ModelInfer`` served as the service serves it (``ECHO_INFER_AS_STREAM=1``): a stream
+    handler that reads its one message with ``context.read()`` and writes its one answer with
+    ``context.write()``; on the wire, a unary call's frames."""
+    message = await context.read()
+    if message is not grpc.aio.EOF:
+        await context.write(echo_answer(message))
+
+
+async def model_infer_read(requests: Any, context: Any) -> bytes:
+    """``ModelInfer`` served as a client stream of one message read with ``context.read()``,
+    its answer returned (``ECHO_INFER_AS_STREAM=read``)."""
+    message = await context.read()
+    return echo_answer(message)
+
+
 async def model_stream_infer(requests: Any, context: Any) -> None:
     """Each message of the stream answered as ``ModelStreamInferResponse``'s ``infer_response``
     (field 2), in the order they came, the next message read while the answers are written (as
@@ -100,7 +116,13 @@ async def serve(host: str, grpc_port: int, http_port: int) -> None:
     )
     # Bytes in, bytes out: no (de)serialiser.
     handlers: dict[str, grpc.RpcMethodHandler[bytes, bytes]] = {
-        "ModelInfer": grpc.unary_unary_rpc_method_handler(model_infer),
+        "ModelInfer": (
+            grpc.stream_stream_rpc_method_handler(model_infer_as_stream)
+            if os.environ.get("ECHO_INFER_AS_STREAM") == "1"
+            else grpc.stream_unary_rpc_method_handler(model_infer_read)
+            if os.environ.get("ECHO_INFER_AS_STREAM") == "read"
+            else grpc.unary_unary_rpc_method_handler(model_infer)
+        ),
         "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(model_stream_infer),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
