@@ -1,0 +1,73 @@
+"""The send watch's view of a connection from the kernel: the connection found by its peer
+(again, at the descriptor it was found at, and never once that descriptor is another
+connection's), and the bytes written to it counted."""
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from app.grpc.send import bytes_written, find_connection
+
+
+@pytest.fixture
+def connections() -> Iterator[tuple[int, list[socket.socket], list[socket.socket]]]:
+    """A listening socket's port, 8 connections' client ends and their accepted ends."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    clients, accepted = [], []
+    for _ in range(8):
+        clients.append(socket.create_connection(server.getsockname()))
+        accepted.append(server.accept()[0])
+    try:
+        yield server.getsockname()[1], clients, accepted
+    finally:
+        for sock in [*clients, *accepted, server]:
+            sock.close()
+
+
+def peer_of(sock: socket.socket) -> str:
+    host, port = sock.getpeername()[:2]
+    return f"ipv4:{host}:{port}"
+
+
+def test_a_connection_is_found_by_its_peer_and_its_written_bytes_counted(
+    connections: tuple[int, list[socket.socket], list[socket.socket]],
+) -> None:
+    port, _clients, accepted = connections
+    for index in (3, 3, 5):  # the second time from where it was found
+        found = find_connection(peer_of(accepted[index]), port)
+        assert found is not None
+        try:
+            assert found.getpeername() == accepted[index].getpeername()
+            before = bytes_written(found)
+            assert before is not None
+            accepted[index].sendall(b"x" * 300_000)
+            after = bytes_written(found)
+            assert after is not None
+            # Written: taken by the client's kernel, or still queued in the server's.
+            assert after - before == 300_000
+        finally:
+            found.close()
+    assert find_connection("ipv4:127.0.0.1:1", port) is None
+    assert find_connection("unix:/tmp/x", port) is None
+
+
+def test_a_descriptor_closed_and_reused_is_not_taken_for_the_connection(
+    connections: tuple[int, list[socket.socket], list[socket.socket]],
+) -> None:
+    port, _clients, accepted = connections
+    peer = peer_of(accepted[2])
+    first = find_connection(peer, port)
+    assert first is not None
+    first.close()
+    number = accepted[2].fileno()
+    accepted[2].close()
+    # The lowest free number goes to the next socket: this one's, a connection of another kind.
+    other = socket.create_connection(("127.0.0.1", port))
+    try:
+        assert other.fileno() == number
+        assert find_connection(peer, port) is None
+    finally:
+        other.close()
