@@ -178,6 +178,9 @@ class SendWatch:
         self.cut = 0
         #: The answers on their way: a connection shut ends those on it.
         self.watches: set[Watch] = set()
+        #: The connections watches look at, one duplicate descriptor each whatever the count of
+        #: answers on it: peer -> (its socket, the watches holding it).
+        self._connections: dict[str, tuple[socket.socket, int]] = {}
         self._sweep_handle: asyncio.TimerHandle | None = None
 
     def arm(
@@ -203,6 +206,30 @@ class SendWatch:
         if self._sweep_handle is None:
             self._sweep_handle = loop.call_later(settings.rate_window / 4, self._sweep)
         return watch
+
+    def connection(self, peer: str) -> socket.socket | None:
+        """The connection from ``peer``, held until ``let_go`` (one duplicate of gRPC's
+        descriptor for all the watches of one connection: a client with many answers on its
+        way costs one, as its connection does); None when it is not found."""
+        held = self._connections.get(peer)
+        if held is not None:
+            self._connections[peer] = (held[0], held[1] + 1)
+            return held[0]
+        sock = find_connection(peer, self.port)
+        if sock is not None:
+            self._connections[peer] = (sock, 1)
+        return sock
+
+    def let_go(self, peer: str) -> None:
+        """One watch's hold of the connection from ``peer`` given back (closed with the last)."""
+        held = self._connections.get(peer)
+        if held is None:
+            return
+        if held[1] > 1:
+            self._connections[peer] = (held[0], held[1] - 1)
+            return
+        del self._connections[peer]
+        held[0].close()
 
     def _sweep(self) -> None:
         self._sweep_handle = None
@@ -265,7 +292,7 @@ class Watch:
 
     def count_from_now(self) -> None:
         """Find the connection now and note the bytes written to it so far."""
-        self.sock = find_connection(self.peer, self.watch.port)
+        self.sock = self.watch.connection(self.peer)
         if self.sock is not None:
             self.written = bytes_written(self.sock)
 
@@ -285,7 +312,7 @@ class Watch:
         self.due = now + settings.rate_window
         if self.sock is None:
             # Found once the answer has been on its way a whole window (most never are).
-            self.sock = find_connection(self.peer, self.watch.port)
+            self.sock = self.watch.connection(self.peer)
             if self.sock is None:
                 self.cancel()  # the connection is gone, and its calls with it
                 return
@@ -333,8 +360,8 @@ class Watch:
     def cancel(self) -> None:
         """The answer has been taken (or its call ended otherwise): the watch stops."""
         if self.sock is not None:
-            self.sock.close()
             self.sock = None
+            self.watch.let_go(self.peer)
         self.watch.watches.discard(self)
         self.context = None
 

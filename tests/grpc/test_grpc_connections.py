@@ -71,3 +71,27 @@ def test_a_descriptor_closed_and_reused_is_not_taken_for_the_connection(
         assert find_connection(peer, port) is None
     finally:
         other.close()
+
+
+def test_the_watches_of_one_connection_hold_one_descriptor(
+    connections: tuple[int, list[socket.socket], list[socket.socket]],
+) -> None:
+    """However many answers are on their way on one connection, the send watch holds one
+    duplicate of its descriptor, closed when the last of them lets go."""
+    from app.grpc.send import SendWatch  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    port, _clients, accepted = connections
+    watch = SendWatch(Settings())
+    watch.port = port
+    peer = peer_of(accepted[4])
+    held = [watch.connection(peer) for _ in range(5)]
+    assert held[0] is not None and all(sock is held[0] for sock in held)
+    assert held[0].getpeername() == accepted[4].getpeername()
+    for _ in range(4):
+        watch.let_go(peer)
+    assert held[0].fileno() >= 0  # still held by the fifth
+    watch.let_go(peer)
+    assert held[0].fileno() == -1  # closed with the last
+    watch.let_go(peer)  # one more is nothing
+    assert watch.connection("ipv4:127.0.0.1:1") is None
