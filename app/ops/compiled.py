@@ -688,6 +688,53 @@ def _roll_loop(
             d -= 1
 
 
+@_helper
+def _interleaved_row(
+    source: Any, out: Any, s: Any, o: Any, size: Any, lanes: Any, block: Any, lane: Any
+) -> None:  # pragma: no cover - compiled
+    """``lanes`` rows of ``size`` blocks of ``block`` elements, read forward from
+    ``source[s]`` on, ``lane`` elements apart, written interleaved from ``out[o]`` on: block
+    ``e`` of row ``k`` (``source[s + k * lane + e * block]`` on) at ``(e * lanes + k) * block``,
+    every store to the next element (all arguments uint64). A function of its own, not a branch
+    of the strided copy's loop: compiled there, the same loops ran 1.5x slower (64 MiB
+    BatchToSpace int8: 13.9 against 9.4 ms, one process). The usual shapes are written out,
+    their index steps constants the compiler vectorises by."""
+    u = np.uint64
+    if block == 1:
+        if lanes == 2:
+            for e in range(size):
+                out[o + e * u(2)] = source[s + e]
+                out[o + e * u(2) + u(1)] = source[s + lane + e]
+        elif lanes == 4:
+            for e in range(size):
+                out[o + e * u(4)] = source[s + e]
+                out[o + e * u(4) + u(1)] = source[s + lane + e]
+                out[o + e * u(4) + u(2)] = source[s + u(2) * lane + e]
+                out[o + e * u(4) + u(3)] = source[s + u(3) * lane + e]
+        else:
+            for e in range(size):
+                for k in range(lanes):
+                    out[o + e * lanes + k] = source[s + k * lane + e]
+    elif block == 2 and lanes == 2:
+        for e in range(size):
+            out[o + e * u(4)] = source[s + e * u(2)]
+            out[o + e * u(4) + u(1)] = source[s + e * u(2) + u(1)]
+            out[o + e * u(4) + u(2)] = source[s + lane + e * u(2)]
+            out[o + e * u(4) + u(3)] = source[s + lane + e * u(2) + u(1)]
+    elif block == 4 and lanes == 2:
+        for e in range(size):
+            for j in range(u(4)):
+                out[o + e * u(8) + j] = source[s + e * u(4) + j]
+                out[o + e * u(8) + u(4) + j] = source[s + lane + e * u(4) + j]
+    else:
+        for e in range(size):
+            for k in range(lanes):
+                at = o + (e * lanes + k) * block
+                start = s + k * lane + e * block
+                for j in range(block):
+                    out[at + j] = source[start + j]
+
+
 def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each vectorises
     source: Any,
     out: Any,
@@ -703,10 +750,12 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
     """Copy a block of ``source`` into ``out`` (both flat): rows of ``run`` elements, each written
     into ``out`` ``out_step`` elements apart (positive; 1 forward) and read from ``source``
     ``step`` elements apart (1 forward, -1 reversed, 0 one element repeated, any other a
-    stride). With ``lane_step`` not 0 (and ``out_step`` > 1, ``step`` 1) a row fills the gaps
-    too: ``out_step`` rows read forward ``lane_step`` apart, written interleaved, element ``e``
-    of row ``k`` at ``e * out_step + k``, so every store is to the next element (a
-    depth-to-space block's bytes, Col2Im's kernel row). With ``lane_step`` negative (and
+    stride). With ``lane_step`` positive (``step`` a block's length, ``out_step`` a multiple
+    of it) a row is of blocks of ``step`` elements and fills the gaps too:
+    ``out_step / step`` rows read forward ``lane_step`` apart, written interleaved, block ``e``
+    of row ``k`` at ``(e * out_step / step + k) * step``, so every store is to the next element
+    (``_interleaved_row``: a depth-to-space block's bytes and Col2Im's kernel row, blocks of
+    one element; BatchToSpace's channel runs, blocks of a run). With ``lane_step`` negative (and
     ``out_step`` 1, ``step`` 2 to 4) a row read ``step`` apart is read with the ``step`` rows
     that fill its gaps: element ``e`` of row ``k`` read at ``e * step + k`` and written at
     ``k * -lane_step + e`` (image patches whose stride is their size). ``table`` holds, for
@@ -753,21 +802,7 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
                     out[o + u(2) * gap + e] = source[s + e * u(4) + u(2)]
                     out[o + u(3) * gap + e] = source[s + e * u(4) + u(3)]
         elif lane_step != 0:
-            lane = u(lane_step)
-            if out_step == 2:
-                for e in range(size):
-                    out[o + e * u(2)] = source[s + e]
-                    out[o + e * u(2) + u(1)] = source[s + lane + e]
-            elif out_step == 4:
-                for e in range(size):
-                    out[o + e * u(4)] = source[s + e]
-                    out[o + e * u(4) + u(1)] = source[s + lane + e]
-                    out[o + e * u(4) + u(2)] = source[s + u(2) * lane + e]
-                    out[o + e * u(4) + u(3)] = source[s + u(3) * lane + e]
-            else:
-                for e in range(size):
-                    for k in range(spread):
-                        out[o + e * spread + k] = source[s + k * lane + e]
+            _interleaved_row(source, out, s, o, size, spread // u(step), u(step), u(lane_step))
         elif out_step != 1:
             # A row read forward and written ``out_step`` apart (depth-to-space, Col2Im's
             # blocks): the next rows fill the gaps while the lines are in the cache.
