@@ -611,16 +611,19 @@ def test_rows_of_blocks_interleaved_from_their_lanes(dtype: Any) -> None:
     """The strided copy's rows of blocks (``lane_step`` positive, ``step`` the block's length,
     ``out_step`` the lanes' count times it): block ``e`` of lane ``k`` read at ``k * lane + e *
     block`` and written at ``(e * lanes + k) * block``, for every block length and lane count
-    its loop writes out and others (1 to 7, 2 to 5), rows of 1 to 33 blocks, starts off
-    either array's first element, two outer axes, in every width it is compiled for: the bits
-    an index-by-index reference puts there, and nothing outside the blocks written (gaps
-    between the rows and the ends of ``out`` keep their bits)."""
+    its loop writes out and others (1 to 7, 2 to 5), rows of 1 to 301 blocks, starts off
+    either array's first element, two outer axes, in every width it is compiled for, by
+    regular stores and by non-temporal ones (``stream``: the row put together in a buffer,
+    pieces of up to 8 KiB, each streamed; rows of several pieces here): the bits an
+    index-by-index reference puts there, and nothing outside the blocks written (gaps between
+    the rows and the ends of ``out`` keep their bits)."""
     rng = np.random.default_rng(11)
 
     def bits(count: int) -> Array:
         return np.frombuffer(rng.bytes(count * np.dtype(dtype).itemsize), dtype).copy()
 
-    for block, lanes, size in itertools.product((1, 2, 3, 4, 5, 7), (2, 3, 4, 5), (1, 2, 7, 33)):
+    shapes = itertools.product((1, 2, 3, 4, 5, 7), (2, 3, 4, 5), (1, 2, 7, 33, 301), (0, 1))
+    for block, lanes, size, stream in shapes:
         source_start, out_start = int(rng.integers(0, 4)), int(rng.integers(0, 4))
         width = size * lanes * block  # one row's elements, side by side in out
         lane = size * block + int(rng.integers(0, 3))
@@ -637,19 +640,21 @@ def test_rows_of_blocks_interleaved_from_their_lanes(dtype: Any) -> None:
             expected[o + (e * lanes + k) * block + j] = source[s + k * lane + e * block + j]
         table = np.array(lengths + source_strides + out_strides, np.int64)
         compiled.strided_copy(source, out, table, source_start, out_start, size, block,
-                              lanes * block, lane, 0)  # fmt: skip
-        assert out.tobytes() == expected.tobytes(), (block, lanes, size)
+                              lanes * block, lane, stream)  # fmt: skip
+        assert out.tobytes() == expected.tobytes(), (block, lanes, size, stream)
 
 
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
 @pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("streamed", [False, True])
 def test_short_runs_that_other_runs_follow_are_copied_as_interleaved_blocks(
-    dtype: Any, offset: int, monkeypatch: pytest.MonkeyPatch
+    dtype: Any, offset: int, streamed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """BatchToSpace's permuted view (the block column's channel runs side by side in each output
     line) with runs of 1 to 16 elements, block columns of 2 to 4, the data at an odd address or
     not: the same bits as NumPy's copy, by rows of interleaved blocks (``lane_step`` positive,
-    ``step`` the run's length in the elements or 16-byte units the copy moves)."""
+    ``step`` the run's length in the elements or 16-byte units the copy moves), by regular
+    stores or (the thresholds of a large output set to 0) by non-temporal ones."""
     from app.ops import raw  # noqa: PLC0415
 
     calls: list[tuple[int, int, int]] = []
@@ -657,9 +662,13 @@ def test_short_runs_that_other_runs_follow_are_copied_as_interleaved_blocks(
 
     def watched(*arguments: Any) -> None:
         calls.append((int(arguments[6]), int(arguments[7]), int(arguments[8])))
+        assert int(arguments[9]) == streamed
         original(*arguments)
 
     monkeypatch.setattr(compiled, "strided_copy", watched)
+    if streamed:
+        monkeypatch.setattr(raw, "STREAM_BYTES", 0)
+        monkeypatch.setattr(raw, "STREAM_INTERLEAVED_BYTES", 0)
     item = np.dtype(dtype).itemsize
     for channels, across in itertools.product((1, 2, 3, 5, 8, 16), (2, 3, 4)):
         calls.clear()
