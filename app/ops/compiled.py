@@ -11,8 +11,9 @@ Unique's table of slots (1- and 2-byte values) and hash table (keys of 2, 4 or 8
 writing either index type, and ScatterElementsUpdate's puts (each width) and reductions (each
 type it computes in; float16 and bfloat16 as their bits): 71 compiled signatures.
 
-The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
-64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
+The copies that write a large output front to back (Reverse's, Pad's rows, the interleaved rows
+of DepthToSpace, Col2Im and BatchToSpace) write its whole 64-byte lines by non-temporal stores
+(``_stream_row``), the caller choosing by the output's size.
 
 Long (some 1,800 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
