@@ -728,6 +728,14 @@ def _interleaved_row(
             out[o + e * u(4) + u(1)] = source[s + e * u(2) + u(1)]
             out[o + e * u(4) + u(2)] = source[s + lane + e * u(2)]
             out[o + e * u(4) + u(3)] = source[s + lane + e * u(2) + u(1)]
+    elif block == 3 and lanes == 2:
+        for e in range(size):
+            out[o + e * u(6)] = source[s + e * u(3)]
+            out[o + e * u(6) + u(1)] = source[s + e * u(3) + u(1)]
+            out[o + e * u(6) + u(2)] = source[s + e * u(3) + u(2)]
+            out[o + e * u(6) + u(3)] = source[s + lane + e * u(3)]
+            out[o + e * u(6) + u(4)] = source[s + lane + e * u(3) + u(1)]
+            out[o + e * u(6) + u(5)] = source[s + lane + e * u(3) + u(2)]
     elif block == 4 and lanes == 2:
         # Written out: a loop over the block's 4 elements indexed by a signed counter, and
         # the compiler moved 16 bytes at a time with a wrap-around check on each index.

@@ -653,7 +653,8 @@ def test_short_runs_that_other_runs_follow_are_copied_as_interleaved_blocks(
     """BatchToSpace's permuted view (the block column's channel runs side by side in each output
     line) with runs of 1 to 16 elements, block columns of 2 to 4, the data at an odd address or
     not: the same bits as NumPy's copy, by rows of interleaved blocks (``lane_step`` positive,
-    ``step`` the run's length in the elements or 16-byte units the copy moves), by regular
+    ``step`` the run's length in the elements or the units of 2 to 16 bytes the copy moves:
+    the widest the run fills), by regular
     stores or (the thresholds of a large output set to 0) by non-temporal ones."""
     from app.ops import raw  # noqa: PLC0415
 
@@ -680,7 +681,10 @@ def test_short_runs_that_other_runs_follow_are_copied_as_interleaved_blocks(
         out = np.zeros(count, dtype)
         raw.copy_permuted(out, out.reshape(view.shape), flat, view)
         assert_same_bits(out.reshape(view.shape), view.copy())
-        block = channels * item // 16 if channels * item % 16 == 0 else channels
+        # The run in the widest unit (16 bytes down to 2, wider than an element) it fills.
+        unit = next((unit for unit in (16, 8, 4, 2) if item < unit and channels * item % unit == 0),
+                    item)  # fmt: skip
+        block = channels * item // unit
         assert (block, across * block) in [call[:2] for call in calls if call[2] > 0], calls
 
 
