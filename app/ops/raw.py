@@ -197,7 +197,7 @@ def _as_units(
     falls on one: each unit is then one element, and a run of 16 bytes (BatchToSpace's and
     SpaceToBatch's int8 channel runs) stops being a row of its own (the rows become the axes
     around it, which the row shapes above serve); a run of 8 or 4 bytes (int8 runs of 8 or 4
-    channels) is one element of 8 or 4 bytes (64 MiB SpaceToBatch int8, 4 channels: 9.6 -> 1.0x
+    channels) is one element of 8 or 4 bytes (16 MiB SpaceToBatch int8, 4 channels: 9.6 -> 1.0x
     the floor). None: it does not fall so."""
     length, source_step, out_step = dims[-1]
     if source_step != 1 or out_step != 1:
