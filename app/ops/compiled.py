@@ -757,6 +757,49 @@ def _interleaved_row(
                     out[at + j] = source[start + j]
 
 
+@_helper
+def _gathered_row(
+    source: Any, out: Any, s: Any, o: Any, size: Any, lanes: Any, block: Any, gap: Any
+) -> None:  # pragma: no cover - compiled
+    """``_interleaved_row`` the other way round: ``size * lanes`` blocks of ``block`` elements
+    read forward from ``source[s]`` on, block ``e * lanes + k`` written to row ``k`` (``gap``
+    elements apart, from ``out[o]`` on) at ``e * block``: the source line read once, each
+    block to its lane's row (SpaceToBatch's channel runs, the block column the lanes). All
+    arguments uint64; the usual shapes written out."""
+    u = np.uint64
+    if block == 2 and lanes == 2:
+        for e in range(size):
+            out[o + e * u(2)] = source[s + e * u(4)]
+            out[o + e * u(2) + u(1)] = source[s + e * u(4) + u(1)]
+            out[o + gap + e * u(2)] = source[s + e * u(4) + u(2)]
+            out[o + gap + e * u(2) + u(1)] = source[s + e * u(4) + u(3)]
+    elif block == 3 and lanes == 2:
+        for e in range(size):
+            out[o + e * u(3)] = source[s + e * u(6)]
+            out[o + e * u(3) + u(1)] = source[s + e * u(6) + u(1)]
+            out[o + e * u(3) + u(2)] = source[s + e * u(6) + u(2)]
+            out[o + gap + e * u(3)] = source[s + e * u(6) + u(3)]
+            out[o + gap + e * u(3) + u(1)] = source[s + e * u(6) + u(4)]
+            out[o + gap + e * u(3) + u(2)] = source[s + e * u(6) + u(5)]
+    elif block == 4 and lanes == 2:
+        for e in range(size):
+            out[o + e * u(4)] = source[s + e * u(8)]
+            out[o + e * u(4) + u(1)] = source[s + e * u(8) + u(1)]
+            out[o + e * u(4) + u(2)] = source[s + e * u(8) + u(2)]
+            out[o + e * u(4) + u(3)] = source[s + e * u(8) + u(3)]
+            out[o + gap + e * u(4)] = source[s + e * u(8) + u(4)]
+            out[o + gap + e * u(4) + u(1)] = source[s + e * u(8) + u(5)]
+            out[o + gap + e * u(4) + u(2)] = source[s + e * u(8) + u(6)]
+            out[o + gap + e * u(4) + u(3)] = source[s + e * u(8) + u(7)]
+    else:
+        for e in range(size):
+            for k in range(lanes):
+                at = o + k * gap + e * block
+                start = s + (e * lanes + k) * block
+                for j in range(block):
+                    out[at + j] = source[start + j]
+
+
 def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each vectorises
     source: Any,
     out: Any,
@@ -780,11 +823,15 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
     one element; BatchToSpace's channel runs, blocks of a run). With ``lane_step`` negative (and
     ``out_step`` 1, ``step`` 2 to 4) a row read ``step`` apart is read with the ``step`` rows
     that fill its gaps: element ``e`` of row ``k`` read at ``e * step + k`` and written at
-    ``k * -lane_step + e`` (image patches whose stride is their size). ``table`` holds, for
-    the dimensions before the rows, their lengths, then their strides in ``source`` (signed:
-    negative walks backwards), then their strides in ``out``, all in elements; the first row
-    starts at ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and
-    symmetric modes are such blocks, a reversed row copied at the speed of a forward one.
+    ``k * -lane_step + e`` (image patches whose stride is their size); with ``out_step`` a
+    block's length (not 1) the same of blocks: block ``e`` of row ``k`` read at
+    ``(e * step + k) * out_step`` and written at ``k * -lane_step + e * out_step``
+    (``_gathered_row``: SpaceToBatch's channel runs, ``step`` any count of rows). ``table``
+    holds, for the dimensions before the rows, their lengths, then their strides in
+    ``source`` (signed: negative walks backwards), then their strides in ``out``, all in
+    elements; the first row starts at ``source_start`` and ``out_start``. Reverse and Pad's
+    edge, reflect and symmetric modes are such blocks, a reversed row copied at the speed of a
+    forward one.
     With ``stream`` not 0, rows written forward and read forward or reversed, and interleaved
     rows (``lane_step`` positive), are written by non-temporal stores (``_stream_row``; an
     interleaved row put together in a buffer first, a piece at a time)."""
@@ -817,7 +864,9 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
             # stride equal to their size): the ``step`` rows are read together, the source
             # line once, forward, and each written to its own place ``-lane_step`` apart.
             gap = u(-lane_step)
-            if step == 2:
+            if out_step != 1:
+                _gathered_row(source, out, s, o, size, u(step), spread, gap)
+            elif step == 2:
                 for e in range(size):
                     out[o + e] = source[s + e * u(2)]
                     out[o + gap + e] = source[s + e * u(2) + u(1)]

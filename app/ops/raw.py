@@ -338,15 +338,7 @@ def copy_permuted(
     wide = _as_units(out, source, dims, out_start, source_start)
     if wide is not None:
         out, source, dims, out_start, source_start = wide
-    blocks = _interleaved_blocks(dims)
-    if blocks is not None:
-        row, lane = blocks
-        rows = sorted((dim for dim in dims[:-1] if dim is not row and dim is not lane),
-                      key=lambda dim: -dim[2])  # fmt: skip
-        block = dims[-1][0]
-        stream = whole and row[0] * row[2] * out.itemsize >= STREAM_INTERLEAVED_BYTES
-        compiled.strided_copy(source, out, _table(rows), source_start, out_start, row[0], block,
-                              lane[0] * block, lane[1], int(stream))  # fmt: skip
+    if _copy_blocks(compiled, out, source, dims, out_start, source_start, whole):
         return
     written = dims[-1]  # out's smallest stride
     read = [dim for dim in dims if dim[1] == 1 and 1 < dim[2] <= _SHORT_STEP]
@@ -380,6 +372,40 @@ def copy_permuted(
     )
 
 
+def _copy_blocks(
+    compiled: Any,
+    out: npt.NDArray[Any],
+    source: npt.NDArray[Any],
+    dims: list[list[int]],
+    out_start: int,
+    source_start: int,
+    whole: bool,
+) -> bool:
+    """``copy_permuted``'s copy of short runs as blocks, when they are: interleaved into the
+    output's lines (``_interleaved_blocks``; by non-temporal stores when ``whole``, the whole of
+    a large output, and the rows are ``STREAM_INTERLEAVED_BYTES`` or longer), or read in a line
+    and spread to their rows (``_gathered_blocks``); whether they were."""
+    block = dims[-1][0]
+    interleaved = _interleaved_blocks(dims)
+    if interleaved is not None:
+        row, lane = interleaved
+        rows = sorted((dim for dim in dims[:-1] if dim is not row and dim is not lane),
+                      key=lambda dim: -dim[2])  # fmt: skip
+        stream = whole and row[0] * row[2] * out.itemsize >= STREAM_INTERLEAVED_BYTES
+        compiled.strided_copy(source, out, _table(rows), source_start, out_start, row[0], block,
+                              lane[0] * block, lane[1], int(stream))  # fmt: skip
+        return True
+    gathered = _gathered_blocks(dims)
+    if gathered is not None:
+        row, lane = gathered
+        rows = sorted((dim for dim in dims[:-1] if dim is not row and dim is not lane),
+                      key=lambda dim: -abs(dim[1]))  # fmt: skip
+        compiled.strided_copy(source, out, _table(rows), source_start, out_start, row[0], lane[0],
+                              block, -lane[2], 0)  # fmt: skip
+        return True
+    return False
+
+
 def _interleaved_blocks(dims: list[list[int]]) -> tuple[list[int], list[int]] | None:
     """The row and the lanes of a copy whose innermost axis is a short forward run (a block,
     shorter than ``_SHORT_ROW``) that other blocks, read from elsewhere, follow in ``out``: an
@@ -399,6 +425,27 @@ def _interleaved_blocks(dims: list[list[int]]) -> tuple[list[int], list[int]] | 
             continue
         rows = [dim for dim in dims[:-1]
                 if dim is not lane and dim[1] == block and dim[2] == lane[0] * block]  # fmt: skip
+        if rows:
+            return max(rows, key=lambda dim: dim[0]), lane
+    return None
+
+
+def _gathered_blocks(dims: list[list[int]]) -> tuple[list[int], list[int]] | None:
+    """``_interleaved_blocks`` the other way round: the row and the lanes of a copy whose
+    innermost axis is a short forward run (a block) that other blocks follow in ``source``,
+    bound for elsewhere in ``out``: an axis read one block apart (the lanes: ``lanes`` blocks
+    side by side in ``source``, each written to its own place) and one read ``lanes`` blocks
+    apart and written one block apart (the row). SpaceToBatch's channel runs are such blocks,
+    the block column the lanes: each source line is then read once, front to back. None: not
+    such a copy."""
+    block, source_step, out_step = dims[-1]
+    if source_step != 1 or out_step != 1 or not 1 < block < _SHORT_ROW:
+        return None
+    for lane in dims[:-1]:
+        if lane[1] != block or lane[2] <= 0:
+            continue
+        rows = [dim for dim in dims[:-1]
+                if dim is not lane and dim[2] == block and dim[1] == lane[0] * block]  # fmt: skip
         if rows:
             return max(rows, key=lambda dim: dim[0]), lane
     return None
