@@ -604,6 +604,161 @@ def test_rows_read_a_step_apart_are_read_with_the_rows_that_fill_their_gaps(
     assert lanes and all(lane < 0 for lane in lanes), lanes
 
 
+@pytest.mark.parametrize(
+    "dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.complex128], ids=str
+)
+def test_rows_of_blocks_interleaved_from_their_lanes(dtype: Any) -> None:
+    """The strided copy's rows of blocks (``lane_step`` positive, ``step`` the block's length,
+    ``out_step`` the lanes' count times it): block ``e`` of lane ``k`` read at ``k * lane + e *
+    block`` and written at ``(e * lanes + k) * block``, for every block length and lane count
+    its loop writes out and others (1 to 7, 2 to 5), rows of 1 to 301 blocks, starts off
+    either array's first element, two outer axes, in every width it is compiled for, by
+    regular stores and by non-temporal ones (``stream``: the row put together in a buffer,
+    pieces of up to 8 KiB, each streamed; rows of several pieces here): the bits an
+    index-by-index reference puts there, and nothing outside the blocks written (gaps between
+    the rows and the ends of ``out`` keep their bits)."""
+    rng = np.random.default_rng(11)
+
+    def bits(count: int) -> Array:
+        return np.frombuffer(rng.bytes(count * np.dtype(dtype).itemsize), dtype).copy()
+
+    shapes = itertools.product((1, 2, 3, 4, 5, 7), (2, 3, 4, 5), (1, 2, 7, 33, 301), (0, 1))
+    for block, lanes, size, stream in shapes:
+        source_start, out_start = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+        width = size * lanes * block  # one row's elements, side by side in out
+        lane = size * block + int(rng.integers(0, 3))
+        lengths = [2, 3]
+        source_strides = [(lanes + 1) * lane, lanes * lane + 1]
+        out_strides = [3 * (width + 2) + 1, width + 2]
+        source = bits(source_start + 2 * source_strides[0] + 3 * source_strides[1] + 1)
+        out = bits(out_start + out_strides[0] + 2 * out_strides[1] + width + 5)
+        expected = out.copy()
+        e, k, j = np.meshgrid(np.arange(size), np.arange(lanes), np.arange(block), indexing="ij")
+        for outer, inner in itertools.product(range(2), range(3)):
+            s = source_start + outer * source_strides[0] + inner * source_strides[1]
+            o = out_start + outer * out_strides[0] + inner * out_strides[1]
+            expected[o + (e * lanes + k) * block + j] = source[s + k * lane + e * block + j]
+        table = np.array(lengths + source_strides + out_strides, np.int64)
+        compiled.strided_copy(source, out, table, source_start, out_start, size, block,
+                              lanes * block, lane, stream)  # fmt: skip
+        assert out.tobytes() == expected.tobytes(), (block, lanes, size, stream)
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.complex128], ids=str
+)
+def test_rows_of_blocks_spread_to_their_lanes(dtype: Any) -> None:
+    """The strided copy's rows of blocks read in one line (``lane_step`` negative, ``step`` the
+    lanes' count, ``out_step`` the block's length, more than 1): block ``e * lanes + k`` of the
+    line written to lane ``k``'s row at ``e * block``, for every block length and lane count its
+    loop writes out and others (2 to 7, 2 to 5), rows of 1 to 301 blocks, starts off either
+    array's first element, two outer axes, every width: the bits an index-by-index reference
+    puts there, and nothing outside the blocks written."""
+    rng = np.random.default_rng(12)
+
+    def bits(count: int) -> Array:
+        return np.frombuffer(rng.bytes(count * np.dtype(dtype).itemsize), dtype).copy()
+
+    for block, lanes, size in itertools.product((2, 3, 4, 5, 7), (2, 3, 4, 5), (1, 2, 7, 33, 301)):
+        source_start, out_start = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+        line = size * lanes * block  # one row's elements, side by side in source
+        gap = size * block + int(rng.integers(1, 3))  # a lane's row, and a gap after it
+        lengths = [2, 3]
+        source_strides = [3 * line + 2, line + 1]
+        out_strides = [3 * lanes * gap + 1, lanes * gap]
+        source = bits(source_start + source_strides[0] + 2 * source_strides[1] + line + 1)
+        out = bits(out_start + out_strides[0] + 2 * out_strides[1] + lanes * gap + 3)
+        expected = out.copy()
+        e, k, j = np.meshgrid(np.arange(size), np.arange(lanes), np.arange(block), indexing="ij")
+        for outer, inner in itertools.product(range(2), range(3)):
+            s = source_start + outer * source_strides[0] + inner * source_strides[1]
+            o = out_start + outer * out_strides[0] + inner * out_strides[1]
+            expected[o + k * gap + e * block + j] = source[s + (e * lanes + k) * block + j]
+        table = np.array(lengths + source_strides + out_strides, np.int64)
+        compiled.strided_copy(source, out, table, source_start, out_start, size, lanes, block,
+                              -gap, 0)  # fmt: skip
+        assert out.tobytes() == expected.tobytes(), (block, lanes, size)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+def test_short_runs_bound_for_other_rows_are_copied_as_spread_blocks(
+    dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SpaceToBatch's permuted view (the block column's channel runs side by side in each data
+    line, each bound for its own batch) with runs of 1 to 16 elements and block columns of 2 to
+    4: the same bits as NumPy's copy; runs of more than one element (or unit) in a row of
+    blocks spread to their lanes (``lane_step`` negative, ``out_step`` the block)."""
+    from app.ops import raw  # noqa: PLC0415
+
+    calls: list[tuple[int, int, int]] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        calls.append((int(arguments[6]), int(arguments[7]), int(arguments[8])))
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    item = np.dtype(dtype).itemsize
+    for channels, across in itertools.product((1, 2, 3, 5, 8, 16), (2, 3, 4)):
+        calls.clear()
+        shape = (2, 3, 2, 5, across, channels)  # [batch, H, by, W, bx, C]
+        count = int(np.prod(shape))
+        flat = np.frombuffer(np.random.default_rng(channels).bytes(count * item), dtype)
+        view = flat.reshape(shape).transpose(2, 4, 0, 1, 3, 5)  # [by, bx, batch, H, W, C]
+        out = np.zeros(count, dtype)
+        raw.copy_permuted(out, out.reshape(view.shape), flat, view)
+        assert_same_bits(out.reshape(view.shape), view.copy())
+        unit = next((unit for unit in (16, 8, 4, 2) if item < unit and channels * item % unit == 0),
+                    item)  # fmt: skip
+        block = channels * item // unit
+        if block > 1:
+            assert (across, block) in [call[:2] for call in calls if call[2] < 0], calls
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("offset", [0, 1])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_short_runs_that_other_runs_follow_are_copied_as_interleaved_blocks(
+    dtype: Any, offset: int, streamed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BatchToSpace's permuted view (the block column's channel runs side by side in each output
+    line) with runs of 1 to 16 elements, block columns of 2 to 4, the data at an odd address or
+    not: the same bits as NumPy's copy, by rows of interleaved blocks (``lane_step`` positive,
+    ``step`` the run's length in the elements or the units of 2 to 16 bytes the copy moves:
+    the widest the run fills), by regular
+    stores or (the thresholds of a large output set to 0) by non-temporal ones."""
+    from app.ops import raw  # noqa: PLC0415
+
+    calls: list[tuple[int, int, int]] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        calls.append((int(arguments[6]), int(arguments[7]), int(arguments[8])))
+        assert int(arguments[9]) == streamed
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    if streamed:
+        monkeypatch.setattr(raw, "STREAM_BYTES", 0)
+        monkeypatch.setattr(raw, "STREAM_INTERLEAVED_BYTES", 0)
+    item = np.dtype(dtype).itemsize
+    for channels, across in itertools.product((1, 2, 3, 5, 8, 16), (2, 3, 4)):
+        calls.clear()
+        shape = (2, across, 2, 3, 5, channels)  # [by, bx, batch, H, W, C]
+        count = int(np.prod(shape))
+        noise = np.random.default_rng(channels).bytes(count * item + offset)
+        flat = np.frombuffer(noise, np.uint8)[offset:].view(dtype)
+        view = flat.reshape(shape).transpose(2, 3, 0, 4, 1, 5)  # [batch, H, by, W, bx, C]
+        out = np.zeros(count, dtype)
+        raw.copy_permuted(out, out.reshape(view.shape), flat, view)
+        assert_same_bits(out.reshape(view.shape), view.copy())
+        # The run in the widest unit (16 bytes down to 2, wider than an element) it fills.
+        unit = next((unit for unit in (16, 8, 4, 2) if item < unit and channels * item % unit == 0),
+                    item)  # fmt: skip
+        block = channels * item // unit
+        assert (block, across * block) in [call[:2] for call in calls if call[2] > 0], calls
+
+
 @pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
 def test_a_view_copy_takes_slices_of_any_step_either_way(
     dtype: Any, monkeypatch: pytest.MonkeyPatch
