@@ -4,15 +4,17 @@ Each loop is compiled for explicit signatures, so no request ever waits for the 
 whose types match no signature is a ``TypeError``, never a compilation. The loops work on the
 raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
-index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose (blocks
-transposed in the vector registers) and GatherTree's walk of every width, GatherTree's check of
-float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of blocks (every width),
-Unique's table of slots (1- and 2-byte values) and hash table (keys of 2, 4 or 8 bytes),
-writing either index type, and ScatterElementsUpdate's puts (each width) and reductions (each
-type it computes in; float16 and bfloat16 as their bits): 71 compiled signatures.
+index types), the strided block copy (Reverse, Pad), Pad's rows, SliceScatter's rows, the tiled
+transpose (blocks transposed in the vector registers) and GatherTree's walk of every width,
+GatherTree's check of float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of
+blocks (every width), Unique's table of slots (1- and 2-byte values) and hash table (keys of 2,
+4 or 8 bytes), writing either index type, and ScatterElementsUpdate's puts (each width) and
+reductions (each type it computes in; float16 and bfloat16 as their bits): 75 compiled
+signatures.
 
-The copies that write a large output front to back (Reverse's, Pad's rows) write its whole
-64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the output's size.
+The copies that write a large output front to back (Reverse's, Pad's rows, SliceScatter's) write
+its whole 64-byte lines by non-temporal stores (``_stream_row``), the caller choosing by the
+output's size.
 
 Long (some 1,800 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
@@ -888,6 +890,121 @@ def _pad_rows_loop(
         _fence()
 
 
+#: The bytes of output ``_slice_scatter_loop`` puts together in a buffer at a time, then writes by
+#: non-temporal stores (a third of the L1 data cache here: the buffer, and the data and updates
+#: it is made from, stay in it).
+SCATTER_CHUNK_BYTES = 16 << 10
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _scatter_part(
+    data: Any,
+    updates: Any,
+    target: Any,
+    t: Any,
+    b: Any,
+    ub: Any,
+    lo: Any,
+    hi: Any,
+    first: Any,
+    step: Any,
+    count: Any,
+    backward: int,
+) -> None:  # pragma: no cover - compiled
+    """Elements ``lo`` to ``hi`` (exclusive) of one output row, written from ``target[t]`` on:
+    element ``e`` is ``data[b + e]``, or, at a slot ``e = first + k * step`` (``k`` below
+    ``count``), ``updates[ub + k]`` (``updates[ub + count - 1 - k]`` when ``backward``). Every
+    argument but ``backward`` is unsigned, ``step`` at least 1."""
+    u = np.uint64
+    stop = first + (count - u(1)) * step + u(1) if count else first  # past the last slot
+    for e in range(lo, min(hi, first)):
+        target[t + e - lo] = data[b + e]
+    low = max(lo, first)
+    high = min(hi, stop)
+    if low < high:
+        k = (low - first + step - u(1)) // step  # the first slot at or after ``low``
+        p = first + k * step
+        for e in range(low, p):
+            target[t + e - lo] = data[b + e]
+        at = t + p - lo
+        if step == u(2) and not backward:
+            # An update and a data element a pair, each store to the next element: the
+            # compiler vectorises the pairs as shuffles (NumPy's stores two apart, one element
+            # at a time, cost int8 twice a copy).
+            pairs = (high - p) // u(2)
+            for j in range(pairs):
+                target[at + u(2) * j] = updates[ub + k + j]
+                target[at + u(2) * j + u(1)] = data[b + p + u(2) * j + u(1)]
+            if (high - p) % u(2):
+                target[at + u(2) * pairs] = updates[ub + k + pairs]
+        else:
+            for e in range(p, high):
+                target[t + e - lo] = data[b + e]
+            slots = (high - u(1) - p) // step + u(1)
+            if backward:
+                last = ub + count - u(1) - k
+                for j in range(slots):
+                    target[at + j * step] = updates[last - j]
+            else:
+                for j in range(slots):
+                    target[at + j * step] = updates[ub + k + j]
+    for e in range(max(lo, stop), hi):
+        target[t + e - lo] = data[b + e]
+
+
+def _slice_scatter_loop(
+    data: Any,
+    updates: Any,
+    out: Any,
+    rows: int,
+    length: int,
+    first: int,
+    step: int,
+    count: int,
+    backward: int,
+    stream: int,
+) -> None:  # pragma: no cover - compiled
+    """SliceScatter along one axis: ``out`` (flat, ``rows`` rows of ``length``) is ``data`` (of
+    the same shape) with, in each row ``r``, the element at ``first + k * step`` (``step`` at
+    least 1, ``k`` below ``count``) replaced by ``updates[r * count + k]`` (by
+    ``updates[r * count + count - 1 - k]`` when ``backward``: a negative step's slice read
+    from its lowest element). Each output element is written once, from one source or the
+    other. With ``stream`` not 0 the output is put together ``SCATTER_CHUNK_BYTES`` at a time
+    in a buffer, whatever its rows, and each piece written by non-temporal stores
+    (``_stream_row``)."""
+    u = np.uint64
+    size = u(length)
+    start = u(first)
+    pace = u(step)
+    slots = u(count)
+    if not stream:
+        for r in range(u(rows)):
+            b = r * size
+            _scatter_part(
+                data, updates, out, b, b, r * slots, u(0), size, start, pace, slots, backward
+            )
+        return
+    chunk = u(SCATTER_CHUNK_BYTES) // _width(out)
+    buffer = np.empty(chunk, out.dtype)
+    total = u(rows) * size
+    o = u(0)
+    while o < total:
+        end = min(total, o + chunk)
+        at = o
+        while at < end:
+            r = at // size
+            b = r * size
+            hi = min(size, end - b)
+            _scatter_part(
+                data, updates, buffer, at - o, b, r * slots, at - b, hi, start, pace, slots,
+                backward,
+            )  # fmt: skip
+            at = b + hi
+        _stream_row(buffer, out, u(0), o, end - o, 1)
+        o = end
+    _fence()
+
+
 def _transpose_loop(
     source: Any,
     out: Any,
@@ -1290,6 +1407,16 @@ pad_rows = _compiled(
     _pad_rows_loop,
     [
         types.void(_readonly(width), _mutable(width), _readonly(_I64), _readonly(_I64), *[_I64] * 3)
+        for width in _WIDTHS
+    ],
+)
+
+#: slice_scatter(data, updates, out, rows, length, first, step, count, backward, stream): each
+#: width (the elements, or the runs of elements after the sliced axis, as one unit).
+slice_scatter = _compiled(
+    _slice_scatter_loop,
+    [
+        types.void(_readonly(width), _readonly(width), _mutable(width), *[_I64] * 7)
         for width in _WIDTHS
     ],
 )
@@ -2115,6 +2242,7 @@ _LOOPS = (
     ("roll", roll_rows),
     ("strided_copy", strided_copy),
     ("pad_rows", pad_rows),
+    ("slice_scatter", slice_scatter),
     ("transpose_tiles", transpose_tiles),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
@@ -2142,6 +2270,7 @@ __all__ = [
     "roll_rows",
     "scatter_put",
     "scatter_reduce",
+    "slice_scatter",
     "strided_copy",
     "take",
     "take_slices",

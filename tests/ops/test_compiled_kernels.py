@@ -456,6 +456,7 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "roll": 2,
         "strided_copy": 5,  # the four unsigned widths and 16-byte units
         "pad_rows": 4,
+        "slice_scatter": 4,  # each width (an element, or the run after the sliced axis)
         "transpose_tiles": 4,
         "gather_tree": 4,
         "first_fraction": 3,
