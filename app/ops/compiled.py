@@ -890,6 +890,44 @@ def _pad_rows_loop(
         _fence()
 
 
+@intrinsic  # type: ignore[untyped-decorator]
+def _pair_line(typingctx: Any, target: Any, t: Any, updates: Any, k: Any, data: Any, d: Any) -> Any:
+    """The 64 bytes of ``target`` from ``target[t]`` on set to pairs of an update and a data
+    element: ``target[t + 2 * i] = updates[k + i]`` and ``target[t + 2 * i + 1] =
+    data[d + 2 * i + 1]``, for the line's half of its elements ``i``. One load of a line of
+    data (the even elements unused) and of half a line of updates, one shuffle of the two
+    (``vpermt2b``/``w``/``d``/``q`` with AVX-512), one store; every access unaligned."""
+    bits = target.dtype.bitwidth
+    lanes = 512 // bits
+    half = lanes // 2
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(32)
+        line = ir.VectorType(ir.IntType(bits), lanes)
+        half_line = ir.VectorType(ir.IntType(bits), half)
+        order_type = ir.VectorType(word, lanes)
+
+        def at(position: int, kind: Any) -> Any:
+            array = context.make_array(signature.args[position])(context, builder, args[position])
+            place = builder.gep(array.data, [args[position + 1]])
+            return builder.bitcast(place, kind.as_pointer())
+
+        odd = builder.load(at(4, line), align=1)
+        fresh = builder.load(at(2, half_line), align=1)
+        # Both halves of a shuffle are of one type: the updates widened to a line first.
+        widened = builder.shuffle_vector(
+            fresh,
+            ir.Constant(half_line, ir.Undefined),
+            ir.Constant(order_type, [word(i % half) for i in range(lanes)]),
+        )
+        order = [word(i // 2 if i % 2 == 0 else lanes + i) for i in range(lanes)]
+        paired = builder.shuffle_vector(widened, odd, ir.Constant(order_type, order))
+        builder.store(paired, at(0, line), align=1)
+        return context.get_dummy_value()
+
+    return types.void(target, t, updates, k, data, d), codegen
+
+
 #: The bytes of output ``_slice_scatter_loop`` puts together in a buffer at a time, then writes by
 #: non-temporal stores (a third of the L1 data cache here: the buffer, and the data and updates
 #: it is made from, stay in it).
@@ -928,18 +966,24 @@ def _scatter_part(
             target[t + e - lo] = data[b + e]
         at = t + p - lo
         if step == u(2) and not backward:
-            # An update and a data element a pair, each store to the next element: the
-            # compiler vectorises the pairs as shuffles (NumPy's stores two apart, one element
-            # at a time, cost int8 twice a copy).
+            # An update and a data element a pair, a 64-byte line of pairs at a time
+            # (``_pair_line``: one shuffle; NumPy's stores two apart, one element at a time,
+            # cost int8 twice a copy, and the compiler's own vectorising of this loop read
+            # the data two apart by gathers, one element at a time for 2-byte elements).
             pairs = (high - p) // u(2)
-            for j in range(pairs):
+            half = u(32) // _width(target)  # the pairs of a line
+            whole = pairs // half * half
+            for j in range(u(0), whole, half):
+                _pair_line(target, at + u(2) * j, updates, ub + k + j, data, b + p + u(2) * j)
+            for j in range(whole, pairs):
                 target[at + u(2) * j] = updates[ub + k + j]
                 target[at + u(2) * j + u(1)] = data[b + p + u(2) * j + u(1)]
             if (high - p) % u(2):
                 target[at + u(2) * pairs] = updates[ub + k + pairs]
         else:
-            for e in range(p, high):
-                target[t + e - lo] = data[b + e]
+            if step != u(1):  # the data between the slots (a step of 1 leaves none)
+                for e in range(p, high):
+                    target[t + e - lo] = data[b + e]
             slots = (high - u(1) - p) // step + u(1)
             if backward:
                 last = ub + count - u(1) - k

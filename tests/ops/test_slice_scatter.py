@@ -272,9 +272,10 @@ def test_the_slots_of_every_row_as_one_row() -> None:
     )  # fmt: skip
     assert module._one_axis((10, 7), 1, (slice(None), slice(1, 7, 2))) is None
     assert module._one_axis((10, 6), 1, (slice(None), slice(5, None, -2))) is None
-    assert module._one_axis((10, 300), 1, (slice(None), slice(5, None, -2))) == (
-        1, 10, 300, 1, 2, 3, 1,
+    assert module._one_axis((10, 600), 1, (slice(None), slice(5, None, -2))) == (
+        1, 10, 600, 1, 2, 3, 1,
     )  # fmt: skip
+    assert module._one_axis((10, 300), 1, (slice(None), slice(5, None, -2))) is None
     assert module._one_axis((10, 6, 3), 1, (slice(None), slice(0, 6, 2), slice(None))) is None
     assert module._one_axis((10, 6), 1, (slice(0, 10, 2), slice(0, 6, 2))) is None
     data = sample(np.dtype(np.float32), (33, 6), seed=4)
