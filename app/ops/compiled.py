@@ -346,9 +346,11 @@ def _transpose_lines(
 def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: Any) -> Any:
     """The 64-byte line of ``out`` from ``out[o]`` on (its address a multiple of 64) set by
     non-temporal stores to the line's worth of ``source`` from ``source[s]`` on (``step`` 1),
-    ending at ``source[s]`` in reverse order (-1), or ``source[s]`` repeated (0): one vector
-    load (or one element, repeated), a shuffle, aligned vector stores (the widest the target
-    has: 2 of 32 bytes with AVX2, 4 of 16 bytes on generic x86-64)."""
+    ending at ``source[s]`` in reverse order (-1), ``source[s]`` repeated (0), or every other
+    element from ``source[s]`` on (2; two lines loaded, so the element after the last one
+    taken is read too): one vector load (two for step 2; or one element, repeated), a
+    shuffle, aligned vector stores (the widest the target has: 2 of 32 bytes with AVX2, 4 of
+    16 bytes on generic x86-64)."""
     if not isinstance(step, types.IntegerLiteral):
         return None
     kind = step.literal_value
@@ -365,12 +367,22 @@ def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: An
             one = builder.load(at, align=1)
             loaded = builder.insert_element(ir.Constant(line, ir.Undefined), one, word(0))
             order = [word(0)] * lanes
+        elif kind == 2:
+            first = builder.bitcast(builder.gep(source_data, [args[1]]), line.as_pointer())
+            later = builder.add(args[1], ir.IntType(64)(lanes))
+            second = builder.bitcast(builder.gep(source_data, [later]), line.as_pointer())
+            order_type = ir.VectorType(word, lanes)
+            loaded = builder.shuffle_vector(
+                builder.load(first, align=1),
+                builder.load(second, align=1),
+                ir.Constant(order_type, [word(2 * k) for k in range(lanes)]),
+            )
         else:
             first = args[1] if kind == 1 else builder.sub(args[1], ir.IntType(64)(lanes - 1))
             pointer = builder.bitcast(builder.gep(source_data, [first]), line.as_pointer())
             loaded = builder.load(pointer, align=1)
             order = [word(k if kind == 1 else lanes - 1 - k) for k in range(lanes)]
-        if kind != 1:
+        if kind in (0, -1):
             order_type = ir.VectorType(word, lanes)
             loaded = builder.shuffle_vector(
                 loaded, ir.Constant(line, ir.Undefined), ir.Constant(order_type, order)
@@ -387,7 +399,7 @@ def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: An
 def _stream_row(
     source: Any, out: Any, s: Any, o: Any, size: Any, step: int
 ) -> None:  # pragma: no cover - compiled
-    """``out[o + e] = source[s + e * step]`` for ``e`` below ``size``, ``step`` 1, -1 or 0:
+    """``out[o + e] = source[s + e * step]`` for ``e`` below ``size``, ``step`` 1, -1, 0 or 2:
     the whole 64-byte lines of the row written a line at a time by non-temporal stores
     (``_stream_line``), the parts of lines at either end by regular stores (a line written
     partly by non-temporal stores is flushed partial, and its other part may be another row's).
@@ -417,6 +429,17 @@ def _stream_row(
             _stream_line(source, s - e, out, o + e, -1)
         for e in range(whole, size):
             out[o + e] = source[s - e]
+    elif step == 2:
+        # A line's loads reach one element past its last: the last line, if that is past
+        # the source's end, is written by regular stores.
+        if whole > head and s + u(2) * whole > u(source.size):
+            whole -= line
+        for e in range(head):
+            out[o + e] = source[s + u(2) * e]
+        for e in range(head, whole, line):
+            _stream_line(source, s + u(2) * e, out, o + e, 2)
+        for e in range(whole, size):
+            out[o + e] = source[s + u(2) * e]
     else:
         value = source[s]
         for e in range(head):
@@ -716,8 +739,9 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
     negative walks backwards), then their strides in ``out``, all in elements; the first row
     starts at ``source_start`` and ``out_start``. Reverse and Pad's edge, reflect and
     symmetric modes are such blocks, a reversed row copied at the speed of a forward one.
-    With ``stream`` not 0, rows written forward and read forward or reversed are written by
-    non-temporal stores (``_stream_row``; elements of 8 bytes or fewer)."""
+    With ``stream`` not 0, rows written forward and read forward, reversed or two apart (a
+    slice of every other element) are written by non-temporal stores (``_stream_row``;
+    elements of 8 bytes or fewer)."""
     u = np.uint64
     dims = table.size // 3
     lengths = table[:dims]
@@ -782,7 +806,7 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
             else:
                 for e in range(size):
                     out[o + e * spread] = source[u(np.int64(s) + np.int64(e) * step)]
-        elif stream and abs(step) == 1:
+        elif stream and (abs(step) == 1 or step == 2):
             _stream_row(source, out, s, o, size, step)
         elif step == 1:
             for e in range(size):
