@@ -1060,14 +1060,14 @@ def _slice_scatter_loop(
         end = min(total, o + chunk)
         at = o
         while at < end:
-            r = at // size
-            b = r * size
-            hi = min(size, end - b)
+            row = at // size
+            row_start = row * size
+            hi = min(size, end - row_start)
             _scatter_part(
-                data, updates, buffer, at - o, b, r * slots, at - b, hi, start, pace, slots,
-                backward,
+                data, updates, buffer, at - o, row_start, row * slots, at - row_start, hi, start,
+                pace, slots, backward,
             )  # fmt: skip
-            at = b + hi
+            at = row_start + hi
         _stream_row(buffer, out, u(0), o, end - o, 1)
         o = end
     _fence()

@@ -149,8 +149,8 @@ _PIECE_BYTES = 1 << 20
 #: 0.91, 0.96, 0.87, 0.89; 4097 bytes 0.60-0.84. Every other column at 65 bytes: 1.8.
 _LOOP_ROW_BYTES = 512
 
-_UNITS = {1: np.dtype(np.uint8), 2: np.dtype(np.uint16), 4: np.dtype(np.uint32),
-          8: np.dtype(np.uint64)}  # fmt: skip
+#: The unsigned type of each unit width the compiled loop takes.
+_UNITS: dict[int, np.dtype[Any]] = {width: np.dtype(f"u{width}") for width in (1, 2, 4, 8)}
 
 
 def _one_axis(
