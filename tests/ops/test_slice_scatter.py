@@ -224,12 +224,13 @@ def test_slices_along_one_axis_by_the_compiled_loop(
 ) -> None:
     """A slice along one axis, every other axis whole, is the compiled loop's when the elements
     after the axis are 1, 2, 4 or 8 bytes (every element type, every axis that gives such
-    runs; short rows too, ``_LOOP_ROW_BYTES`` lowered to 0 here, and by non-temporal stores
-    with ``STREAM_BYTES`` lowered to 0): the same bits as the spec's snippet, NaN payloads and
-    -0.0 kept; any other slice is NumPy's."""
+    runs; small outputs and short rows too, ``_LOOP_FROM`` and ``_LOOP_ROW_BYTES`` lowered to 0
+    here, and by non-temporal stores with ``STREAM_BYTES`` lowered to 0): the same bits as the
+    spec's snippet, NaN payloads and -0.0 kept; any other slice is NumPy's."""
     from app.ops import compiled  # noqa: PLC0415
 
     monkeypatch.setattr(module, "_LOOP_ROW_BYTES", 0)
+    monkeypatch.setattr(module, "_LOOP_FROM", 0)
     if stream:
         monkeypatch.setattr(module, "STREAM_BYTES", 0)
     calls: list[tuple[Any, ...]] = []
@@ -258,6 +259,28 @@ def test_slices_along_one_axis_by_the_compiled_loop(
                 whole = range(*index[axis].indices(size)) == range(size)
                 assert (len(calls) > before) == (inner in (1, 2, 4, 8) and not whole)
     assert calls
+
+
+def test_a_small_output_is_numpy_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``_LOOP_FROM`` bytes the compiled loop is not called (its call costs more there);
+    at it, it is."""
+    from app.ops import compiled  # noqa: PLC0415
+
+    calls: list[int] = []
+    original = compiled.slice_scatter
+
+    def watched(*arguments: Any) -> None:
+        calls.append(1)
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "slice_scatter", watched)
+    side = int(module._LOOP_FROM**0.5)
+    for width in (side - 2, side):
+        data = sample(np.dtype(np.int8), (side, width), seed=width)
+        updates = sample(np.dtype(np.int8), (side, width // 2), seed=1)
+        got = run(data, updates, [0], [width], [2], [1])
+        assert_same_bits(got, snippet(data, updates, [0], [width], [2], [1]))
+    assert calls == [1]
 
 
 def test_the_slots_of_every_row_as_one_row() -> None:
