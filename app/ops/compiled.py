@@ -4,16 +4,17 @@ Each loop is compiled for explicit signatures, so no request ever waits for the 
 whose types match no signature is a ``TypeError``, never a compilation. The loops work on the
 raw unsigned views of ``app.ops.raw`` (four element widths at most; bytes or 8-byte words where
 only whole runs are moved), and Gather's indices on their signed view of the same width (four
-index types), the strided block copy (Reverse, Pad), Pad's rows, the tiled transpose (blocks
-transposed in the vector registers) and GatherTree's walk of every width, GatherTree's check of
-float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of blocks (every width),
-Unique's table of slots (1- and 2-byte values) and hash table (keys of 2, 4 or 8 bytes),
-writing either index type, and ScatterElementsUpdate's puts (each width) and reductions (each
-type it computes in; float16 and bfloat16 as their bits): 71 compiled signatures.
+index types), the strided block copy (Reverse, Pad), Pad's rows, SliceScatter's rows, the tiled
+transpose (blocks transposed in the vector registers) and GatherTree's walk of every width,
+GatherTree's check of float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of
+blocks (every width), Unique's table of slots (1- and 2-byte values) and hash table (keys of 2,
+4 or 8 bytes), writing either index type, and ScatterElementsUpdate's puts (each width) and
+reductions (each type it computes in; float16 and bfloat16 as their bits): 75 compiled
+signatures.
 
-The copies that write a large output front to back (Reverse's, Pad's rows, the interleaved rows
-of DepthToSpace, Col2Im and BatchToSpace) write its whole 64-byte lines by non-temporal stores
-(``_stream_row``), the caller choosing by the output's size.
+The copies that write a large output front to back (Reverse's, Pad's rows, SliceScatter's, the
+interleaved rows of DepthToSpace, Col2Im and BatchToSpace) write its whole 64-byte lines by
+non-temporal stores (``_stream_row``), the caller choosing by the output's size.
 
 Long (some 1,800 lines) because numba's cache is kept per source file: a loop's cached machine
 code is reused while its own file is unchanged, whatever changed in the modules it imports, so
@@ -345,9 +346,11 @@ def _transpose_lines(
 def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: Any) -> Any:
     """The 64-byte line of ``out`` from ``out[o]`` on (its address a multiple of 64) set by
     non-temporal stores to the line's worth of ``source`` from ``source[s]`` on (``step`` 1),
-    ending at ``source[s]`` in reverse order (-1), or ``source[s]`` repeated (0): one vector
-    load (or one element, repeated), a shuffle, aligned vector stores (the widest the target
-    has: 2 of 32 bytes with AVX2, 4 of 16 bytes on generic x86-64)."""
+    ending at ``source[s]`` in reverse order (-1), ``source[s]`` repeated (0), or every other
+    element from ``source[s]`` on (2; two lines loaded, so the element after the last one
+    taken is read too): one vector load (two for step 2; or one element, repeated), a
+    shuffle, aligned vector stores (the widest the target has: 2 of 32 bytes with AVX2, 4 of
+    16 bytes on generic x86-64)."""
     if not isinstance(step, types.IntegerLiteral):
         return None
     kind = step.literal_value
@@ -364,12 +367,22 @@ def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: An
             one = builder.load(at, align=1)
             loaded = builder.insert_element(ir.Constant(line, ir.Undefined), one, word(0))
             order = [word(0)] * lanes
+        elif kind == 2:
+            first = builder.bitcast(builder.gep(source_data, [args[1]]), line.as_pointer())
+            later = builder.add(args[1], ir.IntType(64)(lanes))
+            second = builder.bitcast(builder.gep(source_data, [later]), line.as_pointer())
+            order_type = ir.VectorType(word, lanes)
+            loaded = builder.shuffle_vector(
+                builder.load(first, align=1),
+                builder.load(second, align=1),
+                ir.Constant(order_type, [word(2 * k) for k in range(lanes)]),
+            )
         else:
             first = args[1] if kind == 1 else builder.sub(args[1], ir.IntType(64)(lanes - 1))
             pointer = builder.bitcast(builder.gep(source_data, [first]), line.as_pointer())
             loaded = builder.load(pointer, align=1)
             order = [word(k if kind == 1 else lanes - 1 - k) for k in range(lanes)]
-        if kind != 1:
+        if kind in (0, -1):
             order_type = ir.VectorType(word, lanes)
             loaded = builder.shuffle_vector(
                 loaded, ir.Constant(line, ir.Undefined), ir.Constant(order_type, order)
@@ -424,6 +437,35 @@ def _stream_row(
             _stream_line(source, s, out, o + e, 0)
         for e in range(whole, size):
             out[o + e] = value
+
+
+@_helper
+def _stream_every_other(
+    source: Any, out: Any, s: Any, o: Any, size: Any
+) -> None:  # pragma: no cover - compiled
+    """``out[o + e] = source[s + 2 * e]`` for ``e`` below ``size`` (all uint64), as
+    ``_stream_row`` writes its rows: whole lines by non-temporal stores, each two source lines
+    shuffled (``_stream_line``'s step 2), the parts of lines at either end by regular stores. A
+    line's loads reach one element past the last one it takes: the last line, if that is past
+    the source's end, is written by regular stores too. A function of its own, not a branch of
+    ``_stream_row``: inlined into the strided copy's loop, the branch moved the loop's other
+    shapes by 6-7% (SpaceToDepth float32 slower, int8 quicker)."""
+    u = np.uint64
+    width = _width(out)
+    address = _address(out, o)
+    line = u(64) // width
+    head = size
+    if address % width == u(0):
+        head = min(size, ((u(64) - address % u(64)) % u(64)) // width)
+    whole = head + (size - head) // line * line
+    if whole > head and s + u(2) * whole > u(source.size):
+        whole -= line
+    for e in range(head):
+        out[o + e] = source[s + u(2) * e]
+    for e in range(head, whole, line):
+        _stream_line(source, s + u(2) * e, out, o + e, 2)
+    for e in range(whole, size):
+        out[o + e] = source[s + u(2) * e]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -832,9 +874,10 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
     elements; the first row starts at ``source_start`` and ``out_start``. Reverse and Pad's
     edge, reflect and symmetric modes are such blocks, a reversed row copied at the speed of a
     forward one.
-    With ``stream`` not 0, rows written forward and read forward or reversed, and interleaved
-    rows (``lane_step`` positive), are written by non-temporal stores (``_stream_row``; an
-    interleaved row put together in a buffer first, a piece at a time)."""
+    With ``stream`` not 0, rows written forward and read forward, reversed or two apart (a
+    slice of every other element), and interleaved rows (``lane_step`` positive), are written
+    by non-temporal stores (``_stream_row``; an interleaved row put together in a buffer
+    first, a piece at a time)."""
     u = np.uint64
     dims = table.size // 3
     lengths = table[:dims]
@@ -904,6 +947,8 @@ def _strided_copy_loop(  # noqa: PLR0915 - each row shape its own loop, so each 
                     out[o + e * spread] = source[u(np.int64(s) + np.int64(e) * step)]
         elif stream and abs(step) == 1:
             _stream_row(source, out, s, o, size, step)
+        elif stream and step == 2:
+            _stream_every_other(source, out, s, o, size)
         elif step == 1:
             for e in range(size):
                 out[o + e] = source[s + e]
@@ -1008,6 +1053,165 @@ def _pad_rows_loop(
             d -= 1
     if stream:
         _fence()
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _pair_line(typingctx: Any, target: Any, t: Any, updates: Any, k: Any, data: Any, d: Any) -> Any:
+    """The 64 bytes of ``target`` from ``target[t]`` on set to pairs of an update and a data
+    element: ``target[t + 2 * i] = updates[k + i]`` and ``target[t + 2 * i + 1] =
+    data[d + 2 * i + 1]``, for the line's half of its elements ``i``. One load of a line of
+    data (the even elements unused) and of half a line of updates, one shuffle of the two
+    (``vpermt2b``/``w``/``d``/``q`` with AVX-512), one store; every access unaligned."""
+    bits = target.dtype.bitwidth
+    lanes = 512 // bits
+    half = lanes // 2
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(32)
+        line = ir.VectorType(ir.IntType(bits), lanes)
+        half_line = ir.VectorType(ir.IntType(bits), half)
+        order_type = ir.VectorType(word, lanes)
+
+        def at(position: int, kind: Any) -> Any:
+            array = context.make_array(signature.args[position])(context, builder, args[position])
+            place = builder.gep(array.data, [args[position + 1]])
+            return builder.bitcast(place, kind.as_pointer())
+
+        odd = builder.load(at(4, line), align=1)
+        fresh = builder.load(at(2, half_line), align=1)
+        # Both halves of a shuffle are of one type: the updates widened to a line first.
+        widened = builder.shuffle_vector(
+            fresh,
+            ir.Constant(half_line, ir.Undefined),
+            ir.Constant(order_type, [word(i % half) for i in range(lanes)]),
+        )
+        order = [word(i // 2 if i % 2 == 0 else lanes + i) for i in range(lanes)]
+        paired = builder.shuffle_vector(widened, odd, ir.Constant(order_type, order))
+        builder.store(paired, at(0, line), align=1)
+        return context.get_dummy_value()
+
+    return types.void(target, t, updates, k, data, d), codegen
+
+
+#: The bytes of output ``_slice_scatter_loop`` puts together in a buffer at a time, then writes by
+#: non-temporal stores (a third of the L1 data cache here: the buffer, and the data and updates
+#: it is made from, stay in it).
+SCATTER_CHUNK_BYTES = 16 << 10
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _scatter_part(
+    data: Any,
+    updates: Any,
+    target: Any,
+    t: Any,
+    b: Any,
+    ub: Any,
+    lo: Any,
+    hi: Any,
+    first: Any,
+    step: Any,
+    count: Any,
+    backward: int,
+) -> None:  # pragma: no cover - compiled
+    """Elements ``lo`` to ``hi`` (exclusive) of one output row, written from ``target[t]`` on:
+    element ``e`` is ``data[b + e]``, or, at a slot ``e = first + k * step`` (``k`` below
+    ``count``), ``updates[ub + k]`` (``updates[ub + count - 1 - k]`` when ``backward``). Every
+    argument but ``backward`` is unsigned, ``step`` at least 1."""
+    u = np.uint64
+    stop = first + (count - u(1)) * step + u(1) if count else first  # past the last slot
+    for e in range(lo, min(hi, first)):
+        target[t + e - lo] = data[b + e]
+    low = max(lo, first)
+    high = min(hi, stop)
+    if low < high:
+        k = (low - first + step - u(1)) // step  # the first slot at or after ``low``
+        p = first + k * step
+        for e in range(low, p):
+            target[t + e - lo] = data[b + e]
+        at = t + p - lo
+        if step == u(2) and not backward:
+            # An update and a data element a pair, a 64-byte line of pairs at a time
+            # (``_pair_line``: one shuffle; NumPy's stores two apart, one element at a time,
+            # cost int8 twice a copy, and the compiler's own vectorising of this loop read
+            # the data two apart by gathers, one element at a time for 2-byte elements).
+            pairs = (high - p) // u(2)
+            half = u(32) // _width(target)  # the pairs of a line
+            whole = pairs // half * half
+            for j in range(u(0), whole, half):
+                _pair_line(target, at + u(2) * j, updates, ub + k + j, data, b + p + u(2) * j)
+            for j in range(whole, pairs):
+                target[at + u(2) * j] = updates[ub + k + j]
+                target[at + u(2) * j + u(1)] = data[b + p + u(2) * j + u(1)]
+            if (high - p) % u(2):
+                target[at + u(2) * pairs] = updates[ub + k + pairs]
+        else:
+            if step != u(1):  # the data between the slots (a step of 1 leaves none)
+                for e in range(p, high):
+                    target[t + e - lo] = data[b + e]
+            slots = (high - u(1) - p) // step + u(1)
+            if backward:
+                last = ub + count - u(1) - k
+                for j in range(slots):
+                    target[at + j * step] = updates[last - j]
+            else:
+                for j in range(slots):
+                    target[at + j * step] = updates[ub + k + j]
+    for e in range(max(lo, stop), hi):
+        target[t + e - lo] = data[b + e]
+
+
+def _slice_scatter_loop(
+    data: Any,
+    updates: Any,
+    out: Any,
+    rows: int,
+    length: int,
+    first: int,
+    step: int,
+    count: int,
+    backward: int,
+    stream: int,
+) -> None:  # pragma: no cover - compiled
+    """SliceScatter along one axis: ``out`` (flat, ``rows`` rows of ``length``) is ``data`` (of
+    the same shape) with, in each row ``r``, the element at ``first + k * step`` (``step`` at
+    least 1, ``k`` below ``count``) replaced by ``updates[r * count + k]`` (by
+    ``updates[r * count + count - 1 - k]`` when ``backward``: a negative step's slice read
+    from its lowest element). Each output element is written once, from one source or the
+    other. With ``stream`` not 0 the output is put together ``SCATTER_CHUNK_BYTES`` at a time
+    in a buffer, whatever its rows, and each piece written by non-temporal stores
+    (``_stream_row``)."""
+    u = np.uint64
+    size = u(length)
+    start = u(first)
+    pace = u(step)
+    slots = u(count)
+    if not stream:
+        for r in range(u(rows)):
+            b = r * size
+            _scatter_part(
+                data, updates, out, b, b, r * slots, u(0), size, start, pace, slots, backward
+            )
+        return
+    chunk = u(SCATTER_CHUNK_BYTES) // _width(out)
+    buffer = np.empty(chunk, out.dtype)
+    total = u(rows) * size
+    o = u(0)
+    while o < total:
+        end = min(total, o + chunk)
+        at = o
+        while at < end:
+            row = at // size
+            row_start = row * size
+            hi = min(size, end - row_start)
+            _scatter_part(
+                data, updates, buffer, at - o, row_start, row * slots, at - row_start, hi, start,
+                pace, slots, backward,
+            )  # fmt: skip
+            at = row_start + hi
+        _stream_row(buffer, out, u(0), o, end - o, 1)
+        o = end
+    _fence()
 
 
 def _transpose_loop(
@@ -1412,6 +1616,16 @@ pad_rows = _compiled(
     _pad_rows_loop,
     [
         types.void(_readonly(width), _mutable(width), _readonly(_I64), _readonly(_I64), *[_I64] * 3)
+        for width in _WIDTHS
+    ],
+)
+
+#: slice_scatter(data, updates, out, rows, length, first, step, count, backward, stream): each
+#: width (the elements, or the runs of elements after the sliced axis, as one unit).
+slice_scatter = _compiled(
+    _slice_scatter_loop,
+    [
+        types.void(_readonly(width), _readonly(width), _mutable(width), *[_I64] * 7)
         for width in _WIDTHS
     ],
 )
@@ -2237,6 +2451,7 @@ _LOOPS = (
     ("roll", roll_rows),
     ("strided_copy", strided_copy),
     ("pad_rows", pad_rows),
+    ("slice_scatter", slice_scatter),
     ("transpose_tiles", transpose_tiles),
     ("gather_tree", gather_tree),
     ("first_fraction", first_fraction),
@@ -2264,6 +2479,7 @@ __all__ = [
     "roll_rows",
     "scatter_put",
     "scatter_reduce",
+    "slice_scatter",
     "strided_copy",
     "take",
     "take_slices",

@@ -116,6 +116,42 @@ def test_every_type_to_the_bit(dtype: np.dtype[Any]) -> None:
     assert_same_bits(explicit, np.broadcast_to(data[:, None], (2, 6, 4, 3)))
 
 
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_a_large_output_of_long_rows_by_non_temporal_stores(
+    dtype: np.dtype[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large output whose rows (the trailing axes data has whole) are long is the compiled
+    strided copy's, written by non-temporal stores (``raw.STREAM_BYTES``,
+    ``raw.STREAM_ROW_BYTES`` and ``raw.COPY_VIEW_FROM`` lowered to 0 here): rows of odd
+    lengths, several axes broadcast, leading ones added, a column (rows of one element
+    repeated: NumPy's); the same bits, NaN payloads and -0.0 kept."""
+    from app.ops import compiled, loops, raw  # noqa: PLC0415
+
+    assert loops.ready_module() is compiled
+    for name in ("STREAM_BYTES", "STREAM_ROW_BYTES", "COPY_VIEW_FROM"):
+        monkeypatch.setattr(raw, name, 0)
+    streamed: list[int] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        streamed.append(int(arguments[-1]))
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    cases = [((1, 333), [7, 333]), ((3, 1, 5, 7), [2, 3, 4, 5, 7]), ((1, 1, 65), [3, 5, 65]),
+             ((2, 1, 9), [2, 3, 9]), ((129,), [129])]  # fmt: skip
+    for seed, (shape, target) in enumerate(cases):
+        data = sample(dtype, shape, seed=seed)
+        before = len(streamed)
+        assert_same_bits(run(data, target), np.broadcast_to(data, tuple(target)))
+        assert len(streamed) > before and set(streamed[before:]) == {1}, (shape, target)
+    column = sample(dtype, (5, 1), seed=9)
+    before = len(streamed)
+    assert_same_bits(run(column, [5, 4]), np.broadcast_to(column, (5, 4)))
+    assert len(streamed) == before
+    assert not module._streamed((5, 1), (5, 4), np.empty((5, 4), dtype))
+
+
 def test_properties_against_numpy() -> None:
     rng = np.random.default_rng(3)
     for _ in range(200):

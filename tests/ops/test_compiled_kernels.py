@@ -456,6 +456,7 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "roll": 2,
         "strided_copy": 5,  # the four unsigned widths and 16-byte units
         "pad_rows": 4,
+        "slice_scatter": 4,  # each width (an element, or the run after the sliced axis)
         "transpose_tiles": 4,
         "gather_tree": 4,
         "first_fraction": 3,
@@ -819,6 +820,54 @@ def test_the_strided_copy_by_non_temporal_stores_in_every_width(
         assert not out[:offset].any()
         results.append(out[offset:].reshape(rows, run))
     assert results[0].tobytes() == results[1].tobytes() == expected.tobytes()
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mprotect"), reason="no mprotect")
+@pytest.mark.parametrize(
+    "dtype", [np.uint8, np.uint16, np.uint32, np.uint64, np.complex128], ids=str
+)
+@pytest.mark.parametrize("offset", [0, 1, 5])
+def test_the_strided_copy_of_every_other_element_by_non_temporal_stores(
+    dtype: Any, offset: int
+) -> None:
+    """Rows read two apart and written forward by non-temporal stores (``stream`` 1; a line
+    of the output is two lines of the source shuffled, which read the element after the last
+    one taken): in each width, starting ``offset`` elements past an aligned output, rows whose
+    ends fall off a line or end on one, the last row's last element the source's last, the
+    source followed by an unreadable page (a read past it would crash the test): the same bits
+    as with regular stores and as NumPy's, nothing outside the output written."""
+    width = np.dtype(dtype).itemsize
+    page = mmap.PAGESIZE
+    for rows, run, gap in ((5, 203, 1), (3, 250, 0), (1, 2000, 1), (4, 9, 1)):
+        stride = 2 * run - gap  # each source row; gap 1: the row's last element is taken
+        nbytes = rows * stride * width
+        pages = -(-nbytes // page)
+        mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+        region = mmap.mmap(-1, (pages + 1) * page)
+        whole = np.frombuffer(region, np.uint8)
+        guard = ctypes.c_void_p(whole.ctypes.data + pages * page)
+        assert mprotect(guard, ctypes.c_size_t(page), 0) == 0  # PROT_NONE
+        try:
+            source = whole[pages * page - nbytes : pages * page].view(dtype)
+            source[...] = np.frombuffer(np.random.default_rng(run).bytes(nbytes), dtype)
+            taken = np.lib.stride_tricks.as_strided(
+                source, (rows, run), (stride * width, 2 * width)
+            )
+            total = rows * run
+            for ends_on_a_line in (False, True):
+                results = []
+                for stream in (0, 1):
+                    out = np.zeros(total + offset + 64 + 3, dtype)
+                    start = offset
+                    if ends_on_a_line:  # the last row's last line whole: its loads the furthest
+                        start += (-(out.ctypes.data + (offset + total) * width) % 64) // width
+                    table = np.array([rows, stride, run], np.int64)
+                    compiled.strided_copy(source, out, table, 0, start, run, 2, 1, 0, stream)
+                    assert not out[:start].any() and not out[start + total :].any()
+                    results.append(out[start : start + total])
+                assert results[0].tobytes() == results[1].tobytes() == taken.tobytes()
+        finally:
+            assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
 
 
 def test_the_half_float_conversions_round_as_numpy_and_ml_dtypes() -> None:

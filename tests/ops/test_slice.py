@@ -50,6 +50,37 @@ def test_every_type_to_the_bit(dtype: np.dtype[Any]) -> None:
     assert_same_bits(got, data[3:-5:-2, :, 1:5:3].copy())
 
 
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_every_other_element_of_a_large_output_by_non_temporal_stores(
+    dtype: np.dtype[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice read two apart along its inner axis, its output large (``raw.STREAM_BYTES``,
+    ``raw.STREAM_ROW_BYTES`` and ``raw.COPY_VIEW_FROM`` lowered to 0 here), is the strided
+    copy's step-2 rows written by non-temporal stores: rows one after another (one long row)
+    and rows apart, starting at either parity, ending on the data's last element or not; the
+    same bits as NumPy's slice, NaN payloads and -0.0 kept."""
+    from app.ops import compiled, loops, raw  # noqa: PLC0415
+
+    assert loops.ready_module() is compiled
+    for name in ("STREAM_BYTES", "STREAM_ROW_BYTES", "COPY_VIEW_FROM"):
+        monkeypatch.setattr(raw, name, 0)
+    streamed: list[tuple[int, int]] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        streamed.append((int(arguments[6]), int(arguments[-1])))
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    for seed, (shape, start, stop) in enumerate([((7, 334), 0, 334), ((7, 333), 1, 333),
+                                                 ((5, 301), 0, 300), ((2001,), 0, 2001),
+                                                 ((3, 4, 130), 1, 129)]):  # fmt: skip
+        data = sample(dtype, shape, seed=seed)
+        got = run(data, [start], [stop], [2], [-1])
+        assert_same_bits(got, data[..., start:stop:2].copy())
+    assert streamed and set(streamed) == {(2, 1)}
+
+
 @pytest.mark.parametrize("start", [INT64_MIN, -11, -3, 0, 4, 10, INT64_MAX])
 @pytest.mark.parametrize("stop", [INT64_MIN, -11, -3, 0, 4, 10, INT64_MAX])
 @pytest.mark.parametrize("step", [INT64_MIN, -3, -1, 1, 2, INT64_MAX])

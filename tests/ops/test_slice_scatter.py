@@ -167,6 +167,146 @@ def test_an_output_made_in_pieces_along_its_first_axis(
         assert_same_bits(got, snippet(data, updates, start, stop, step, axes))
 
 
+def _loop_reference(
+    data: npt.NDArray[Any],
+    updates: npt.NDArray[Any],
+    shape: tuple[int, int, int, int, int, int],
+) -> npt.NDArray[Any]:
+    """``compiled.slice_scatter``'s result by NumPy: each row of data, its slots replaced."""
+    rows, length, first, step, count, backward = shape
+    out = data.reshape(rows, length).copy()
+    taken = updates.reshape(rows, count)
+    out[:, first : first + step * count : step] = taken[:, ::-1] if backward else taken
+    return out.reshape(-1)
+
+
+@pytest.mark.parametrize("width", [np.uint8, np.uint16, np.uint32, np.uint64], ids=str)
+def test_the_compiled_loop_directly(width: Any) -> None:
+    """``compiled.slice_scatter`` against NumPy, both ways of writing (regular stores, and a
+    buffer written by non-temporal stores): rows of odd lengths, one and many, short and
+    longer than the buffer (``SCATTER_CHUNK_BYTES``, so rows straddle its pieces), steps 1 to
+    7 (2 most often, its own loop), forward and backward, no slot to every slot, slots at the
+    start, the end and neither; arrays at odd offsets; nothing outside ``out`` written."""
+    from app.ops import compiled, loops  # noqa: PLC0415
+
+    assert loops.ready_module() is compiled
+    rng = np.random.default_rng(int(np.dtype(width).itemsize))
+    chunk = compiled.SCATTER_CHUNK_BYTES // np.dtype(width).itemsize
+    info = np.iinfo(width)
+    for trial in range(400):
+        rows = int(rng.integers(1, 6))
+        length = int(rng.integers(1, 80) if trial % 4 else rng.integers(chunk - 3, 2 * chunk + 9))
+        if trial % 10 == 0:
+            rows, length = 1, int(rng.integers(1, 3 * chunk))
+        step = 2 if trial % 3 == 0 else int(rng.integers(1, 8))
+        first = int(rng.integers(0, min(length, 2 * step + 1)))
+        if trial % 7 == 0:
+            first = length - 1 - int(rng.integers(0, min(length, step)))
+        most = (length - 1 - first) // step + 1
+        count = int(rng.choice([0, most, int(rng.integers(0, most + 1))]))
+        backward, stream = int(rng.integers(0, 2)), int(trial % 2)
+        offset = int(rng.integers(0, 3))
+        data = rng.integers(0, info.max, rows * length + offset, dtype=width)[offset:]
+        updates = rng.integers(0, info.max, rows * count + offset + 1, dtype=width)[offset + 1 :]
+        guarded = np.full(rows * length + 2 * offset + 4, 0xA5, width)
+        out = guarded[offset + 1 : offset + 1 + rows * length]
+        shape = (rows, length, first, step, count, backward)
+        compiled.slice_scatter(data, updates, out, *shape, stream)
+        assert np.array_equal(out, _loop_reference(data, updates, shape)), (trial, shape, stream)
+        assert (guarded[: offset + 1] == 0xA5).all()
+        assert (guarded[offset + 1 + rows * length :] == 0xA5).all()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_slices_along_one_axis_by_the_compiled_loop(
+    dtype: np.dtype[Any], stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slice along one axis, every other axis whole, is the compiled loop's when the elements
+    after the axis are 1, 2, 4 or 8 bytes (every element type, every axis that gives such
+    runs; small outputs and short rows too, ``_LOOP_FROM`` and ``_LOOP_ROW_BYTES`` lowered to 0
+    here, and by non-temporal stores with ``STREAM_BYTES`` lowered to 0): the same bits as the
+    spec's snippet, NaN payloads and -0.0 kept; any other slice is NumPy's."""
+    from app.ops import compiled  # noqa: PLC0415
+
+    monkeypatch.setattr(module, "_LOOP_ROW_BYTES", 0)
+    monkeypatch.setattr(module, "_LOOP_FROM", 0)
+    if stream:
+        monkeypatch.setattr(module, "STREAM_BYTES", 0)
+    calls: list[tuple[Any, ...]] = []
+    original = compiled.slice_scatter
+
+    def watched(*arguments: Any) -> None:
+        calls.append(arguments[3:])
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "slice_scatter", watched)
+    rng = np.random.default_rng(dtype.itemsize + 3)
+    for shape in [(3, 17, 1), (5, 2, 33), (7, 16), (2, 3, 4, 2), (9,), (6, 301)]:
+        data = sample(dtype, shape, seed=len(calls))
+        for axis in range(len(shape)):
+            size = shape[axis]
+            for step in (2, -2, 1, -1, 3, -4):
+                first = int(rng.integers(-size, size))
+                index = [slice(None)] * len(shape)
+                index[axis] = slice(first, None, step)
+                updates = sample(dtype, data[tuple(index)].shape, seed=step + 9)
+                inner = int(np.prod(shape[axis + 1 :])) * dtype.itemsize
+                before = len(calls)
+                start, stop, pace = [first], [INT64_MAX if step > 0 else INT64_MIN], [step]
+                got = run(data, updates, start, stop, pace, [axis])
+                assert_same_bits(got, snippet(data, updates, start, stop, pace, [axis]))
+                whole = range(*index[axis].indices(size)) == range(size)
+                assert (len(calls) > before) == (inner in (1, 2, 4, 8) and not whole)
+    assert calls
+
+
+def test_a_small_output_is_numpy_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below ``_LOOP_FROM`` bytes the compiled loop is not called (its call costs more there);
+    at it, it is."""
+    from app.ops import compiled  # noqa: PLC0415
+
+    calls: list[int] = []
+    original = compiled.slice_scatter
+
+    def watched(*arguments: Any) -> None:
+        calls.append(1)
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "slice_scatter", watched)
+    side = int(module._LOOP_FROM**0.5)
+    for width in (side - 2, side):
+        data = sample(np.dtype(np.int8), (side, width), seed=width)
+        updates = sample(np.dtype(np.int8), (side, width // 2), seed=1)
+        got = run(data, updates, [0], [width], [2], [1])
+        assert_same_bits(got, snippet(data, updates, [0], [width], [2], [1]))
+    assert calls == [1]
+
+
+def test_the_slots_of_every_row_as_one_row() -> None:
+    """Slots at a fixed step through each whole row (every other column of an even width, any
+    step dividing the width, starting before the first step) are one row of the compiled loop,
+    however short the rows; other short rows are NumPy's."""
+    assert module._one_axis((8192, 8192), 1, (slice(None), slice(0, 8192, 2))) == (
+        1, 1, 8192 * 8192, 0, 2, 8192 * 4096, 0,
+    )  # fmt: skip
+    assert module._one_axis((10, 6, 2), 4, (slice(None), slice(2, 6, 3), slice(None))) == (
+        8, 1, 60, 2, 3, 20, 0,
+    )  # fmt: skip
+    assert module._one_axis((10, 7), 1, (slice(None), slice(1, 7, 2))) is None
+    assert module._one_axis((10, 6), 1, (slice(None), slice(5, None, -2))) is None
+    assert module._one_axis((10, 600), 1, (slice(None), slice(5, None, -2))) == (
+        1, 10, 600, 1, 2, 3, 1,
+    )  # fmt: skip
+    assert module._one_axis((10, 300), 1, (slice(None), slice(5, None, -2))) is None
+    assert module._one_axis((10, 6, 3), 1, (slice(None), slice(0, 6, 2), slice(None))) is None
+    assert module._one_axis((10, 6), 1, (slice(0, 10, 2), slice(0, 6, 2))) is None
+    data = sample(np.dtype(np.float32), (33, 6), seed=4)
+    updates = sample(np.dtype(np.float32), (33, 2), seed=5)
+    got = run(data, updates, [1], [6], [3], [1])
+    assert_same_bits(got, snippet(data, updates, [1], [6], [3], [1]))
+
+
 def test_a_backward_start_below_minus_d_is_an_empty_slice() -> None:
     """Length 7, start -9, stop -10, step -2: Python's rule (the spec's snippet) clamps start to
     "before the first element": the slice is empty, so updates has length 0."""
