@@ -425,9 +425,11 @@ def _hashed_groups(
         ranks = np.empty(groups, plan.index_type)
         ranks[order] = np.arange(groups)
         nan_ranks = ranks[:0] if nan is None else ranks[nan]  # NaN groups as they occur
-        table_ranks = np.where(table_ids < 0, -1, ranks[table_ids]).astype(plan.index_type)
+        held = np.flatnonzero(table_ids >= 0)  # the slots of groups
+        table_ranks = np.full(table_ids.size, -1, plan.index_type)
+        table_ranks[held] = ranks[table_ids[held]]
         counts = np.zeros(4 * groups, np.int64)  # hash_lines' four tables
-        small = _small_table(compiled, raw.dtype, table, table_ids, table_ranks)
+        small = _small_table(compiled, raw.dtype, table[2][held], ranks[table_ids[held]])
         new = int(compiled.hash_lines(raw, *table, table_ranks, nan_ranks, counts, inverse, small))
         if new < 0:  # counts by rank already
             return firsts[order], counts.reshape(4, groups).sum(axis=0), inverse
@@ -446,54 +448,63 @@ _SMALL_FACTORS = (
 
 
 def _small_table(
-    compiled: Any,
-    dtype: np.dtype[Any],
-    table: tuple[int, int, npt.NDArray[np.uint64]],
-    table_ids: npt.NDArray[np.int32],
-    table_ranks: npt.NDArray[Any],
+    compiled: Any, dtype: np.dtype[Any], keys: npt.NDArray[np.uint64], ranks: npt.NDArray[Any]
 ) -> npt.NDArray[np.uint32]:
-    """The small table of ``hash_lines`` (``compiled.SMALL_TABLE_WORDS``) for the groups in the
-    hash table, when the compiled loops take one, the keys are of 2 or 4 bytes, there are at
-    most _SMALL_GROUPS groups and ranks below 128, and a perfect hash of them is found: each
-    key's bucket (5 bits of one product) displaced (xor) to a slot of its own (8 bits of
-    another), buckets of more keys placed first. Else an empty one (the hash table's way)."""
+    """The small table of ``hash_lines`` (``compiled.SMALL_TABLE_WORDS``) for the groups of
+    ``keys`` (as the hash table holds them) and their ``ranks``, when the compiled loops take
+    one, the keys are of 2 or 4 bytes, there are at most _SMALL_GROUPS groups and ranks below
+    128, and a perfect hash of them is found: each key's bucket (5 bits of one product)
+    displaced (xor) to a slot of its own (8 bits of another), buckets of more keys placed
+    first. Else an empty one (the hash table's way)."""
     none = np.zeros(0, np.uint32)
     if not compiled.SMALL_TABLES or dtype.itemsize not in (2, 4):
         return none
-    held = table_ids >= 0
-    keys = table[2][held].astype(np.uint32)
-    ranks = table_ranks[held]
     if keys.size > _SMALL_GROUPS or (ranks.size and int(ranks.max()) >= 128):
         return none
+    keys = keys.astype(np.uint32)
     buckets, slots = compiled.SMALL_BUCKETS, compiled.SMALL_SLOTS
-    every = np.arange(slots, dtype=np.uint32)
     for bucket_factor, slot_factor in _SMALL_FACTORS:
         bucket = (keys * np.uint32(bucket_factor)) >> np.uint32(27)
         home = (keys * np.uint32(slot_factor)) >> np.uint32(24)
-        taken = np.zeros(slots, bool)
-        shifts = np.zeros(buckets, np.uint32)
-        sizes = np.bincount(bucket, minlength=buckets)
-        for each in np.argsort(-sizes, kind="stable")[: np.count_nonzero(sizes)]:
-            homes = home[bucket == each]
-            # Each displacement's slots: free for all the bucket's keys, and distinct.
-            candidates = homes[:, None] ^ every[None, :]
-            free = ~taken[candidates].any(axis=0)
-            if np.unique(homes).size < homes.size or not free.any():
-                break
-            shift = int(np.argmax(free))
-            shifts[each] = shift
-            taken[homes ^ np.uint32(shift)] = True
-        else:
-            small = np.zeros(compiled.SMALL_TABLE_WORDS, np.uint32)
-            slot = home ^ shifts[bucket]
-            small[:buckets] = shifts
-            small[buckets : buckets + slots][slot] = keys
-            rank_bytes = np.full(slots, 255, np.uint8)
-            rank_bytes[slot] = ranks
-            small[buckets + slots : buckets + slots + slots // 4] = rank_bytes.view(np.uint32)
-            small[-2:] = bucket_factor, slot_factor
-            return small
+        if np.unique(bucket * np.uint32(slots) + home).size < keys.size:
+            continue  # two keys of one bucket at one home: no displacement parts them
+        shifts = _displacements(bucket, home, buckets, slots)
+        if shifts is None:
+            continue
+        small = np.zeros(compiled.SMALL_TABLE_WORDS, np.uint32)
+        slot = home ^ shifts[bucket]
+        small[:buckets] = shifts
+        small[buckets : buckets + slots][slot] = keys
+        rank_bytes = np.full(slots, 255, np.uint8)
+        rank_bytes[slot] = ranks
+        small[buckets + slots : buckets + slots + slots // 4] = rank_bytes.view(np.uint32)
+        small[-2:] = bucket_factor, slot_factor
+        return small
     return none
+
+
+def _displacements(
+    bucket: npt.NDArray[np.uint32], home: npt.NDArray[np.uint32], buckets: int, slots: int
+) -> npt.NDArray[np.uint32] | None:
+    """Each bucket's displacement (xor'd into its keys' homes) such that every key gets a slot
+    of its own, the buckets of more keys placed first, each at the first displacement whose
+    slots are all free; None when a bucket finds none."""
+    every = np.arange(slots, dtype=np.uint32)
+    candidates = home[:, None] ^ every[None, :]  # each key's slot by each displacement
+    by_bucket = np.argsort(bucket, kind="stable")
+    sizes = np.bincount(bucket, minlength=buckets)
+    ends = np.cumsum(sizes)
+    taken = np.zeros(slots, bool)
+    shifts = np.zeros(buckets, np.uint32)
+    for each in np.argsort(-sizes, kind="stable")[: np.count_nonzero(sizes)]:
+        members = by_bucket[ends[each] - sizes[each] : ends[each]]
+        free = ~taken[candidates[members]].any(axis=0)
+        if not free.any():
+            return None
+        shift = int(np.argmax(free))
+        shifts[each] = shift
+        taken[candidates[members, shift]] = True
+    return shifts
 
 
 def _first_positions(

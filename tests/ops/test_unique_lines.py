@@ -111,31 +111,22 @@ def test_the_small_table_is_a_perfect_hash_of_the_groups() -> None:
         pytest.skip("the small table's permutes are not compiled on this CPU")
     rng = np.random.default_rng(3)
     keys = np.unique(rng.integers(0, 2**32, 128, dtype=np.uint64))
-    bits = 18
-    table_keys = np.zeros(1 << bits, np.uint64)
-    table_ids = np.full(1 << bits, -1, np.int32)
-    table_ranks = np.full(1 << bits, -1, np.int64)
-    table_keys[: keys.size] = keys
-    table_ids[: keys.size] = np.arange(keys.size)
-    table_ranks[: keys.size] = np.arange(keys.size)[::-1]
-    table = (0, 64 - bits, table_keys)
-    small = unique_module._small_table(compiled, np.dtype(np.uint32), table, table_ids,
-                                       table_ranks)  # fmt: skip
+    ranks = np.arange(keys.size)[::-1]
+    small = unique_module._small_table(compiled, np.dtype(np.uint32), keys, ranks)
     assert small.size == compiled.SMALL_TABLE_WORDS
     buckets, slots = compiled.SMALL_BUCKETS, compiled.SMALL_SLOTS
     first, second = (int(factor) for factor in small[-2:])
-    ranks = small[buckets + slots : buckets + slots + slots // 4].view(np.uint8)
-    for key, rank in zip(keys, table_ranks[: keys.size], strict=True):
+    rank_bytes = small[buckets + slots : buckets + slots + slots // 4].view(np.uint8)
+    for key, rank in zip(keys, ranks, strict=True):
         bucket = ((int(key) * first) % 2**32) >> 27
         slot = (((int(key) * second) % 2**32) >> 24) ^ int(small[bucket])
-        assert small[buckets + slot] == key and ranks[slot] == rank
-    assert (ranks >= 128).sum() == slots - keys.size
-    wide = unique_module._small_table(compiled, np.dtype(np.uint64), table, table_ids, table_ranks)
-    assert wide.size == 0
-    table_ids[200] = 200
-    table_ranks[200] = 0
-    assert unique_module._small_table(compiled, np.dtype(np.uint32), table, table_ids,
-                                      table_ranks).size == 0  # fmt: skip
+        assert small[buckets + slot] == key and rank_bytes[slot] == rank
+    assert (rank_bytes >= 128).sum() == slots - keys.size
+    assert unique_module._small_table(compiled, np.dtype(np.uint64), keys, ranks).size == 0
+    more = np.arange(129, dtype=np.uint64)
+    assert unique_module._small_table(compiled, np.dtype(np.uint32), more, more).size == 0
+    high = np.arange(3, dtype=np.uint64), np.array([0, 1, 128])
+    assert unique_module._small_table(compiled, np.dtype(np.uint32), *high).size == 0
 
 
 @pytest.mark.parametrize("width", [np.uint8, np.uint16])
