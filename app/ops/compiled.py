@@ -9,7 +9,7 @@ transpose (blocks transposed in the vector registers) and GatherTree's walk of e
 GatherTree's check of float ids (3 widths), Col2Im's reach along an axis (int64) and its sum of
 blocks (every width), Unique's table of slots (1- and 2-byte values) and hash table (keys of 2,
 4 or 8 bytes), writing either index type, and ScatterElementsUpdate's puts (each width) and
-reductions (each type it computes in; float16 and bfloat16 as their bits): 75 compiled
+reductions (each type it computes in; float16 and bfloat16 as their bits): 73 compiled
 signatures.
 
 The copies that write a large output front to back (Reverse's, Pad's rows, SliceScatter's, the
@@ -1893,21 +1893,329 @@ col2im = _compiled(
 # bytes), or found by a hash table of their keys (wider ones, a bounded number of groups).
 
 
-def _count_slots_loop(slots: Any, counts: Any) -> None:  # pragma: no cover - compiled
-    """Add each value of ``slots`` to its count in ``counts``: four tables one after the other
-    (``counts`` of four times the slots), element ``i`` counted in table ``i % 4``, so that
-    repeats of one value in a row do not wait on each other's store."""
+def _gathered(builder: Any, table: Any, indices: Any, kind: Any, lanes: int) -> Any:
+    """``table[indices]`` for a vector of 32-bit ``indices``: one ``llvm.masked.gather`` of
+    ``lanes`` elements of ``kind`` (every lane read), at code-generation time."""
+    word = ir.IntType(32)
+    addresses = _VectorAddresses(builder.block, table, indices, lanes)
+    builder._insert(addresses)
+    pointers = builder.bitcast(addresses, ir.VectorType(kind.as_pointer(), lanes))
+    loaded = ir.VectorType(kind, lanes)
+    flags = ir.VectorType(ir.IntType(1), lanes)
+    function_type = ir.FunctionType(loaded, [pointers.type, word, flags, loaded])
+    name = f"llvm.masked.gather.v{lanes}i{kind.width}.v{lanes}p0i{kind.width}"
+    gather = cgutils.get_or_insert_function(builder.module, function_type, name)
+    every = ir.Constant(flags, [1] * lanes)
+    zeros = ir.Constant(loaded, [0] * lanes)
+    return builder.call(gather, [pointers, word(kind.width // 8), every, zeros])
+
+
+def _streamed(builder: Any, values: Any, out: Any) -> None:
+    """``values`` stored at ``out`` (a 64-byte line, aligned) by a non-temporal store."""
+    store = builder.store(values, builder.bitcast(out, values.type.as_pointer()), align=64)
+    store.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _slot_line(typingctx: Any, slots: Any, s: Any, ranks: Any, out: Any) -> Any:
+    """``out[s + k] = ranks[slots[s + k]]`` for the 64-byte line of ``out`` from ``out[s]`` on
+    (its address a multiple of 64): the slots' one vector load, one vector gather of the
+    ranks, one non-temporal store."""
+    lanes = 512 // out.dtype.bitwidth
+    slot_bits = slots.dtype.bitwidth
+    rank_bits = out.dtype.bitwidth
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        slots_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ranks_data = context.make_array(signature.args[2])(context, builder, args[2]).data
+        out_data = context.make_array(signature.args[3])(context, builder, args[3]).data
+        loaded = ir.VectorType(ir.IntType(slot_bits), lanes)
+        at = builder.bitcast(builder.gep(slots_data, [args[1]]), loaded.as_pointer())
+        indices = builder.zext(builder.load(at, align=1), ir.VectorType(ir.IntType(32), lanes))
+        got = _gathered(builder, ranks_data, indices, ir.IntType(rank_bits), lanes)
+        _streamed(builder, got, builder.gep(out_data, [args[1]]))
+        return context.get_dummy_value()
+
+    return types.void(slots, s, ranks, out), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _hash_line(
+    typingctx: Any,
+    raw: Any,
+    s: Any,
+    zero_mask: Any,
+    top: Any,
+    shift: Any,
+    table_keys: Any,
+    table_ranks: Any,
+    counts: Any,
+    groups: Any,
+    out: Any,
+) -> Any:
+    """The 64-byte line of ``out`` from ``out[s]`` on (its address a multiple of 64) set to
+    its elements' ranks when each key is in its own slot of the table (``_hash_groups_loop``'s;
+    ``table_ranks`` -1 where empty), by vector gathers and one non-temporal store, and each
+    rank counted in ``counts`` (lane ``k`` in its table ``k % 4`` of ``groups``). A key is the
+    raw bits, 0 where the bits and ``zero_mask`` have none in common (a float's -0.0), none
+    whose bits and ``zero_mask`` are above ``top`` (a NaN). Returns 0 when it did, else the
+    lanes (a bit each) whose element it cannot place: then nothing is written or counted."""
+    lanes = 512 // out.dtype.bitwidth
+    key_bits = raw.dtype.bitwidth
+    rank_bits = out.dtype.bitwidth
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(32)
+        long = ir.IntType(64)
+        wide = ir.VectorType(long, lanes)
+        undefined = ir.Constant(wide, ir.Undefined)
+        first = ir.Constant(ir.VectorType(word, lanes), [0] * lanes)
+
+        def splat(value: Any) -> Any:
+            return builder.shuffle_vector(
+                builder.insert_element(undefined, value, word(0)), undefined, first
+            )
+
+        raw_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        keys_data = context.make_array(signature.args[5])(context, builder, args[5]).data
+        ranks_data = context.make_array(signature.args[6])(context, builder, args[6]).data
+        counts_data = context.make_array(signature.args[7])(context, builder, args[7]).data
+        out_data = context.make_array(signature.args[9])(context, builder, args[9]).data
+        loaded = ir.VectorType(ir.IntType(key_bits), lanes)
+        at = builder.bitcast(builder.gep(raw_data, [args[1]]), loaded.as_pointer())
+        keys = builder.load(at, align=1)
+        if key_bits < 64:
+            keys = builder.zext(keys, wide)
+        zeros = ir.Constant(wide, [0] * lanes)
+        magnitude = builder.and_(keys, splat(args[2]))
+        keys = builder.select(builder.icmp_unsigned("==", magnitude, zeros), zeros, keys)
+        nan = builder.icmp_unsigned(">", magnitude, splat(args[3]))
+        factor = int(_HASH_FACTOR) - (1 << 64)  # as LLVM's signed constant
+        hashed = builder.mul(keys, ir.Constant(wide, [factor] * lanes))
+        indices = builder.trunc(builder.lshr(hashed, splat(args[4])), ir.VectorType(word, lanes))
+        found = _gathered(builder, keys_data, indices, long, lanes)
+        ranks = _gathered(builder, ranks_data, indices, ir.IntType(rank_bits), lanes)
+        rank_zeros = ir.Constant(ranks.type, [0] * lanes)
+        bad = builder.or_(nan, builder.icmp_unsigned("!=", found, keys))
+        bad = builder.or_(bad, builder.icmp_signed("<", ranks, rank_zeros))
+        left = builder.zext(builder.bitcast(bad, ir.IntType(lanes)), long)
+        with builder.if_then(builder.icmp_unsigned("==", left, long(0)), likely=True):
+            _streamed(builder, ranks, builder.gep(out_data, [args[1]]))
+            for k in range(lanes):
+                rank = builder.extract_element(ranks, word(k))
+                if rank_bits < 64:
+                    rank = builder.sext(rank, long)
+                if k % 4:
+                    rank = builder.add(rank, builder.mul(args[8], long(k % 4)))
+                place = builder.gep(counts_data, [rank])
+                builder.store(builder.add(builder.load(place), long(1)), place)
+        return left
+
+    return (
+        types.uint64(raw, s, zero_mask, top, shift, table_keys, table_ranks, counts, groups, out),
+        codegen,
+    )
+
+
+def _small_tables_compiled() -> bool:
+    """Whether ``_small_line``'s permutes are compiled: x86 with AVX-512 VBMI, for the host CPU
+    (an image's loops are compiled for any x86-64, ``NUMBA_CPU_NAME``: none there)."""
+    if not _X86 or numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
+        return False
+    from llvmlite import binding  # noqa: PLC0415
+
+    features = binding.get_host_cpu_features()
+    return all(features.get(name, False) for name in ("avx512f", "avx512bw", "avx512vbmi"))
+
+
+#: Whether ``hash_lines`` takes a small table (``SMALL_TABLE_WORDS``' layout), its keys found by
+#: permutes in the vector registers; the caller passes an empty one where this is False.
+SMALL_TABLES = _small_tables_compiled()
+#: The small table, uint32 words: 32 displacements (one a bucket), the keys of its 256 slots,
+#: their ranks (one byte a slot, 128 or more where empty; 64 words), the two multipliers.
+SMALL_BUCKETS, SMALL_SLOTS = 32, 256
+SMALL_TABLE_WORDS = SMALL_BUCKETS + SMALL_SLOTS + SMALL_SLOTS // 4 + 2
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _small_line(  # noqa: PLR0915 - one vector program, written out
+    typingctx: Any,
+    raw: Any,
+    s: Any,
+    zero_mask: Any,
+    top: Any,
+    small: Any,
+    found: Any,
+    out: Any,
+) -> Any:
+    """``_hash_line`` for 16 elements of 2 or 4 bytes by the small table (``SMALL_TABLE_WORDS``)
+    instead: a key's bucket the top 5 bits of its product with the first multiplier, its slot
+    the top 8 bits of its product with the second xor its bucket's displacement (a perfect
+    hash of the groups' keys); the slot's key and rank found by permutes of the table's
+    vectors (``vpermi2d``, ``vpermi2b``), no gather. ``out`` from ``out[s]`` on is one or two
+    64-byte lines (aligned), written by non-temporal stores, and the 16 ranks put in ``found``
+    (bytes) for the caller to count. Without ``SMALL_TABLES`` (or for
+    keys of 8 bytes), every lane is left (the caller never gets here)."""
+    lanes = 16
+    key_bits = raw.dtype.bitwidth
+    rank_bits = out.dtype.bitwidth
+    sig = types.uint64(raw, s, zero_mask, top, small, found, out)
+    if not SMALL_TABLES or key_bits > 32:  # 8-byte keys: never a small table
+
+        def nothing(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return ir.IntType(64)((1 << lanes) - 1)
+
+        return sig, nothing
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:  # noqa: PLR0915
+        word = ir.IntType(32)
+        byte = ir.IntType(8)
+        long = ir.IntType(64)
+        words = ir.VectorType(word, lanes)
+        undefined = ir.Constant(words, ir.Undefined)
+        first = ir.Constant(ir.VectorType(word, lanes), [0] * lanes)
+
+        def splat(value: Any) -> Any:
+            return builder.shuffle_vector(
+                builder.insert_element(undefined, value, word(0)), undefined, first
+            )
+
+        def constant(value: int) -> Any:
+            return ir.Constant(words, [value] * lanes)
+
+        raw_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        small_data = context.make_array(signature.args[4])(context, builder, args[4]).data
+        found_data = context.make_array(signature.args[5])(context, builder, args[5]).data
+        out_data = context.make_array(signature.args[6])(context, builder, args[6]).data
+
+        def table(at: int) -> Any:
+            pointer = builder.bitcast(builder.gep(small_data, [long(at)]), words.as_pointer())
+            return builder.load(pointer, align=4)
+
+        def permute(name: str, low: Any, index: Any, high: Any) -> Any:
+            kind = low.type
+            function_type = ir.FunctionType(kind, [kind, kind, kind])
+            function = cgutils.get_or_insert_function(
+                builder.module, function_type, f"llvm.x86.avx512.vpermi2var.{name}.512"
+            )
+            return builder.call(function, [low, index, high])
+
+        loaded = ir.VectorType(ir.IntType(key_bits), lanes)
+        at = builder.bitcast(builder.gep(raw_data, [args[1]]), loaded.as_pointer())
+        keys = builder.load(at, align=1)
+        if key_bits < 32:
+            keys = builder.zext(keys, words)
+        magnitude = builder.and_(keys, splat(builder.trunc(args[2], word)))
+        keys = builder.select(
+            builder.icmp_unsigned("==", magnitude, constant(0)), constant(0), keys
+        )
+        nan = builder.icmp_unsigned(">", magnitude, splat(builder.trunc(args[3], word)))
+        multipliers = SMALL_BUCKETS + SMALL_SLOTS + SMALL_SLOTS // 4
+        factors = [builder.load(builder.gep(small_data, [long(multipliers + k)])) for k in (0, 1)]
+        bucket = builder.lshr(builder.mul(keys, splat(factors[0])), constant(27))
+        home = builder.lshr(builder.mul(keys, splat(factors[1])), constant(24))
+        shift = permute("d", table(0), bucket, table(16))
+        slot = builder.xor(home, shift)
+        matched = [
+            permute("d", table(32 + 32 * k), slot, table(48 + 32 * k))
+            for k in range(SMALL_SLOTS // 32)
+        ]
+        for bit in (32, 64, 128):  # the slot's higher bits choose among the parts
+            chosen = builder.icmp_unsigned("!=", builder.and_(slot, constant(bit)), constant(0))
+            matched = [
+                builder.select(chosen, matched[k + 1], matched[k])
+                for k in range(0, len(matched), 2)
+            ]
+        bytes_type = ir.VectorType(byte, 64)
+        narrow = builder.trunc(slot, ir.VectorType(byte, lanes))
+        index = builder.shuffle_vector(
+            narrow,
+            ir.Constant(narrow.type, ir.Undefined),
+            ir.Constant(ir.VectorType(word, 64), [k % lanes for k in range(64)]),
+        )
+        ranks_at = SMALL_BUCKETS + SMALL_SLOTS
+        halves = []
+        for k in (0, 2):
+            low = builder.bitcast(table(ranks_at + 16 * k), bytes_type)
+            high = builder.bitcast(table(ranks_at + 16 * (k + 1)), bytes_type)
+            both = permute("qi", low, index, high)
+            halves.append(
+                builder.shuffle_vector(
+                    both,
+                    ir.Constant(bytes_type, ir.Undefined),
+                    ir.Constant(ir.VectorType(word, lanes), list(range(lanes))),
+                )
+            )
+        upper = builder.icmp_unsigned("!=", builder.and_(slot, constant(128)), constant(0))
+        ranks = builder.select(upper, halves[1], halves[0])
+        bad = builder.or_(nan, builder.icmp_unsigned("!=", matched[0], keys))
+        empty = builder.icmp_signed("<", ranks, ir.Constant(ranks.type, [0] * lanes))
+        bad = builder.or_(bad, empty)
+        left = builder.zext(builder.bitcast(bad, ir.IntType(lanes)), long)
+        with builder.if_then(builder.icmp_unsigned("==", left, long(0)), likely=True):
+            line = 512 // rank_bits
+            wide = builder.zext(ranks, ir.VectorType(ir.IntType(rank_bits), lanes))
+            for part in range(lanes // line):
+                piece = builder.shuffle_vector(
+                    wide,
+                    ir.Constant(wide.type, ir.Undefined),
+                    ir.Constant(
+                        ir.VectorType(word, line), list(range(part * line, (part + 1) * line))
+                    ),
+                )
+                target = builder.gep(out_data, [builder.add(args[1], long(part * line))])
+                _streamed(builder, piece, target)
+            # Counted by the caller: scalar loads of them keep the vector ports free.
+            builder.store(ranks, builder.bitcast(found_data, ranks.type.as_pointer()), align=1)
+        return left
+
+    return sig, codegen
+
+
+#: How far ahead of its lines (bytes) ``hash_lines`` asks for its input: with the output written
+#: by non-temporal stores, the CPU's own prefetch of the input lags (its vector part on 64 MiB
+#: of float32 took 26 ms without, 10.5 ms 4 KiB ahead).
+_AHEAD = 4096
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _line_head(out: Any, size: Any) -> Any:  # pragma: no cover - compiled
+    """The elements of ``out`` (of ``size``) before its first 64-byte aligned line."""
     u = np.uint64
-    total = u(slots.size)
-    table = u(counts.size) // u(4)
-    whole = total - total % u(4)
-    for i in range(u(0), whole, u(4)):
-        counts[u(slots[i])] += 1
-        counts[table + u(slots[i + u(1)])] += 1
-        counts[u(2) * table + u(slots[i + u(2)])] += 1
-        counts[u(3) * table + u(slots[i + u(3)])] += 1
-    for i in range(whole, total):
-        counts[u(slots[i])] += 1
+    width = _width(out)
+    address = _address(out, 0)
+    if address % width:
+        return size
+    return min(size, ((u(64) - address % u(64)) % u(64)) // width)
+
+
+def _slot_lines_loop(slots: Any, ranks: Any, counts: Any, out: Any) -> None:  # pragma: no cover
+    """``out[i] = ranks[slots[i]]`` (each element's group, in the index type) and each slot
+    counted in ``counts``, four tables of ``ranks.size`` one after the other (element ``i``'s
+    in a table of its own among four, so that repeats of one value in a row do not wait on
+    each other's store). The output's whole 64-byte lines written by ``_slot_line``: a vector
+    gather and a non-temporal store each (the output is many times the input: 8 or 4 bytes an
+    element), so that it is written without being read in first. (Asking for the input ahead,
+    as ``hash_lines`` does, made it slower: 27.6 -> 30-31.5 ms on 64 MiB of int8.)"""
+    u = np.uint64
+    size = u(slots.size)
+    table = u(ranks.size)
+    lane = u(64) // _width(out)
+    head = _line_head(out, size)
+    whole = head + (size - head) // lane * lane
+    for i in range(head):
+        slot = u(slots[i])
+        out[i] = ranks[slot]
+        counts[slot] += 1
+    for i in range(head, whole, lane):
+        _slot_line(slots, i, ranks, out)
+        for k in range(lane):
+            counts[(k % u(4)) * table + u(slots[i + k])] += 1
+    for i in range(whole, size):
+        slot = u(slots[i])
+        out[i] = ranks[slot]
+        counts[slot] += 1
+    _fence()
 
 
 def _first_slots_loop(slots: Any, firsts: Any, occurring: int) -> None:  # pragma: no cover
@@ -1921,12 +2229,6 @@ def _first_slots_loop(slots: Any, firsts: Any, occurring: int) -> None:  # pragm
             missing -= 1
         if not missing:
             break
-
-
-def _look_up_loop(slots: Any, table: Any, out: Any) -> None:  # pragma: no cover - compiled
-    """``out[i] = table[slots[i]]``: each element's group, in the index type."""
-    for i in range(np.uint64(slots.size)):
-        out[i] = table[np.uint64(slots[i])]
 
 
 #: The multiplier of the hash (2**64 over the golden ratio, odd): a key's high product bits
@@ -1990,7 +2292,7 @@ def _hash_groups_loop(
     return groups
 
 
-def _hash_look_up_loop(
+def _hash_lines_loop(  # noqa: PLR0915 - the line's way and the element's, one loop
     raw: Any,
     fraction: int,
     shift: int,
@@ -1999,65 +2301,105 @@ def _hash_look_up_loop(
     nan_ranks: Any,
     counts: Any,
     out: Any,
+    small: Any,
 ) -> Any:  # pragma: no cover - compiled
     """Each element's group in the index type, by the table ``_hash_groups_loop`` filled
     (``table_ranks`` the rank of each slot's group, -1 where empty): its key's slot's rank,
     and for the k-th NaN ``nan_ranks[k]`` (NaNs are groups of their own, in the order they
-    occur); each group's elements counted in ``counts`` (by rank). -1, or the position of the
-    first element whose group the table does not have (a key not in it, a NaN past the last
-    of ``nan_ranks``): ``out`` and ``counts`` are then written up to it only."""
+    occur); each group's elements counted in ``counts``: four tables of the groups one after
+    the other (by rank; their sum the counts). -1, or the position of the first element whose
+    group the table does not have (a key not in it, a NaN past the last of ``nan_ranks``):
+    ``out`` and ``counts`` are then written up to it only.
+
+    The output's whole 64-byte lines are written by ``_hash_line`` (vector gathers of the
+    keys' own slots, a non-temporal store) where every key of the line is in its own slot and
+    none is a NaN, or 16 elements at a time by ``_small_line`` when ``small`` is a small table
+    (not empty: the groups' keys of 2 or 4 bytes hashed perfectly, every key in the table);
+    the other lines, and the parts of lines at either end, an element at a time.
+    """
     u = np.uint64
     sign = u(1) << (u(8) * u(raw.itemsize) - u(1))
     magnitude_mask = sign - u(1)
     infinity = (magnitude_mask >> u(fraction)) << u(fraction)
+    # The line's masks: an integer's key is its bits, whatever they are.
+    zero_mask = magnitude_mask if fraction else ~u(0)
+    top = infinity if fraction else ~u(0)
     mask = u(table_keys.size - 1)
+    groups = u(counts.size) // u(4)
     nans = u(0)
     known_nans = u(nan_ranks.size)
-    for i in range(u(raw.size)):
-        key = u(raw[i])
-        if fraction:
-            magnitude = key & magnitude_mask
-            if magnitude == u(0):
-                key = u(0)
-            elif magnitude > infinity:
-                if nans == known_nans:
-                    return np.int64(i)
-                rank = nan_ranks[nans]
-                out[i] = rank
-                counts[rank] += 1
-                nans += u(1)
+    size = u(raw.size)
+    lane = u(16) if small.size else u(64) // _width(out)
+    found = np.empty(16, np.uint8)  # the ranks of _small_line's 16 elements
+    ahead = u(_AHEAD) // _width(raw)
+    head = _line_head(out, size)
+    whole = head + (size - head) // lane * lane
+    start = u(0)
+    while start < size:
+        if start < head:
+            stop = head
+        elif start < whole:
+            stop = start + lane
+            _prefetch(raw, min(start + ahead, size - u(1)))
+            if small.size:
+                line = _small_line(raw, start, zero_mask, top, small, found, out)
+                if line == u(0):
+                    for k in range(lane):
+                        counts[(k % u(4)) * groups + u(found[k])] += 1
+            else:
+                line = _hash_line(
+                    raw, start, zero_mask, top, u(shift), table_keys, table_ranks, counts, groups,
+                    out,
+                )  # fmt: skip
+            if line == u(0):
+                start = stop
                 continue
-        slot = (key * _HASH_FACTOR) >> u(shift)
-        while True:
-            rank = table_ranks[slot]
-            if rank < 0:
-                return np.int64(i)
-            if table_keys[slot] == key:
-                break
-            slot = (slot + u(1)) & mask
-        out[i] = rank
-        counts[rank] += 1
+        else:
+            stop = size
+        for i in range(start, stop):
+            key = u(raw[i])
+            if fraction:
+                magnitude = key & magnitude_mask
+                if magnitude == u(0):
+                    key = u(0)
+                elif magnitude > infinity:
+                    if nans == known_nans:
+                        _fence()
+                        return np.int64(i)
+                    rank = nan_ranks[nans]
+                    out[i] = rank
+                    counts[rank] += 1
+                    nans += u(1)
+                    continue
+            slot = (key * _HASH_FACTOR) >> u(shift)
+            while True:
+                rank = table_ranks[slot]
+                if rank < 0:
+                    _fence()
+                    return np.int64(i)
+                if table_keys[slot] == key:
+                    break
+                slot = (slot + u(1)) & mask
+            out[i] = rank
+            counts[rank] += 1
+        start = stop
+    _fence()
     return np.int64(-1)
 
 
 _SLOT_WIDTHS = (types.uint8, types.uint16)
 _KEY_WIDTHS = (types.uint16, types.uint32, types.uint64)
 
-#: count_slots(slots, counts): bytes or 2-byte values, int64 counts.
-count_slots = _compiled(
-    _count_slots_loop, [types.void(_readonly(w), _mutable(_I64)) for w in _SLOT_WIDTHS]
-)
-
 #: first_slots(slots, firsts, occurring): bytes or 2-byte values, int64 positions.
 first_slots = _compiled(
     _first_slots_loop, [types.void(_readonly(w), _mutable(_I64), _I64) for w in _SLOT_WIDTHS]
 )
 
-#: look_up(slots, table, out): bytes or 2-byte values, each index type.
-look_up = _compiled(
-    _look_up_loop,
+#: slot_lines(slots, ranks, counts, out): bytes or 2-byte values, each index type, int64 counts.
+slot_lines = _compiled(
+    _slot_lines_loop,
     [
-        types.void(_readonly(w), _readonly(index), _mutable(index))
+        types.void(_readonly(w), _readonly(index), _mutable(_I64), _mutable(index))
         for w in _SLOT_WIDTHS
         for index in _INDEX_TYPES
     ],
@@ -2075,10 +2417,10 @@ hash_groups = _compiled(
     ],
 )
 
-#: hash_look_up(raw, fraction, shift, table_keys, table_ranks, nan_ranks, counts, out): keys of
-#: 2, 4 or 8 bytes, each index type, int64 counts.
-hash_look_up = _compiled(
-    _hash_look_up_loop,
+#: hash_lines(raw, fraction, shift, table_keys, table_ranks, nan_ranks, counts, out, small): keys
+#: of 2, 4 or 8 bytes, each index type, int64 counts, a uint32 small table (or none).
+hash_lines = _compiled(
+    _hash_lines_loop,
     [
         _I64(
             _readonly(w),
@@ -2089,6 +2431,7 @@ hash_look_up = _compiled(
             _readonly(index),
             _mutable(_I64),
             _mutable(index),
+            _readonly(types.uint32),
         )
         for w in _KEY_WIDTHS
         for index in _INDEX_TYPES
@@ -2438,11 +2781,10 @@ scatter_reduce = _compiled(
 
 #: Unique's loops, as ``_LOOPS`` lists them.
 _UNIQUE_LOOPS = (
-    ("count_slots", count_slots),
     ("first_slots", first_slots),
-    ("look_up", look_up),
+    ("slot_lines", slot_lines),
     ("hash_groups", hash_groups),
-    ("hash_look_up", hash_look_up),
+    ("hash_lines", hash_lines),
 )
 
 _LOOPS = (
@@ -2485,4 +2827,4 @@ __all__ = [
     "take_slices",
     "transpose_tiles",
 ]
-__all__ += ["count_slots", "first_slots", "hash_groups", "hash_look_up", "look_up"]
+__all__ += ["first_slots", "hash_groups", "hash_lines", "slot_lines"]

@@ -59,11 +59,18 @@ class SplitPlan:
 
     ``bounded``: the shapes are the largest each output may be (Unique-10's, known only once it
     has run); admission reserves them, and the answer takes each output's shape from the array
-    ``run`` gives, which must fit within its bound."""
+    ``run`` gives, which must fit within its bound.
+
+    ``into`` (optional): ``run`` given a ready array for each output (of its bound's shape, the
+    output's type in native order; None where the caller has none). It may write an output
+    into its array and give that array itself as the output's part, only when the output
+    fills it whole (Unique-10's inverse, of a size known before it runs); every other part is
+    an array of its own, as ``run`` gives it, for the caller to copy."""
 
     output_shapes: tuple[tuple[int, ...], ...]
     run: Callable[[], Sequence[npt.NDArray[Any]]]
     bounded: bool = False
+    into: Callable[[Sequence[npt.NDArray[Any] | None]], Sequence[npt.NDArray[Any]]] | None = None
 
     @property
     def output_shape(self) -> tuple[int, ...]:

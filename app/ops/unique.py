@@ -155,18 +155,22 @@ def sortable_keys(values: npt.NDArray[Any]) -> tuple[npt.NDArray[np.uint64], Any
 
 
 def unique_planned(
-    data: npt.NDArray[Any], plan: UniquePlan
+    data: npt.NDArray[Any], plan: UniquePlan, inverse_out: npt.NDArray[Any] | None = None
 ) -> tuple[npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any]]:
     """``unique`` with the inputs already checked: the groups of equal elements (or slices),
     counted in a table when the elements are booleans or integers of one or two bytes, else
-    found by one stable sort of their keys; the first of each group its first occurrence."""
+    found by one stable sort of their keys; the first of each group its first occurrence.
+
+    ``inverse_out``: where the third output (each element's group) is written, when given (of
+    ``plan.compared`` elements of the index type, native and C-contiguous): it is then that
+    output itself."""
     count = plan.compared
     if count == 0:
         empty_index = np.zeros(0, plan.index_type)
         return (
             np.array(data.reshape(0) if plan.axis is None else data),
             empty_index,
-            empty_index.copy(),
+            empty_index.copy() if inverse_out is None else inverse_out,
             np.zeros(0, plan.count_type),
         )
     if plan.axis is None:
@@ -174,9 +178,11 @@ def unique_planned(
     else:
         rows = np.moveaxis(data, plan.axis, 0).reshape(count, -1)
     hashed = None
+    # The ready inverse passed on only when there is one.
+    into = {} if inverse_out is None else {"inverse": inverse_out}
     if rows.shape[1] == 1 and _countable(rows.dtype):
-        first, counts, inverse = _counted_groups(rows.reshape(-1), plan)
-    elif rows.shape[1] == 1 and (hashed := _hashed_groups(rows.reshape(-1), plan)) is not None:
+        first, counts, inverse = _counted_groups(rows.reshape(-1), plan, **into)
+    elif rows.shape[1] == 1 and (hashed := _hashed_groups(rows.reshape(-1), plan, **into)):
         first, counts, inverse = hashed
     else:
         first, counts, inverse = _sorted_groups(rows, plan)
@@ -184,12 +190,12 @@ def unique_planned(
         values = np.take(as_raw(data).reshape(-1), first).view(data.dtype)
     else:
         values = np.take(as_raw(data), first, axis=plan.axis).view(data.dtype)
-    return (
-        values,
-        first.astype(plan.index_type),
-        inverse.astype(plan.index_type, copy=False),
-        counts.astype(plan.count_type),
-    )
+    if inverse_out is None:
+        inverse = inverse.astype(plan.index_type, copy=False)
+    elif inverse is not inverse_out:
+        np.copyto(inverse_out, inverse, casting="same_kind")
+        inverse = inverse_out
+    return values, first.astype(plan.index_type), inverse, counts.astype(plan.count_type)
 
 
 def _sorted_groups(
@@ -291,13 +297,19 @@ def _countable(dtype: np.dtype[Any]) -> bool:
 
 
 def _counted_groups(
-    values: npt.NDArray[Any], plan: UniquePlan
+    values: npt.NDArray[Any], plan: UniquePlan, inverse: npt.NDArray[Any] | None = None
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]]:
     """``_sorted_groups`` of a ``_countable`` type without a sort: each value's slot (its bits
     as unsigned) counted in a table; the first occurrences found from the start until every
     value that occurs has one; each element's group a look-up of its slot, written in the index
-    type. Slots are ranked in the values' order (a signed type's with its sign bit flipped).
-    The compiled loops when they are ready, else NumPy's (the same answers)."""
+    type (into ``inverse`` when given). Slots are ranked in the values' order (a signed type's
+    with its sign bit flipped). The compiled loops when they are ready, else NumPy's (the same
+    answers).
+
+    Compiled, the look-up and the count are one pass (``slot_lines``), with the ranks of the
+    values the first _HASH_PREFIX elements hold: where the count finds a value they do not,
+    the ranks are made again from every value and the look-up made again (the common case is
+    one pass)."""
     values = canonical_bools(values)  # a true byte other than 1 is the slot of 1 (no copy else)
     width = values.dtype.itemsize
     unsigned: type[np.unsignedinteger[Any]] = np.uint8 if width == 1 else np.uint16
@@ -306,36 +318,50 @@ def _counted_groups(
     ascending = np.arange(slots_count, dtype=np.int64)
     if values.dtype.kind == "i":
         ascending ^= slots_count >> 1
+    if inverse is None:
+        inverse = np.empty(values.size, plan.index_type)
     compiled = loops.ready_module()
     if compiled is None:
         bits = values.view(unsigned)
         total = np.zeros(slots_count, np.int64)
         for start in range(0, bits.size, _PIECE):
             total += np.bincount(bits[start : start + _PIECE], minlength=slots_count)
-        present = ascending[total[ascending] != 0]  # the slots that occur, in the values' order
-        first_of = _first_positions(bits, present.size, slots_count)
-    else:
-        bits = np.ascontiguousarray(values).view(unsigned)
-        tables = np.zeros(4 * slots_count, np.int64)  # count_slots' four tables
-        compiled.count_slots(bits, tables)
-        total = tables.reshape(4, slots_count).sum(axis=0)
-        present = ascending[total[ascending] != 0]
-        first_of = np.full(slots_count, -1, np.int64)
-        compiled.first_slots(bits, first_of, present.size)
-    first, counts = first_of[present], total[present]
-    if not plan.sorted:
-        by_occurrence = np.argsort(first, kind="stable")
-        present, first, counts = present[by_occurrence], first[by_occurrence], counts[by_occurrence]
-    rank = np.zeros(slots_count, plan.index_type)
-    rank[present] = np.arange(present.size)
-    inverse = np.empty(bits.size, plan.index_type)
-    if compiled is None:
+        first_of = _first_positions(bits, int(np.count_nonzero(total)), slots_count)
+        present, rank = _slot_ranks(total != 0, first_of, ascending, plan)
         for start in range(0, bits.size, _PIECE):
             # Indexing the table (NumPy's take with an output is three times slower here).
             inverse[start : start + _PIECE] = rank[bits[start : start + _PIECE]]
     else:
-        compiled.look_up(bits, rank, inverse)
-    return first, counts, inverse
+        bits = np.ascontiguousarray(values).view(unsigned)
+        first_of = np.full(slots_count, -1, np.int64)
+        compiled.first_slots(bits[:_HASH_PREFIX], first_of, slots_count)
+        present, rank = _slot_ranks(first_of >= 0, first_of, ascending, plan)
+        tables = np.zeros(4 * slots_count, np.int64)  # slot_lines' four tables
+        compiled.slot_lines(bits, rank, tables, inverse)
+        total = tables.reshape(4, slots_count).sum(axis=0)
+        occurring = int(np.count_nonzero(total))
+        if occurring != present.size:  # values the prefix does not hold: ranked again
+            compiled.first_slots(bits, first_of, occurring - present.size)
+            present, rank = _slot_ranks(total != 0, first_of, ascending, plan)
+            tables[:] = 0
+            compiled.slot_lines(bits, rank, tables, inverse)
+    return first_of[present], total[present], inverse
+
+
+def _slot_ranks(
+    occurs: npt.NDArray[np.bool_],
+    first_of: npt.NDArray[np.int64],
+    ascending: npt.NDArray[np.int64],
+    plan: UniquePlan,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
+    """The slots that occur (``occurs``), in the values' order (``ascending``) or as they first
+    occur (``first_of``), and each slot's rank among them in the index type (0 for the others)."""
+    present = ascending[occurs[ascending]]
+    if not plan.sorted:
+        present = present[np.argsort(first_of[present], kind="stable")]
+    rank = np.zeros(occurs.size, plan.index_type)
+    rank[present] = np.arange(present.size)
+    return present, rank
 
 
 #: The most groups the hash table of ``_hashed_groups`` holds: past them, the sort is taken.
@@ -357,13 +383,14 @@ _FRACTION_BITS = {
 
 
 def _hashed_groups(
-    values: npt.NDArray[Any], plan: UniquePlan
+    values: npt.NDArray[Any], plan: UniquePlan, inverse: npt.NDArray[Any] | None = None
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[Any]] | None:
     """``_sorted_groups`` of single elements of 2, 4 or 8 bytes by a hash table of their keys
     (compiled; None when the compiled loops are not ready). The groups of the first
     _HASH_PREFIX elements are found (in the order they first occur, with their first
     positions) and ranked (sorted by their keys, ``sortable_keys``, or as they occur); one pass
-    over every element then writes each one's group in the index type and counts them. Most
+    over every element then writes each one's group in the index type (into ``inverse`` when
+    given) and counts them (``hash_lines``: a line of the output at a time). Most
     data has all its groups early: where an element's group is new, the groups of the rest are
     added from it on and that pass made again. None too when there are more groups than the
     table holds (MOST_HASHED_GROUPS, and one in _ELEMENTS_A_GROUP elements past _FEW_GROUPS):
@@ -386,7 +413,8 @@ def _hashed_groups(
     table = (fraction, 64 - bits, np.empty(1 << bits, np.uint64))
     table_ids = np.full(1 << bits, -1, np.int32)
     firsts = np.empty(limit, np.int64)
-    inverse = np.empty(raw.size, plan.index_type)
+    if inverse is None:
+        inverse = np.empty(raw.size, plan.index_type)
     groups, start, stop = 0, 0, min(raw.size, _HASH_PREFIX)
     while True:
         groups = int(compiled.hash_groups(raw, start, stop, groups, *table, table_ids, firsts))
@@ -397,12 +425,86 @@ def _hashed_groups(
         ranks = np.empty(groups, plan.index_type)
         ranks[order] = np.arange(groups)
         nan_ranks = ranks[:0] if nan is None else ranks[nan]  # NaN groups as they occur
-        table_ranks = np.where(table_ids < 0, -1, ranks[table_ids]).astype(plan.index_type)
-        counts = np.zeros(groups, np.int64)
-        new = int(compiled.hash_look_up(raw, *table, table_ranks, nan_ranks, counts, inverse))
-        if new < 0:
-            return firsts[order], counts, inverse  # counts by rank already
+        held = np.flatnonzero(table_ids >= 0)  # the slots of groups
+        table_ranks = np.full(table_ids.size, -1, plan.index_type)
+        table_ranks[held] = ranks[table_ids[held]]
+        counts = np.zeros(4 * groups, np.int64)  # hash_lines' four tables
+        small = _small_table(compiled, raw.dtype, table[2][held], ranks[table_ids[held]])
+        new = int(compiled.hash_lines(raw, *table, table_ranks, nan_ranks, counts, inverse, small))
+        if new < 0:  # counts by rank already
+            return firsts[order], counts.reshape(4, groups).sum(axis=0), inverse
         start, stop = new, raw.size  # a group not seen yet: the rest's groups added, then again
+
+
+#: The most groups ``_small_table`` takes: its 256 slots at most half full.
+_SMALL_GROUPS = 128
+#: Pairs of multipliers (odd) ``_small_table`` tries, in turn, for a perfect hash.
+_SMALL_FACTORS = (
+    (0x9E3779B1, 0x85EBCA77),
+    (0xC2B2AE3D, 0x27D4EB2F),
+    (0x165667B1, 0xD3A2646D),
+    (0xFD7046C5, 0xB55A4F09),
+)
+
+
+def _small_table(
+    compiled: Any, dtype: np.dtype[Any], keys: npt.NDArray[np.uint64], ranks: npt.NDArray[Any]
+) -> npt.NDArray[np.uint32]:
+    """The small table of ``hash_lines`` (``compiled.SMALL_TABLE_WORDS``) for the groups of
+    ``keys`` (as the hash table holds them) and their ``ranks``, when the compiled loops take
+    one, the keys are of 2 or 4 bytes, there are at most _SMALL_GROUPS groups and ranks below
+    128, and a perfect hash of them is found: each key's bucket (5 bits of one product)
+    displaced (xor) to a slot of its own (8 bits of another), buckets of more keys placed
+    first. Else an empty one (the hash table's way)."""
+    none = np.zeros(0, np.uint32)
+    if not compiled.SMALL_TABLES or dtype.itemsize not in (2, 4):
+        return none
+    if keys.size > _SMALL_GROUPS or (ranks.size and int(ranks.max()) >= 128):
+        return none
+    keys = keys.astype(np.uint32)
+    buckets, slots = compiled.SMALL_BUCKETS, compiled.SMALL_SLOTS
+    for bucket_factor, slot_factor in _SMALL_FACTORS:
+        bucket = (keys * np.uint32(bucket_factor)) >> np.uint32(27)
+        home = (keys * np.uint32(slot_factor)) >> np.uint32(24)
+        if np.unique(bucket * np.uint32(slots) + home).size < keys.size:
+            continue  # two keys of one bucket at one home: no displacement parts them
+        shifts = _displacements(bucket, home, buckets, slots)
+        if shifts is None:
+            continue
+        small = np.zeros(compiled.SMALL_TABLE_WORDS, np.uint32)
+        slot = home ^ shifts[bucket]
+        small[:buckets] = shifts
+        small[buckets : buckets + slots][slot] = keys
+        rank_bytes = np.full(slots, 255, np.uint8)
+        rank_bytes[slot] = ranks
+        small[buckets + slots : buckets + slots + slots // 4] = rank_bytes.view(np.uint32)
+        small[-2:] = bucket_factor, slot_factor
+        return small
+    return none
+
+
+def _displacements(
+    bucket: npt.NDArray[np.uint32], home: npt.NDArray[np.uint32], buckets: int, slots: int
+) -> npt.NDArray[np.uint32] | None:
+    """Each bucket's displacement (xor'd into its keys' homes) such that every key gets a slot
+    of its own, the buckets of more keys placed first, each at the first displacement whose
+    slots are all free; None when a bucket finds none."""
+    every = np.arange(slots, dtype=np.uint32)
+    candidates = home[:, None] ^ every[None, :]  # each key's slot by each displacement
+    by_bucket = np.argsort(bucket, kind="stable")
+    sizes = np.bincount(bucket, minlength=buckets)
+    ends = np.cumsum(sizes)
+    taken = np.zeros(slots, bool)
+    shifts = np.zeros(buckets, np.uint32)
+    for each in np.argsort(-sizes, kind="stable")[: np.count_nonzero(sizes)]:
+        members = by_bucket[ends[each] - sizes[each] : ends[each]]
+        free = ~taken[candidates[members]].any(axis=0)
+        if not free.any():
+            return None
+        shift = int(np.argmax(free))
+        shifts[each] = shift
+        taken[candidates[members, shift]] = True
+    return shifts
 
 
 def _first_positions(
@@ -443,8 +545,14 @@ def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
         attributes["index_element_type"],
         attributes["count_element_type"],
     )
-    # Sized only once it has run: admission reserves the bounds (every element unique).
-    return SplitPlan(checked.bounds, lambda: unique_planned(data, checked), bounded=True)
+    # Sized only once it has run: admission reserves the bounds (every element unique). The
+    # inverse's size is known (one index an element or slice): written into its ready array.
+    return SplitPlan(
+        checked.bounds,
+        lambda: unique_planned(data, checked),
+        bounded=True,
+        into=lambda ready: unique_planned(data, checked, ready[2]),
+    )
 
 
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:

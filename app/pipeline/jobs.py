@@ -193,12 +193,27 @@ class Job:
             return [self.output()]
         started = time.perf_counter_ns()
         results = []
-        parts = split.run()
-        for part, dtype, bound in zip(parts, self.output_dtypes, split.output_shapes, strict=True):
+        ready: list[npt.NDArray[Any] | None] = [None] * len(split.output_shapes)
+        if split.into is None:
+            parts = split.run()
+        else:
+            # Each output's array made before it runs: the plan may write an output straight
+            # into its own (np.empty touches no page the plan does not write).
+            ready = [
+                np.empty(bound, dtype.newbyteorder("="))
+                for bound, dtype in zip(split.output_shapes, self.output_dtypes, strict=True)
+            ]
+            parts = split.into(ready)
+        for part, dtype, bound, made in zip(
+            parts, self.output_dtypes, split.output_shapes, ready, strict=True
+        ):
             if part.shape != bound and not (
                 split.bounded and _within(part.shape, bound)
             ):  # a planner's promise broken: a bug, never the client's fault
                 raise RuntimeError(f"{self.op.spec} made {part.shape} where it planned {bound}")
+            if part is made:  # written in place, whole
+                results.append(part)
+                continue
             result = np.empty(part.shape, dtype.newbyteorder("="))
             np.copyto(result, part, casting="equiv")
             results.append(result)
@@ -351,7 +366,7 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
             )
         shapes: tuple[tuple[int, ...], ...] = tuple(tuple(item) for item in planned.output_shapes)
         shape = shapes[0] if shapes else ()
-        plan = SplitPlan(shapes, planned.run, planned.bounded)
+        plan = SplitPlan(shapes, planned.run, planned.bounded, planned.into)
     else:
         # A tuple whatever sequence the planner gave (the codecs' estimates are cached by shape).
         shape = tuple(planned.output_shape)

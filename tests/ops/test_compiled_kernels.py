@@ -463,11 +463,10 @@ def test_compiled_for_fixed_signatures_only() -> None:
         "col2im_reach": 1,
         "col2im": 4,  # each width
         # Unique's: slots of 1 or 2 bytes, keys of 2, 4 or 8, int32 or int64 indices.
-        "count_slots": 2,
         "first_slots": 2,
-        "look_up": 4,
+        "slot_lines": 4,
         "hash_groups": 3,
-        "hash_look_up": 6,
+        "hash_lines": 6,
         # ScatterElementsUpdate's: puts of each width, reductions of the 11 types it computes
         # in (bool, the integers, float32, float64; uint16 also float16's and bfloat16's bits).
         "scatter_put": 4,
