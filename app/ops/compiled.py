@@ -135,6 +135,14 @@ def _gather_lane_count(bits: int) -> int:
     return 8 if bits == 64 else 16
 
 
+def _splat(builder: Any, kind: Any, value: Any) -> Any:
+    """``value`` in every lane of a vector of ``kind`` (an ``ir.VectorType`` of its type)."""
+    undefined = ir.Constant(kind, ir.Undefined)
+    first = ir.Constant(ir.VectorType(ir.IntType(32), kind.count), [0] * kind.count)
+    one = builder.insert_element(undefined, value, ir.IntType(32)(0))
+    return builder.shuffle_vector(one, undefined, first)
+
+
 class _VectorAddresses(ir.Instruction):  # type: ignore[misc]
     """``getelementptr`` of one pointer by a vector of indices: the vector of the elements'
     pointers (llvmlite's builder takes scalar indices only). One base and 32-bit indices let
@@ -185,14 +193,11 @@ def _gather_lanes(
         lane = ir.IntType(index_bits)
         vector = ir.VectorType(lane, lanes)
         zeros = ir.Constant(vector, [0] * lanes)
-        undefined = ir.Constant(vector, ir.Undefined)
-        first = ir.Constant(ir.VectorType(word, lanes), [0] * lanes)
 
         def splat(value: Any) -> Any:
             if index_bits < 64:
                 value = builder.trunc(value, lane)
-            one = builder.insert_element(undefined, value, word(0))
-            return builder.shuffle_vector(one, undefined, first)
+            return _splat(builder, vector, value)
 
         source_data = context.make_array(signature.args[0])(context, builder, args[0]).data
         index_data = context.make_array(signature.args[4])(context, builder, args[4]).data
@@ -396,6 +401,22 @@ def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: An
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _line_parts(out: Any, o: Any, size: Any) -> Any:  # pragma: no cover - compiled
+    """How ``size`` elements of ``out`` from ``o`` on fall on 64-byte lines: the elements
+    before the first whole line, the end of the last whole line (both counted from ``o``) and
+    a line's elements. An ``out`` whose address is not a whole number of elements has no whole
+    line (all of it is the head)."""
+    u = np.uint64
+    width = _width(out)
+    address = _address(out, o)
+    line = u(64) // width
+    head = size
+    if address % width == u(0):
+        head = min(size, ((u(64) - address % u(64)) % u(64)) // width)
+    return head, head + (size - head) // line * line, line
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _stream_row(
     source: Any, out: Any, s: Any, o: Any, size: Any, step: int
 ) -> None:  # pragma: no cover - compiled
@@ -407,14 +428,7 @@ def _stream_row(
     a third less memory traffic, when the output is far larger than the caches and written
     front to back (a 64 MiB copy in lines: 0.4-0.7x ``np.copyto``; runs of 4 KiB or less, in
     two passes over the output, were slower than regular stores)."""
-    u = np.uint64
-    width = _width(out)
-    address = _address(out, o)
-    line = u(64) // width
-    head = size
-    if address % width == u(0):
-        head = min(size, ((u(64) - address % u(64)) % u(64)) // width)
-    whole = head + (size - head) // line * line
+    head, whole, line = _line_parts(out, o, size)
     if step == 1:
         for e in range(head):
             out[o + e] = source[s + e]
@@ -451,13 +465,7 @@ def _stream_every_other(
     ``_stream_row``: inlined into the strided copy's loop, the branch moved the loop's other
     shapes by 6-7% (SpaceToDepth float32 slower, int8 quicker)."""
     u = np.uint64
-    width = _width(out)
-    address = _address(out, o)
-    line = u(64) // width
-    head = size
-    if address % width == u(0):
-        head = min(size, ((u(64) - address % u(64)) % u(64)) // width)
-    whole = head + (size - head) // line * line
+    head, whole, line = _line_parts(out, o, size)
     if whole > head and s + u(2) * whole > u(source.size):
         whole -= line
     for e in range(head):
@@ -1968,13 +1976,9 @@ def _hash_line(
         word = ir.IntType(32)
         long = ir.IntType(64)
         wide = ir.VectorType(long, lanes)
-        undefined = ir.Constant(wide, ir.Undefined)
-        first = ir.Constant(ir.VectorType(word, lanes), [0] * lanes)
 
         def splat(value: Any) -> Any:
-            return builder.shuffle_vector(
-                builder.insert_element(undefined, value, word(0)), undefined, first
-            )
+            return _splat(builder, wide, value)
 
         raw_data = context.make_array(signature.args[0])(context, builder, args[0]).data
         keys_data = context.make_array(signature.args[5])(context, builder, args[5]).data
@@ -2072,13 +2076,9 @@ def _small_line(  # noqa: PLR0915 - one vector program, written out
         byte = ir.IntType(8)
         long = ir.IntType(64)
         words = ir.VectorType(word, lanes)
-        undefined = ir.Constant(words, ir.Undefined)
-        first = ir.Constant(ir.VectorType(word, lanes), [0] * lanes)
 
         def splat(value: Any) -> Any:
-            return builder.shuffle_vector(
-                builder.insert_element(undefined, value, word(0)), undefined, first
-            )
+            return _splat(builder, words, value)
 
         def constant(value: int) -> Any:
             return ir.Constant(words, [value] * lanes)
