@@ -306,26 +306,45 @@ async def serve_stream(
                 stalled = False
                 post()
     finally:
-        # Answers made but never written (the stream ended first) give back what they hold:
-        # those done now at once, the others as they finish (their own ``finally`` gives back
-        # what a message in hand holds). Nothing here waits before that: a second cancellation
-        # (gRPC's for a client gone, after a write that failed) would cut the wait short.
-        unfinished = []
-        for item in posted:
-            if item.done():
-                _release_outcome(item)
-            else:
-                item.add_done_callback(_release_outcome)
-                item.cancel()
-                unfinished.append(item)
-        if order.large:
-            # Its buffers, freed as gRPC tears the stream down (after this returns), go back
-            # to the system.
-            service.receiver.heap.after_call(TRIM_FROM_BYTES)
-            context.add_done_callback(lambda _: service.receiver.heap.after_call(TRIM_FROM_BYTES))
-        # A message whose work is in a thread ends when the thread does: the stream's end waits
-        # for them, so that the stop sees the memory back.
+        await _give_back(posted, order, service, context)
+
+
+async def _give_back(
+    posted: collections.deque[asyncio.Task[StreamOutcome | None]],
+    order: StreamOrder,
+    service: InferenceService,
+    context: Any,
+) -> None:
+    """What a stream's messages in hand hold, given back once the stream has ended, however it
+    ended (``serve_stream``'s last step)."""
+    # Answers made but never written (the stream ended first) give back what they hold:
+    # those done now at once, the others as they finish (their own ``finally`` gives back
+    # what a message in hand holds). Nothing here waits before that: a second cancellation
+    # (gRPC's for a client gone, after a write that failed) would cut the wait short.
+    unfinished = []
+    for item in posted:
+        if item.done():
+            _release_outcome(item)
+        else:
+            item.add_done_callback(_release_outcome)
+            item.cancel()
+            unfinished.append(item)
+    if order.large:
+        # Its buffers, freed as gRPC tears the stream down (after this returns), go back
+        # to the system.
+        service.receiver.heap.after_call(TRIM_FROM_BYTES)
+        context.add_done_callback(lambda _: service.receiver.heap.after_call(TRIM_FROM_BYTES))
+    # A message whose work is in a thread ends when the thread does: the stream's end waits
+    # for them, so that the stop sees the memory back.
+    try:
         await asyncio.gather(*unfinished, return_exceptions=True)
+    finally:
+        # A message's task ended by an exception keeps it, and its traceback the task's
+        # frames, whose ``arrived`` reaches ``posted``, which holds the task: a cycle only the
+        # collector would break, holding whatever those frames hold (an answer made as the
+        # stream was cancelled). Broken here, however the wait above ended.
+        posted.clear()
+        unfinished.clear()
 
 
 async def _write(service: InferenceService, context: Any, message: bytes) -> None:

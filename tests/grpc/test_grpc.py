@@ -646,3 +646,55 @@ async def test_answers_over_the_send_limit_are_refused_before_any_work() -> None
         error = await refusal(stub, long_id)
         assert error.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
     assert app.state.budget.in_use == 0
+
+
+async def test_a_cancelled_stream_s_messages_are_freed_without_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream cancelled while its messages are in hand (their answers being made in worker
+    threads): once the budget is back, no task of those messages is left alive with the
+    cyclic collector off, so nothing they held (an answer made as the stream was cancelled)
+    waits for a collection to be freed."""
+    import gc  # noqa: PLC0415
+
+    from app.grpc.stream import Streams  # noqa: PLC0415
+
+    app = create_app(Settings(offload_bytes=0))
+    budget = app.state.budget
+    slow_encode = GrpcExchange.encode
+
+    def encode(self: GrpcExchange, job: Any) -> Any:
+        time.sleep(0.3)  # in the worker thread
+        return slow_encode(self, job)
+
+    monkeypatch.setattr(GrpcExchange, "encode", encode)
+    data = np.zeros((512, 1024), np.float32)  # 2 MiB a message
+    arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
+
+    def messages_alive() -> int:
+        return sum(
+            1
+            for item in gc.get_objects()
+            if isinstance(item, asyncio.Task)
+            and getattr(item.get_coro(), "__qualname__", "") == Streams.stream_message.__qualname__
+        )
+
+    gc.collect()
+    gc.disable()
+    try:
+        async with grpc_serving(app) as address, grpc_channel(address) as channel:
+            call = inference_stub(channel).ModelStreamInfer()
+            for _ in range(3):
+                await call.write(request("roll", arrays))
+            await asyncio.sleep(0.15)  # the messages in hand, their answers being made
+            assert budget.in_use > 0
+            call.cancel()
+            for _ in range(100):
+                if budget.in_use == 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert budget.in_use == 0
+            await asyncio.sleep(0.1)
+            assert messages_alive() == 0
+    finally:
+        gc.enable()
