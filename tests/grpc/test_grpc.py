@@ -585,20 +585,25 @@ def test_varints_are_written_as_protobuf_writes_them(dtype: str, field: str) -> 
     assert b"".join(piece.tobytes() for piece in packed_varints(values)) == bytes(payload)
 
 
+def slow_encoding_app(monkeypatch: pytest.MonkeyPatch, seconds: float) -> FastAPI:
+    """An app whose answers are all encoded in worker threads, each taking ``seconds`` more."""
+    slow_encode = GrpcExchange.encode
+
+    def encode(self: GrpcExchange, job: Any) -> Any:
+        time.sleep(seconds)  # in the worker thread
+        return slow_encode(self, job)
+
+    monkeypatch.setattr(GrpcExchange, "encode", encode)
+    return create_app(Settings(offload_bytes=0))
+
+
 async def test_a_cancelled_call_holds_its_memory_until_its_thread_is_done(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A thread cannot be stopped: a call past its deadline while its answer is encoded in a
     worker thread keeps its reservation until the thread returns, then gives it back."""
-    app = create_app(Settings(offload_bytes=0))
+    app = slow_encoding_app(monkeypatch, 1.0)
     budget = app.state.budget
-    slow_encode = GrpcExchange.encode
-
-    def encode(self: GrpcExchange, job: Any) -> Any:
-        time.sleep(1.0)  # in the worker thread
-        return slow_encode(self, job)
-
-    monkeypatch.setattr(GrpcExchange, "encode", encode)
     data = np.zeros((512, 1024), np.float32)  # 2 MiB: counted in the budget
     arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
     async with grpc_serving(app) as address, grpc_channel(address) as channel:
@@ -659,15 +664,8 @@ async def test_a_cancelled_stream_s_messages_are_freed_without_the_collector(
 
     from app.grpc.stream import Streams  # noqa: PLC0415
 
-    app = create_app(Settings(offload_bytes=0))
+    app = slow_encoding_app(monkeypatch, 0.3)
     budget = app.state.budget
-    slow_encode = GrpcExchange.encode
-
-    def encode(self: GrpcExchange, job: Any) -> Any:
-        time.sleep(0.3)  # in the worker thread
-        return slow_encode(self, job)
-
-    monkeypatch.setattr(GrpcExchange, "encode", encode)
     data = np.zeros((512, 1024), np.float32)  # 2 MiB a message
     arrays = {"data": data, "shift": np.array(1, np.int64), "axes": np.array(0, np.int64)}
 
