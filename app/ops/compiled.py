@@ -117,16 +117,24 @@ def _address(typingctx: Any, array: Any, index: Any) -> Any:
     return types.uint64(array, index), codegen
 
 
-@intrinsic  # type: ignore[untyped-decorator]
-def _width(typingctx: Any, array: Any) -> Any:
-    """``array``'s element width in bytes (uint64), a constant of the compiled code (an
-    array's ``itemsize`` is read at run time: a loop stepping by it would not unroll)."""
-    width = array.dtype.bitwidth // 8
+def _element_constant(of_bits: Callable[[int], int]) -> Any:
+    """An intrinsic giving, for an array, ``of_bits`` of its element's bits as a uint64
+    constant of the compiled code (read at run time, a loop stepping by it would not unroll)."""
 
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return context.get_constant(types.uint64, width)
+    def typer(typingctx: Any, array: Any) -> Any:
+        value = of_bits(array.dtype.bitwidth)
 
-    return types.uint64(array), codegen
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return context.get_constant(types.uint64, value)
+
+        return types.uint64(array), codegen
+
+    return intrinsic(typer)
+
+
+#: ``array``'s element width in bytes (uint64), a constant of the compiled code (an array's
+#: ``itemsize`` is read at run time).
+_width = _element_constant(lambda bits: bits // 8)
 
 
 def _gather_lane_count(bits: int) -> int:
@@ -230,15 +238,8 @@ def _gather_lanes(
     return types.uint64(source, base, limit, end, indices, k, wrap, out, o), codegen
 
 
-@intrinsic  # type: ignore[untyped-decorator]
-def _gather_width(typingctx: Any, out: Any) -> Any:
-    """The lanes of ``_gather_lanes`` into ``out`` (uint64), a constant of the compiled code."""
-    lanes = _gather_lane_count(out.dtype.bitwidth)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return context.get_constant(types.uint64, lanes)
-
-    return types.uint64(out), codegen
+#: The lanes of ``_gather_lanes`` into an array (uint64), a constant of the compiled code.
+_gather_width = _element_constant(_gather_lane_count)
 
 
 def _block_lanes(bits: int) -> int:
@@ -248,15 +249,8 @@ def _block_lanes(bits: int) -> int:
     return (256 if bits >= 32 else 128) // bits
 
 
-@intrinsic  # type: ignore[untyped-decorator]
-def _block_side(typingctx: Any, array: Any) -> Any:
-    """The side (uint64) of ``_transpose_block``'s square blocks of ``array``'s elements."""
-    lanes = _block_lanes(array.dtype.bitwidth)
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return context.get_constant(types.uint64, lanes)
-
-    return types.uint64(array), codegen
+#: The side (uint64) of ``_transpose_block``'s square blocks of an array's elements.
+_block_side = _element_constant(_block_lanes)
 
 
 def _block_codegen(bits: int, groups: int) -> Any:
