@@ -88,6 +88,24 @@ def _prefetch(typingctx: Any, array: Any, index: Any) -> Any:
 _X86 = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}
 
 
+def _small_tables_compiled() -> bool:
+    """Whether the permutes of ``_small_line`` and the GatherTree walk are compiled: x86 with
+    AVX-512 VBMI, for the host CPU (an image's loops are compiled for any x86-64,
+    ``NUMBA_CPU_NAME``: none there)."""
+    if not _X86 or numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
+        return False
+    from llvmlite import binding  # noqa: PLC0415
+
+    features = binding.get_host_cpu_features()
+    return all(features.get(name, False) for name in ("avx512f", "avx512bw", "avx512vbmi"))
+
+
+#: Whether ``hash_lines`` takes a small table (``SMALL_TABLE_WORDS``' layout), its keys found by
+#: permutes in the vector registers (the caller passes an empty one where this is False), and
+#: whether ``gather_tree`` walks a batch of at most 128 bytes of beams by permutes.
+SMALL_TABLES = _small_tables_compiled()
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _fence(typingctx: Any) -> Any:
     """Order the non-temporal stores before every later store (``sfence`` on x86-64; elsewhere
@@ -166,6 +184,34 @@ class _VectorAddresses(ir.Instruction):  # type: ignore[misc]
             f"getelementptr inbounds {pointer.type.pointee}, {pointer.type} "
             f"{pointer.get_reference()}, {indices.type} {indices.get_reference()}\n"
         )
+
+
+def _gathered(
+    builder: Any, table: Any, indices: Any, kind: Any, lanes: int, align: int | None = None
+) -> Any:
+    """``table[indices]`` for a vector of 32-bit ``indices``: one ``llvm.masked.gather`` of
+    ``lanes`` elements of ``kind`` (every lane read), at code-generation time. ``table`` may
+    point to narrower elements than ``kind``: then each lane reads the ``kind`` word at its
+    element's address, aligned to ``align`` bytes (``kind``'s width when not given)."""
+    word = ir.IntType(32)
+    addresses = _VectorAddresses(builder.block, table, indices, lanes)
+    builder._insert(addresses)
+    pointers = builder.bitcast(addresses, ir.VectorType(kind.as_pointer(), lanes))
+    loaded = ir.VectorType(kind, lanes)
+    flags = ir.VectorType(ir.IntType(1), lanes)
+    function_type = ir.FunctionType(loaded, [pointers.type, word, flags, loaded])
+    name = f"llvm.masked.gather.v{lanes}i{kind.width}.v{lanes}p0i{kind.width}"
+    gather = cgutils.get_or_insert_function(builder.module, function_type, name)
+    every = ir.Constant(flags, [1] * lanes)
+    zeros = ir.Constant(loaded, [0] * lanes)
+    alignment = kind.width // 8 if align is None else align
+    return builder.call(gather, [pointers, word(alignment), every, zeros])
+
+
+def _streamed(builder: Any, values: Any, out: Any) -> None:
+    """``values`` stored at ``out`` (a 64-byte line, aligned) by a non-temporal store."""
+    store = builder.store(values, builder.bitcast(out, values.type.as_pointer()), align=64)
+    store.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
 
 
 @intrinsic  # type: ignore[untyped-decorator]
@@ -1409,7 +1455,369 @@ def _float_beam(raw: Any, single: Any, top: Any) -> Any:  # pragma: no cover - c
     return np.uint64(real if real < top else top)
 
 
-def _gather_tree_loop(
+def _masked_call(builder: Any, name: str, kind: Any, arguments: list[Any]) -> Any:
+    """A call of ``llvm.masked.load`` or ``llvm.masked.store`` (``name``) on vectors of
+    ``kind``: lanes whose mask is off are neither read nor written."""
+    word = ir.IntType(32)
+    flags = ir.VectorType(ir.IntType(1), kind.count)
+    suffix = f"v{kind.count}i{kind.element.width}.p0v{kind.count}i{kind.element.width}"
+    if name == "load":
+        function_type = ir.FunctionType(kind, [kind.as_pointer(), word, flags, kind])
+    else:
+        function_type = ir.FunctionType(ir.VoidType(), [kind, kind.as_pointer(), word, flags])
+    function = cgutils.get_or_insert_function(
+        builder.module, function_type, f"llvm.masked.{name}.{suffix}"
+    )
+    return builder.call(function, arguments)
+
+
+def _beam_values(builder: Any, ids: Any, reading: int, highest: Any, top: Any, bits: int) -> Any:
+    """The beams (a vector of ``bits``-bit integers) that the parent ids ``ids`` (a vector of
+    their raw bits) name, clipped into [0, ``highest``] whatever the bits: an integer id's bits
+    as they are (``reading`` 0); a float's value (1: of the ids' own width, half, single or
+    double; 2: bfloat16) by the FPU, clipped into [0, ``top``] first (a NaN to 0) so that the
+    conversion is defined."""
+    lanes = ids.type.count
+    id_bits = ids.type.element.width
+    if reading == 0 or id_bits == 8:
+        wide_bits = max(32, id_bits)
+        wide = ir.VectorType(ir.IntType(wide_bits), lanes)
+        values = builder.zext(ids, wide) if id_bits < wide_bits else ids
+        limit = _splat(builder, wide, builder.trunc(highest, wide.element)
+                       if wide_bits < 64 else highest)  # fmt: skip
+        values = builder.select(builder.icmp_unsigned("<", values, limit), values, limit)
+    else:
+        if reading == 2 and id_bits == 16:  # bfloat16: the high half of a float32
+            words = builder.zext(ids, ir.VectorType(ir.IntType(32), lanes))
+            shifted = builder.shl(words, ir.Constant(words.type, [16] * lanes))
+            real = builder.bitcast(shifted, ir.VectorType(ir.FloatType(), lanes))
+        elif id_bits == 16:
+            halves = builder.bitcast(ids, ir.VectorType(ir.HalfType(), lanes))
+            real = builder.fpext(halves, ir.VectorType(ir.FloatType(), lanes))
+        elif id_bits == 32:
+            real = builder.bitcast(ids, ir.VectorType(ir.FloatType(), lanes))
+        else:
+            real = builder.bitcast(ids, ir.VectorType(ir.DoubleType(), lanes))
+        element = real.type.element
+        ceiling = top if isinstance(element, ir.DoubleType) else builder.fptrunc(top, element)
+        zeros = ir.Constant(real.type, [0.0] * lanes)
+        real = builder.select(builder.fcmp_ordered(">", real, zeros), real, zeros)
+        limit = _splat(builder, real.type, ceiling)
+        real = builder.select(builder.fcmp_ordered("<", real, limit), real, limit)
+        values = builder.fptoui(real, ir.VectorType(ir.IntType(bits), lanes))
+    width = values.type.element.width
+    target = ir.VectorType(ir.IntType(bits), lanes)
+    if width > bits:
+        return builder.trunc(values, target)
+    return builder.zext(values, target) if width < bits else values
+
+
+#: The ids of one 64-byte line (uint64), a constant of the compiled code.
+_line_width = _element_constant(lambda bits: 512 // bits)
+
+
+def _permuted(builder: Any, low: Any, indices: Any, high: Any) -> Any:
+    """``(low ++ high)[indices]`` (each index below twice the lanes): one ``vpermi2`` where
+    ``SMALL_TABLES`` says it is compiled, else a lane at a time."""
+    kind = low.type
+    lanes = kind.count
+    if SMALL_TABLES:
+        name = {8: "qi", 16: "hi", 32: "d", 64: "q"}[kind.element.width]
+        function_type = ir.FunctionType(kind, [kind, kind, kind])
+        function = cgutils.get_or_insert_function(
+            builder.module, function_type, f"llvm.x86.avx512.vpermi2var.{name}.512"
+        )
+        return builder.call(function, [low, indices, high])
+    word = ir.IntType(32)
+    result = ir.Constant(kind, ir.Undefined)
+    for lane in range(lanes):
+        index = builder.zext(builder.extract_element(indices, word(lane)), ir.IntType(64))
+        index = builder.and_(index, ir.IntType(64)(2 * lanes - 1))
+        inside = builder.trunc(builder.and_(index, ir.IntType(64)(lanes - 1)), word)
+        value = builder.select(
+            builder.icmp_unsigned("<", index, ir.IntType(64)(lanes)),
+            builder.extract_element(low, inside),
+            builder.extract_element(high, inside),
+        )
+        result = builder.insert_element(result, value, word(lane))
+    return result
+
+
+def _state_line(builder: Any, state: Any, word: Any, kind: Any) -> Any:
+    """A pointer to ``kind`` (a vector) at ``state``'s word ``word``."""
+    return builder.bitcast(builder.gep(state, [word]), kind.as_pointer())
+
+
+def _piece_tables(builder: Any, source: Any, piece: Any, width: Any, line: Any) -> list[Any]:
+    """A batch's piece of a step (``width`` ids of ``source`` from ``piece`` on, at most two
+    lines) as two vectors of a line each, the lanes past it 0 and not read."""
+    long = ir.IntType(64)
+    lanes = line.count
+    order = ir.Constant(line, list(range(lanes)))
+    halves = []
+    for half in range(2):
+        left = builder.sub(width, long(half * lanes))
+        left = builder.select(builder.icmp_signed(">", left, long(0)), left, long(0))
+        left = builder.select(builder.icmp_signed("<", left, long(lanes)), left, long(lanes))
+        mask = builder.icmp_unsigned(
+            "<", order, _splat(builder, line, builder.trunc(left, line.element))
+        )
+        place = builder.gep(source, [builder.add(piece, long(half * lanes))])
+        pointer = builder.bitcast(place, line.as_pointer())
+        zeros = ir.Constant(line, [0] * lanes)
+        halves.append(_masked_call(builder, "load", line,
+                                   [pointer, ir.IntType(32)(1), mask, zeros]))  # fmt: skip
+    return halves
+
+
+def _ended(builder: Any, values: Any, finished: Any, f: Any, end: Any, alt: Any) -> Any:
+    """``values`` with end_token (``end``) wherever the beam has ended (the bytes of
+    ``finished`` from ``f`` on, a lane each), and those bytes set where a value is end_token
+    (``end`` or ``alt``, its other zero)."""
+    lanes = values.type.count
+    flags = ir.VectorType(ir.IntType(8), lanes)
+    pointer = builder.bitcast(builder.gep(finished, [f]), flags.as_pointer())
+    before = builder.icmp_unsigned("!=", builder.load(pointer, align=1),
+                                   ir.Constant(flags, [0] * lanes))  # fmt: skip
+    ends = _splat(builder, values.type, end)
+    hit = builder.or_(
+        builder.icmp_unsigned("==", values, ends),
+        builder.icmp_unsigned("==", values, _splat(builder, values.type, alt)),
+    )
+    builder.store(builder.zext(builder.or_(before, hit), flags), pointer, align=1)
+    return builder.select(before, ends, values)
+
+
+def _array_data(context: Any, builder: Any, signature: Any, args: Any, position: int) -> Any:
+    return context.make_array(signature.args[position])(context, builder, args[position]).data
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _follow_gather(
+    typingctx: Any,
+    parents: Any,
+    piece: Any,
+    state: Any,
+    s: Any,
+    s_next: Any,
+    highest: Any,
+    top: Any,
+    reading: Any,
+) -> Any:
+    """The walk down, a vector of beams (``_gather_width``: 16, 8 for 8-byte ids) at a time:
+    ``state[s_next + i]`` (uint32) set to the beam ``parents[piece + state[s + i]]`` names
+    (``_beam_values``; ``reading`` a literal), by one vector gather. Ids of 1 and 2 bytes are
+    gathered as 32-bit words at their address: the caller keeps the last word inside
+    ``parents``."""
+    if not isinstance(reading, types.IntegerLiteral):
+        return None
+    bits = parents.dtype.bitwidth
+    lanes = _gather_lane_count(bits)
+    word_bits = max(32, bits)
+    mode = reading.literal_value
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        parents_data = _array_data(context, builder, signature, args, 0)
+        state_data = _array_data(context, builder, signature, args, 2)
+        index_type = ir.VectorType(ir.IntType(32), lanes)
+        indices = builder.load(_state_line(builder, state_data, args[3], index_type), align=4)
+        got = _gathered(builder, builder.gep(parents_data, [args[1]]), indices,
+                        ir.IntType(word_bits), lanes, 1)  # fmt: skip
+        if bits < word_bits:
+            got = builder.trunc(got, ir.VectorType(ir.IntType(bits), lanes))
+        beams = _beam_values(builder, got, mode, args[5], args[6], 32)
+        builder.store(beams, _state_line(builder, state_data, args[4], index_type), align=4)
+        return context.get_dummy_value()
+
+    return types.void(parents, piece, state, s, s_next, highest, top, reading), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _follow_permute(
+    typingctx: Any,
+    parents: Any,
+    piece: Any,
+    width: Any,
+    state: Any,
+    s: Any,
+    s_next: Any,
+    highest: Any,
+    top: Any,
+    reading: Any,
+) -> Any:
+    """The walk down of a whole batch whose ``width`` beams are at most two 64-byte lines of
+    ids: its piece of the step loaded as a table of two lines, each line of beams (ids of the
+    steps' width in ``state``'s words from ``s`` on, 16 words a line) looked up in it by one
+    permute, and the beams the parent ids name (``_beam_values``) stored from word ``s_next``
+    on (the second line only when there are beams in it)."""
+    if not isinstance(reading, types.IntegerLiteral):
+        return None
+    bits = parents.dtype.bitwidth
+    lanes = 512 // bits
+    mode = reading.literal_value
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        parents_data = _array_data(context, builder, signature, args, 0)
+        state_data = _array_data(context, builder, signature, args, 3)
+        long = ir.IntType(64)
+        line = ir.VectorType(ir.IntType(bits), lanes)
+        tables = _piece_tables(builder, parents_data, args[1], args[2], line)
+
+        def follow(half: int) -> None:
+            at = _state_line(builder, state_data, builder.add(args[4], long(16 * half)), line)
+            named = _permuted(builder, tables[0], builder.load(at, align=4), tables[1])
+            beams = _beam_values(builder, named, mode, args[6], args[7], bits)
+            to = _state_line(builder, state_data, builder.add(args[5], long(16 * half)), line)
+            builder.store(beams, to, align=4)
+
+        follow(0)
+        with builder.if_then(builder.icmp_signed(">", args[2], long(lanes))):
+            follow(1)
+        return context.get_dummy_value()
+
+    return types.void(parents, piece, width, state, s, s_next, highest, top, reading), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _take_gather(
+    typingctx: Any,
+    steps: Any,
+    piece: Any,
+    state: Any,
+    s: Any,
+    finished: Any,
+    f: Any,
+    buffer: Any,
+    r: Any,
+    end: Any,
+    alt: Any,
+) -> Any:
+    """The walk up, a vector of beams at a time: ``buffer[r + i]`` set to
+    ``steps[piece + state[s + i]]`` (one vector gather), or to end_token where the beam has
+    ended (``_ended``, its flags in ``finished`` from ``f`` on)."""
+    bits = steps.dtype.bitwidth
+    lanes = _gather_lane_count(bits)
+    word_bits = max(32, bits)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        steps_data = _array_data(context, builder, signature, args, 0)
+        state_data = _array_data(context, builder, signature, args, 2)
+        finished_data = _array_data(context, builder, signature, args, 4)
+        buffer_data = _array_data(context, builder, signature, args, 6)
+        index_type = ir.VectorType(ir.IntType(32), lanes)
+        indices = builder.load(_state_line(builder, state_data, args[3], index_type), align=4)
+        got = _gathered(builder, builder.gep(steps_data, [args[1]]), indices,
+                        ir.IntType(word_bits), lanes, 1)  # fmt: skip
+        element = ir.VectorType(ir.IntType(bits), lanes)
+        if bits < word_bits:
+            got = builder.trunc(got, element)
+        values = _ended(builder, got, finished_data, args[5], args[8], args[9])
+        place = builder.bitcast(builder.gep(buffer_data, [args[7]]), element.as_pointer())
+        builder.store(values, place, align=1)
+        return context.get_dummy_value()
+
+    return types.void(steps, piece, state, s, finished, f, buffer, r, end, alt), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _take_permute(
+    typingctx: Any,
+    steps: Any,
+    piece: Any,
+    width: Any,
+    state: Any,
+    s: Any,
+    finished: Any,
+    f: Any,
+    buffer: Any,
+    r: Any,
+    end: Any,
+    alt: Any,
+) -> Any:
+    """The walk up of a whole batch of at most two lines of ids (``_follow_permute``'s
+    layout): ``buffer[r + i]`` set to ``steps[piece + beam[i]]`` by a permute of the piece, or
+    to end_token where the beam has ended (``_ended``: a line of flags a line of beams, from
+    ``finished[f]`` on). A line is stored whole: the lanes past the batch land where the next
+    batch's values go (written after) or in the buffer's spare end."""
+    bits = steps.dtype.bitwidth
+    lanes = 512 // bits
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        steps_data = _array_data(context, builder, signature, args, 0)
+        state_data = _array_data(context, builder, signature, args, 3)
+        finished_data = _array_data(context, builder, signature, args, 5)
+        buffer_data = _array_data(context, builder, signature, args, 7)
+        long = ir.IntType(64)
+        line = ir.VectorType(ir.IntType(bits), lanes)
+        tables = _piece_tables(builder, steps_data, args[1], args[2], line)
+
+        def take(half: int) -> None:
+            at = _state_line(builder, state_data, builder.add(args[4], long(16 * half)), line)
+            got = _permuted(builder, tables[0], builder.load(at, align=4), tables[1])
+            flags = builder.add(args[6], long(half * lanes))
+            values = _ended(builder, got, finished_data, flags, args[9], args[10])
+            place = builder.gep(buffer_data, [builder.add(args[8], long(half * lanes))])
+            builder.store(values, builder.bitcast(place, line.as_pointer()), align=1)
+
+        take(0)
+        with builder.if_then(builder.icmp_signed(">", args[2], long(lanes))):
+            take(1)
+        return context.get_dummy_value()
+
+    return types.void(steps, piece, width, state, s, finished, f, buffer, r, end, alt), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _beams_start(typingctx: Any, steps: Any, width: Any, state: Any, s: Any) -> Any:
+    """``_follow_permute``'s beams of a batch at their start: the line of ids of the steps'
+    width in ``state``'s words from ``s`` on (and the next when there are beams in it) set to
+    0, 1, 2 and on."""
+    bits = steps.dtype.bitwidth
+    lanes = 512 // bits
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        state_data = _array_data(context, builder, signature, args, 2)
+        long = ir.IntType(64)
+        line = ir.VectorType(ir.IntType(bits), lanes)
+
+        def start(half: int) -> None:
+            pointer = _state_line(builder, state_data, builder.add(args[3], long(16 * half)), line)
+            first = half * lanes
+            builder.store(ir.Constant(line, [first + i for i in range(lanes)]), pointer, align=4)
+
+        start(0)
+        with builder.if_then(builder.icmp_signed(">", args[1], long(lanes))):
+            start(1)
+        return context.get_dummy_value()
+
+    return types.void(steps, width, state, s), codegen
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _parent_beam(
+    raw: Any,
+    kind: int,
+    itemsize: int,
+    highest: Any,
+    top: Any,
+    magnitude_mask: Any,
+    fraction: int,
+    bias: int,
+) -> Any:  # pragma: no cover - compiled
+    """The beam (uint64, in [0, ``highest``]) a parent id of bits ``raw`` (``itemsize`` bytes)
+    names, a beam at a time. An id the walk reads is an integer in [0, BEAM_WIDTH) (checked);
+    clipped all the same: an integer's bits (as unsigned, a negative is large), a float32 or
+    float64 by the FPU (``_float_beam``), a float16 or bfloat16 by its mantissa shifted by its
+    exponent (``_whole_float``: a zero's exponent shifts every bit out)."""
+    u = np.uint64
+    if kind < 2:
+        return min(u(raw), highest)
+    if itemsize >= 4:
+        return _float_beam(u(raw), itemsize == 4, top)
+    return min(_whole_float(raw, magnitude_mask, fraction, bias), highest)
+
+
+def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, one loop
     steps: Any,
     parents: Any,
     out: Any,
@@ -1423,6 +1831,7 @@ def _gather_tree_loop(
     kind: int,
     fraction: int,
     bias: int,
+    stream: int,
 ) -> None:  # pragma: no cover - compiled
     """GatherTree-1. ``steps``, ``parents`` and ``out`` are the flat (max_time, batch_size,
     beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says (0
@@ -1433,13 +1842,20 @@ def _gather_tree_loop(
     every value past a beam's first end_token (bits ``ends[0]`` or ``ends[1]``, its other zero)
     becomes ``ends[0]``.
 
-    ``block`` batches are walked together, down their steps then up again to end the beams:
-    each step's piece of them is one run of memory, and all their steps stay in the cache
-    between the two walks. ``state`` (block * beam_width) holds where each beam of the block
-    is (its beam in its batch's piece of a step); whether a beam has ended is a byte of a table
-    of the block's beams made here. Each batch's piece of the next step is prefetched as the
-    batch is walked (the walk reads it in beam order). The indices are unsigned: a signed index
-    is tested for wrapping around at every read, which keeps LLVM from vectorizing the walk up."""
+    Batches are walked a block at a time, in two walks, each reading one input once. Down:
+    from each batch's last decoded step, where each beam is at every step (``state``, uint32
+    words, all of the block's steps: ``_follow_gather``/``_follow_permute``). Up: each step's
+    ids taken where the beams are, end_token once a beam has ended (``_take_gather``/
+    ``_take_permute``), into a buffer of the block's row, then written out (``stream``: by
+    non-temporal stores, a large output's lines not read first). A batch's beams are a vector
+    at a time: by permutes of its piece of the step when that is at most two 64-byte lines and
+    the CPU has them (``SMALL_TABLES``; the beams then ids of T's width, a line of 16 words
+    each), else by vector gathers (uint32 beams; those past the last whole vector one at a
+    time). The next step's piece of a batch is prefetched as the batch is walked.
+
+    When even one batch's steps hold more beams than ``state`` (``block`` * max(beam_width, 32)
+    words at least: long sequences), the walk is one pass down, a beam at a time, writing the
+    output, then one up ending the beams."""
     u = np.uint64
     width = u(beam_width)
     row = u(batch_size) * width
@@ -1448,83 +1864,218 @@ def _gather_tree_loop(
     highest = u(beam_width - 1)
     top = np.float64(beam_width - 1)
     magnitude_mask = (u(1) << u(8 * steps.itemsize - 1)) - u(1)
-    line = u(max(1, 64 // steps.itemsize))
-    finished = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
+    line = _line_width(steps)
+    total = u(steps.size)
+    permuted = SMALL_TABLES and width <= u(2) * line
+    lanes = _gather_width(steps)
+    # Ids of 1 and 2 bytes are gathered as 32-bit words: a piece whose last word would reach
+    # past the arrays is walked a beam at a time.
+    reach = (u(4) + _width(steps) - u(1)) // _width(steps) - u(1)
+    whole = width - width % lanes
+    # How a parent id's bits are read: 0 an integer, 1 a float of T's width, 2 a bfloat16.
+    reading = 0 if kind < 2 else (2 if fraction == 7 else 1)
+    words = (u(16) if width <= line else u(32)) if permuted else width
+    flags = u(2) * line if permuted else width
+    if u(max_time) * words <= u(state.size):
+        together = max(u(1), min(u(block), u(state.size) // (u(max_time) * words)))
+        finished = np.empty(min(together, u(batch_size)) * flags, np.uint8)
+        buffer = np.empty(min(together, u(batch_size)) * width + u(2) * line, steps.dtype)
+        for first in range(u(0), u(batch_size), together):
+            batches = min(together, u(batch_size) - first)
+            base = first * width
+            size = batches * width
+            per_step = batches * words
+            t = max_time - 1
+            while t >= 0:
+                for j in range(batches):
+                    length = lengths[first + j]
+                    if t >= length:
+                        continue
+                    s = u(t) * per_step + j * words
+                    if t == length - 1:
+                        if permuted:
+                            _beams_start(steps, width, state, s)
+                        else:
+                            for k in range(width):
+                                state[s + k] = k
+                    if t == 0:
+                        continue
+                    piece = u(t) * row + base + j * width
+                    for offset in range(u(0), width, line):
+                        _prefetch(parents, piece - row + offset)
+                    if permuted:
+                        if reading == 0:
+                            _follow_permute(parents, piece, width, state, s, s - per_step,
+                                            highest, top, 0)  # fmt: skip
+                        elif reading == 1:
+                            _follow_permute(parents, piece, width, state, s, s - per_step,
+                                            highest, top, 1)  # fmt: skip
+                        else:
+                            _follow_permute(parents, piece, width, state, s, s - per_step,
+                                            highest, top, 2)  # fmt: skip
+                        continue
+                    vectors = whole if piece + width + reach <= total else u(0)
+                    for k in range(u(0), vectors, lanes):
+                        if reading == 0:
+                            _follow_gather(parents, piece, state, s + k, s + k - per_step,
+                                           highest, top, 0)  # fmt: skip
+                        elif reading == 1:
+                            _follow_gather(parents, piece, state, s + k, s + k - per_step,
+                                           highest, top, 1)  # fmt: skip
+                        else:
+                            _follow_gather(parents, piece, state, s + k, s + k - per_step,
+                                           highest, top, 2)  # fmt: skip
+                    for k in range(vectors, width):
+                        value = _parent_beam(parents[piece + u(state[s + k])], kind, steps.itemsize,
+                                             highest, top, magnitude_mask, fraction,
+                                             bias)  # fmt: skip
+                        state[s + k - per_step] = value
+                t -= 1
+            for k in range(batches * flags):
+                finished[k] = 0
+            for step in range(u(max_time)):
+                at = step * row + base
+                for j in range(batches):
+                    r = j * width
+                    if step >= u(lengths[first + j]):
+                        for k in range(width):
+                            buffer[r + k] = end
+                        continue
+                    piece = at + r
+                    if step + u(1) < u(max_time):
+                        for offset in range(u(0), width, line):
+                            _prefetch(steps, piece + row + offset)
+                    s = step * per_step + j * words
+                    if permuted:
+                        _take_permute(steps, piece, width, state, s, finished, j * flags, buffer,
+                                      r, end, alt)  # fmt: skip
+                        continue
+                    vectors = whole if piece + width + reach <= total else u(0)
+                    for k in range(u(0), vectors, lanes):
+                        _take_gather(steps, piece, state, s + k, finished, r + k, buffer, r + k,
+                                     end, alt)  # fmt: skip
+                    for k in range(vectors, width):
+                        value = steps[piece + u(state[s + k])]
+                        done = finished[r + k] != 0
+                        buffer[r + k] = end if done else value
+                        finished[r + k] = done | (value == end) | (value == alt)
+                if stream:
+                    _stream_row(buffer, out, u(0), at, size, 1)
+                else:
+                    for k in range(size):
+                        out[at + k] = buffer[k]
+        if stream:
+            _fence()
+        return
+    # One pass down writing the output, a beam at a time (the beams of ``block`` batches in
+    # ``state``), then one up ending the beams.
+    ended = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
     for first in range(u(0), u(batch_size), u(block)):
         batches = min(u(block), u(batch_size) - first)
         size = batches * width
         base = first * width
-        for j in range(batches):
-            for k in range(width):
-                state[j * width + k] = k
+        for k in range(size):
+            state[k] = k % width
         t = max_time - 1
         while t >= 0:
             at = u(t) * row + base
             for j in range(batches):
                 start = j * width
                 piece = at + start
-                if t >= 1:
-                    # The next step's piece of this batch, one batch ahead of its walk: a
-                    # step's whole piece asked for at once held the walk until it came.
-                    for offset in range(u(0), width, line):
-                        _prefetch(steps, piece - row + offset)
-                        _prefetch(parents, piece - row + offset)
                 if t >= lengths[first + j]:
                     for k in range(width):
                         out[piece + k] = end
                     continue
-                if t == 0:
-                    for k in range(width):
-                        out[piece + k] = steps[piece + u(state[start + k])]
-                elif kind < 2:
-                    # An integer id the walk reads is in [0, BEAM_WIDTH) (checked): its bits
-                    # are its value; clipped all the same (as unsigned, a negative is large).
-                    for k in range(width):
-                        at_parent = piece + u(state[start + k])
-                        out[piece + k] = steps[at_parent]
-                        state[start + k] = min(u(parents[at_parent]), highest)
-                elif steps.itemsize >= 4:
-                    # A float32 or float64 id the walk reads is an integer in [0, BEAM_WIDTH)
-                    # (checked): converted by the FPU, clipped first (a NaN to 0) so that the
-                    # conversion is defined whatever the bits.
-                    for k in range(width):
-                        at_parent = piece + u(state[start + k])
-                        out[piece + k] = steps[at_parent]
-                        single = steps.itemsize == 4
-                        state[start + k] = _float_beam(u(parents[at_parent]), single, top)
-                else:
-                    # A float16 or bfloat16 id the walk reads is an integer in [0, BEAM_WIDTH)
-                    # (checked): its mantissa shifted by its exponent, without a branch (a zero's
-                    # exponent shifts every bit out); clipped all the same.
-                    for k in range(width):
-                        at_parent = piece + u(state[start + k])
-                        out[piece + k] = steps[at_parent]
-                        value = _whole_float(parents[at_parent], magnitude_mask, fraction, bias)
-                        state[start + k] = min(value, highest)
+                for k in range(width):
+                    at_parent = piece + u(state[start + k])
+                    out[piece + k] = steps[at_parent]
+                    if t > 0:
+                        state[start + k] = _parent_beam(parents[at_parent], kind, steps.itemsize,
+                                                        highest, top, magnitude_mask, fraction,
+                                                        bias)  # fmt: skip
             t -= 1
-        ended = finished[:size]
+        flags_now = ended[:size]
         for k in range(size):
-            ended[k] = False
+            flags_now[k] = False
         # Without a branch (a beam's end comes at no step the predictor can learn): a value is
         # end_token's bits once its beam has ended, and the beam ends at its first end_token.
         for step in range(u(max_time)):
             at = step * row + base
             for k in range(size):
                 value = out[at + k]
-                done = ended[k]
+                done = flags_now[k]
                 out[at + k] = end if done else value
-                ended[k] = done | ((value == end) | (value == alt))
+                flags_now[k] = done | ((value == end) | (value == alt))
 
 
-def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: no cover - compiled
+@intrinsic  # type: ignore[untyped-decorator]
+def _fraction_line(
+    typingctx: Any, raw: Any, i: Any, fraction: Any, bias: Any, largest: Any, skip: Any
+) -> Any:
+    """The lanes (a bit each) of the 64-byte line of ``raw`` from ``raw[i]`` on (a float's
+    bits: ``fraction`` mantissa bits, exponent ``bias``) whose values are not integers, tested
+    in the float's own width (``_first_fraction_loop``'s test: 16 lanes of a float32, not 8);
+    and the line of ``largest`` raised, lane by lane, to the bits of those at ``raw[skip]`` or
+    later."""
+    bits = raw.dtype.bitwidth
+    lanes = 512 // bits
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        long = ir.IntType(64)
+        element = ir.IntType(bits)
+        line = ir.VectorType(element, lanes)
+        raw_data = _array_data(context, builder, signature, args, 0)
+        largest_data = _array_data(context, builder, signature, args, 4)
+        values = builder.load(builder.bitcast(builder.gep(raw_data, [args[1]]),
+                                              line.as_pointer()), align=1)  # fmt: skip
+
+        def constant(value: int) -> Any:
+            return ir.Constant(line, [value] * lanes)
+
+        def splat(value: Any) -> Any:
+            return _splat(builder, line, builder.trunc(value, element) if bits < 64 else value)
+
+        magnitude_mask = (1 << (bits - 1)) - 1
+        magnitude = builder.and_(values, constant(magnitude_mask))
+        mantissa = splat(args[2])
+        above = builder.sub(builder.lshr(magnitude, mantissa), splat(args[3]))
+        shift = builder.select(builder.icmp_unsigned("<", above, mantissa), above, mantissa)
+        mantissa_mask = builder.sub(builder.shl(constant(1), mantissa), constant(1))
+        below = builder.and_(magnitude, builder.lshr(mantissa_mask, shift))
+        span = builder.sub(builder.lshr(constant(magnitude_mask), mantissa), splat(args[3]))
+        zeros = constant(0)
+        bad = builder.and_(
+            builder.or_(builder.icmp_unsigned(">=", above, span),
+                        builder.icmp_unsigned("!=", below, zeros)),
+            builder.icmp_unsigned("!=", magnitude, zeros),
+        )  # fmt: skip
+        # The lanes at raw[skip] or later: from lane skip - i on (none before, all past).
+        first = builder.sub(args[5], args[1])
+        first = builder.select(builder.icmp_signed(">", first, long(0)), first, long(0))
+        first = builder.select(builder.icmp_signed("<", first, long(lanes)), first, long(lanes))
+        order = ir.Constant(line, list(range(lanes)))
+        kept = builder.select(builder.icmp_unsigned(">=", order, splat(first)), values, zeros)
+        at = builder.bitcast(largest_data, line.as_pointer())
+        before = builder.load(at, align=1)
+        builder.store(builder.select(builder.icmp_unsigned(">", kept, before), kept, before), at,
+                      align=1)  # fmt: skip
+        return builder.zext(builder.bitcast(bad, ir.IntType(lanes)), long)
+
+    return types.uint64(raw, i, fraction, bias, largest, skip), codegen
+
+
+def _first_fraction_loop(
+    raw: Any, fraction: Any, bias: Any, skip: Any, largest: Any
+) -> Any:  # pragma: no cover - compiled
     """The position of the first value of ``raw`` (a float's bits: ``fraction`` mantissa bits,
-    exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1. Read in
-    chunks whose test has no branch, the first found only in a chunk that has one.
+    exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1; and,
+    when there is none, ``largest[0]`` set to the largest bits of ``raw[skip:]`` (0 if none;
+    ``largest`` holds a 64-byte line of them). Read a line at a time (``_fraction_line``), in
+    chunks, the first found only in a chunk that has one.
 
     A value other than a zero is an integer when its exponent field minus the bias (``above``,
     unsigned: a value below 1 wraps past every exponent) is below the infinities' and its
-    mantissa has no bit below the point: the mantissa's mask shifted right by ``above``. Unsigned
-    throughout, with no signed clamp, so that LLVM vectorizes the chunk's test."""
+    mantissa has no bit below the point: the mantissa's mask shifted right by ``above``."""
     u = np.uint64
     bits = u(8 * raw.itemsize)
     mantissa = u(fraction)
@@ -1533,15 +2084,25 @@ def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: 
     span = (magnitude_mask >> mantissa) - u(bias)
     low = u(bias)
     total = u(raw.size)
+    line = _line_width(raw)
+    whole = total - total % line
+    for k in range(line):
+        largest[k] = 0
     chunk = u(4096)
     for start in range(u(0), total, chunk):
         stop = min(total, start + chunk)
-        found = False
-        for i in range(start, stop):
+        lines = max(start, min(stop, whole))
+        found = u(0)
+        for i in range(start, lines, line):
+            found |= _fraction_line(raw, i, fraction, bias, largest, skip)
+        for i in range(lines, stop):
             magnitude = u(raw[i]) & magnitude_mask
             above = (magnitude >> mantissa) - low
             below = magnitude & (mantissa_mask >> min(above, mantissa))
-            found |= ((above >= span) | (below != u(0))) & (magnitude != u(0))
+            if magnitude != u(0) and ((above >= span) | (below != u(0))):
+                found = u(1)
+            if i >= u(skip) and raw[i] > largest[0]:
+                largest[0] = raw[i]
         if found:
             for i in range(start, stop):
                 magnitude = u(raw[i]) & magnitude_mask
@@ -1549,6 +2110,8 @@ def _first_fraction_loop(raw: Any, fraction: Any, bias: Any) -> Any:  # pragma: 
                 below = magnitude & (mantissa_mask >> min(above, mantissa))
                 if magnitude != u(0) and ((above >= span) | (below != u(0))):
                     return np.int64(i)
+    for k in range(u(1), line):
+        largest[0] = max(largest[0], largest[k])
     return np.int64(-1)
 
 
@@ -1640,7 +2203,7 @@ transpose_tiles = _compiled(
 )
 
 #: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,
-#: block, kind, fraction, bias): each width of ids; int64 lengths and state.
+#: block, kind, fraction, bias, stream): each width of ids; int64 lengths, uint32 state.
 gather_tree = _compiled(
     _gather_tree_loop,
     [
@@ -1649,18 +2212,18 @@ gather_tree = _compiled(
             _readonly(width),
             _mutable(width),
             _readonly(_I64),
-            _mutable(_I64),
+            _mutable(types.uint32),
             _readonly(width),
-            *[_I64] * 7,
+            *[_I64] * 8,
         )
         for width in _WIDTHS
     ],
 )
 
-#: first_fraction(raw, fraction, bias): the float widths (2, 4 and 8 bytes).
+#: first_fraction(raw, fraction, bias, skip, largest): the float widths (2, 4 and 8 bytes).
 first_fraction = _compiled(
     _first_fraction_loop,
-    [_I64(_readonly(width), _I64, _I64) for width in _WIDTHS[1:]],
+    [_I64(_readonly(width), _I64, _I64, _I64, _mutable(width)) for width in _WIDTHS[1:]],
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -1895,29 +2458,6 @@ col2im = _compiled(
 # bytes), or found by a hash table of their keys (wider ones, a bounded number of groups).
 
 
-def _gathered(builder: Any, table: Any, indices: Any, kind: Any, lanes: int) -> Any:
-    """``table[indices]`` for a vector of 32-bit ``indices``: one ``llvm.masked.gather`` of
-    ``lanes`` elements of ``kind`` (every lane read), at code-generation time."""
-    word = ir.IntType(32)
-    addresses = _VectorAddresses(builder.block, table, indices, lanes)
-    builder._insert(addresses)
-    pointers = builder.bitcast(addresses, ir.VectorType(kind.as_pointer(), lanes))
-    loaded = ir.VectorType(kind, lanes)
-    flags = ir.VectorType(ir.IntType(1), lanes)
-    function_type = ir.FunctionType(loaded, [pointers.type, word, flags, loaded])
-    name = f"llvm.masked.gather.v{lanes}i{kind.width}.v{lanes}p0i{kind.width}"
-    gather = cgutils.get_or_insert_function(builder.module, function_type, name)
-    every = ir.Constant(flags, [1] * lanes)
-    zeros = ir.Constant(loaded, [0] * lanes)
-    return builder.call(gather, [pointers, word(kind.width // 8), every, zeros])
-
-
-def _streamed(builder: Any, values: Any, out: Any) -> None:
-    """``values`` stored at ``out`` (a 64-byte line, aligned) by a non-temporal store."""
-    store = builder.store(values, builder.bitcast(out, values.type.as_pointer()), align=64)
-    store.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
-
-
 @intrinsic  # type: ignore[untyped-decorator]
 def _slot_line(typingctx: Any, slots: Any, s: Any, ranks: Any, out: Any) -> Any:
     """``out[s + k] = ranks[slots[s + k]]`` for the 64-byte line of ``out`` from ``out[s]`` on
@@ -2015,20 +2555,6 @@ def _hash_line(
     )
 
 
-def _small_tables_compiled() -> bool:
-    """Whether ``_small_line``'s permutes are compiled: x86 with AVX-512 VBMI, for the host CPU
-    (an image's loops are compiled for any x86-64, ``NUMBA_CPU_NAME``: none there)."""
-    if not _X86 or numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
-        return False
-    from llvmlite import binding  # noqa: PLC0415
-
-    features = binding.get_host_cpu_features()
-    return all(features.get(name, False) for name in ("avx512f", "avx512bw", "avx512vbmi"))
-
-
-#: Whether ``hash_lines`` takes a small table (``SMALL_TABLE_WORDS``' layout), its keys found by
-#: permutes in the vector registers; the caller passes an empty one where this is False.
-SMALL_TABLES = _small_tables_compiled()
 #: The small table, uint32 words: 32 displacements (one a bucket), the keys of its 256 slots,
 #: their ranks (one byte a slot, 128 or more where empty; 64 words), the two multipliers.
 SMALL_BUCKETS, SMALL_SLOTS = 32, 256

@@ -18,17 +18,17 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.raw import as_raw, into_c_ordered
+from app.ops.raw import STREAM_BYTES, as_raw, into_c_ordered
 
 #: Elements checked at a time (the checks' temporaries stay this small, whatever the input).
 _CHUNK = 1 << 16
 #: The bytes of ids a block of batches walked together holds in each of its three arrays (the
 #: three within a core's L2 between the walk down and up: 7% off the walk against 2 MiB), and
-#: the most beams a block holds the state of (9 bytes each: where it is, whether it ended).
+#: the most beams a block holds the state of (5 bytes each: where it is, whether it ended).
 _BLOCK_BYTES = 256 << 10
-#: The bytes of float parent ids checked integers at a time, their largest bits taken from the
-#: cache right after.
-_SCAN_BYTES = 256 << 10
+#: The words of state a batch holds at least: two 64-byte lines of beams when they are walked
+#: by permutes (the compiled walk's layout).
+_STATE_WORDS = 32
 _STATE_BEAMS = 1 << 16
 _NAMES = ("step_ids", "parent_ids", "max_seq_len", "end_token")
 
@@ -43,7 +43,7 @@ def _integral(name: str, array: npt.NDArray[Any]) -> None:
     if not _is_float(array.dtype):
         return
     flat = array.reshape(-1)
-    if array.flags.c_contiguous and array.dtype.name in _FLOAT_BITS:
+    if array.flags.c_contiguous and array.dtype.isnative and array.dtype.name in _FLOAT_BITS:
         # One pass over the bits, compiled: x - trunc(x) in NumPy is three.
         first = loops.first_fraction(as_raw(flat), *_FLOAT_BITS[array.dtype.name])
         if first >= 0:
@@ -133,22 +133,16 @@ def _scanned_in_pieces(parent_ids: npt.NDArray[Any]) -> bool:
 
 def _integral_parents(parent_ids: npt.NDArray[Any], beam_width: int) -> bool:
     """``_integral`` for float parent ids (refused as it refuses them: the first value that is no
-    integer, named), and ``_every_parent_names_a_beam``'s answer from the same read: a piece
-    of _SCAN_BYTES at a time is scanned, then its largest bits taken while it is in the cache
-    (one read of the ids from memory where the two passes made two)."""
+    integer, named), and ``_every_parent_names_a_beam``'s answer from the same read: the
+    compiled scan also finds the largest bits past the first step's ids (one read of the ids
+    where two passes made two)."""
     flat = as_raw(parent_ids.reshape(-1))
-    reading = _FLOAT_BITS[parent_ids.dtype.name]
     skipped = parent_ids[0].size  # the first step's ids: no beam follows them
-    piece = max(1, _SCAN_BYTES // flat.itemsize)
-    largest = 0
-    for start in range(0, flat.size, piece):
-        chunk = flat[start : start + piece]
-        first = loops.first_fraction(chunk, *reading)
-        if first >= 0:
-            _refuse_fraction("parent_ids", parent_ids, start + first)
-        followed = chunk[max(0, skipped - start) :]
-        if followed.size:
-            largest = max(largest, int(followed.max()))
+    first, largest = loops.first_fraction_and_largest(
+        flat, *_FLOAT_BITS[parent_ids.dtype.name], skipped
+    )
+    if first >= 0:
+        _refuse_fraction("parent_ids", parent_ids, first)
     limit = _parent_limit(parent_ids.dtype, beam_width)
     return limit is not None and largest < limit
 
@@ -317,22 +311,33 @@ def _walk(
     other = -end_token if _is_float(end_token.dtype) and end_token == 0 else end_token
     ends[1] = as_raw(np.asarray(other, end_token.dtype).reshape(1))[0]
     block = _block(max_time, batch_size, beam_width, out.itemsize)
-    state = np.empty(block * beam_width, np.int64)
+    state = np.empty(_state_words(max_time, batch_size, beam_width), np.uint32)
+    stream = int(out.nbytes >= STREAM_BYTES)
     loops.gather_tree(steps, parents, target, lengths, state, ends, max_time, batch_size,
-                      beam_width, block, *_parent_reading(parent_ids.dtype))  # fmt: skip
+                      beam_width, block, *_parent_reading(parent_ids.dtype), stream)  # fmt: skip
+
+
+def _state_words(max_time: int, batch_size: int, beam_width: int) -> int:
+    """The words of state the walk is given: where every beam of every step is (at least
+    _STATE_WORDS a batch and step), at most _STATE_BEAMS; for one pass (steps too many for
+    that), a block's beams (a batch's at least)."""
+    every = max_time * batch_size * max(beam_width, _STATE_WORDS)
+    return max(min(every, _STATE_BEAMS), beam_width, _STATE_WORDS)
 
 
 def _block(max_time: int, batch_size: int, beam_width: int, itemsize: int) -> int:
     """The batches the walk takes together: their ids, parents and output about _BLOCK_BYTES
     each (in the core's cache between the walk down and up), their state at most
-    _STATE_BEAMS beams; at least one batch."""
+    _STATE_BEAMS words of state (a word a beam, at least _STATE_WORDS a batch); at least one
+    batch."""
     per_batch = max(1, max_time * beam_width * itemsize)
-    return max(1, min(batch_size, _BLOCK_BYTES // per_batch, _STATE_BEAMS // max(1, beam_width)))
+    words = max(beam_width, _STATE_WORDS)
+    return max(1, min(batch_size, _BLOCK_BYTES // per_batch, _STATE_BEAMS // words))
 
 
 def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
-    """What the walk holds beside the output: each beam's state (9 bytes a beam of a block of
-    at most _STATE_BEAMS, or of one batch), each batch's decoded length (8 bytes), the checks'
+    """What the walk holds beside the output: each beam's state (5 bytes a beam of a block of
+    at most _STATE_BEAMS words, or of one batch), each batch's decoded length (8 bytes), the checks'
     chunk of _CHUNK values (8 bytes each at most), and a copy of step_ids and parent_ids when
     they are not C-ordered or not in the machine's byte order (the two copies of one that is
     neither are not held at once: the native one is C-ordered)."""
@@ -343,7 +348,7 @@ def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
         for item in (step_ids, parent_ids)
     )
     lengths = 8 * arrays["max_seq_len"].size
-    return 9 * max(beam_width, _STATE_BEAMS) + lengths + 8 * _CHUNK + copied
+    return 5 * max(beam_width, _STATE_BEAMS) + lengths + 8 * _CHUNK + copied
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import numpy.typing as npt
 
 from app.ops import numpy_loops
@@ -208,11 +209,12 @@ def gather_tree(
     kind: int,
     fraction: int,
     bias: int,
+    stream: int,
 ) -> None:
     """``compiled.gather_tree``, or its stand-in (for at most CHEAP_OUTPUT_BYTES of ids: it
     holds a few copies of a step's row; and at most CHEAP_STEPS steps: it walks them in
     Python)."""
-    arguments = (max_time, batch_size, beam_width, block, kind, fraction, bias)
+    arguments = (max_time, batch_size, beam_width, block, kind, fraction, bias, stream)
     module = _COMPILED.module
     if module is None or _STAND_INS.get():
         module = _stand_in_or_loops(numpy_loops.gather_tree_is_cheap(out, max_time))
@@ -223,13 +225,24 @@ def gather_tree(
 
 
 def first_fraction(raw: Array, fraction: int, bias: int) -> int:
-    """``compiled.first_fraction``, or its stand-in (which holds a chunk of its own: any size)."""
+    """``compiled.first_fraction``'s position of the first value of ``raw`` that is not an
+    integer (-1: none)."""
+    return first_fraction_and_largest(raw, fraction, bias, raw.size)[0]
+
+
+def first_fraction_and_largest(raw: Array, fraction: int, bias: int, skip: int) -> tuple[int, int]:
+    """``compiled.first_fraction``, or its stand-in (which holds a chunk of its own: any size):
+    the position of the first value of ``raw`` that is not an integer (-1: none) and, when
+    there is none, the largest bits of ``raw[skip:]`` (0 if none)."""
+    largest = np.zeros(64 // raw.itemsize, raw.dtype)
     module = _COMPILED.module
     if module is None or _STAND_INS.get():
         module = _stand_in_or_loops(True)
         if module is None:
-            return numpy_loops.first_fraction(raw, fraction, bias)
-    return int(module.first_fraction(raw, fraction, bias))
+            first = numpy_loops.first_fraction(raw, fraction, bias, skip, largest)
+            return first, int(largest[0])
+    first = int(module.first_fraction(raw, fraction, bias, skip, largest))
+    return first, int(largest[0])
 
 
 def col2im_reach(

@@ -182,9 +182,10 @@ def gather_tree(
     kind: int,
     fraction: int,
     bias: int,
+    stream: int,
 ) -> None:
     """``compiled.gather_tree``: the same walk a step at a time over every batch at once
-    (``state`` and ``block`` unused: it holds the beams as arrays of its own)."""
+    (``state``, ``block`` and ``stream`` unused: it holds the beams as arrays of its own)."""
     shape = (max_time, batch_size, beam_width)
     ids = steps.reshape(shape)
     parent_ids = parents.reshape(shape)
@@ -209,9 +210,10 @@ def gather_tree(
 _FRACTION_CHUNK = 1 << 16
 
 
-def first_fraction(raw: Array, fraction: int, bias: int) -> int:
+def first_fraction(raw: Array, fraction: int, bias: int, skip: int, largest: Array) -> int:
     """``compiled.first_fraction``: the position of the first value of ``raw`` (a float's bits:
-    ``fraction`` mantissa bits, exponent ``bias``) that is not an integer, or -1."""
+    ``fraction`` mantissa bits, exponent ``bias``) that is not an integer, or -1; when -1,
+    ``largest[0]`` set to the largest bits of ``raw[skip:]`` (0 if none)."""
     kinds = {(10, 15): np.float16, (23, 127): np.float32, (52, 1023): np.float64}
     for start in range(0, raw.size, _FRACTION_CHUNK):
         chunk = raw[start : start + _FRACTION_CHUNK]
@@ -223,6 +225,7 @@ def first_fraction(raw: Array, fraction: int, bias: int) -> int:
             bad = np.flatnonzero((values - np.trunc(values)) != 0)
         if bad.size:
             return start + int(bad[0])
+    largest[0] = raw[skip:].max(initial=0)
     return -1
 
 

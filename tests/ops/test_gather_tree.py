@@ -2,6 +2,8 @@
 type to the bit (one type T for all four inputs, float included), the refusals, and OpenVINO's
 CPU plugin on generated cases."""
 
+import contextlib
+import math
 from typing import Any
 
 import numpy as np
@@ -166,6 +168,45 @@ def test_float_parent_ids_of_every_exponent_compiled_and_not(
     assert_same_bits(run(step_ids, parent_ids, max_seq_len, end), want)
     with loops.numpy_stand_ins():
         assert_same_bits(run(step_ids, parent_ids, max_seq_len, end), want)
+
+
+#: Shapes for each of the compiled walk's ways: a batch's piece of a step in one line or two
+#: (permutes), wider (vector gathers, with beams past the last whole vector), more steps than the
+#: state holds (one pass a beam at a time), an output large enough to be streamed.
+_WALK_SHAPES = [(5, 3, 7), (6, 4, 40), (4, 3, 100), (3, 2, 33), (7, 3, 130), (2100, 1, 5),
+                (300, 1, 300), (64, 2048, 64), (64, 512, 64)]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+@pytest.mark.parametrize("shape", _WALK_SHAPES, ids=str)
+def test_every_walk_answers_as_the_stand_in(
+    dtype: np.dtype[Any], shape: tuple[int, int, int]
+) -> None:
+    """Every way the compiled walk goes, for every type, to the bit: the same beams as the
+    NumPy stand-in walks (itself held to the pseudocode above), -0.0 among float ids (equal to
+    an end token of 0)."""
+    beam_width = shape[2]
+    if dtype.kind == "b" or (dtype.kind in "iu" and beam_width > np.iinfo(dtype).max):
+        pytest.skip("no beam of this width is a value of the type")
+    if dtype.name == "bfloat16" and beam_width > 256:
+        pytest.skip("bfloat16 holds the integers up to 256 only")
+    if np.prod(shape) * dtype.itemsize > 8 << 20 and dtype.itemsize not in (1, 4):
+        pytest.skip("the streamed output: one type of 1 byte and one of 4 are enough")
+    inputs = beams(dtype, shape, seed=shape[2])
+    if dtype.kind in "iu":  # lengths the type holds (some past MAX_TIME where it can)
+        lengths = np.random.default_rng(1).integers(0, shape[0] + 2, shape[1])
+        most = min(int(np.iinfo(dtype).max), 1 << 62)
+        inputs = (*inputs[:2], np.minimum(lengths, most).astype(dtype), inputs[3])
+    if dtype.kind == "f" or dtype.name == "bfloat16":
+        step_ids = inputs[0].copy()
+        step_ids.reshape(-1)[::5] = -0.0
+        inputs = (step_ids, *inputs[1:3], np.array(0, dtype))
+    assert loops.wait_compiled(120)
+    got = run(*inputs)
+    with loops.numpy_stand_ins():
+        want = run(*inputs)
+    assert_same_bits(got, want)
+    assert int(np.count_nonzero(got != inputs[3])) > 0  # not all end tokens: ids were walked
 
 
 def test_lengths_zero_and_past_max_time() -> None:
@@ -440,38 +481,54 @@ def test_wide_floats_are_told_integer_or_not(dtype: Any) -> None:
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
-@pytest.mark.parametrize("scan_bytes", [8, 24, 64, 256 << 10])
-def test_float_parents_scanned_in_pieces_answer_as_the_two_passes(
-    dtype: str, scan_bytes: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("shape", [(3, 2, 5), (3, 4, 9), (2, 1, 40), (3, 8, 8), (4, 5, 13)])
+@pytest.mark.parametrize("stand_in", [False, True])
+def test_float_parents_scanned_once_answer_as_the_two_passes(
+    dtype: str, shape: tuple[int, int, int], stand_in: bool
 ) -> None:
-    """Float parent ids checked integers a piece at a time, their largest bits taken from each
-    piece: pieces smaller than, across and larger than the first step's row (which is skipped),
-    an id past the beams (or -0.0, or -1) at the first step, at the first followed id, at the
-    last: the same answer as the two passes, and a fraction refused at its place, before any
-    range, wherever the pieces fall."""
-    monkeypatch.setattr(module, "_SCAN_BYTES", scan_bytes)
+    """Float parent ids checked integers and their largest bits found past the first step's
+    row in one scan (a line of 64 bytes at a time, the rest one at a time): rows shorter than,
+    across and a whole number of lines, an id past the beams (or -0.0, or -1) at the first step,
+    its last id, the first followed id, a line's edge, the last: the same answer as the two
+    passes, compiled and stood in; and a fraction refused at its place, before any range."""
     kind = next(item for item in ELEMENT_TYPES if np.dtype(item).name == dtype)
-    shape = (3, 2, 5)
-    for place in [(0, 0, 0), (0, 1, 4), (1, 0, 0), (1, 1, 4), (2, 1, 4)]:
-        for value in (4.0, 5.0, 6.0, -0.0, -1.0):
-            parent_ids = np.ones(shape, kind)
-            parent_ids[place] = value
-            assert module._scanned_in_pieces(parent_ids)
-            fits = module._integral_parents(parent_ids, 5)
-            assert fits == module._every_parent_names_a_beam(parent_ids, 5), (place, value)
-            assert fits == _names_a_beam_by_value(parent_ids, 5) or value == -0.0
-            parent_ids[2, 0, 1] = 0.5
-            parent_ids[1, 1, 1] = 9.0  # past the beams, before the fraction: not what is named
-            with pytest.raises(SpecError, match=r"parent_ids must have integer values only, "
-                               r"got 0\.5 at \[2, 0, 1\]"):  # fmt: skip
-                module._integral_parents(parent_ids, 5)
+    beam_width = shape[2]
+    row = shape[1] * shape[2]
+    lanes = 64 // np.dtype(kind).itemsize
+    flat_places = {
+        0,
+        row - 1,
+        row,
+        lanes - 1,
+        lanes,
+        2 * lanes - 1,
+        2 * row - 1,
+        math.prod(shape) - 1,
+    }
+    places = [
+        np.unravel_index(place, shape) for place in sorted(flat_places) if place < math.prod(shape)
+    ]
+    context = loops.numpy_stand_ins() if stand_in else contextlib.nullcontext()
+    with context:
+        for place in places:
+            for value in (beam_width - 1.0, beam_width, beam_width + 1.0, -0.0, -1.0):
+                parent_ids = np.ones(shape, kind)
+                parent_ids[place] = value
+                assert module._scanned_in_pieces(parent_ids)
+                fits = module._integral_parents(parent_ids, beam_width)
+                assert fits == module._every_parent_names_a_beam(parent_ids, beam_width)
+                assert fits == _names_a_beam_by_value(parent_ids, beam_width) or value == -0.0
+                parent_ids[-1, -1, -1] = 0.5
+                parent_ids[1, 0, 0] = beam_width + 3.0  # past the beams, before the fraction
+                with pytest.raises(SpecError, match=r"parent_ids must have integer values only, "
+                                   r"got 0\.5 at \[" + ", ".join(str(n - 1) for n in shape)):  # fmt: skip
+                    module._integral_parents(parent_ids, beam_width)
 
 
-def test_float_parents_scanned_in_pieces_refuse_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through the plan, pieces of 8 bytes: a followed id past the beams refused at its place,
-    one at the first step or past a batch's length walked over, a fraction anywhere named
-    first; the beams as the pseudocode walks them."""
-    monkeypatch.setattr(module, "_SCAN_BYTES", 8)
+def test_float_parents_scanned_once_refuse_as_before() -> None:
+    """Through the plan: a followed id past the beams refused at its place, one at the first
+    step or past a batch's length walked over, a fraction anywhere named first; the beams as
+    the pseudocode walks them."""
     step_ids, parent_ids, max_seq_len, end_token = beams(np.float32, (6, 3, 4), seed=3)
     max_seq_len[:] = [6, 2, 0]
     parent_ids[0, 0, 0] = 7.0  # the first step: never read
