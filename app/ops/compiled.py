@@ -1479,6 +1479,11 @@ def _beam_values(builder: Any, ids: Any, reading: int, highest: Any, top: Any, b
     conversion is defined."""
     lanes = ids.type.count
     id_bits = ids.type.element.width
+    if (reading == 0 or id_bits == 8) and bits == id_bits:
+        # Beams of the ids' own width (a permute's: ``highest`` fits it): clipped in it.
+        limit = _splat(builder, ids.type, builder.trunc(highest, ids.type.element)
+                       if id_bits < 64 else highest)  # fmt: skip
+        return builder.select(builder.icmp_unsigned("<", ids, limit), ids, limit)
     if reading == 0 or id_bits == 8:
         wide_bits = max(32, id_bits)
         wide = ir.VectorType(ir.IntType(wide_bits), lanes)
