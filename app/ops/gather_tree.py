@@ -336,11 +336,13 @@ def _block(max_time: int, batch_size: int, beam_width: int, itemsize: int) -> in
 
 
 def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
-    """What the walk holds beside the output: each beam's state (5 bytes a beam of a block of
-    at most _STATE_BEAMS words, or of one batch), each batch's decoded length (8 bytes), the checks'
-    chunk of _CHUNK values (8 bytes each at most), and a copy of step_ids and parent_ids when
-    they are not C-ordered or not in the machine's byte order (the two copies of one that is
-    neither are not held at once: the native one is C-ordered)."""
+    """What the walk holds beside the output: each beam's state (_state_words: 4 bytes a word,
+    at most max(_STATE_BEAMS, BEAM_WIDTH) words), whether each beam of a block has ended (at
+    most 4 bytes a word of state: a 128-byte line of flags a batch of at least 32 words), a
+    block's row of ids (at most _BLOCK_BYTES, and two lines), each batch's decoded length (8
+    bytes), the checks' chunk of _CHUNK values (8 bytes each at most), and a copy of step_ids
+    and parent_ids when they are not C-ordered or not in the machine's byte order (the two
+    copies of one that is neither are not held at once: the native one is C-ordered)."""
     step_ids, parent_ids = arrays["step_ids"], arrays["parent_ids"]
     beam_width = step_ids.shape[-1] if step_ids.ndim == 3 else 0
     copied = sum(
@@ -348,7 +350,8 @@ def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
         for item in (step_ids, parent_ids)
     )
     lengths = 8 * arrays["max_seq_len"].size
-    return 5 * max(beam_width, _STATE_BEAMS) + lengths + 8 * _CHUNK + copied
+    walk = 8 * max(beam_width, _STATE_BEAMS) + _BLOCK_BYTES + 128
+    return walk + lengths + 8 * _CHUNK + copied
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:
