@@ -2015,15 +2015,26 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
 
 @intrinsic  # type: ignore[untyped-decorator]
 def _fraction_line(
-    typingctx: Any, raw: Any, i: Any, fraction: Any, bias: Any, largest: Any, skip: Any
+    typingctx: Any,
+    raw: Any,
+    i: Any,
+    fraction: Any,
+    bias: Any,
+    largest: Any,
+    skip: Any,
+    track: Any,
 ) -> Any:
     """The lanes (a bit each) of the 64-byte line of ``raw`` from ``raw[i]`` on (a float's
     bits: ``fraction`` mantissa bits, exponent ``bias``) whose values are not integers, tested
     in the float's own width (``_first_fraction_loop``'s test: 16 lanes of a float32, not 8);
-    and the line of ``largest`` raised, lane by lane, to the bits of those at ``raw[skip]`` or
+    and (``track``, a literal: 1 for a line across ``raw[skip]``, 2 for one past it, 0 for none)
+    the line of ``largest`` raised, lane by lane, to the bits of those at ``raw[skip]`` or
     later."""
+    if not isinstance(track, types.IntegerLiteral):
+        return None
     bits = raw.dtype.bitwidth
     lanes = 512 // bits
+    tracked = track.literal_value
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         long = ir.IntType(64)
@@ -2054,19 +2065,23 @@ def _fraction_line(
                         builder.icmp_unsigned("!=", below, zeros)),
             builder.icmp_unsigned("!=", magnitude, zeros),
         )  # fmt: skip
-        # The lanes at raw[skip] or later: from lane skip - i on (none before, all past).
-        first = builder.sub(args[5], args[1])
-        first = builder.select(builder.icmp_signed(">", first, long(0)), first, long(0))
-        first = builder.select(builder.icmp_signed("<", first, long(lanes)), first, long(lanes))
-        order = ir.Constant(line, list(range(lanes)))
-        kept = builder.select(builder.icmp_unsigned(">=", order, splat(first)), values, zeros)
-        at = builder.bitcast(largest_data, line.as_pointer())
-        before = builder.load(at, align=1)
-        builder.store(builder.select(builder.icmp_unsigned(">", kept, before), kept, before), at,
-                      align=1)  # fmt: skip
+        kept = values
+        if tracked == 1:
+            # The lanes at raw[skip] or later: from lane skip - i on.
+            first = builder.sub(args[5], args[1])
+            first = builder.select(builder.icmp_signed(">", first, long(0)), first, long(0))
+            first = builder.select(builder.icmp_signed("<", first, long(lanes)), first,
+                                   long(lanes))  # fmt: skip
+            order = ir.Constant(line, list(range(lanes)))
+            kept = builder.select(builder.icmp_unsigned(">=", order, splat(first)), values, zeros)
+        if tracked:
+            at = builder.bitcast(largest_data, line.as_pointer())
+            before = builder.load(at, align=1)
+            raised = builder.select(builder.icmp_unsigned(">", kept, before), kept, before)
+            builder.store(raised, at, align=1)
         return builder.zext(builder.bitcast(bad, ir.IntType(lanes)), long)
 
-    return types.uint64(raw, i, fraction, bias, largest, skip), codegen
+    return types.uint64(raw, i, fraction, bias, largest, skip, track), codegen
 
 
 def _first_fraction_loop(
@@ -2099,7 +2114,12 @@ def _first_fraction_loop(
         lines = max(start, min(stop, whole))
         found = u(0)
         for i in range(start, lines, line):
-            found |= _fraction_line(raw, i, fraction, bias, largest, skip)
+            if i >= u(skip):
+                found |= _fraction_line(raw, i, fraction, bias, largest, skip, 2)
+            elif i + line <= u(skip):
+                found |= _fraction_line(raw, i, fraction, bias, largest, skip, 0)
+            else:
+                found |= _fraction_line(raw, i, fraction, bias, largest, skip, 1)
         for i in range(lines, stop):
             magnitude = u(raw[i]) & magnitude_mask
             above = (magnitude >> mantissa) - low
