@@ -1597,6 +1597,35 @@ def _array_data(context: Any, builder: Any, signature: Any, args: Any, position:
     return context.make_array(signature.args[position])(context, builder, args[position]).data
 
 
+def _gathered_ids(builder: Any, source: Any, piece: Any, state: Any, s: Any, bits: int) -> Any:
+    """The ids of ``bits`` at ``source[piece + beam]`` for the vector of uint32 beams in
+    ``state``'s words from ``s`` on (``_gather_lane_count`` of them): one vector gather, ids of 1
+    and 2 bytes read as 32-bit words at their address and cut to their width."""
+    lanes = _gather_lane_count(bits)
+    word_bits = max(32, bits)
+    index_type = ir.VectorType(ir.IntType(32), lanes)
+    indices = builder.load(_state_line(builder, state, s, index_type), align=4)
+    got = _gathered(builder, builder.gep(source, [piece]), indices, ir.IntType(word_bits), lanes, 1)
+    return builder.trunc(got, ir.VectorType(ir.IntType(bits), lanes)) if bits < word_bits else got
+
+
+def _looked_up(builder: Any, tables: list[Any], state: Any, s: Any, half: int) -> Any:
+    """Line ``half`` of a batch's beams (ids of the tables' width in ``state``'s words from ``s``
+    + 16 * ``half`` on) and the ids at them in its piece (``tables``, ``_piece_tables``): where
+    the beams are, and the ids, by one permute."""
+    line = tables[0].type
+    at = _state_line(builder, state, builder.add(s, ir.IntType(64)(16 * half)), line)
+    return at, _permuted(builder, tables[0], builder.load(at, align=4), tables[1])
+
+
+def _each_half(builder: Any, width: Any, lanes: int, body: Callable[[int], None]) -> None:
+    """``body`` for the first line of a batch's ``width`` beams, then for the second when there
+    are beams in it."""
+    body(0)
+    with builder.if_then(builder.icmp_signed(">", width, ir.IntType(64)(lanes))):
+        body(1)
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _follow_gather(
     typingctx: Any,
@@ -1618,19 +1647,14 @@ def _follow_gather(
         return None
     bits = parents.dtype.bitwidth
     lanes = _gather_lane_count(bits)
-    word_bits = max(32, bits)
     mode = reading.literal_value
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         parents_data = _array_data(context, builder, signature, args, 0)
         state_data = _array_data(context, builder, signature, args, 2)
-        index_type = ir.VectorType(ir.IntType(32), lanes)
-        indices = builder.load(_state_line(builder, state_data, args[3], index_type), align=4)
-        got = _gathered(builder, builder.gep(parents_data, [args[1]]), indices,
-                        ir.IntType(word_bits), lanes, 1)  # fmt: skip
-        if bits < word_bits:
-            got = builder.trunc(got, ir.VectorType(ir.IntType(bits), lanes))
+        got = _gathered_ids(builder, parents_data, args[1], state_data, args[3], bits)
         beams = _beam_values(builder, got, mode, args[5], args[6], 32)
+        index_type = ir.VectorType(ir.IntType(32), lanes)
         builder.store(beams, _state_line(builder, state_data, args[4], index_type), align=4)
         return context.get_dummy_value()
 
@@ -1664,20 +1688,16 @@ def _follow_permute(
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         parents_data = _array_data(context, builder, signature, args, 0)
         state_data = _array_data(context, builder, signature, args, 3)
-        long = ir.IntType(64)
         line = ir.VectorType(ir.IntType(bits), lanes)
         tables = _piece_tables(builder, parents_data, args[1], args[2], line)
 
         def follow(half: int) -> None:
-            at = _state_line(builder, state_data, builder.add(args[4], long(16 * half)), line)
-            named = _permuted(builder, tables[0], builder.load(at, align=4), tables[1])
+            _, named = _looked_up(builder, tables, state_data, args[4], half)
             beams = _beam_values(builder, named, mode, args[6], args[7], bits)
-            to = _state_line(builder, state_data, builder.add(args[5], long(16 * half)), line)
-            builder.store(beams, to, align=4)
+            word = builder.add(args[5], ir.IntType(64)(16 * half))
+            builder.store(beams, _state_line(builder, state_data, word, line), align=4)
 
-        follow(0)
-        with builder.if_then(builder.icmp_signed(">", args[2], long(lanes))):
-            follow(1)
+        _each_half(builder, args[2], lanes, follow)
         return context.get_dummy_value()
 
     return types.void(parents, piece, width, state, s, s_next, highest, top, reading), codegen
@@ -1701,23 +1721,15 @@ def _take_gather(
     ``steps[piece + state[s + i]]`` (one vector gather), or to end_token where the beam has
     ended (``_ended``, its flags in ``finished`` from ``f`` on)."""
     bits = steps.dtype.bitwidth
-    lanes = _gather_lane_count(bits)
-    word_bits = max(32, bits)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         steps_data = _array_data(context, builder, signature, args, 0)
         state_data = _array_data(context, builder, signature, args, 2)
         finished_data = _array_data(context, builder, signature, args, 4)
         buffer_data = _array_data(context, builder, signature, args, 6)
-        index_type = ir.VectorType(ir.IntType(32), lanes)
-        indices = builder.load(_state_line(builder, state_data, args[3], index_type), align=4)
-        got = _gathered(builder, builder.gep(steps_data, [args[1]]), indices,
-                        ir.IntType(word_bits), lanes, 1)  # fmt: skip
-        element = ir.VectorType(ir.IntType(bits), lanes)
-        if bits < word_bits:
-            got = builder.trunc(got, element)
+        got = _gathered_ids(builder, steps_data, args[1], state_data, args[3], bits)
         values = _ended(builder, got, finished_data, args[5], args[8], args[9])
-        place = builder.bitcast(builder.gep(buffer_data, [args[7]]), element.as_pointer())
+        place = builder.bitcast(builder.gep(buffer_data, [args[7]]), got.type.as_pointer())
         builder.store(values, place, align=1)
         return context.get_dummy_value()
 
@@ -1757,16 +1769,13 @@ def _take_permute(
         tables = _piece_tables(builder, steps_data, args[1], args[2], line)
 
         def take(half: int) -> None:
-            at = _state_line(builder, state_data, builder.add(args[4], long(16 * half)), line)
-            got = _permuted(builder, tables[0], builder.load(at, align=4), tables[1])
+            _, got = _looked_up(builder, tables, state_data, args[4], half)
             flags = builder.add(args[6], long(half * lanes))
             values = _ended(builder, got, finished_data, flags, args[9], args[10])
             place = builder.gep(buffer_data, [builder.add(args[8], long(half * lanes))])
             builder.store(values, builder.bitcast(place, line.as_pointer()), align=1)
 
-        take(0)
-        with builder.if_then(builder.icmp_signed(">", args[2], long(lanes))):
-            take(1)
+        _each_half(builder, args[2], lanes, take)
         return context.get_dummy_value()
 
     return types.void(steps, piece, width, state, s, finished, f, buffer, r, end, alt), codegen
@@ -1782,17 +1791,15 @@ def _beams_start(typingctx: Any, steps: Any, width: Any, state: Any, s: Any) -> 
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         state_data = _array_data(context, builder, signature, args, 2)
-        long = ir.IntType(64)
         line = ir.VectorType(ir.IntType(bits), lanes)
 
         def start(half: int) -> None:
-            pointer = _state_line(builder, state_data, builder.add(args[3], long(16 * half)), line)
+            word = builder.add(args[3], ir.IntType(64)(16 * half))
             first = half * lanes
-            builder.store(ir.Constant(line, [first + i for i in range(lanes)]), pointer, align=4)
+            builder.store(ir.Constant(line, [first + i for i in range(lanes)]),
+                          _state_line(builder, state_data, word, line), align=4)  # fmt: skip
 
-        start(0)
-        with builder.if_then(builder.icmp_signed(">", args[1], long(lanes))):
-            start(1)
+        _each_half(builder, args[1], lanes, start)
         return context.get_dummy_value()
 
     return types.void(steps, width, state, s), codegen
