@@ -1050,13 +1050,13 @@ def _pad_rows_loop(
     row after another and each whole before the next, so that ``out`` is written front to back
     (Pad's edge, reflect and symmetric modes: the last axis's runs of one row). ``segments``
     holds, for each piece, where it starts in the output row, where in the source row its first
-    element is read, its length and its step (1 forward, -1 reversed, 0 one element repeated),
+    element is read, its length and its step (1 forward, -1 reversed, 0 one element repeated;
+    2 a constant, whose bits stand where the source position would: Pad's constant mode),
     four groups of ``segments.size // 4``; ``table`` the rows as ``_strided_copy_loop``'s (their
     lengths, strides in ``source`` (signed), strides in ``out``), the first starting at
-    ``source_start`` and ``out_start``. With ``stream`` not 0 the forward and reversed pieces are
-    written by non-temporal stores (``_stream_row``): the output is then one long stream of
-    whole lines, which a non-temporal store wants (runs of a few KiB written block by block, as
-    ``_strided_copy_loop`` does, are slower with them than without)."""
+    ``source_start`` and ``out_start``. With ``stream`` not 0 every piece is written by
+    non-temporal stores (``_stream_row``): the output is then one long stream of whole lines,
+    the only ones written by regular stores those two pieces share."""
     u = np.uint64
     dims = table.size // 3
     lengths = table[:dims]
@@ -1067,14 +1067,27 @@ def _pad_rows_loop(
     for d in range(dims):
         rows *= lengths[d]
     index = np.zeros(dims, np.int64)
+    # The constants: element k the bits of piece k's, when it has one.
+    constants = np.zeros(count, out.dtype)
+    for k in range(count):
+        if segments[3 * count + k] == 2:
+            constants[k] = segments[count + k]
     at_source = source_start
     at_out = out_start
     for _ in range(rows):
         for k in range(count):
             o = u(at_out + segments[k])
-            s = u(at_source + segments[count + k])
             size = u(segments[2 * count + k])
             step = segments[3 * count + k]
+            if step == 2:
+                if stream:
+                    _stream_row(constants, out, u(k), o, size, 0)
+                else:
+                    value = constants[k]
+                    for e in range(size):
+                        out[o + e] = value
+                continue
+            s = u(at_source + segments[count + k])
             if stream:
                 _stream_row(source, out, s, o, size, step)
             elif step == 1:
