@@ -387,6 +387,46 @@ def _transpose_lines(
     return types.void(source, s, s_step, out, o, o_step), codegen
 
 
+def _line_codegen(
+    builder: Any, source_data: Any, s: Any, out_data: Any, o: Any, kind: int, bits: int
+) -> None:
+    """``_stream_line``'s code: the 64-byte line of ``out_data`` from element ``o`` on (i64)
+    set by a non-temporal store to the line's worth of ``source_data`` from element ``s`` on
+    (``kind`` 1), ending there reversed (-1), that element repeated (0) or every other element
+    from there on (2)."""
+    lanes = 512 // bits
+    word = ir.IntType(32)
+    line = ir.VectorType(ir.IntType(bits), lanes)
+    if kind == 0:
+        at = builder.bitcast(builder.gep(source_data, [s]), line.element.as_pointer())
+        one = builder.load(at, align=1)
+        loaded = builder.insert_element(ir.Constant(line, ir.Undefined), one, word(0))
+        order = [word(0)] * lanes
+    elif kind == 2:
+        first = builder.bitcast(builder.gep(source_data, [s]), line.as_pointer())
+        later = builder.add(s, ir.IntType(64)(lanes))
+        second = builder.bitcast(builder.gep(source_data, [later]), line.as_pointer())
+        order_type = ir.VectorType(word, lanes)
+        loaded = builder.shuffle_vector(
+            builder.load(first, align=1),
+            builder.load(second, align=1),
+            ir.Constant(order_type, [word(2 * k) for k in range(lanes)]),
+        )
+    else:
+        first = s if kind == 1 else builder.sub(s, ir.IntType(64)(lanes - 1))
+        pointer = builder.bitcast(builder.gep(source_data, [first]), line.as_pointer())
+        loaded = builder.load(pointer, align=1)
+        order = [word(k if kind == 1 else lanes - 1 - k) for k in range(lanes)]
+    if kind in (0, -1):
+        order_type = ir.VectorType(word, lanes)
+        loaded = builder.shuffle_vector(
+            loaded, ir.Constant(line, ir.Undefined), ir.Constant(order_type, order)
+        )
+    pointer = builder.bitcast(builder.gep(out_data, [o]), line.as_pointer())
+    store = builder.store(loaded, pointer, align=64)
+    store.set_metadata("nontemporal", builder.module.add_metadata([word(1)]))
+
+
 @intrinsic  # type: ignore[untyped-decorator]
 def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: Any) -> Any:
     """The 64-byte line of ``out`` from ``out[o]`` on (its address a multiple of 64) set by
@@ -400,44 +440,88 @@ def _stream_line(typingctx: Any, source: Any, s: Any, out: Any, o: Any, step: An
         return None
     kind = step.literal_value
     bits = out.dtype.bitwidth
-    lanes = 512 // bits
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        word = ir.IntType(32)
-        line = ir.VectorType(ir.IntType(bits), lanes)
         source_data = context.make_array(signature.args[0])(context, builder, args[0]).data
         out_data = context.make_array(signature.args[2])(context, builder, args[2]).data
-        if kind == 0:
-            at = builder.bitcast(builder.gep(source_data, [args[1]]), line.element.as_pointer())
-            one = builder.load(at, align=1)
-            loaded = builder.insert_element(ir.Constant(line, ir.Undefined), one, word(0))
-            order = [word(0)] * lanes
-        elif kind == 2:
-            first = builder.bitcast(builder.gep(source_data, [args[1]]), line.as_pointer())
-            later = builder.add(args[1], ir.IntType(64)(lanes))
-            second = builder.bitcast(builder.gep(source_data, [later]), line.as_pointer())
-            order_type = ir.VectorType(word, lanes)
-            loaded = builder.shuffle_vector(
-                builder.load(first, align=1),
-                builder.load(second, align=1),
-                ir.Constant(order_type, [word(2 * k) for k in range(lanes)]),
-            )
-        else:
-            first = args[1] if kind == 1 else builder.sub(args[1], ir.IntType(64)(lanes - 1))
-            pointer = builder.bitcast(builder.gep(source_data, [first]), line.as_pointer())
-            loaded = builder.load(pointer, align=1)
-            order = [word(k if kind == 1 else lanes - 1 - k) for k in range(lanes)]
-        if kind in (0, -1):
-            order_type = ir.VectorType(word, lanes)
-            loaded = builder.shuffle_vector(
-                loaded, ir.Constant(line, ir.Undefined), ir.Constant(order_type, order)
-            )
-        pointer = builder.bitcast(builder.gep(out_data, [args[3]]), line.as_pointer())
-        store = builder.store(loaded, pointer, align=64)
-        store.set_metadata("nontemporal", builder.module.add_metadata([word(1)]))
+        _line_codegen(builder, source_data, args[1], out_data, args[3], kind, bits)
         return context.get_dummy_value()
 
     return types.void(source, s, out, o, step), codegen
+
+
+@intrinsic  # type: ignore[untyped-decorator]
+def _stream_row(typingctx: Any, source: Any, out: Any, s: Any, o: Any, size: Any, step: Any) -> Any:
+    """``out[o + e] = source[s + e * step]`` for ``e`` below ``size``, ``step`` 1, -1 or 0 (any
+    integers): the whole 64-byte lines of the row written a line at a time by non-temporal
+    stores (``_stream_line``'s), the parts of lines at either end by regular stores (a line
+    written partly by non-temporal stores is flushed partial, and its other part may be another
+    row's); an ``out`` whose address is not a whole number of elements all by regular stores.
+    A non-temporal store writes a line without reading it in first, as a regular store does: a
+    third less memory traffic, when the output is far larger than the caches and written front
+    to back (a 64 MiB copy in lines: 0.4-0.7x ``np.copyto``).
+
+    Generated code, not a numba function inlined: numba took a reference to each array it
+    passed to one (``NRT_incref``/``NRT_decref``, locked instructions), and a locked
+    instruction waits for every non-temporal store before it to reach memory, as a fence does:
+    a row of 8 KiB then cost some 270 ns more (64 MiB filled in rows of 8 KiB: 5.1 ms, in one
+    row 2.9 ms)."""
+    bits = out.dtype.bitwidth
+    width = bits // 8
+    lanes = 512 // bits
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        word = ir.IntType(64)
+        source_data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        out_data = context.make_array(signature.args[1])(context, builder, args[1]).data
+        s, o, size, step = (
+            context.cast(builder, value, kind, types.int64)
+            for value, kind in zip(args[2:], signature.args[2:], strict=True)
+        )
+        address = builder.ptrtoint(builder.gep(out_data, [o]), word)
+        lead = builder.udiv(
+            builder.and_(builder.sub(word(64), builder.and_(address, word(63))), word(63)),
+            word(width),
+        )
+        fits = builder.icmp_unsigned("<", lead, size)
+        head = builder.select(fits, lead, size)
+        whole_elements = builder.icmp_unsigned(
+            "==", builder.and_(address, word(width - 1)), word(0)
+        )
+        head = builder.select(whole_elements, head, size)
+        count = builder.udiv(builder.sub(size, head), word(lanes))
+        whole = builder.add(head, builder.mul(count, word(lanes)))
+
+        def element(e: Any) -> None:
+            at = builder.add(s, builder.mul(step, e))
+            value = builder.load(builder.gep(source_data, [at]), align=1)
+            builder.store(value, builder.gep(out_data, [builder.add(o, e)]), align=1)
+
+        with cgutils.for_range(builder, head) as loop:
+            element(loop.index)
+
+        def lines(kind: int) -> None:
+            with cgutils.for_range(builder, count) as loop:
+                e = builder.add(head, builder.mul(loop.index, word(lanes)))
+                at = s if kind == 0 else (builder.add(s, e) if kind == 1 else builder.sub(s, e))
+                _line_codegen(builder, source_data, at, out_data, builder.add(o, e), kind, bits)
+
+        forward = builder.icmp_signed("==", step, word(1))
+        with builder.if_else(forward) as (then, otherwise):
+            with then:
+                lines(1)
+            with otherwise:
+                reversed_ = builder.icmp_signed("==", step, word(-1))
+                with builder.if_else(reversed_) as (back, repeated):
+                    with back:
+                        lines(-1)
+                    with repeated:
+                        lines(0)
+        with cgutils.for_range(builder, builder.sub(size, whole)) as loop:
+            element(builder.add(whole, loop.index))
+        return context.get_dummy_value()
+
+    return types.void(source, out, s, o, size, step), codegen
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
@@ -454,43 +538,6 @@ def _line_parts(out: Any, o: Any, size: Any) -> Any:  # pragma: no cover - compi
     if address % width == u(0):
         head = min(size, ((u(64) - address % u(64)) % u(64)) // width)
     return head, head + (size - head) // line * line, line
-
-
-@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
-def _stream_row(
-    source: Any, out: Any, s: Any, o: Any, size: Any, step: int
-) -> None:  # pragma: no cover - compiled
-    """``out[o + e] = source[s + e * step]`` for ``e`` below ``size``, ``step`` 1, -1 or 0:
-    the whole 64-byte lines of the row written a line at a time by non-temporal stores
-    (``_stream_line``), the parts of lines at either end by regular stores (a line written
-    partly by non-temporal stores is flushed partial, and its other part may be another row's).
-    A non-temporal store writes a line without reading it in first, as a regular store does:
-    a third less memory traffic, when the output is far larger than the caches and written
-    front to back (a 64 MiB copy in lines: 0.4-0.7x ``np.copyto``; runs of 4 KiB or less, in
-    two passes over the output, were slower than regular stores)."""
-    head, whole, line = _line_parts(out, o, size)
-    if step == 1:
-        for e in range(head):
-            out[o + e] = source[s + e]
-        for e in range(head, whole, line):
-            _stream_line(source, s + e, out, o + e, 1)
-        for e in range(whole, size):
-            out[o + e] = source[s + e]
-    elif step == -1:
-        for e in range(head):
-            out[o + e] = source[s - e]
-        for e in range(head, whole, line):
-            _stream_line(source, s - e, out, o + e, -1)
-        for e in range(whole, size):
-            out[o + e] = source[s - e]
-    else:
-        value = source[s]
-        for e in range(head):
-            out[o + e] = value
-        for e in range(head, whole, line):
-            _stream_line(source, s, out, o + e, 0)
-        for e in range(whole, size):
-            out[o + e] = value
 
 
 @_helper
@@ -1049,13 +1096,13 @@ def _pad_rows_loop(
     row after another and each whole before the next, so that ``out`` is written front to back
     (Pad's edge, reflect and symmetric modes: the last axis's runs of one row). ``segments``
     holds, for each piece, where it starts in the output row, where in the source row its first
-    element is read, its length and its step (1 forward, -1 reversed, 0 one element repeated),
+    element is read, its length and its step (1 forward, -1 reversed, 0 one element repeated;
+    2 a constant, whose bits stand where the source position would: Pad's constant mode),
     four groups of ``segments.size // 4``; ``table`` the rows as ``_strided_copy_loop``'s (their
     lengths, strides in ``source`` (signed), strides in ``out``), the first starting at
-    ``source_start`` and ``out_start``. With ``stream`` not 0 the forward and reversed pieces are
-    written by non-temporal stores (``_stream_row``): the output is then one long stream of
-    whole lines, which a non-temporal store wants (runs of a few KiB written block by block, as
-    ``_strided_copy_loop`` does, are slower with them than without)."""
+    ``source_start`` and ``out_start``. With ``stream`` not 0 every piece is written by
+    non-temporal stores (``_stream_row``): the output is then one long stream of whole lines,
+    the only ones written by regular stores those two pieces share."""
     u = np.uint64
     dims = table.size // 3
     lengths = table[:dims]
@@ -1066,14 +1113,27 @@ def _pad_rows_loop(
     for d in range(dims):
         rows *= lengths[d]
     index = np.zeros(dims, np.int64)
+    # The constants: element k the bits of piece k's, when it has one.
+    constants = np.zeros(count, out.dtype)
+    for k in range(count):
+        if segments[3 * count + k] == 2:
+            constants[k] = segments[count + k]
     at_source = source_start
     at_out = out_start
     for _ in range(rows):
         for k in range(count):
             o = u(at_out + segments[k])
-            s = u(at_source + segments[count + k])
             size = u(segments[2 * count + k])
             step = segments[3 * count + k]
+            if step == 2:
+                if stream:
+                    _stream_row(constants, out, u(k), o, size, 0)
+                else:
+                    value = constants[k]
+                    for e in range(size):
+                        out[o + e] = value
+                continue
+            s = u(at_source + segments[count + k])
             if stream:
                 _stream_row(source, out, s, o, size, step)
             elif step == 1:
@@ -1339,6 +1399,13 @@ def _as_double(typingctx: Any, bits: Any) -> Any:
     return types.float64(bits), codegen
 
 
+#: How many tiles on along a band ``_line_tiles`` asks for the source lines of. Measured on
+#: 64 MiB 2-D transposes (thread time, one process, against ``np.copyto`` of 64 MiB, 10.7-11.2
+#: ms): int8 8192 x 8192 13.0-13.5 ms without, 10.4-10.6 ms one, two or eight tiles on;
+#: float32 4096 x 4096 9.5 ms without, 8.6-9.0 ms one to four tiles on.
+_PREFETCH_TILES = 2
+
+
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _line_tiles(
     source: Any, out: Any, batch: int, rows: int, columns: int
@@ -1350,8 +1417,10 @@ def _line_tiles(
     (``_stream_line``), where the target's rows start at the same place in a line (their
     length a multiple of 64 bytes; the bands start where a target row's line does); else by
     regular stores. Every line is read and written whole in one go, so the matrix's side, a
-    power of two (a multiple of 4 KiB apart, rows in one cache set) costs nothing more
-    (prefetching the source lines 8 or 16 tiles on measured 2-8% slower). The rows above the
+    power of two (a multiple of 4 KiB apart, rows in one cache set) costs nothing more. The
+    source lines of the tile ``_PREFETCH_TILES`` on along the band are asked for
+    (``_prefetch``) before a tile is read: a band has a line's worth of rows (64 in int8), more
+    streams than the hardware prefetcher follows. The rows above the
     first band and below the last and the columns past the last whole tile go through the same
     buffer an element at a time."""
     u = np.uint64
@@ -1374,6 +1443,10 @@ def _line_tiles(
         whole = length // line * line
         for top in range(first, last, line):
             for left in range(u(0), whole, line):
+                ahead = left + u(_PREFETCH_TILES) * line
+                if ahead < whole:
+                    for r in range(line):
+                        _prefetch(source, base + (top + r) * length + ahead)
                 for r in range(u(0), line, side):
                     _transpose_lines(
                         source, base + (top + r) * length + left, length, tile, r, line

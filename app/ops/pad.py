@@ -142,8 +142,12 @@ def _padded(
     if not out.size:
         return out
     source = as_raw(data)
+    flat = target.flags.c_contiguous and source.flags.c_contiguous
+    flat_target, flat_source = target.reshape(-1), source.reshape(-1)
     if mode == "constant":
         fill = np.zeros((), source.dtype) if value is None else as_raw(value.astype(data.dtype))
+        if flat and _rows_whole(flat_target, flat_source, data.shape, begin, shape, mode, fill):
+            return out
         # The data's part that stays (cropped where a pad is negative), then the new elements.
         inner_out: list[Any] = []
         inner_in: list[Any] = []
@@ -168,8 +172,6 @@ def _padded(
         return out
     # Edge, reflect, symmetric: blocks of the output, each a copy of a (reversed, or broadcast)
     # slice of the data: a compiled strided copy between C-ordered arrays, NumPy's otherwise.
-    flat = target.flags.c_contiguous and source.flags.c_contiguous
-    flat_target, flat_source = target.reshape(-1), source.reshape(-1)
     if flat and _rows_whole(flat_target, flat_source, data.shape, begin, shape, mode):
         return out
     for into, taken, block in _blocks(data.shape, begin, shape, mode):
@@ -185,10 +187,26 @@ def _padded(
 #: go block by block, each block's rows merged into longer runs where they can.
 _WHOLE_ROW_BYTES = 256
 #: The shortest output row (bytes) written by non-temporal stores (in an output of
-#: ``raw.STREAM_BYTES`` or more). Measured on 64 MiB outputs, against ``np.copyto`` of the
-#: output: rows of 16 KiB (int8 and float32) 0.62-0.75x with them, 0.73-0.92x without; rows
-#: of 8 KiB about even (edge mode worse); rows of 4 KiB 1.2-1.3x with them, 0.7-0.9x without.
-STREAM_ROW_BYTES = 16 << 10
+#: ``raw.STREAM_BYTES`` or more). Measured on 64 MiB int8 outputs in reflect mode (each side
+#: padded by half), against ``np.copyto`` of the output (11.8 ms): rows of 4 KiB 6.7 ms with
+#: them, 9.6 ms without; 2 KiB 7.5 against 9.8 ms; 1 KiB 9.4 against 10.0 ms; 512 bytes 15.2
+#: against 10.5 ms.
+STREAM_ROW_BYTES = 2 << 10
+
+
+def _constant_runs(length: int, begin: int, size: int) -> list[Run]:
+    """``_runs`` of the constant mode: the data's part that stays (step 1), and the constant
+    before and after it (step 2; its source position unused), the constant alone when no data
+    stays."""
+    first, last = max(begin, 0), min(begin + size, length)
+    if last <= first:
+        return [(0, length, 0, 2)]
+    runs = [(first, last - first, first - begin, 1)]
+    if first:
+        runs.insert(0, (0, first, 0, 2))
+    if last < length:
+        runs.append((last, length - last, 0, 2))
+    return runs
 
 
 def _rows_whole(
@@ -198,9 +216,10 @@ def _rows_whole(
     begin: list[int],
     shape: tuple[int, ...],
     mode: str,
+    fill: npt.NDArray[Any] | None = None,
 ) -> bool:
-    """Edge, reflect and symmetric modes by the compiled loop that writes each output row whole
-    (its last axis's runs in turn), front to back, when the rows are long (at least
+    """Every mode by the compiled loop that writes each output row whole (its last axis's runs
+    in turn, the constant mode's ``fill`` too), front to back, when the rows are long (at least
     ``_WHOLE_ROW_BYTES``) and the loops are compiled; whether it did. ``target`` and ``source``
     are the flat raw output and data. Block by block, a row is written in three visits far
     apart: a large output then costs 1.2-2x a plain copy of it, and non-temporal stores
@@ -209,10 +228,19 @@ def _rows_whole(
     item = target.itemsize
     if compiled is None or not shape or item > 8 or shape[-1] * item < _WHOLE_ROW_BYTES:
         return False
-    axes = [_runs(length, begin[axis], size, mode)
-            for axis, (size, length) in enumerate(zip(data_shape, shape, strict=True))]  # fmt: skip
-    inner = axes[-1]
+    sizes = enumerate(zip(data_shape, shape, strict=True))
+    bits = 0
+    if fill is None:
+        axes = [_runs(length, begin[axis], size, mode) for axis, (size, length) in sizes]
+    else:
+        axes = [_constant_runs(length, begin[axis], size) for axis, (size, length) in sizes]
+        # The constant's bits as the int64 the loop takes them in (its low bytes).
+        bits = int(np.asarray(fill).astype(np.uint64).view(np.int64))
+    inner = [(first, count, bits if step == 2 else source, step)
+             for first, count, source, step in axes[-1]]  # fmt: skip
     segments = np.array([[run[i] for run in inner] for i in (0, 2, 1, 3)], np.int64).reshape(-1)
+    # A row of the constant alone (an outer axis's constant run).
+    constant = np.array([0, bits, shape[-1], 2], np.int64)
     out_strides = [int(np.prod(shape[axis + 1 :], dtype=np.int64)) for axis in range(len(shape))]
     data_strides = [int(np.prod(data_shape[axis + 1 :], dtype=np.int64))
                     for axis in range(len(shape))]  # fmt: skip
@@ -220,29 +248,30 @@ def _rows_whole(
     # One call per combination of the outer axes' runs (at most 3 ** (rank - 1)), in the
     # output's order: each a block of whole rows.
     for combination in itertools.product(*axes[:-1]):
+        filled = any(run[3] == 2 for run in combination)
         table = np.array(
             [run[1] for run in combination]
-            + [run[3] * data_strides[axis] for axis, run in enumerate(combination)]
+            + [0 if filled else run[3] * data_strides[axis] for axis, run in enumerate(combination)]
             + [out_strides[axis] for axis in range(len(combination))],
             dtype=np.int64,
         )
         out_start = sum(run[0] * out_strides[axis] for axis, run in enumerate(combination))
-        source_start = sum(run[2] * data_strides[axis] for axis, run in enumerate(combination))
-        compiled.pad_rows(source, target, table, segments, source_start, out_start, stream)
+        source_start = 0
+        if not filled:
+            source_start = sum(run[2] * data_strides[axis] for axis, run in enumerate(combination))
+        pieces = constant if filled else segments
+        compiled.pad_rows(source, target, table, pieces, source_start, out_start, stream)
     return True
 
 
-#: What the edge, reflect and symmetric modes hold while they copy, per dimension of data: an
-#: axis's runs, one block's slices, views and the copy's table (Python objects and a few int64s;
-#: no array the size of an axis, the data or the output).
+#: What the modes hold while they copy, per dimension of data: an axis's runs, one block's
+#: slices, views and the copy's table (Python objects and a few int64s; no array the size of an
+#: axis, the data or the output).
 WORKSPACE_PER_DIMENSION = 8192
 
 
 def _workspace(arrays: Arrays, attributes: Attributes) -> int:
-    """The few objects the edge, reflect and symmetric modes hold, per dimension of data (the
-    constant mode holds nothing)."""
-    if attributes["pad_mode"] == "constant":
-        return 0
+    """The few objects the modes hold, per dimension of data."""
     return WORKSPACE_PER_DIMENSION * (arrays["data"].ndim + 1)
 
 

@@ -23,10 +23,12 @@ _UNSIGNED_OF_WIDTH: dict[int, np.dtype[Any]] = {
 #: its reader anyway.
 STREAM_BYTES = 8 << 20
 #: The shortest row (bytes) the strided copy writes by non-temporal stores. Measured on a 64 MiB
-#: Reverse along the inner axis, against ``np.copyto``: rows of 16 KiB 0.73-0.79x with them,
-#: 1.02-1.06x without; 8 KiB (int8) 0.91x against 1.27x; 4 KiB 1.07-1.29x against 1.35-1.39x;
-#: 1 KiB 2.5-2.8x against 2.0-2.1x.
-STREAM_ROW_BYTES = 8 << 10
+#: Reverse along the inner axis (thread time, against ``np.copyto`` of 64 MiB, 12.7 ms): rows
+#: of 4 KiB 9.8 ms (int8) and 10.5 ms (float32) with them, 16.3 and 15.3 ms without; 2 KiB
+#: 12.4 and 9.7 against 16.1 and 15.3 ms; 1 KiB 14.1 and 10.5 against 17.0 and 14.6 ms. Tile's
+#: runs of 512 bytes (int8, ``tile._streamed``): 9.3 against NumPy's 9.6 ms, 11.7 ms by the
+#: strided copy's regular stores.
+STREAM_ROW_BYTES = 1 << 10
 #: The shortest interleaved row (bytes) the strided copy writes by non-temporal stores (put
 #: together in a buffer in the L1 cache first). Measured on 64 MiB DepthToSpace outputs, against
 #: ``np.copyto``: rows of 2 to 64 KiB 0.74-0.81x with them, 1.16-1.22x without; 1 KiB 1.02-1.04x

@@ -916,3 +916,39 @@ def test_the_half_float_conversions_round_as_numpy_and_ml_dtypes() -> None:
         out = np.empty(doubles.size, np.uint64)
         each(doubles.view(np.uint64), out, 2)
         assert_same_bits(out.astype(np.uint16), doubles.astype(np.float16).view(np.uint16))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64], ids=str)
+@pytest.mark.parametrize("shift", [0, 1, 3])
+@pytest.mark.parametrize("stream", [0, 1])
+def test_pad_rows_pieces_of_every_step_to_the_bit(dtype: Any, shift: int, stream: int) -> None:
+    """``pad_rows``' pieces of each step (forward, reversed, one element repeated, a constant
+    whose bits are all set but the lowest) in rows whose pieces start and end off a 64-byte
+    line, of lengths from 1 to several lines, the output ``shift`` bytes past an aligned
+    address (1 and 3: its elements off their width, no whole line), by regular and by
+    non-temporal stores (``_stream_row``): the bits a Python loop writes."""
+    rng = np.random.default_rng(shift + 7 * stream)
+    source = rng.integers(0, np.iinfo(dtype).max, 4 * 300, dtype=dtype, endpoint=True)
+    constant = int(np.array(np.iinfo(dtype).max - 1, dtype).astype(np.uint64).view(np.int64))
+    # (output start, source position in the row (the constant's bits for step 2), size, step)
+    pieces = [(0, 5, 1, 1), (1, 130, 67, -1), (68, 9, 3, 0), (71, constant, 129, 2),
+              (200, 7, 150, 1), (350, 299, 64, -1), (414, 0, 1, 2)]  # fmt: skip
+    width = 415
+    rows = 4
+    segments = np.array([[piece[i] for piece in pieces] for i in range(4)], np.int64).reshape(-1)
+    item = np.dtype(dtype).itemsize
+    buffer = np.zeros(rows * width * item + 64 + shift, np.uint8)
+    start = (-buffer.ctypes.data) % 64 + shift
+    out = buffer[start : start + rows * width * item].view(dtype)
+    table = np.array([rows, 300, width], np.int64)
+    compiled.pad_rows(source, out, table, segments, 0, 0, stream)
+    expected = np.zeros(rows * width, dtype)
+    for row in range(rows):
+        for first, at, size, step in pieces:
+            for e in range(size):
+                if step == 2:
+                    value = np.array(at, np.int64).astype(np.uint64).astype(dtype)
+                else:
+                    value = source[row * 300 + at + step * e]
+                expected[row * width + first + e] = value
+    assert out.tobytes() == expected.tobytes()

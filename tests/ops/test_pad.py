@@ -228,16 +228,18 @@ def _at_odd_address(array: npt.NDArray[Any]) -> npt.NDArray[Any]:
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["regular stores", "non-temporal stores"])
-@pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype", [np.uint8, np.float16, np.float32, np.float64], ids=str)
 def test_long_rows_are_written_whole_to_the_bit(
     dtype: Any, mode: str, stream: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Rows of 256 bytes and more are written whole, one after another, by the compiled row
     loop; with non-temporal stores when the output and its rows are large
-    (``raw.STREAM_BYTES``, lowered here to 0 or raised out of reach; ``STREAM_ROW_BYTES`` 0): runs reversed, forward and repeated, starting and
-    ending off a 64-byte line, cropped by negative pads, rank 1 to 3, the data and the output
-    one byte off an aligned address. The same bits as NumPy's pad, and the row loop ran."""
+    (``raw.STREAM_BYTES``, lowered here to 0 or raised out of reach; ``STREAM_ROW_BYTES`` 0):
+    runs reversed, forward, repeated and constant (a value whose bits are all set but one, a
+    NaN's payload in floats), starting and ending off a 64-byte line, cropped by negative pads,
+    whole rows of the constant, rank 1 to 3, the data and the output one byte off an aligned
+    address. The same bits as NumPy's pad, and the row loop ran."""
     from app.ops import compiled, loops, raw  # noqa: PLC0415
     from app.ops import pad as pad_module  # noqa: PLC0415
 
@@ -253,13 +255,21 @@ def test_long_rows_are_written_whole_to_the_bit(
 
     monkeypatch.setattr(compiled, "pad_rows", watched)
     cases = [((5, 301), [2, 67], [3, 133]), ((3, 4, 700), [1, -1, 99], [2, 1, -5]),
-             ((1000,), [37], [500])]  # fmt: skip
+             ((1000,), [37], [500]), ((4, 300), [-5, 0], [2, 0])]  # fmt: skip
+    raw_type = _raw(np.dtype(dtype))
+    value = None
+    if mode == "constant":  # every bit set but the lowest
+        value = np.array(np.iinfo(raw_type).max - 1, raw_type).view(dtype)
     for seed, (shape, begin, end) in enumerate(cases):
         data = sample(np.dtype(dtype), shape, seed=seed)
-        expected = reference(data.view(_raw(np.dtype(dtype))), begin, end, mode)
-        assert_same_bits(run(data, begin, end, mode), expected.view(dtype))
-        plan = OP.plan({"data": _at_odd_address(data), "pads_begin": np.array(begin),
-                        "pads_end": np.array(end)}, {"pad_mode": mode})  # fmt: skip
+        bits = 0 if value is None else value.view(raw_type)
+        expected = reference(data.view(raw_type), begin, end, mode, bits)
+        assert_same_bits(run(data, begin, end, mode, value), expected.view(dtype))
+        arrays = {"data": _at_odd_address(data), "pads_begin": np.array(begin),
+                  "pads_end": np.array(end)}  # fmt: skip
+        if value is not None:
+            arrays["pad_value"] = value
+        plan = OP.plan(arrays, {"pad_mode": mode})
         assert isinstance(plan, Plan)
         out = _at_odd_address(np.zeros(plan.output_shape, dtype))
         plan.run(out)
@@ -267,12 +277,12 @@ def test_long_rows_are_written_whole_to_the_bit(
     assert calls and set(calls) == {int(stream)}
 
 
-@pytest.mark.parametrize("mode", ["edge", "reflect", "symmetric"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("shape", [(300, 500), (6, 40, 50), (2, 3, 4, 5, 6)])
 def test_the_declared_workspace_covers_what_the_copy_holds(
     mode: str, shape: tuple[int, ...]
 ) -> None:
-    """Every byte the edge, reflect and symmetric modes allocate while they run (traced, into a
+    """Every byte the modes allocate while they run (traced, into a
     ready output) is within the op's declared workspace: copies of slices hold no index array,
     no intermediate the size of the data (issue 42, point 3: +303 MiB held, 124 reserved)."""
     import tracemalloc  # noqa: PLC0415

@@ -71,6 +71,53 @@ def test_into_a_given_output() -> None:
     assert out.tolist() == [[1, 2, 1, 2], [1, 2, 1, 2]]
 
 
+def _at_odd_address(array: Any) -> Any:
+    """``array``'s copy one byte past an aligned address (its elements off their width)."""
+    buffer = np.zeros(array.nbytes + 1, np.uint8)
+    moved: Any = buffer[1:].view(array.dtype).reshape(array.shape)
+    moved[...] = array
+    return moved
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["regular stores", "non-temporal stores"])
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_a_large_output_of_long_runs_by_non_temporal_stores(
+    dtype: np.dtype[Any], stream: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large output whose runs of data are long is the compiled strided copy's, written by
+    non-temporal stores (``raw.STREAM_BYTES``, ``raw.STREAM_ROW_BYTES`` and
+    ``raw.COPY_VIEW_FROM`` lowered to 0 here; raised out of reach: NumPy's copy): runs of odd
+    lengths starting and ending off a 64-byte line, inner and outer axes repeated, ranks
+    promoted, the output and the data one byte off an aligned address; the same bits as
+    ``np.tile``, NaN payloads and -0.0 kept."""
+    from app.ops import compiled, loops, raw  # noqa: PLC0415
+    from app.ops import tile as module  # noqa: PLC0415
+
+    assert loops.ready_module() is compiled
+    for name in ("STREAM_BYTES", "STREAM_ROW_BYTES", "COPY_VIEW_FROM"):
+        monkeypatch.setattr(raw, name, 0 if stream else 1 << 62)
+    streamed: list[int] = []
+    original = compiled.strided_copy
+
+    def watched(*arguments: Any) -> None:
+        streamed.append(int(arguments[-1]))
+        original(*arguments)
+
+    monkeypatch.setattr(compiled, "strided_copy", watched)
+    cases = [((5, 333), [2, 2]), ((3, 1, 67), [2, 3, 1]), ((129,), [3]), ((2, 9), [4, 1, 3]),
+             ((7, 65), [1, 2])]  # fmt: skip
+    for seed, (shape, repeats) in enumerate(cases):
+        data = sample(dtype, shape, seed=seed)
+        expected = np.tile(data, repeats)
+        before = len(streamed)
+        assert_same_bits(run(data, repeats), expected)
+        out = _at_odd_address(np.zeros(expected.shape, dtype))
+        tile(_at_odd_address(data), repeats, out)
+        assert_same_bits(out, expected)
+        assert set(streamed[before:]) == ({1} if stream else set()), (shape, repeats)
+    assert module._streamed([2, 5, 2, 333], [1, 5, 1, 333], np.empty((10, 666), dtype)) == stream
+
+
 @pytest.mark.parametrize(
     ("repeats", "words"),
     [
