@@ -180,13 +180,19 @@ def _gather_into(
             batches, outer, length, count, inner * itemsize // unit.itemsize, wrap,
         )  # fmt: skip
         return
-    # Prefetch the next row when it is long and this one's indices cover much of it.
-    row_bytes = length * itemsize
-    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
     loops.take(
         flat_source, flat_indices, flat_out,
-        batches, outer, length, count, wrap, _CACHE_LINE // itemsize if prefetch else 0,
+        batches, outer, length, count, wrap, prefetch_line(length, count, itemsize),
     )  # fmt: skip
+
+
+def prefetch_line(length: int, count: int, itemsize: int) -> int:
+    """``take``'s ``line`` for rows of ``length`` elements of ``itemsize`` bytes read by
+    ``count`` indices each: a cache line's elements (the next row prefetched while one is
+    gathered) when the row is long and its indices cover much of it, else 0."""
+    row_bytes = length * itemsize
+    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
+    return _CACHE_LINE // itemsize if prefetch else 0
 
 
 def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray[Any], int]:
