@@ -222,14 +222,26 @@ def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray
 #: (``compiled.TAKE_CHUNK``, 4 bytes each; a test holds the two equal: the compiled module is not
 #: imported here).
 TAKE_CHUNK = 1 << 16
+#: The longest row of bytes the compiled loop takes by a table of its rows' columns, 8 bytes an
+#: element (``compiled._COLUMNS_LONGEST``, held equal by the same test).
+COLUMNS_LONGEST = 1 << 17
 
 
-def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any]) -> int:
+def gather_workspace(
+    indices_shape: tuple[int, ...],
+    indices_dtype: np.dtype[Any],
+    data_shape: tuple[int, ...] = (),
+    itemsize: int = 0,
+) -> int:
     """The most bytes ``gather`` holds beyond its inputs and output: a chunk of positions (the
     compiled loop's, for narrow elements), and a copy of the indices as int32 when they are of
-    8 or 16 bits, or in native byte order when they come in the other."""
+    8 or 16 bits, or in native byte order when they come in the other; for data of bytes
+    (``itemsize`` 1), the table of 8-byte columns of a row (the axis's length, at most data's
+    longest dimension, and a zero word)."""
     count = math.prod(indices_shape)
     positions = 4 * min(count, TAKE_CHUNK)
+    if itemsize == 1 and data_shape:
+        positions += 8 * (min(max(data_shape), COLUMNS_LONGEST) + 1)
     if indices_dtype.itemsize < 4:
         return positions + count * 4
     if indices_dtype.isnative:
@@ -257,7 +269,8 @@ def _plan_gather(arrays: Arrays, attributes: Attributes) -> Plan:
 
 
 def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
-    return gather_workspace(arrays["indices"].shape, arrays["indices"].dtype)
+    data, indices = arrays["data"], arrays["indices"]
+    return gather_workspace(indices.shape, indices.dtype, data.shape, data.dtype.itemsize)
 
 
 OP = Op(

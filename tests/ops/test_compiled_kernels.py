@@ -166,6 +166,11 @@ def test_narrow_elements_take_a_chunk_s_positions_once_for_its_rows(
     assert_same_bits(gather(data, batched, 2, 2), reference_gather(data, batched, 2, 2))
     # The chunk's positions are declared in Gather's workspace.
     assert gather_module.TAKE_CHUNK == compiled.TAKE_CHUNK
+    assert gather_module.COLUMNS_LONGEST == compiled._COLUMNS_LONGEST
+    table = 8 * (300 + 1)
+    assert gather_module.gather_workspace((count,), np.dtype(np.int64), (20, 300), 1) == (
+        4 * compiled.TAKE_CHUNK + table
+    )
     assert gather_module.gather_workspace((count,), np.dtype(np.int64)) == 4 * compiled.TAKE_CHUNK
 
 
@@ -384,6 +389,26 @@ def test_bytes_taken_by_columns_past_a_chunk_of_indices() -> None:
     out = np.empty(wanted.size, np.uint8)
     compiled.take(source, indices, out, 2, outer, length, count, length, 0)
     assert_same_bits(out, wanted)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint8], ids=name_of)
+@pytest.mark.parametrize("index_type", INDEX_TYPES, ids=name_of)
+def test_gather_of_bytes_by_columns(dtype: Any, index_type: Any) -> None:
+    """Gather of 1-byte elements along the last axis, rows enough for groups of 8 (and some
+    left over): every index type with its edges (negative, out of range, the type's
+    extremes), batches, data strided and misaligned, ``out`` given."""
+    rng = np.random.default_rng(np.dtype(index_type).num + 3 * np.dtype(dtype).num)
+    data = random_data(rng, (3, 19, 100), dtype)
+    indices = edge_indices(rng, (5, 40), index_type, 100)
+    assert_same_bits(gather(data, indices, 2, 0), reference_gather(data, indices, 2, 0))
+    batched = edge_indices(rng, (3, 70), index_type, 100)
+    assert_same_bits(gather(data, batched, 2, 1), reference_gather(data, batched, 2, 1))
+    wide = random_data(rng, (17, 2 * 100), dtype)
+    strided, misaligned = wide[:, ::2], placed(wide.reshape(-1), 1).reshape(wide.shape)
+    for source in (strided, misaligned):
+        given = np.empty((17, 5, 40), dtype)
+        assert gather(source, indices, 1, 0, out=given) is given
+        assert_same_bits(given, reference_gather(source, indices, 1, 0))
 
 
 @pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mprotect"), reason="no mprotect")
