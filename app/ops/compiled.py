@@ -926,7 +926,7 @@ def _take_loop(
     one: a gather moves about one element every 0.2 ns in the cache, as byte loads do). A
     chunk with one out of range goes element by element as above.
 
-    Bytes, 8 rows or more a batch, with AVX-512 VBMI (``BYTE_PERMUTES``): 8 rows at a time
+    Bytes, 8 rows or more a batch, with AVX-512 VBMI (``SMALL_TABLES``): 8 rows at a time
     through a table of their 8-byte columns (``_take_by_columns``), one gathered lane moving 8
     output bytes (64 MiB, rows of 8192: 18.3 -> 11.0 ms, the byte floor 9.4).
     """
