@@ -180,13 +180,19 @@ def _gather_into(
             batches, outer, length, count, inner * itemsize // unit.itemsize, wrap,
         )  # fmt: skip
         return
-    # Prefetch the next row when it is long and this one's indices cover much of it.
-    row_bytes = length * itemsize
-    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
     loops.take(
         flat_source, flat_indices, flat_out,
-        batches, outer, length, count, wrap, _CACHE_LINE // itemsize if prefetch else 0,
+        batches, outer, length, count, wrap, prefetch_line(length, count, itemsize),
     )  # fmt: skip
+
+
+def prefetch_line(length: int, count: int, itemsize: int) -> int:
+    """``take``'s ``line`` for rows of ``length`` elements of ``itemsize`` bytes read by
+    ``count`` indices each: a cache line's elements (the next row prefetched while one is
+    gathered) when the row is long and its indices cover much of it, else 0."""
+    row_bytes = length * itemsize
+    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
+    return _CACHE_LINE // itemsize if prefetch else 0
 
 
 def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray[Any], int]:
@@ -216,14 +222,26 @@ def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray
 #: (``compiled.TAKE_CHUNK``, 4 bytes each; a test holds the two equal: the compiled module is not
 #: imported here).
 TAKE_CHUNK = 1 << 16
+#: The longest row of bytes the compiled loop takes by a table of its rows' columns, 8 bytes an
+#: element (``compiled._COLUMNS_LONGEST``, held equal by the same test).
+COLUMNS_LONGEST = 1 << 17
 
 
-def gather_workspace(indices_shape: tuple[int, ...], indices_dtype: np.dtype[Any]) -> int:
+def gather_workspace(
+    indices_shape: tuple[int, ...],
+    indices_dtype: np.dtype[Any],
+    data_shape: tuple[int, ...] = (),
+    itemsize: int = 0,
+) -> int:
     """The most bytes ``gather`` holds beyond its inputs and output: a chunk of positions (the
     compiled loop's, for narrow elements), and a copy of the indices as int32 when they are of
-    8 or 16 bits, or in native byte order when they come in the other."""
+    8 or 16 bits, or in native byte order when they come in the other; for data of bytes
+    (``itemsize`` 1), the table of 8-byte columns of a row (the axis's length, at most data's
+    longest dimension, and a zero word)."""
     count = math.prod(indices_shape)
     positions = 4 * min(count, TAKE_CHUNK)
+    if itemsize == 1 and data_shape:
+        positions += 8 * (min(max(data_shape), COLUMNS_LONGEST) + 1)
     if indices_dtype.itemsize < 4:
         return positions + count * 4
     if indices_dtype.isnative:
@@ -251,7 +269,8 @@ def _plan_gather(arrays: Arrays, attributes: Attributes) -> Plan:
 
 
 def _gather_workspace(arrays: Arrays, attributes: Attributes) -> int:
-    return gather_workspace(arrays["indices"].shape, arrays["indices"].dtype)
+    data, indices = arrays["data"], arrays["indices"]
+    return gather_workspace(indices.shape, indices.dtype, data.shape, data.dtype.itemsize)
 
 
 OP = Op(

@@ -166,6 +166,11 @@ def test_narrow_elements_take_a_chunk_s_positions_once_for_its_rows(
     assert_same_bits(gather(data, batched, 2, 2), reference_gather(data, batched, 2, 2))
     # The chunk's positions are declared in Gather's workspace.
     assert gather_module.TAKE_CHUNK == compiled.TAKE_CHUNK
+    assert gather_module.COLUMNS_LONGEST == compiled._COLUMNS_LONGEST
+    table = 8 * (300 + 1)
+    assert gather_module.gather_workspace((count,), np.dtype(np.int64), (20, 300), 1) == (
+        4 * compiled.TAKE_CHUNK + table
+    )
     assert gather_module.gather_workspace((count,), np.dtype(np.int64)) == 4 * compiled.TAKE_CHUNK
 
 
@@ -316,6 +321,119 @@ def test_narrow_gathers_never_read_past_the_source(width: Any) -> None:
                 wanted = reference_take(source, chosen, 1, per, length, chosen.size, length)
                 out = np.zeros(wanted.size, width)
                 compiled.take(source, chosen, out, 1, per, length, chosen.size, length, 0)
+                assert_same_bits(out, wanted)
+    finally:
+        assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
+
+
+def guarded_out(size: int, address: int) -> tuple[Array, Array, slice]:
+    """A byte output of ``size`` whose address is ``address`` past a 64-byte line, in a buffer
+    of 7s with at least 64 of them on either side: the output, the buffer and its place there
+    (to check that nothing around it was written)."""
+    buffer = np.full(size + 192, 7, np.uint8)
+    start = 64 + (address - buffer.ctypes.data) % 64
+    place = slice(start, start + size)
+    return buffer[place], buffer, place
+
+
+def assert_only_out_written(buffer: Array, place: slice) -> None:
+    assert (buffer[: place.start] == 7).all()
+    assert (buffer[place.stop :] == 7).all()
+
+
+@pytest.mark.parametrize("batches", [1, 2])
+def test_bytes_of_several_rows_taken_by_columns(batches: int) -> None:
+    """Bytes of 8 rows or more a batch go through ``_take_by_columns`` (with AVX-512 VBMI):
+    groups of 8 rows and the rows left over, rows of whole and partial 64-byte tiles (and
+    shorter than one), counts with and without a tail of columns, every index view (negative,
+    out of range, the type's extremes), source and output at odd addresses; nothing written
+    around the output."""
+    rng = np.random.default_rng(88 + batches)
+    for outer, length, count, offset in itertools.product(
+        [8, 9, 15, 16, 17], [1, 5, 63, 64, 65, 130, 200], [64, 65, 127, 128, 200], [0, 1, 17]
+    ):
+        source = placed(random_data(rng, (batches * outer * length,), np.uint8), offset)
+        for indices, wrap in index_views(rng, batches * count, length):
+            wanted = reference_take(source, indices, batches, outer, length, count, wrap)
+            out, buffer, place = guarded_out(wanted.size, offset)
+            compiled.take(source, indices, out, batches, outer, length, count, wrap, 0)
+            assert_same_bits(out, wanted)
+            assert_only_out_written(buffer, place)
+
+
+def test_bytes_taken_by_columns_into_a_large_output() -> None:
+    """An output of 8 MiB or more with rows of whole 64-byte lines is written by non-temporal
+    stores, the columns before its first line one by one: outputs at addresses 0, 16 and 33
+    past a line, rows left over, indices negative and out of range."""
+    rng = np.random.default_rng(8)
+    outer, length, count = 1027, 8197, 8192
+    source = random_data(rng, (outer * length,), np.uint8)
+    indices = rng.permutation(length)[:count].astype(np.int32)
+    indices[:40] = [-1, -length, length, -length - 1, 2**31 - 1, -(2**31)] * 6 + [0] * 4
+    wanted = reference_take(source, indices, 1, outer, length, count, length)
+    for address in (0, 16, 33):
+        out, buffer, place = guarded_out(wanted.size, address)
+        compiled.take(source, indices, out, 1, outer, length, count, length, 0)
+        assert_same_bits(out, wanted)
+        assert_only_out_written(buffer, place)
+
+
+def test_bytes_taken_by_columns_past_a_chunk_of_indices() -> None:
+    """More indices than ``TAKE_CHUNK``: their positions worked out again for each group of 8
+    rows, chunk by chunk (two groups and a row left over, two batches)."""
+    rng = np.random.default_rng(9)
+    outer, length, count = 17, 100, compiled.TAKE_CHUNK + 70
+    source = random_data(rng, (2 * outer * length,), np.uint8)
+    indices = rng.integers(-length - 3, length + 3, 2 * count).astype(np.int64)
+    wanted = reference_take(source, indices, 2, outer, length, count, length)
+    out = np.empty(wanted.size, np.uint8)
+    compiled.take(source, indices, out, 2, outer, length, count, length, 0)
+    assert_same_bits(out, wanted)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint8], ids=name_of)
+@pytest.mark.parametrize("index_type", INDEX_TYPES, ids=name_of)
+def test_gather_of_bytes_by_columns(dtype: Any, index_type: Any) -> None:
+    """Gather of 1-byte elements along the last axis, rows enough for groups of 8 (and some
+    left over): every index type with its edges (negative, out of range, the type's
+    extremes), batches, data strided and misaligned, ``out`` given."""
+    rng = np.random.default_rng(np.dtype(index_type).num + 3 * np.dtype(dtype).num)
+    data = random_data(rng, (3, 19, 100), dtype)
+    indices = edge_indices(rng, (5, 40), index_type, 100)
+    assert_same_bits(gather(data, indices, 2, 0), reference_gather(data, indices, 2, 0))
+    batched = edge_indices(rng, (3, 70), index_type, 100)
+    assert_same_bits(gather(data, batched, 2, 1), reference_gather(data, batched, 2, 1))
+    wide = random_data(rng, (17, 2 * 100), dtype)
+    strided, misaligned = wide[:, ::2], placed(wide.reshape(-1), 1).reshape(wide.shape)
+    for source in (strided, misaligned):
+        given = np.empty((17, 5, 40), dtype)
+        assert gather(source, indices, 1, 0, out=given) is given
+        assert_same_bits(given, reference_gather(source, indices, 1, 0))
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mprotect"), reason="no mprotect")
+def test_bytes_taken_by_columns_never_read_past_the_source() -> None:
+    """``_take_by_columns`` reads rows by 64-byte vectors: only whole tiles within a row, the
+    rest byte by byte. The source ends where a page made unreadable begins (a read past it
+    would crash the test): groups of 8 rows, rows left over, rows of whole tiles and not."""
+    page = mmap.PAGESIZE
+    mprotect = ctypes.CDLL(None, use_errno=True).mprotect
+    region = mmap.mmap(-1, 2 * page)
+    whole = np.frombuffer(region, np.uint8)
+    guard = ctypes.c_void_p(whole.ctypes.data + page)
+    assert mprotect(guard, ctypes.c_size_t(page), 0) == 0  # PROT_NONE
+    try:
+        rng = np.random.default_rng(10)
+        for outer, length, count in ((8, 512, 128), (9, 455, 130), (16, 100, 64), (11, 64, 70)):
+            source = whole[page - outer * length : page]
+            source[...] = random_data(rng, source.shape, np.uint8)
+            ends = np.arange(length - 4, length)
+            indices = np.resize(np.concatenate([ends, ends - length]), count)
+            for index_type in (np.int32, np.int64):
+                chosen = indices.astype(index_type)
+                wanted = reference_take(source, chosen, 1, outer, length, count, length)
+                out = np.zeros(wanted.size, np.uint8)
+                compiled.take(source, chosen, out, 1, outer, length, count, length, 0)
                 assert_same_bits(out, wanted)
     finally:
         assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
