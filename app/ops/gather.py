@@ -21,13 +21,9 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
+from app.ops.index_rules import prefetch_line
 from app.ops.raw import as_raw, into_c_ordered, is_integer_type
 
-# A row (the elements of data along axis and after it, for one batch and outer index) of at
-# least this many bytes has the next one prefetched while it is gathered: its elements are read
-# in index order, which the CPU's own prefetcher cannot follow.
-_PREFETCH_ROW_BYTES = 4096
-_CACHE_LINE = 64
 _BYTE, _WORD = np.dtype(np.uint8), np.dtype(np.uint64)
 # The signed integer type of each width: unsigned indices are read through it.
 _SIGNED = {size: np.dtype(f"i{size}") for size in (4, 8)}
@@ -184,15 +180,6 @@ def _gather_into(
         flat_source, flat_indices, flat_out,
         batches, outer, length, count, wrap, prefetch_line(length, count, itemsize),
     )  # fmt: skip
-
-
-def prefetch_line(length: int, count: int, itemsize: int) -> int:
-    """``take``'s ``line`` for rows of ``length`` elements of ``itemsize`` bytes read by
-    ``count`` indices each: a cache line's elements (the next row prefetched while one is
-    gathered) when the row is long and its indices cover much of it, else 0."""
-    row_bytes = length * itemsize
-    prefetch = row_bytes >= _PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
-    return _CACHE_LINE // itemsize if prefetch else 0
 
 
 def _signed_indices(indices: npt.NDArray[Any], length: int) -> tuple[npt.NDArray[Any], int]:

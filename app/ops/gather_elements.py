@@ -21,8 +21,7 @@ from app.ops.declaration import (
     example,
 )
 from app.ops.errors import SpecError
-from app.ops.gather import prefetch_line
-from app.ops.index_rules import check_in_bounds
+from app.ops.index_rules import check_in_bounds, prefetch_line
 from app.ops.raw import as_raw, into_c_ordered
 
 _INDEX_NUMBERS = frozenset(np.dtype(name).num for name in INT32_OR_INT64)

@@ -170,3 +170,20 @@ def last_occurrences(
     if last.all():
         return flat, None
     return ordered[last], order[last]
+
+
+#: A row (the elements of data along axis and after it, for one batch and outer index) of at
+#: least this many bytes has the next one prefetched while it is gathered (``prefetch_line``):
+#: its elements are read in index order, which the CPU's own prefetcher cannot follow.
+PREFETCH_ROW_BYTES = 4096
+#: The bytes of a cache line.
+CACHE_LINE = 64
+
+
+def prefetch_line(length: int, count: int, itemsize: int) -> int:
+    """``take``'s ``line`` for rows of ``length`` elements of ``itemsize`` bytes read by
+    ``count`` indices each: a cache line's elements (the next row prefetched while one is
+    gathered) when the row is long and its indices cover much of it, else 0."""
+    row_bytes = length * itemsize
+    prefetch = row_bytes >= PREFETCH_ROW_BYTES and 2 * count * itemsize >= row_bytes
+    return CACHE_LINE // itemsize if prefetch else 0
