@@ -186,12 +186,12 @@ def _watch_answer(
     tracing.end_with_call(context)  # after the line: it puts the call's status on the span
 
 
-def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
-    """The service's methods for a ``grpc.aio`` server. Each is served as a client-streaming
-    method, so that nothing of its message is read (nor inflated) before its key has been
-    checked and its memory reserved: each call reads its one message itself. A message gRPC
-    parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT and logged.
-    ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
+def inference_handlers(service: InferenceService) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The service's methods for a ``grpc.aio`` server, by path. Each is served as a
+    client-streaming method, so that nothing of its message is read (nor inflated) before its
+    key has been checked and its memory reserved: each call reads its one message itself. A
+    message gRPC parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT
+    and logged. ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
 
     def method(call: Call, name: str, answers_bytes: bool = False) -> Any:
         if answers_bytes:
@@ -206,28 +206,24 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             observed(name, call, service.access), response_serializer=_serialized
         )
 
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "ServerLive": method(service.server_live, "ServerLive"),
-            "ServerReady": method(service.server_ready, "ServerReady"),
-            "ModelReady": method(service.model_ready, "ModelReady"),
-            "ServerMetadata": method(service.server_metadata, "ServerMetadata"),
-            "ModelMetadata": method(service.model_metadata, "ModelMetadata"),
-            "ModelInfer": method(service.model_infer, "ModelInfer", answers_bytes=True),
-            # Triton's extensions.
-            STREAM_METHOD: grpc.stream_stream_rpc_method_handler(observed_stream(service)),
-            "ModelConfig": method(service.model_config, "ModelConfig"),
-            "ModelStatistics": method(service.model_statistics, "ModelStatistics"),
-            "RepositoryIndex": method(service.repository_index, "RepositoryIndex"),
-            "RepositoryModelLoad": method(service.repository_model_load, "RepositoryModelLoad"),
-            "RepositoryModelUnload": method(
-                service.repository_model_unload, "RepositoryModelUnload"
-            ),
-            # Triton's shared memory extension (app/v2/shared_memory.py)
-            **{name: method(call, name) for name, call in grpc_calls(service).items()},
-        },
-    )
+    methods = {
+        "ServerLive": method(service.server_live, "ServerLive"),
+        "ServerReady": method(service.server_ready, "ServerReady"),
+        "ModelReady": method(service.model_ready, "ModelReady"),
+        "ServerMetadata": method(service.server_metadata, "ServerMetadata"),
+        "ModelMetadata": method(service.model_metadata, "ModelMetadata"),
+        "ModelInfer": method(service.model_infer, "ModelInfer", answers_bytes=True),
+        # Triton's extensions.
+        STREAM_METHOD: grpc.stream_stream_rpc_method_handler(observed_stream(service)),
+        "ModelConfig": method(service.model_config, "ModelConfig"),
+        "ModelStatistics": method(service.model_statistics, "ModelStatistics"),
+        "RepositoryIndex": method(service.repository_index, "RepositoryIndex"),
+        "RepositoryModelLoad": method(service.repository_model_load, "RepositoryModelLoad"),
+        "RepositoryModelUnload": method(service.repository_model_unload, "RepositoryModelUnload"),
+        # Triton's shared memory extension (app/v2/shared_memory.py)
+        **{name: method(call, name) for name, call in grpc_calls(service).items()},
+    }
+    return {f"/{SERVICE_NAME}/{name}": handler for name, handler in methods.items()}
 
 
 def _serialized(message: Any) -> bytes:
