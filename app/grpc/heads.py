@@ -43,20 +43,28 @@ class InputHead:
     datatype: str
     wire: np.dtype[Any]
     nbytes: int
+    #: Whether its elements are bools (whose bytes other than 0 and 1 are made 1).
+    bools: bool = False
+    #: Whether the raw contents, read as a flat array, have the shape already (one dimension).
+    flat: bool = False
 
     @classmethod
     def of(cls, name: str, shape: tuple[int, ...], datatype: str) -> InputHead:
         """An input whose datatype and shape were accepted (``decode_v2_binary`` passed)."""
         dtype = v2_dtype(datatype)
         nbytes = element_count(list(shape), dtype) * dtype.itemsize
-        return cls(name, shape, datatype, wire_dtype(dtype), nbytes)
+        bools = dtype.kind == "b"
+        return cls(name, shape, datatype, wire_dtype(dtype), nbytes, bools, len(shape) == 1)
 
-    def decoded(self, chunk: memoryview) -> npt.NDArray[Any]:
+    def decoded(self, chunk: bytes | memoryview) -> npt.NDArray[Any]:
         """The input from its raw contents, as ``decode_v2_binary`` makes it (which refuses
         contents of another length, in its words)."""
         if len(chunk) != self.nbytes:
             return decode_v2_binary(chunk, list(self.shape), self.datatype, "its raw contents")
-        return canonical_bools(np.frombuffer(chunk, dtype=self.wire)).reshape(self.shape)
+        array = np.frombuffer(chunk, dtype=self.wire)
+        if self.bools:
+            array = canonical_bools(array)
+        return array if self.flat else array.reshape(self.shape)
 
 
 @dataclass(frozen=True, slots=True)
