@@ -32,8 +32,9 @@ def type_name(dtype: np.dtype[Any]) -> str:
 
 @functools.cache
 def _elements(op: str) -> Any:
-    # The labelled child looked up once per op, not once a request.
-    return ELEMENTS.labels(op)
+    # The labelled child looked up once per op, not once a request; its value itself, which
+    # ``Counter.inc`` adds to after its checks (a count of elements is never negative).
+    return ELEMENTS.labels(op)._value
 
 
 @dataclass(frozen=True)
