@@ -164,14 +164,13 @@ def _watch_answer(
       answer longer than ``COUNTED_FROM``, fewer bytes than the answer's went to its connection
       (gRPC stops sending a call's message once it has ended);
     - OK: otherwise, taken."""
-    watch = send.arm(context, len(message), notes.was_cut, counted=len(message) > COUNTED_FROM)
+    nbytes = len(message)
+    watch = send.arm(context, nbytes, notes.was_cut, counted=nbytes > COUNTED_FROM)
     ANSWER_ON_ITS_WAY.set(seen)
-    # The line is written in the call's context (its span current: the line's trace ids).
-    call_context = contextvars.copy_context()
-
-    def finish() -> None:
-        seen.bytes_in, seen.reserved = notes.received, notes.reserved
-        seen.finish("gRPC", route, route)
+    # With tracing on, the line is written in the call's context (its span current: the
+    # line's trace ids); off, nothing the line reads is in a context.
+    traced = tracing.TRACER is not None
+    call_context = contextvars.copy_context() if traced else None
 
     def ended(_: Any) -> None:
         written = None if watch is None else watch.written_whole()
@@ -180,10 +179,15 @@ def _watch_answer(
             seen.status = "DEADLINE_EXCEEDED"
         elif written is False:
             seen.status = "CANCELLED"
-        call_context.run(finish)
+        seen.bytes_in, seen.reserved = notes.received, notes.reserved
+        if call_context is None:
+            seen.finish("gRPC", route, route)
+        else:
+            call_context.run(seen.finish, "gRPC", route, route)
 
     context.add_done_callback(ended)
-    tracing.end_with_call(context)  # after the line: it puts the call's status on the span
+    if traced:
+        tracing.end_with_call(context)  # after the line: it puts the call's status on the span
 
 
 def inference_handlers(service: InferenceService) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
