@@ -116,7 +116,9 @@ class Receiver:
     ) -> Body | None:
         """A stream's next message, read as ``message`` reads a call's one; None: the client
         has sent its last."""
-        await reservation.grow_to(RECEIVE_COPIES * self.limit)
+        worst = RECEIVE_COPIES * self.limit
+        if not reservation.grow_now(worst):
+            await reservation.grow_to(worst)
         try:
             message = await self._read(context, notes, end_allowed=end_allowed)
         except ServiceError as error:
@@ -133,7 +135,7 @@ class Receiver:
             ) from None
         if message is None:
             return None
-        await reservation.shrink_to(RECEIVE_COPIES * len(message))
+        reservation.shrink_now(RECEIVE_COPIES * len(message))
         coding = message_coding(message)
         if coding is None:
             return message

@@ -192,24 +192,38 @@ class Reservation:
         Requests that stay below ``UNCOUNTED_BYTES`` are not counted: their memory is lost in the
         noise of the process, and taking the budget's lock would cost more than their work.
         """
-        if nbytes <= UNCOUNTED_BYTES:
-            self.peak = max(self.peak, nbytes)
+        if self.grow_now(nbytes):
             return
         extra = nbytes - self.held
-        if extra > 0:
-            started = time.perf_counter_ns()
-            budget = self.budget
-            try:
-                # Room now, nobody waiting: taken without the wait's coroutine.
-                if not budget.take_now(extra, nbytes):
-                    await budget._take(extra, nbytes, self._deadline)
-            finally:
-                # Triton's "queue" statistic (app/pipeline/statistics.py).
-                self.waited_ns += time.perf_counter_ns() - started
-            self.held += extra
+        started = time.perf_counter_ns()
+        try:
+            await self.budget._take(extra, nbytes, self._deadline)
+        finally:
+            # Triton's "queue" statistic (app/pipeline/statistics.py).
+            self.waited_ns += time.perf_counter_ns() - started
+        self.held += extra
         # Counted once held: a refused estimate (413 or 503) was never reserved, and the access
         # line's reserved_bytes says what was (an estimate of 10**39 bytes is no log figure).
         self.peak = max(self.peak, nbytes)
+
+    def grow_now(self, nbytes: int) -> bool:
+        """``grow_to(nbytes)`` when it need not wait (uncounted, already held, or room in the
+        budget now with nobody waiting: done without a coroutine); refused as ``grow_to``
+        refuses (413); False: ``grow_to`` must wait for room."""
+        if nbytes <= UNCOUNTED_BYTES:
+            self.peak = max(self.peak, nbytes)
+            return True
+        extra = nbytes - self.held
+        if extra > 0:
+            started = time.perf_counter_ns()
+            try:
+                if not self.budget.take_now(extra, nbytes):
+                    return False
+            finally:
+                self.waited_ns += time.perf_counter_ns() - started
+            self.held += extra
+        self.peak = max(self.peak, nbytes)
+        return True
 
     def uncounted(self, nbytes: int) -> bool:
         """``grow_to(nbytes)`` done at once when ``nbytes`` is below ``UNCOUNTED_BYTES`` (a
@@ -232,6 +246,10 @@ class Reservation:
         return True
 
     async def shrink_to(self, nbytes: int) -> None:
+        """``shrink_now``, for a caller that awaits it."""
+        self.shrink_now(nbytes)
+
+    def shrink_now(self, nbytes: int) -> None:
         """Hold at most ``nbytes`` from now on: a worst case reserved before its size was
         known (a gRPC message while it arrives) brought down to what it turned out to be. The
         estimate (``peak``) becomes ``nbytes`` too: what is held from here on is measured
