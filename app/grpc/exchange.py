@@ -151,6 +151,13 @@ class GrpcExchange:
         return decoded_checked(self.shared, lambda: self._decode(limits))
 
     def _decode(self, limits: Limits) -> Job:
+        small = self.raw is None  # parsed whole by protobuf (``prepare``)
+        if small:
+            # Laid out as a message whose head was found kept: that head, without a parse.
+            matched = self.heads.match(self.head, self.shared is None, limits)
+            if matched is not None:
+                kept, self.request, self.raw = matched
+                return self._known(kept, limits)
         try:
             request = pb.ModelInferRequest.FromString(self.head)
         except DecodeError as error:
@@ -169,6 +176,9 @@ class GrpcExchange:
         if key is not None:
             known = self.heads.get(key)
             if known is not None:
+                if small:
+                    # ``_head_key`` left the request without its raw contents: kept as it is.
+                    self.heads.keep_layout(self.head, request, key, limits)
                 return self._known(known, limits)
         op = model(request.model_name, request.model_version or None)
         parameters = parameter_values(request.parameters)
