@@ -130,7 +130,10 @@ class InferenceService:
 
         async def read(reservation: Reservation) -> Body:
             notes.reservation = reservation
-            return await receiver.message(context, reservation, notes)
+            # ``Receiver.message``, one coroutine fewer.
+            message = await receiver.next_message(context, reservation, notes, end_allowed=False)
+            assert message is not None  # a call without its message is refused by the read
+            return message
 
         exchange = GrpcExchange(new_request(self.regions, notes.key))
         answer, _ = await self.pipeline.run(read, exchange)
