@@ -100,6 +100,11 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+#: An exchange's request until its message is parsed (one empty message, never changed:
+#: read only, for its empty model name and id).
+_NO_REQUEST = pb.ModelInferRequest()
+
+
 class GrpcExchange:
     """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
 
@@ -113,7 +118,7 @@ class GrpcExchange:
         #: The raw contents as views of the message (or, of a message protobuf parsed whole,
         #: its copies of them); None: not yet split out.
         self.raw: list[memoryview] | list[bytes] | None = None
-        self.request = pb.ModelInferRequest()
+        self.request = _NO_REQUEST
         self.raw_output = True
         #: Tensors in shared memory (None: the extension is off).
         self.shared = shared
@@ -335,7 +340,7 @@ class GrpcExchange:
     def let_go(self) -> None:
         """Drop the message (its bytes, the views of them, what was parsed of it): a stream's
         message is done with once answered or refused, whatever still holds this exchange."""
-        self.head, self.raw, self.request = b"", None, pb.ModelInferRequest()
+        self.head, self.raw, self.request = b"", None, _NO_REQUEST
 
     def encoding_bytes(self, job: Job) -> int:
         # The inputs and output in shared memory are the client's: only copies count.

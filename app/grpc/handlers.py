@@ -93,7 +93,6 @@ def observed(
         metadata = context.invocation_metadata() or ()
         given, _ = metadata_value(metadata, REQUEST_ID_KEY)
         seen = Observation(given, "UNKNOWN")
-        tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, seen.request_id)]
         notes = CallNotes()
         error: ServiceError | None = None
         logged_at_the_end = False
@@ -118,7 +117,7 @@ def observed(
                     # The client's own id, sent back. An id made here goes back only with a
                     # refusal (to find its log line): sending it costs a small call a tenth of
                     # its time, for an id the client never asked about.
-                    context.set_trailing_metadata(tags)
+                    context.set_trailing_metadata([(REQUEST_ID_KEY, given)])
                 if send is not None:
                     _watch_answer(send, context, response, notes, seen, route)
                     logged_at_the_end = True
@@ -127,7 +126,7 @@ def observed(
             seen.status = code.name
             seen.fault, seen.field = logged_fault(error.problems[0])
             message = error.message
-            tags.extend(fault_tags(error))
+            tags = [(REQUEST_ID_KEY, seen.request_id), *fault_tags(error)]
             error = None
             await context.abort(code, message, tuple(tags))
         finally:
