@@ -464,7 +464,7 @@ def accepted_request_id(given: str | None) -> str:
     # names a request in logs and traces, it guards nothing: the process's own generator (seeded
     # from the system's and reseeded in each forked worker) serves at less than half the cost
     # of a system call a request.
-    return given if given and _REQUEST_ID.fullmatch(given) else random.randbytes(16).hex()
+    return given if given and _REQUEST_ID.fullmatch(given) else f"{random.getrandbits(128):032x}"
 
 
 class Observation:

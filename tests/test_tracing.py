@@ -468,7 +468,8 @@ async def test_grpc_refusals_carry_their_fault_and_only_the_service_own_are_erro
         def broken(*arguments: Any) -> Any:
             raise RuntimeError("a bug in the framing")
 
-        monkeypatch.setattr("app.grpc.answer.join_raw", broken)
+        # The answer's framing (its head and the raw entry's tag and length, kept per shape).
+        monkeypatch.setattr("app.grpc.answer._raw_answer_start", broken)
         with pytest.raises(grpc.aio.AioRpcError) as failed:
             await raw_infer(channel)(roll_message())
         assert failed.value.code() is grpc.StatusCode.INTERNAL

@@ -76,7 +76,7 @@ def decode_v2_json(data: Any, shape: list[int], datatype: str) -> npt.NDArray[An
 
 
 def decode_v2_binary(
-    chunk: memoryview, shape: list[int], datatype: str, size_name: str = "binary_data_size"
+    chunk: bytes | memoryview, shape: list[int], datatype: str, size_name: str = "binary_data_size"
 ) -> npt.NDArray[Any]:
     """A tensor from its raw little-endian, row-major bytes (Triton's binary data extension, or
     gRPC's raw contents: ``size_name`` says which); a BOOL byte other than 0 or 1 is read as

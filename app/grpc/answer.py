@@ -36,6 +36,13 @@ def raw_answer(job: Job, datatype: str, request_id: str, stream: bool) -> Answer
     output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
     raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
     version = model_version(job.op)
+    if not stream and len(request_id) <= _CACHED_ID:
+        # The head and the raw entry's framing, made once per op, type, shape and id; the
+        # output joined to them in one copy (what ``join_raw`` writes).
+        start = _raw_answer_start(
+            job.op.name, version, datatype, job.output_shape, request_id, raw.nbytes
+        )
+        return Answer([b"".join((start, raw.data))], "application/grpc")
     head = (
         _raw_answer_head(job.op.name, version, datatype, job.output_shape, request_id)
         if len(request_id) <= _CACHED_ID
@@ -124,3 +131,27 @@ def _answer_head(
 
 # Most calls of a client repeat their op, type and shape: their heads are made once.
 _raw_answer_head = functools.lru_cache(maxsize=512)(_answer_head)
+
+
+@functools.lru_cache(maxsize=512)
+def _raw_answer_start(
+    op: str, version: str, datatype: str, shape: tuple[int, ...], request_id: str, nbytes: int
+) -> bytes:
+    """An answer's bytes before its output of ``nbytes``: its head (``_answer_head``), the raw
+    entry's tag and its length."""
+    head = _answer_head(op, version, datatype, shape, request_id)
+    return head + _varint(RAW_OUTPUT_FIELD << 3 | _LENGTH_DELIMITED) + _varint(nbytes)
+
+
+#: protobuf's wire type of a length-delimited field.
+_LENGTH_DELIMITED = 2
+
+
+def _varint(value: int) -> bytes:
+    """``value`` as a protobuf varint: seven bits a byte, the lowest first."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -100,6 +100,11 @@ def parameter_values(parameters: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+#: An exchange's request until its message is parsed (one empty message, never changed:
+#: read only, for its empty model name and id).
+_NO_REQUEST = pb.ModelInferRequest()
+
+
 class GrpcExchange:
     """One ``ModelInfer`` call: its message's raw contents split out, the rest parsed."""
 
@@ -110,9 +115,10 @@ class GrpcExchange:
         #: ``ModelStreamInferResponse``, in the same single copy as the output's.
         self.stream = stream
         self.head = b""
-        #: The raw contents as views of the message; None: left in the parsed message.
-        self.raw: list[memoryview] | None = None
-        self.request = pb.ModelInferRequest()
+        #: The raw contents as views of the message (or, of a message protobuf parsed whole,
+        #: its copies of them); None: not yet split out.
+        self.raw: list[memoryview] | list[bytes] | None = None
+        self.request = _NO_REQUEST
         self.raw_output = True
         #: Tensors in shared memory (None: the extension is off).
         self.shared = shared
@@ -150,6 +156,13 @@ class GrpcExchange:
         return decoded_checked(self.shared, lambda: self._decode(limits))
 
     def _decode(self, limits: Limits) -> Job:
+        small = self.raw is None  # parsed whole by protobuf (``prepare``)
+        if small:
+            # Laid out as a message whose head was found kept: that head, without a parse.
+            matched = self.heads.match(self.head, self.shared is None, limits)
+            if matched is not None:
+                kept, self.request, self.raw = matched
+                return self._known(kept, limits)
         try:
             request = pb.ModelInferRequest.FromString(self.head)
         except DecodeError as error:
@@ -160,13 +173,17 @@ class GrpcExchange:
                 reason = str(framing)
             raise unreadable(reason) from None
         if self.raw is None:
-            self.raw = [memoryview(item) for item in request.raw_input_contents]
+            # protobuf's copies of the raw contents (a small message's few bytes).
+            self.raw = list(request.raw_input_contents)
         self.request = request
         shared = self.shared
         key = self._head_key(request, limits)
         if key is not None:
             known = self.heads.get(key)
             if known is not None:
+                if small:
+                    # ``_head_key`` left the request without its raw contents: kept as it is.
+                    self.heads.keep_layout(self.head, request, key, limits)
                 return self._known(known, limits)
         op = model(request.model_name, request.model_version or None)
         parameters = parameter_values(request.parameters)
@@ -206,7 +223,7 @@ class GrpcExchange:
             or len(request.outputs) > MOST_TENSORS
             # What is left of the message without its raw contents' bytes (their framing
             # left in: more than the head, never less).
-            or len(self.head) - sum(len(item) for item in raw) > LARGEST_HEAD
+            or len(self.head) - sum(map(len, raw)) > LARGEST_HEAD
         ):
             return None
         # Raw contents are values, not the head's, and were taken out above; the id is only
@@ -225,7 +242,8 @@ class GrpcExchange:
     def _known(self, head: Head, limits: Limits) -> Job:
         """A job from a message whose head passed its checks before (``Head``): each input
         decoded from its raw contents, then the spec's checks of the values, the outputs asked
-        for and the answer's size, as for any message."""
+        for and the answer's size, as for any message (the checks of the inputs' shapes and
+        types alone passed for this head: ``make_job``'s ``inputs_checked``)."""
         raw = self.raw
         assert raw is not None  # a key is made only for a message with raw contents
         self.raw_output = head.raw_output
@@ -235,15 +253,18 @@ class GrpcExchange:
                 arrays[item.name] = item.decoded(raw[index])
             except TensorError as error:
                 raise from_wire(error, item.name) from None
-        job = make_job(head.op, arrays, dict(head.attributes), limits)
-        self.requested = requested_outputs(job, (name for name, _ in head.outputs))
-        shared = self.shared
-        if shared is not None and shared.place_output(
-            ((name, dict(parameters)) for name, parameters in head.outputs), job
-        ):
-            self.shared_output = True  # written into the client's region, not sent
-        else:
-            self._refuse_what_cannot_be_sent(job, limits)
+        job = make_job(head.op, arrays, dict(head.attributes), limits, inputs_checked=True)
+        outputs = head.outputs
+        # No output named: all of them asked for (``requested`` None), none in shared memory.
+        if outputs:
+            self.requested = requested_outputs(job, (name for name, _ in outputs))
+            shared = self.shared
+            if shared is not None and shared.place_output(
+                ((name, dict(parameters)) for name, parameters in outputs), job
+            ):
+                self.shared_output = True  # written into the client's region, not sent
+                return job
+        self._refuse_what_cannot_be_sent(job, limits)
         return job
 
     def _inputs(self, request: Any, op: Op, limits: Limits) -> dict[str, Any]:
@@ -319,7 +340,7 @@ class GrpcExchange:
     def let_go(self) -> None:
         """Drop the message (its bytes, the views of them, what was parsed of it): a stream's
         message is done with once answered or refused, whatever still holds this exchange."""
-        self.head, self.raw, self.request = b"", None, pb.ModelInferRequest()
+        self.head, self.raw, self.request = b"", None, _NO_REQUEST
 
     def encoding_bytes(self, job: Job) -> int:
         # The inputs and output in shared memory are the client's: only copies count.

@@ -93,7 +93,6 @@ def observed(
         metadata = context.invocation_metadata() or ()
         given, _ = metadata_value(metadata, REQUEST_ID_KEY)
         seen = Observation(given, "UNKNOWN")
-        tags: list[tuple[str, str]] = [(REQUEST_ID_KEY, seen.request_id)]
         notes = CallNotes()
         error: ServiceError | None = None
         logged_at_the_end = False
@@ -118,7 +117,7 @@ def observed(
                     # The client's own id, sent back. An id made here goes back only with a
                     # refusal (to find its log line): sending it costs a small call a tenth of
                     # its time, for an id the client never asked about.
-                    context.set_trailing_metadata(tags)
+                    context.set_trailing_metadata([(REQUEST_ID_KEY, given)])
                 if send is not None:
                     _watch_answer(send, context, response, notes, seen, route)
                     logged_at_the_end = True
@@ -127,7 +126,7 @@ def observed(
             seen.status = code.name
             seen.fault, seen.field = logged_fault(error.problems[0])
             message = error.message
-            tags.extend(fault_tags(error))
+            tags = [(REQUEST_ID_KEY, seen.request_id), *fault_tags(error)]
             error = None
             await context.abort(code, message, tuple(tags))
         finally:
@@ -164,14 +163,13 @@ def _watch_answer(
       answer longer than ``COUNTED_FROM``, fewer bytes than the answer's went to its connection
       (gRPC stops sending a call's message once it has ended);
     - OK: otherwise, taken."""
-    watch = send.arm(context, len(message), notes.was_cut, counted=len(message) > COUNTED_FROM)
+    nbytes = len(message)
+    watch = send.arm(context, nbytes, notes.was_cut, counted=nbytes > COUNTED_FROM)
     ANSWER_ON_ITS_WAY.set(seen)
-    # The line is written in the call's context (its span current: the line's trace ids).
-    call_context = contextvars.copy_context()
-
-    def finish() -> None:
-        seen.bytes_in, seen.reserved = notes.received, notes.reserved
-        seen.finish("gRPC", route, route)
+    # With tracing on, the line is written in the call's context (its span current: the
+    # line's trace ids); off, nothing the line reads is in a context.
+    traced = tracing.TRACER is not None
+    call_context = contextvars.copy_context() if traced else None
 
     def ended(_: Any) -> None:
         written = None if watch is None else watch.written_whole()
@@ -180,18 +178,23 @@ def _watch_answer(
             seen.status = "DEADLINE_EXCEEDED"
         elif written is False:
             seen.status = "CANCELLED"
-        call_context.run(finish)
+        seen.bytes_in, seen.reserved = notes.received, notes.reserved
+        if call_context is None:
+            seen.finish("gRPC", route, route)
+        else:
+            call_context.run(seen.finish, "gRPC", route, route)
 
     context.add_done_callback(ended)
-    tracing.end_with_call(context)  # after the line: it puts the call's status on the span
+    if traced:
+        tracing.end_with_call(context)  # after the line: it puts the call's status on the span
 
 
-def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
-    """The service's methods for a ``grpc.aio`` server. Each is served as a client-streaming
-    method, so that nothing of its message is read (nor inflated) before its key has been
-    checked and its memory reserved: each call reads its one message itself. A message gRPC
-    parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT and logged.
-    ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
+def inference_handlers(service: InferenceService) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
+    """The service's methods for a ``grpc.aio`` server, by path. Each is served as a
+    client-streaming method, so that nothing of its message is read (nor inflated) before its
+    key has been checked and its memory reserved: each call reads its one message itself. A
+    message gRPC parsed itself would fail as UNKNOWN, unlogged; here it is INVALID_ARGUMENT
+    and logged. ``ModelInfer`` is framed by ``GrpcExchange``, and answers bytes."""
 
     def method(call: Call, name: str, answers_bytes: bool = False) -> Any:
         if answers_bytes:
@@ -206,28 +209,24 @@ def inference_handler(service: InferenceService) -> grpc.GenericRpcHandler:
             observed(name, call, service.access), response_serializer=_serialized
         )
 
-    return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "ServerLive": method(service.server_live, "ServerLive"),
-            "ServerReady": method(service.server_ready, "ServerReady"),
-            "ModelReady": method(service.model_ready, "ModelReady"),
-            "ServerMetadata": method(service.server_metadata, "ServerMetadata"),
-            "ModelMetadata": method(service.model_metadata, "ModelMetadata"),
-            "ModelInfer": method(service.model_infer, "ModelInfer", answers_bytes=True),
-            # Triton's extensions.
-            STREAM_METHOD: grpc.stream_stream_rpc_method_handler(observed_stream(service)),
-            "ModelConfig": method(service.model_config, "ModelConfig"),
-            "ModelStatistics": method(service.model_statistics, "ModelStatistics"),
-            "RepositoryIndex": method(service.repository_index, "RepositoryIndex"),
-            "RepositoryModelLoad": method(service.repository_model_load, "RepositoryModelLoad"),
-            "RepositoryModelUnload": method(
-                service.repository_model_unload, "RepositoryModelUnload"
-            ),
-            # Triton's shared memory extension (app/v2/shared_memory.py)
-            **{name: method(call, name) for name, call in grpc_calls(service).items()},
-        },
-    )
+    methods = {
+        "ServerLive": method(service.server_live, "ServerLive"),
+        "ServerReady": method(service.server_ready, "ServerReady"),
+        "ModelReady": method(service.model_ready, "ModelReady"),
+        "ServerMetadata": method(service.server_metadata, "ServerMetadata"),
+        "ModelMetadata": method(service.model_metadata, "ModelMetadata"),
+        "ModelInfer": method(service.model_infer, "ModelInfer", answers_bytes=True),
+        # Triton's extensions.
+        STREAM_METHOD: grpc.stream_stream_rpc_method_handler(observed_stream(service)),
+        "ModelConfig": method(service.model_config, "ModelConfig"),
+        "ModelStatistics": method(service.model_statistics, "ModelStatistics"),
+        "RepositoryIndex": method(service.repository_index, "RepositoryIndex"),
+        "RepositoryModelLoad": method(service.repository_model_load, "RepositoryModelLoad"),
+        "RepositoryModelUnload": method(service.repository_model_unload, "RepositoryModelUnload"),
+        # Triton's shared memory extension (app/v2/shared_memory.py)
+        **{name: method(call, name) for name, call in grpc_calls(service).items()},
+    }
+    return {f"/{SERVICE_NAME}/{name}": handler for name, handler in methods.items()}
 
 
 def _serialized(message: Any) -> bytes:

@@ -18,6 +18,10 @@ from app.codecs.v2_tensors import decode_v2_binary, element_count, v2_dtype, wir
 from app.pipeline.jobs import Limits
 from app.registry import Op
 from tensor_ops_wire.dtypes import canonical_bools
+from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, FramingError, fields
+
+#: protobuf's wire type of a length-delimited field (a raw entry's).
+LENGTH_DELIMITED = 2
 
 #: Heads up to this many bytes, of up to this many inputs and outputs each, are kept (a small
 #: call's: names, shapes, a few parameters).
@@ -43,20 +47,28 @@ class InputHead:
     datatype: str
     wire: np.dtype[Any]
     nbytes: int
+    #: Whether its elements are bools (whose bytes other than 0 and 1 are made 1).
+    bools: bool = False
+    #: Whether the raw contents, read as a flat array, have the shape already (one dimension).
+    flat: bool = False
 
     @classmethod
     def of(cls, name: str, shape: tuple[int, ...], datatype: str) -> InputHead:
         """An input whose datatype and shape were accepted (``decode_v2_binary`` passed)."""
         dtype = v2_dtype(datatype)
         nbytes = element_count(list(shape), dtype) * dtype.itemsize
-        return cls(name, shape, datatype, wire_dtype(dtype), nbytes)
+        bools = dtype.kind == "b"
+        return cls(name, shape, datatype, wire_dtype(dtype), nbytes, bools, len(shape) == 1)
 
-    def decoded(self, chunk: memoryview) -> npt.NDArray[Any]:
+    def decoded(self, chunk: bytes | memoryview) -> npt.NDArray[Any]:
         """The input from its raw contents, as ``decode_v2_binary`` makes it (which refuses
         contents of another length, in its words)."""
         if len(chunk) != self.nbytes:
             return decode_v2_binary(chunk, list(self.shape), self.datatype, "its raw contents")
-        return canonical_bools(np.frombuffer(chunk, dtype=self.wire)).reshape(self.shape)
+        array = np.frombuffer(chunk, dtype=self.wire)
+        if self.bools:
+            array = canonical_bools(array)
+        return array if self.flat else array.reshape(self.shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +87,50 @@ class Head:
     inputs: tuple[InputHead, ...]
     #: The outputs the message names, with their parameters, in order.
     outputs: tuple[tuple[str, Mapping[str, Any]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A small message's bytes around its raw contents, once its head was found kept: a
+    message of the same length whose every other byte is the same (``pieces``) has the same
+    head, id included, and its raw contents at the same places (``raws``). Such a message needs
+    neither protobuf's parse nor the head's key to be made (``HeadCache.match``)."""
+
+    size: int
+    #: Each stretch of the message outside the raw contents: (where it starts, its bytes).
+    pieces: tuple[tuple[int, bytes], ...]
+    #: Where each raw entry's contents start and end, in order.
+    raws: tuple[tuple[int, int], ...]
+    #: The message parsed, without its raw contents (its model, version and id).
+    request: Any
+    key: HeadKey
+    shared_off: bool
+    limits: Limits
+
+    @classmethod
+    def of(cls, message: bytes, request: Any, key: HeadKey, limits: Limits) -> Layout | None:
+        """The layout of ``message`` (parsed as ``request``, whose raw contents were cleared),
+        or None when its raw entries are not the ones protobuf read."""
+        pieces: list[tuple[int, bytes]] = []
+        raws: list[tuple[int, int]] = []
+        position = 0
+        piece_start = 0
+        try:
+            for number, wire_type, entry, payload in fields(message):
+                end = position + len(entry)
+                if number == RAW_INPUT_FIELD and wire_type == LENGTH_DELIMITED:
+                    start = end - len(payload)
+                    pieces.append((piece_start, message[piece_start:start]))
+                    raws.append((start, end))
+                    piece_start = end
+                position = end
+        except FramingError:
+            return None
+        if len(raws) != key[1]:
+            return None
+        if piece_start < len(message):
+            pieces.append((piece_start, message[piece_start:]))
+        return cls(len(message), tuple(pieces), tuple(raws), request, key, key[2], limits)
 
 
 #: A head's bytes (a ``ModelInferRequest`` without its raw contents and its id, serialised
@@ -108,6 +164,10 @@ class HeadCache:
         self.held_bytes = 0
         self.entries: OrderedDict[HeadKey, Head] = OrderedDict()
         self.lock = threading.Lock()
+        #: Layouts of small messages whose head is kept, by the messages' length: at most
+        #: one for each head and length, and ``most`` in all.
+        self.layouts: dict[int, list[Layout]] = {}
+        self.layout_count = 0
 
     @staticmethod
     def cost(key: HeadKey) -> int:
@@ -137,11 +197,58 @@ class HeadCache:
                 dropped, _ = self.entries.popitem(last=False)
                 self.held_bytes -= self.cost(dropped)
 
+    def match(
+        self, message: bytes, shared_off: bool, limits: Limits
+    ) -> tuple[Head, Any, list[bytes]] | None:
+        """The kept head of a small ``message`` laid out as one seen before (``Layout``), the
+        message's request without its raw contents, and its raw contents; None: the message
+        is parsed and its head's key made."""
+        candidates = self.layouts.get(len(message))
+        if not candidates:
+            return None
+        for layout in candidates:
+            if layout.shared_off is not shared_off or layout.limits != limits:
+                continue
+            for start, piece in layout.pieces:
+                if message[start : start + len(piece)] != piece:
+                    break
+            else:
+                # Kept still (else the message is checked in full, and its head kept again).
+                head = self.get(layout.key)
+                if head is None:
+                    return None
+                return head, layout.request, [message[start:end] for start, end in layout.raws]
+        return None
+
+    def keep_layout(self, message: bytes, request: Any, key: HeadKey, limits: Limits) -> None:
+        """Keep the layout of ``message``, whose head was found kept under ``key``, unless
+        one of that head and length is kept already (a client that gives each call its own
+        id has a layout per call: its messages are parsed)."""
+        candidates = self.layouts.get(len(message), [])
+        if any(layout.key == key for layout in candidates) or len(candidates) >= _LAYOUTS_A_SIZE:
+            return
+        layout = Layout.of(message, request, key, limits)
+        if layout is None:
+            return
+        with self.lock:
+            if self.layout_count >= min(self.most, MOST_LAYOUTS):
+                self.layouts.clear()
+                self.layout_count = 0
+            self.layouts.setdefault(len(message), []).append(layout)
+            self.layout_count += 1
+
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
             self.held_bytes = 0
+            self.layouts.clear()
+            self.layout_count = 0
 
+
+#: Layouts kept for messages of one length, at most; and in all (each holds a head's bytes
+#: and its parsed request: a few KiB at most).
+_LAYOUTS_A_SIZE = 4
+MOST_LAYOUTS = 64
 
 #: The worker's heads: one cache for every call and stream of the process.
 HEADS = HeadCache()

@@ -103,20 +103,16 @@ class Receiver:
         self.unreserved = asyncio.Lock()
         self.heap = HeapTrimmer()
 
-    async def message(self, context: Any, reservation: Reservation, notes: CallNotes) -> Body:
-        """A call's one message: the worst case reserved before the read is posted, read
-        within the time limit, the reservation brought down to what came, inflated if it is
-        compressed."""
-        message = await self.next_message(context, reservation, notes, end_allowed=False)
-        assert message is not None  # a call without its message is refused by the read
-        return message
-
     async def next_message(
         self, context: Any, reservation: Reservation, notes: CallNotes, end_allowed: bool = True
     ) -> Body | None:
-        """A stream's next message, read as ``message`` reads a call's one; None: the client
+        """A call's next message (a call's one, ``end_allowed`` False; a stream's next): the
+        worst case reserved before the read is posted, read within the time limit, the
+        reservation brought down to what came, inflated if it is compressed. None: the client
         has sent its last."""
-        await reservation.grow_to(RECEIVE_COPIES * self.limit)
+        worst = RECEIVE_COPIES * self.limit
+        if not reservation.grow_now(worst):
+            await reservation.grow_to(worst)
         try:
             message = await self._read(context, notes, end_allowed=end_allowed)
         except ServiceError as error:
@@ -133,7 +129,7 @@ class Receiver:
             ) from None
         if message is None:
             return None
-        await reservation.shrink_to(RECEIVE_COPIES * len(message))
+        reservation.shrink_now(RECEIVE_COPIES * len(message))
         coding = message_coding(message)
         if coding is None:
             return message

@@ -8,19 +8,19 @@ import inspect
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 import grpc.aio
 from google.protobuf.descriptor_pool import DescriptorPool
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection, reflection_pb2
+from grpc_reflection.v1alpha import reflection, reflection_pb2, reflection_pb2_grpc
 
 from app.access import AccessControl
 from app.errors import Fault, ServiceError, fault_headers
 from app.grpc.answer import answer_limit
-from app.grpc.handlers import inference_handler
+from app.grpc.handlers import inference_handlers
 from app.grpc.keys import admitted_key, route_keys
 from app.grpc.ports import (
     GrpcPortError,
@@ -48,10 +48,6 @@ __all__ = [
 ]
 
 LOG = logging.getLogger("tensor_ops.grpc")
-#: What a server interceptor calls for the handler of a call.
-Continuation: TypeAlias = (
-    "Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]]"
-)
 INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
 #: The inference calls a stop refuses: ModelInfer, and new streams of Triton's ModelStreamInfer.
 INFER_ROUTES = frozenset((INFER_ROUTE, f"/{SERVICE_NAME}/{STREAM_METHOD}"))
@@ -119,6 +115,33 @@ class GrpcServer:
         self.drain = Drain()
         self.port = 0
 
+    def methods(self) -> Methods:
+        """Every method the server serves: the V2 service's, health's and reflection's."""
+        registered = _Registered()
+        # The generated functions take a server: this stands in for one (the stubs say so).
+        found: Any = registered
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, found)
+        # What ``reflection.enable_server_reflection`` registers on an aio server.
+        reflection_pb2_grpc.add_ServerReflectionServicer_to_server(  # type: ignore[no-untyped-call]
+            reflection.aio.ReflectionServicer(
+                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                pool=_reflection_pool(),
+            ),
+            found,
+        )
+        receiver = self.service.receiver
+        handlers = {
+            # The health and reflection services read their messages as the V2 service's
+            # small calls do (``reading_small_messages``).
+            method: reading_small_messages(handler, receiver)
+            for method, handler in registered.handlers.items()
+        }
+        handlers.update(inference_handlers(self.service))
+        health_keys = (
+            HealthKeys(self.access) if self.access is not None and self.access.probes else None
+        )
+        return Methods(handlers, self.drain, health_keys)
+
     async def start(self) -> int:
         """Bind and serve; returns the port (the one bound, when the setting asks for any)."""
         settings = self.settings
@@ -128,24 +151,15 @@ class GrpcServer:
             # first write its own failure to standard error.
             if port and not shared and not port_is_free(host, port):
                 raise GrpcPortError(held_message(host, port))
+            # No interceptors and no registered methods: one handler finds every method (see
+            # ``Methods``).
             server = grpc.aio.server(
                 options=[
                     *server_options(settings, self.service.receiver.limit),
                     ("grpc.so_reuseport", int(shared)),
-                ],
-                interceptors=[
-                    self.drain,
-                    *_interceptors(self.access),
-                    SmallMessages(self.service.receiver),
-                ],
+                ]
             )
-            server.add_generic_rpc_handlers((inference_handler(self.service),))
-            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-            reflection.enable_server_reflection(
-                (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                server,
-                pool=_reflection_pool(),
-            )
+            server.add_generic_rpc_handlers((self.methods(),))
             credentials = _server_credentials(settings)
             try:
                 if credentials is None:
@@ -208,7 +222,7 @@ class GrpcServer:
 LINGER = 0.5
 
 
-class Drain(grpc.aio.ServerInterceptor):
+class Drain:
     """Once the stop has begun, new inference calls are refused UNAVAILABLE (``shutting_down``,
     as HTTP's 503); the probes and metadata calls are still answered (ready: false)."""
 
@@ -223,58 +237,73 @@ class Drain(grpc.aio.ServerInterceptor):
         # Client-streaming: refused without reading the message.
         self.refusal: grpc.RpcMethodHandler[Any, Any] = grpc.stream_unary_rpc_method_handler(refuse)
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        if self.closing and handler_call_details.method in INFER_ROUTES:
-            return self.refusal
-        return await continuation(handler_call_details)
 
-
-class HealthKeys(grpc.aio.ServerInterceptor):
+class HealthKeys:
     """The standard health service's calls (``grpc.health.v1``) with the key check the V2
     service does itself, for TENSOR_OPS_AUTH_PROBES."""
 
     def __init__(self, access: AccessControl) -> None:
         self.access = access
 
-    async def intercept_service(
-        self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        method = handler_call_details.method
+    def refusal(self, method: str, metadata: Any) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """A handler refusing the call UNAUTHENTICATED, when it is a health call without a
+        key that admits it; None: it goes on."""
         keys = route_keys(self.access, method)
         if not method.startswith("/grpc.health.") or keys is None:
-            return await continuation(handler_call_details)
+            return None
         try:
-            admitted_key(keys, handler_call_details.invocation_metadata)
+            admitted_key(keys, metadata)
         except ServiceError as error:
             return _refusing(error, streams=method.endswith("/Watch"))
-        return await continuation(handler_call_details)
+        return None
 
 
-class SmallMessages(grpc.aio.ServerInterceptor):
-    """The health and reflection services read their messages as the V2 service's small calls
-    do (``Receiver.small``): never before their key is checked (``HealthKeys``), each within
-    the budget or the worker's one unreserved slot, within the time limit, at most
-    ``SMALL_MESSAGE`` bytes; gRPC itself reads nothing. Their methods are served
-    client-streaming for that, their own code unchanged."""
+class Methods(grpc.GenericRpcHandler):
+    """Every method of the server by its path, found in one look-up a call; before it, the
+    drain's refusal of new inference calls and the health calls' key check.
 
-    def __init__(self, receiver: Receiver) -> None:
-        self.receiver = receiver
+    Served this way rather than through gRPC's interceptors (a chain of coroutines for each
+    call) and registered methods (gRPC's aio server waits for the next call of each registered
+    method and for any other at once, an ``asyncio.wait`` over all of them for every call):
+    together they cost a small call some 10 us (docs/benchmarks.md, gRPC)."""
 
-    async def intercept_service(
+    def __init__(
         self,
-        continuation: Continuation,
-        handler_call_details: grpc.HandlerCallDetails,
+        handlers: dict[str, grpc.RpcMethodHandler[Any, Any]],
+        drain: Drain,
+        health_keys: HealthKeys | None = None,
+    ) -> None:
+        self.handlers = handlers
+        self.drain = drain
+        self.health_keys = health_keys
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler_call_details.method.startswith(f"/{SERVICE_NAME}/"):
-            return handler
-        return reading_small_messages(handler, self.receiver)
+        method = handler_call_details.method
+        if self.drain.closing and method in INFER_ROUTES:
+            return self.drain.refusal
+        if self.health_keys is not None:
+            refusal = self.health_keys.refusal(method, handler_call_details.invocation_metadata)
+            if refusal is not None:
+                return refusal
+        return self.handlers.get(method)
+
+
+class _Registered:
+    """Where gRPC's generated ``add_*Servicer_to_server`` functions register a service's
+    methods (in place of a server): each method's handler by its path."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def add_generic_rpc_handlers(self, handlers: Any) -> None:
+        pass  # the same methods come by name too (``add_registered_method_handlers``)
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler[Any, Any]]
+    ) -> None:
+        self.handlers.update({f"/{service}/{name}": handler for name, handler in handlers.items()})
 
 
 def reading_small_messages(
@@ -381,10 +410,6 @@ def _server_credentials(settings: Settings) -> grpc.ServerCredentials | None:
         root_certificates=client_ca.read_bytes() if client_ca is not None else None,
         require_client_auth=client_ca is not None,
     )
-
-
-def _interceptors(access: AccessControl | None) -> list[grpc.aio.ServerInterceptor]:
-    return [HealthKeys(access)] if access is not None and access.probes else []
 
 
 def _reflection_pool() -> DescriptorPool:

@@ -8,8 +8,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-import grpc.aio
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
@@ -41,12 +39,6 @@ from app.v2.shared_memory import (
 )
 from app.version import VERSION
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
-
-
-def _release_when_done(context: grpc.aio.ServicerContext[Any, Any], held: Reservation) -> None:
-    # The answer's bytes stay with gRPC until the call ends (sent, cancelled or timed out):
-    # the reservation is held until then, as HTTP holds it until its answer is sent.
-    context.add_done_callback(lambda _: held.release_now())  # type: ignore[arg-type]  # the stubs want a class
 
 
 class InferenceService:
@@ -120,20 +112,31 @@ class InferenceService:
         # before they get here (GrpcServer.stop), and a call already taken (its message
         # perhaps still arriving when the stop began) is served to the end.
         self.calls_in_flight += 1
-        context.add_done_callback(self.ended)
-        # A large message's slices freed in gRPC's arenas go back to the system once the call
-        # has been torn down, served or refused (a stalled upload cut off too).
-        context.add_done_callback(lambda _: self.receiver.heap.after_call(notes.reserved))
         receiver = self.receiver
+
+        def call_ended(_: Any) -> None:
+            # One callback for all of it (each costs gRPC a partial and a call).
+            self.ended(None)
+            # A large message's slices freed in gRPC's arenas go back to the system once the
+            # call has been torn down, served or refused (a stalled upload cut off too).
+            receiver.heap.after_call(notes.reserved)
+            # The answer's bytes stay with gRPC until the call ends (sent, cancelled or timed
+            # out): its reservation is held until then, as HTTP holds it until its answer is
+            # sent (a refused call's was given back already: this gives nothing).
+            if notes.reservation is not None:
+                notes.reservation.release_now()
+
+        context.add_done_callback(call_ended)
 
         async def read(reservation: Reservation) -> Body:
             notes.reservation = reservation
-            return await receiver.message(context, reservation, notes)
+            # ``Receiver.message``, one coroutine fewer.
+            message = await receiver.next_message(context, reservation, notes, end_allowed=False)
+            assert message is not None  # a call without its message is refused by the read
+            return message
 
         exchange = GrpcExchange(new_request(self.regions, notes.key))
-        answer, reservation = await self.pipeline.run(read, exchange)
-        if reservation.held:
-            _release_when_done(context, reservation)
+        answer, _ = await self.pipeline.run(read, exchange)
         return bytes(answer.buffers[0])
 
     def ended(self, _: Any) -> None:

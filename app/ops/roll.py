@@ -167,6 +167,9 @@ def roll_planned(
         target = np.empty(data.shape, dtype=data.dtype) if out is None else out
         np.copyto(as_raw(target), as_raw(data))
         return target
+    if out is not None and out.size and out.flags.c_contiguous:
+        _roll_into(data, net, out)  # what into_c_ordered does with it, without its closure
+        return out
     return into_c_ordered(out, data.shape, data.dtype, lambda target: _roll_into(data, net, target))
 
 

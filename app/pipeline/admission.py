@@ -110,7 +110,10 @@ class MemoryBudget:
         # test and the take).
         if not self._waiting and self.in_use + nbytes <= self.capacity:
             self.in_use += nbytes
-            RESERVED.inc(nbytes)
+            # The gauge's value itself (what ``Gauge.inc`` does after its checks of the
+            # metric's kind): a gRPC call reserves its message's worst case and gives most of
+            # it back, each a few Python calls fewer.
+            RESERVED._value.inc(nbytes)
             return
         # Else it waits in line: each time memory comes back, the waiters it now fits are
         # granted, first come first (a large one does not hold back a smaller one that fits),
@@ -145,6 +148,16 @@ class MemoryBudget:
                 RESERVED.inc(nbytes)
                 granted.set_result(None)
 
+    def take_now(self, nbytes: int, total: int) -> bool:
+        """``_take`` when it would not wait: refused (413) if ``total`` never fits, taken if
+        ``nbytes`` fit now with nobody waiting; False: ``_take`` must wait for them."""
+        self.refuse_what_never_fits(total)
+        if self._waiting or self.in_use + nbytes > self.capacity:
+            return False
+        self.in_use += nbytes
+        RESERVED._value.inc(nbytes)  # ``Gauge.inc`` without its checks (see ``_take``)
+        return True
+
     def try_take(self, nbytes: int) -> bool:
         """Take ``nbytes`` now if they fit, without waiting; whether they were taken."""
         if self._waiting or self.in_use + nbytes > self.capacity:
@@ -155,12 +168,9 @@ class MemoryBudget:
 
     def _release(self, nbytes: int) -> None:
         self.in_use -= nbytes
-        RESERVED.dec(nbytes)
+        RESERVED._value.inc(-nbytes)  # ``Gauge.dec`` without its checks (see ``_take``)
         if self._waiting:
             self._grant()
-
-    async def _give_back(self, nbytes: int) -> None:
-        self._release(nbytes)
 
 
 class Reservation:
@@ -182,21 +192,46 @@ class Reservation:
         Requests that stay below ``UNCOUNTED_BYTES`` are not counted: their memory is lost in the
         noise of the process, and taking the budget's lock would cost more than their work.
         """
+        if self.grow_now(nbytes):
+            return
+        extra = nbytes - self.held
+        started = time.perf_counter_ns()
+        try:
+            await self.budget._take(extra, nbytes, self._deadline)
+        finally:
+            # Triton's "queue" statistic (app/pipeline/statistics.py).
+            self.waited_ns += time.perf_counter_ns() - started
+        self.held += extra
+        # Counted once held: a refused estimate (413 or 503) was never reserved, and the access
+        # line's reserved_bytes says what was (an estimate of 10**39 bytes is no log figure).
+        self.peak = max(self.peak, nbytes)
+
+    def grow_now(self, nbytes: int) -> bool:
+        """``grow_to(nbytes)`` when it need not wait (uncounted, already held, or room in the
+        budget now with nobody waiting: done without a coroutine); refused as ``grow_to``
+        refuses (413); False: ``grow_to`` must wait for room."""
         if nbytes <= UNCOUNTED_BYTES:
             self.peak = max(self.peak, nbytes)
-            return
+            return True
         extra = nbytes - self.held
         if extra > 0:
             started = time.perf_counter_ns()
             try:
-                await self.budget._take(extra, nbytes, self._deadline)
+                if not self.budget.take_now(extra, nbytes):
+                    return False
             finally:
-                # Triton's "queue" statistic (app/pipeline/statistics.py).
                 self.waited_ns += time.perf_counter_ns() - started
             self.held += extra
-        # Counted once held: a refused estimate (413 or 503) was never reserved, and the access
-        # line's reserved_bytes says what was (an estimate of 10**39 bytes is no log figure).
         self.peak = max(self.peak, nbytes)
+        return True
+
+    def uncounted(self, nbytes: int) -> bool:
+        """``grow_to(nbytes)`` done at once when ``nbytes`` is below ``UNCOUNTED_BYTES`` (a
+        small request's every step, without a coroutine); False: ``grow_to`` is needed."""
+        if nbytes > UNCOUNTED_BYTES:
+            return False
+        self.peak = max(self.peak, nbytes)
+        return True
 
     def try_grow_to(self, nbytes: int) -> bool:
         """Hold at least ``nbytes`` in all if the budget has room now (never waiting);
@@ -211,6 +246,10 @@ class Reservation:
         return True
 
     async def shrink_to(self, nbytes: int) -> None:
+        """``shrink_now``, for a caller that awaits it."""
+        self.shrink_now(nbytes)
+
+    def shrink_now(self, nbytes: int) -> None:
         """Hold at most ``nbytes`` from now on: a worst case reserved before its size was
         known (a gRPC message while it arrives) brought down to what it turned out to be. The
         estimate (``peak``) becomes ``nbytes`` too: what is held from here on is measured
@@ -219,7 +258,7 @@ class Reservation:
         extra = self.held - (nbytes if nbytes > UNCOUNTED_BYTES else 0)
         if extra > 0:
             self.held -= extra
-            await self.budget._give_back(extra)
+            self.budget._release(extra)
 
     async def release(self) -> None:
         self.release_now()

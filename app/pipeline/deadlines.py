@@ -46,6 +46,24 @@ _WATCHES: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch]" = (
 )
 
 
+class _Last:
+    """The watch found last, tried first: one event loop serves a worker (the weak
+    dictionary's look-up is Python code)."""
+
+    watch: _Watch | None = None
+
+
+def _last_watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    watch = _Last.watch
+    if watch is not None and watch.loop is loop:
+        return watch
+    watch = _WATCHES.get(loop)
+    if watch is None:
+        watch = _WATCHES[loop] = _Watch(loop)
+    _Last.watch = watch
+    return watch
+
+
 class Deadline:
     """``with Deadline(seconds):`` raises ``TimeoutError`` when the block's task is still inside
     it ``seconds`` from now (up to one tick later), as ``asyncio.timeout`` would."""
@@ -63,9 +81,7 @@ class Deadline:
             raise RuntimeError("a Deadline must be used inside a task")
         self.task = task
         self.at = loop.time() + self.seconds
-        watch = _WATCHES.get(loop)
-        if watch is None:
-            watch = _WATCHES[loop] = _Watch(loop)
+        watch = _last_watch(loop)
         self.watch = watch
         watch.add(self)
         return self

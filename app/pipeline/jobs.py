@@ -32,8 +32,9 @@ def type_name(dtype: np.dtype[Any]) -> str:
 
 @functools.cache
 def _elements(op: str) -> Any:
-    # The labelled child looked up once per op, not once a request.
-    return ELEMENTS.labels(op)
+    # The labelled child looked up once per op, not once a request; its value itself, which
+    # ``Counter.inc`` adds to after its checks (a count of elements is never negative).
+    return ELEMENTS.labels(op)._value
 
 
 @dataclass(frozen=True)
@@ -134,11 +135,28 @@ class Job:
     #: described by ``output_shape`` alone. A field, not a property: every answer reads it
     #: several times.
     split: SplitPlan | None = field(init=False, default=None, compare=False, repr=False)
+    #: The elements of every output (fields, worked out once: an answer reads them several
+    #: times).
+    output_count: int = field(init=False, default=0, compare=False, repr=False)
+    #: The bytes of every output (for a bounded plan, the most they may take).
+    output_bytes: int = field(init=False, default=0, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         plan = self.plan
         if isinstance(plan, SplitPlan):
             self.split = plan
+            shapes = plan.output_shapes
+            self.output_count = sum(math.prod(shape) for shape in shapes)
+            if self.types is None:
+                self.output_bytes = self.output_count * self.output_dtype.itemsize
+            else:
+                self.output_bytes = sum(
+                    math.prod(shape) * dtype.itemsize
+                    for shape, dtype in zip(shapes, self.types, strict=True)
+                )
+        else:
+            self.output_count = math.prod(self.output_shape)
+            self.output_bytes = self.output_count * self.output_dtype.itemsize
 
     @property
     def output_dtypes(self) -> tuple[np.dtype[Any], ...]:
@@ -153,23 +171,6 @@ class Job:
         if self.types is None:
             return self.output_dtype
         return max(self.types, key=lambda dtype: dtype.itemsize)
-
-    @property
-    def output_count(self) -> int:
-        """The elements of every output."""
-        if self.split is not None:
-            return sum(math.prod(shape) for shape in self.split.output_shapes)
-        return math.prod(self.output_shape)
-
-    @property
-    def output_bytes(self) -> int:
-        """The bytes of every output (for a bounded plan, the most they may take)."""
-        if self.types is None or self.split is None:
-            return self.output_count * self.output_dtype.itemsize
-        return sum(
-            math.prod(shape) * dtype.itemsize
-            for shape, dtype in zip(self.split.output_shapes, self.types, strict=True)
-        )
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -318,14 +319,10 @@ def check_declared_limits(
             )
 
 
-def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limits) -> Job:
-    """Check ``arrays`` (every input of ``op``, decoded) against the spec; size the output.
-
-    Spec violations are 422 located at the input that broke the rule; an output past a limit
-    (its bytes, its rank, NumPy's own) is 413, refused before it exists. Both ops keep the
-    element type of ``data``.
-    """
-    rank_limit = min(limits.max_rank, MAX_RANK)
+def _check_inputs(
+    op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limits, rank_limit: int
+) -> None:
+    """``make_job``'s checks of the inputs' shapes and types and of the declared limits."""
     items = op.inputs if op.variadic is None else [op.input_for(name) for name in arrays]
     names = op.input_names if op.variadic is None else tuple(arrays)
     for item, name in zip(items, names, strict=True):
@@ -345,6 +342,30 @@ def make_job(op: Op, arrays: Arrays, attributes: Mapping[str, Any], limits: Limi
                 f"{name} must be of {item.type_words}, got {array.dtype.name}",
             )
     check_declared_limits(op, arrays, attributes, rank_limit)
+
+
+def make_job(
+    op: Op,
+    arrays: Arrays,
+    attributes: Mapping[str, Any],
+    limits: Limits,
+    *,
+    inputs_checked: bool = False,
+) -> Job:
+    """Check ``arrays`` (every input of ``op``, decoded) against the spec; size the output.
+
+    Spec violations are 422 located at the input that broke the rule; an output past a limit
+    (its bytes, its rank, NumPy's own) is 413, refused before it exists. Both ops keep the
+    element type of ``data``.
+
+    ``inputs_checked``: the checks that read only the inputs' shapes and types and the
+    attributes (the limits, the element types, the declared limits) passed before for these
+    very shapes, types, attributes and limits (a gRPC head kept, ``app/grpc/heads.py``), and
+    are not made again; the plan, which reads the values, and the output's checks are.
+    """
+    rank_limit = min(limits.max_rank, MAX_RANK)
+    if not inputs_checked:
+        _check_inputs(op, arrays, attributes, limits, rank_limit)
     try:
         planned = op.plan(arrays, attributes)
     except SpecError as error:

@@ -92,7 +92,8 @@ class Pipeline:
                 decoding = await run_sized(True, exchange.prepare, body)
             else:
                 decoding = exchange.prepare(body)
-            await reservation.grow_to(len(body) + decoding)
+            if not reservation.uncounted(len(body) + decoding):
+                await reservation.grow_to(len(body) + decoding)
             # A small body may decode large (an .npz member deflated 1,000 to 1): decoding and
             # the plan, which reads what was decoded, go to a thread by what they will hold.
             large = large or decoding > self.settings.offload_bytes
@@ -108,7 +109,9 @@ class Pipeline:
                 job = with_kernel_span(job)
             # The output and its encoding, and the kernel's own temporaries while it runs.
             compute = exchange.encoding_bytes(job) + job.workspace_bytes
-            await reservation.grow_to(max(reservation.held, reservation.peak) + compute)
+            needed = max(reservation.held, reservation.peak) + compute
+            if not reservation.uncounted(needed):
+                await reservation.grow_to(needed)
             if reserved is not None:
                 reserved()
             answer = (

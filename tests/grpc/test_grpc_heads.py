@@ -13,7 +13,14 @@ import pytest
 
 from app.errors import Fault, ServiceError
 from app.grpc.exchange import GrpcExchange
-from app.grpc.heads import LARGEST_HEAD, MOST_TENSORS, Head, HeadCache, HeadKey
+from app.grpc.heads import (
+    LARGEST_HEAD,
+    MOST_LAYOUTS,
+    MOST_TENSORS,
+    Head,
+    HeadCache,
+    HeadKey,
+)
 from app.pipeline.jobs import Limits
 from app.registry import REGISTRY, every_version
 from app.settings import Settings
@@ -108,8 +115,10 @@ def test_a_known_head_answers_as_a_message_checked_in_full(
     assert isinstance(checked, bytes), checked  # every example is answered
     assert outcome(sent, heads) == checked  # its head kept
     assert (len(heads.entries), heads.found) == (1, 0)
-    assert outcome(sent, heads) == checked  # and found
-    assert (len(heads.entries), heads.found) == (1, 1)
+    assert outcome(sent, heads) == checked  # and found, its layout kept
+    assert (len(heads.entries), heads.found, heads.layout_count) == (1, 1, 1)
+    assert outcome(sent, heads) == checked  # found by its layout, unparsed
+    assert (len(heads.entries), heads.found, heads.layout_count) == (1, 2, 1)
 
 
 def test_every_op_is_covered_by_an_example() -> None:
@@ -124,6 +133,48 @@ def test_the_values_of_a_known_head_are_read_from_each_message() -> None:
         answer = outcome(message(arrays), heads)
         np.testing.assert_array_equal(output(answer), np.roll(data, shift, axis=axes))
     assert (len(heads.entries), heads.found) == (1, 3)  # one head, found each time
+    assert heads.layout_count == 1  # the last two by their layout
+
+
+def test_a_layout_is_only_the_bytes_it_was_seen_with() -> None:
+    heads = warm()
+    outcome(message(ROLL), heads)  # found: its layout kept
+    assert heads.layout_count == 1
+    # Other bytes outside the raw contents: parsed, and answered as checked
+    # in full (the key still finds the head; no second layout of that head and length).
+    for variant in (
+        message(ROLL, model="r0ll"),
+        message(ROLL, id="a"),
+        message(ROLL, shapes={"data": [3, 2]}),
+        message({**ROLL, "axes": np.array([1], np.int32)}, datatypes={"axes": "INT64"}),
+    ):
+        assert outcome(variant, heads) == outcome(variant, unkept())
+    assert heads.layout_count <= 3
+    # Other limits, shared memory on or off: the layout is not used.
+    tight = replace(LIMITS, max_dimension=2)
+    assert outcome(message(ROLL), heads, tight) == outcome(message(ROLL), unkept(), tight)
+
+
+def test_a_layout_whose_head_was_dropped_is_checked_in_full() -> None:
+    heads = HeadCache(most=1)
+    for _ in range(2):
+        outcome(message(ROLL), heads)  # kept, then found: its layout kept
+    assert heads.layout_count == 1
+    outcome(tagged("other"), heads)  # ROLL's head dropped
+    assert message(ROLL) not in (key[0] for key in heads.entries)
+    answer = outcome(message(ROLL), heads)
+    np.testing.assert_array_equal(output(answer), np.roll(DATA, 1, axis=1))
+    assert answer == outcome(message(ROLL), unkept())
+
+
+def test_layouts_are_bounded() -> None:
+    heads = HeadCache()
+    for number in range(2 * MOST_LAYOUTS):
+        for _ in range(2):
+            outcome(tagged(f"{number:04d}"), heads)
+        assert heads.layout_count <= MOST_LAYOUTS
+    heads.clear()
+    assert (heads.layout_count, heads.layouts) == (0, {})
 
 
 @pytest.mark.parametrize(
