@@ -231,6 +231,10 @@ class HeadCache:
         if layout is None:
             return
         with self.lock:
+            # Again under the lock: two threads may have found no layout of this head at once.
+            candidates = self.layouts.get(len(message), [])
+            if any(kept.key == key for kept in candidates) or len(candidates) >= _LAYOUTS_A_SIZE:
+                return
             if self.layout_count >= min(self.most, MOST_LAYOUTS):
                 self.layouts.clear()
                 self.layout_count = 0

@@ -49,6 +49,14 @@ __all__ = [
 
 LOG = logging.getLogger("tensor_ops.grpc")
 INFER_ROUTE = f"/{SERVICE_NAME}/ModelInfer"
+#: The health and reflection methods ``GrpcServer.methods`` must find registered.
+_STANDARD_METHODS = frozenset(
+    (
+        f"/{health.SERVICE_NAME}/Check",
+        f"/{health.SERVICE_NAME}/Watch",
+        f"/{reflection.SERVICE_NAME}/ServerReflectionInfo",
+    )
+)
 #: The inference calls a stop refuses: ModelInfer, and new streams of Triton's ModelStreamInfer.
 INFER_ROUTES = frozenset((INFER_ROUTE, f"/{SERVICE_NAME}/{STREAM_METHOD}"))
 
@@ -129,6 +137,11 @@ class GrpcServer:
             ),
             found,
         )
+        missing = _STANDARD_METHODS - registered.handlers.keys()
+        if missing:
+            # gRPC's generated code registers by name since 1.62; one that did not would leave
+            # the probes UNIMPLEMENTED with nothing said: refuse to start instead.
+            raise RuntimeError(f"grpc did not register {sorted(missing)} by name")
         receiver = self.service.receiver
         handlers = {
             # The health and reflection services read their messages as the V2 service's
