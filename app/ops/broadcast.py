@@ -170,28 +170,11 @@ def _broadcast(
         out = np.empty(shape, data.dtype)
     source = np.broadcast_to(as_raw(data).reshape(aligned), shape)
     target = as_raw(out)
-    if _streamed(aligned, shape, out):
+    if raw.streams_runs(aligned, shape, out):
         raw.copy_view(target, target, as_raw(data), source)
     else:
         np.copyto(target, source, casting="equiv")
     return out
-
-
-def _streamed(aligned: tuple[int, ...], shape: tuple[int, ...], out: npt.NDArray[Any]) -> bool:
-    """Whether the output is made by the compiled strided copy (``raw.copy_view``), which
-    writes it by non-temporal stores: a large C-ordered output whose rows (the trailing axes
-    data has whole) are long (``raw.STREAM_BYTES``, ``raw.STREAM_ROW_BYTES``). Each row is then
-    written without its lines read first, the source row staying in the cache: a row to a
-    64 MiB square 0.7x NumPy's copy. Shorter rows are NumPy's (rows of 1,000 bytes 1.1x, 100
-    bytes 1.2x by the strided copy), as are rows of one element repeated (no quicker)."""
-    if out.nbytes < raw.STREAM_BYTES or not out.flags.c_contiguous:
-        return False
-    run = 1
-    for have, length in zip(reversed(aligned), reversed(shape), strict=True):
-        if have != length:
-            break
-        run *= length
-    return run > 1 and run * out.itemsize >= raw.STREAM_ROW_BYTES
 
 
 def _planner(version: int) -> Any:

@@ -148,3 +148,17 @@ def square(nbytes: int, dtype: Any = np.float32) -> npt.NDArray[Any]:
     """About ``nbytes`` of ``dtype`` as a square matrix of ones and zeros."""
     side = int((nbytes // np.dtype(dtype).itemsize) ** 0.5)
     return (np.arange(side * side) % 3).astype(dtype).reshape(side, side)
+
+
+def watch_stream_flags(monkeypatch: Any, module: Any, name: str) -> list[int]:
+    """The last argument (whether it streams) of each call of the compiled loop ``name`` of
+    ``module`` while the test runs; the loop still runs."""
+    calls: list[int] = []
+    original = getattr(module, name)
+
+    def watched(*arguments: Any) -> None:
+        calls.append(int(arguments[-1]))
+        original(*arguments)
+
+    monkeypatch.setattr(module, name, watched)
+    return calls

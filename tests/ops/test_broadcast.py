@@ -24,6 +24,7 @@ from tests.ops.movement_support import (
     plugin_model,
     sample,
     short,
+    watch_stream_flags,
 )
 
 
@@ -130,14 +131,7 @@ def test_a_large_output_of_long_rows_by_non_temporal_stores(
     assert loops.ready_module() is compiled
     for name in ("STREAM_BYTES", "STREAM_ROW_BYTES", "COPY_VIEW_FROM"):
         monkeypatch.setattr(raw, name, 0)
-    streamed: list[int] = []
-    original = compiled.strided_copy
-
-    def watched(*arguments: Any) -> None:
-        streamed.append(int(arguments[-1]))
-        original(*arguments)
-
-    monkeypatch.setattr(compiled, "strided_copy", watched)
+    streamed = watch_stream_flags(monkeypatch, compiled, "strided_copy")
     cases = [((1, 333), [7, 333]), ((3, 1, 5, 7), [2, 3, 4, 5, 7]), ((1, 1, 65), [3, 5, 65]),
              ((2, 1, 9), [2, 3, 9]), ((129,), [129])]  # fmt: skip
     for seed, (shape, target) in enumerate(cases):
@@ -149,7 +143,7 @@ def test_a_large_output_of_long_rows_by_non_temporal_stores(
     before = len(streamed)
     assert_same_bits(run(column, [5, 4]), np.broadcast_to(column, (5, 4)))
     assert len(streamed) == before
-    assert not module._streamed((5, 1), (5, 4), np.empty((5, 4), dtype))
+    assert not raw.streams_runs((5, 1), (5, 4), np.empty((5, 4), dtype))
 
 
 def test_properties_against_numpy() -> None:

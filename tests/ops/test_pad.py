@@ -26,6 +26,7 @@ from tests.ops.movement_support import (
     sample,
     short,
     square,
+    watch_stream_flags,
 )
 
 MODES = ["constant", "edge", "reflect", "symmetric"]
@@ -246,14 +247,7 @@ def test_long_rows_are_written_whole_to_the_bit(
     assert loops.ready_module() is compiled
     monkeypatch.setattr(raw, "STREAM_BYTES", 0 if stream else 1 << 62)
     monkeypatch.setattr(pad_module, "STREAM_ROW_BYTES", 0)
-    calls: list[int] = []
-    original = compiled.pad_rows
-
-    def watched(*arguments: Any) -> None:
-        calls.append(int(arguments[-1]))
-        original(*arguments)
-
-    monkeypatch.setattr(compiled, "pad_rows", watched)
+    calls = watch_stream_flags(monkeypatch, compiled, "pad_rows")
     cases = [((5, 301), [2, 67], [3, 133]), ((3, 4, 700), [1, -1, 99], [2, 1, -5]),
              ((1000,), [37], [500]), ((4, 300), [-5, 0], [2, 0])]  # fmt: skip
     raw_type = _raw(np.dtype(dtype))

@@ -24,6 +24,7 @@ from tests.ops.movement_support import (
     sample,
     short,
     square,
+    watch_stream_flags,
 )
 
 
@@ -66,14 +67,7 @@ def test_a_large_output_by_non_temporal_stores_to_the_bit(
     assert loops.ready_module() is compiled
     monkeypatch.setattr(raw, "STREAM_BYTES", 0)
     monkeypatch.setattr(raw, "STREAM_ROW_BYTES", 0)
-    streamed: list[int] = []
-    original = compiled.strided_copy
-
-    def watched(*arguments: Any) -> None:
-        streamed.append(int(arguments[-1]))
-        original(*arguments)
-
-    monkeypatch.setattr(compiled, "strided_copy", watched)
+    streamed = watch_stream_flags(monkeypatch, compiled, "strided_copy")
     for seed, (shape, axes) in enumerate([((7, 333), [1]), ((7, 333), [0, 1]), ((6, 5, 256), [0]),
                                           ((3, 1001), [0]), ((2001,), [0])]):  # fmt: skip
         data = sample(np.dtype(dtype), shape, seed=seed)

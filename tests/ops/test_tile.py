@@ -23,6 +23,7 @@ from tests.ops.movement_support import (
     sample,
     short,
     square,
+    watch_stream_flags,
 )
 
 
@@ -91,19 +92,11 @@ def test_a_large_output_of_long_runs_by_non_temporal_stores(
     promoted, the output and the data one byte off an aligned address; the same bits as
     ``np.tile``, NaN payloads and -0.0 kept."""
     from app.ops import compiled, loops, raw  # noqa: PLC0415
-    from app.ops import tile as module  # noqa: PLC0415
 
     assert loops.ready_module() is compiled
     for name in ("STREAM_BYTES", "STREAM_ROW_BYTES", "COPY_VIEW_FROM"):
         monkeypatch.setattr(raw, name, 0 if stream else 1 << 62)
-    streamed: list[int] = []
-    original = compiled.strided_copy
-
-    def watched(*arguments: Any) -> None:
-        streamed.append(int(arguments[-1]))
-        original(*arguments)
-
-    monkeypatch.setattr(compiled, "strided_copy", watched)
+    streamed = watch_stream_flags(monkeypatch, compiled, "strided_copy")
     cases = [((5, 333), [2, 2]), ((3, 1, 67), [2, 3, 1]), ((129,), [3]), ((2, 9), [4, 1, 3]),
              ((7, 65), [1, 2])]  # fmt: skip
     for seed, (shape, repeats) in enumerate(cases):
@@ -115,7 +108,7 @@ def test_a_large_output_of_long_runs_by_non_temporal_stores(
         tile(_at_odd_address(data), repeats, out)
         assert_same_bits(out, expected)
         assert set(streamed[before:]) == ({1} if stream else set()), (shape, repeats)
-    assert module._streamed([2, 5, 2, 333], [1, 5, 1, 333], np.empty((10, 666), dtype)) == stream
+    assert raw.streams_runs([2, 5, 2, 333], [1, 5, 1, 333], np.empty((10, 666), dtype)) == stream
 
 
 @pytest.mark.parametrize(
