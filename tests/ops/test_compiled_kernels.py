@@ -9,10 +9,12 @@ runs its kernel from the plan its plan function made. The loops are compiled onc
 for fixed signatures, and cached on disk.
 """
 
+import contextlib
 import ctypes
 import importlib
 import itertools
 import mmap
+from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
@@ -295,13 +297,10 @@ def test_vector_gathers_take_every_index_type_and_tail(width: Any, per: int) -> 
                 assert_same_bits(out, wanted)
 
 
-@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mprotect"), reason="no mprotect")
-@pytest.mark.parametrize("width", [np.uint8, np.uint16], ids=name_of)
-def test_narrow_gathers_never_read_past_the_source(width: Any) -> None:
-    """A 1- or 2-byte element is gathered as the 32-bit word at its address: the last positions
-    of the source (their word would reach past its end) are read alone. The source is a page
-    followed by a page made unreadable (a word read past the source would crash the test);
-    every gather's lanes name the source's last elements."""
+@contextlib.contextmanager
+def page_before_a_guard() -> Iterator[Array]:
+    """A page of bytes followed by a page made unreadable (PROT_NONE) while the block runs: a
+    read past the first page crashes the test."""
     page = mmap.PAGESIZE
     mprotect = ctypes.CDLL(None, use_errno=True).mprotect
     region = mmap.mmap(-1, 2 * page)
@@ -309,8 +308,21 @@ def test_narrow_gathers_never_read_past_the_source(width: Any) -> None:
     guard = ctypes.c_void_p(whole.ctypes.data + page)
     assert mprotect(guard, ctypes.c_size_t(page), 0) == 0  # PROT_NONE
     try:
+        yield whole[:page]
+    finally:
+        assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
+
+
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "mprotect"), reason="no mprotect")
+@pytest.mark.parametrize("width", [np.uint8, np.uint16], ids=name_of)
+def test_narrow_gathers_never_read_past_the_source(width: Any) -> None:
+    """A 1- or 2-byte element is gathered as the 32-bit word at its address: the last positions
+    of the source (their word would reach past its end) are read alone. The source is a page
+    followed by a page made unreadable (a word read past the source would crash the test);
+    every gather's lanes name the source's last elements."""
+    with page_before_a_guard() as first_page:
         rng = np.random.default_rng(5)
-        source = whole[:page].view(width)
+        source = first_page.view(width)
         source[...] = random_data(rng, source.shape, width)
         total = source.size
         for per, length in ((1, total), (4, total // 4)):
@@ -322,8 +334,6 @@ def test_narrow_gathers_never_read_past_the_source(width: Any) -> None:
                 out = np.zeros(wanted.size, width)
                 compiled.take(source, chosen, out, 1, per, length, chosen.size, length, 0)
                 assert_same_bits(out, wanted)
-    finally:
-        assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
 
 
 def guarded_out(size: int, address: int) -> tuple[Array, Array, slice]:
@@ -416,16 +426,10 @@ def test_bytes_taken_by_columns_never_read_past_the_source() -> None:
     """``_take_by_columns`` reads rows by 64-byte vectors: only whole tiles within a row, the
     rest byte by byte. The source ends where a page made unreadable begins (a read past it
     would crash the test): groups of 8 rows, rows left over, rows of whole tiles and not."""
-    page = mmap.PAGESIZE
-    mprotect = ctypes.CDLL(None, use_errno=True).mprotect
-    region = mmap.mmap(-1, 2 * page)
-    whole = np.frombuffer(region, np.uint8)
-    guard = ctypes.c_void_p(whole.ctypes.data + page)
-    assert mprotect(guard, ctypes.c_size_t(page), 0) == 0  # PROT_NONE
-    try:
+    with page_before_a_guard() as first_page:
         rng = np.random.default_rng(10)
         for outer, length, count in ((8, 512, 128), (9, 455, 130), (16, 100, 64), (11, 64, 70)):
-            source = whole[page - outer * length : page]
+            source = first_page[first_page.size - outer * length :]
             source[...] = random_data(rng, source.shape, np.uint8)
             ends = np.arange(length - 4, length)
             indices = np.resize(np.concatenate([ends, ends - length]), count)
@@ -435,8 +439,6 @@ def test_bytes_taken_by_columns_never_read_past_the_source() -> None:
                 out = np.zeros(wanted.size, np.uint8)
                 compiled.take(source, chosen, out, 1, outer, length, count, length, 0)
                 assert_same_bits(out, wanted)
-    finally:
-        assert mprotect(guard, ctypes.c_size_t(page), 3) == 0  # PROT_READ | PROT_WRITE
 
 
 @pytest.mark.parametrize("dtype", ALL_TYPES, ids=name_of)
