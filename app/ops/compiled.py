@@ -1782,16 +1782,19 @@ def _part_tile(
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _whole_float(raw: Any, mask: Any, fraction: int, bias: int) -> Any:  # pragma: no cover
     """The value (uint64) of the float whose bits are ``raw`` (``fraction`` mantissa bits,
-    exponent ``bias``; ``mask`` keeps all but its sign), right for the whole numbers from 0 to
-    2**fraction and either zero, without a branch: the mantissa with its leading 1, shifted
-    right by what the exponent lacks of ``fraction`` (a zero's or a subnormal's exponent shifts
-    every bit out). Other values give some number, which the caller clips."""
+    exponent ``bias``; ``mask`` keeps all but its sign), right for every whole number below
+    2**(63 - fraction) and either zero, without a branch: the mantissa with its leading 1,
+    shifted right by what the exponent lacks of ``fraction`` (a zero's or a subnormal's exponent
+    shifts every bit out), or left by what it has past it. Other values give some number, which
+    the caller clips."""
     u = np.uint64
     magnitude = u(raw) & mask
     exponent = np.int64(magnitude >> u(fraction)) - bias
     whole = (magnitude & ((u(1) << u(fraction)) - u(1))) | (u(1) << u(fraction))
     shift = min(max(np.int64(fraction) - exponent, np.int64(0)), np.int64(63))
-    return whole >> u(shift)
+    # Past 2**(fraction + 1) the mantissa moves up (bfloat16's 258, float16's 4096).
+    up = min(max(exponent - np.int64(fraction), np.int64(0)), np.int64(63 - fraction))
+    return (whole >> u(shift)) << u(up)
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
@@ -1846,8 +1849,19 @@ def _beam_values(builder: Any, ids: Any, reading: int, highest: Any, top: Any, b
             shifted = builder.shl(words, ir.Constant(words.type, [16] * lanes))
             real = builder.bitcast(shifted, ir.VectorType(ir.FloatType(), lanes))
         elif id_bits == 16:
-            halves = builder.bitcast(ids, ir.VectorType(ir.HalfType(), lanes))
-            real = builder.fpext(halves, ir.VectorType(ir.FloatType(), lanes))
+            # A float16 as the float32 of its bits (exponent rebiased by 112, mantissa moved up
+            # 13): exact for every normal number; a zero reads 2**-15, a subnormal or an
+            # infinity some value, all clipped below. Not LLVM's fpext of halves: without F16C
+            # (the image's generic build) that is a call of a runtime function numba lacks.
+            words = builder.zext(ids, ir.VectorType(ir.IntType(32), lanes))
+
+            def constant(value: int) -> Any:
+                return ir.Constant(words.type, [value] * lanes)
+
+            magnitude = builder.and_(words, constant(0x7FFF))
+            moved = builder.shl(builder.add(magnitude, constant(112 << 10)), constant(13))
+            sign = builder.shl(builder.and_(words, constant(0x8000)), constant(16))
+            real = builder.bitcast(builder.or_(moved, sign), ir.VectorType(ir.FloatType(), lanes))
         elif id_bits == 32:
             real = builder.bitcast(ids, ir.VectorType(ir.FloatType(), lanes))
         else:

@@ -162,9 +162,12 @@ def parent_values(raw: Array, kind: int, fraction: int, bias: int, most: int) ->
         exponent = (magnitude >> np.uint64(fraction)).astype(np.int64) - bias
         whole = (magnitude & np.uint64((1 << fraction) - 1)) | np.uint64(1 << fraction)
         shift = np.clip(fraction - exponent, 0, 63).astype(np.uint64)
-        values = (whole >> shift).astype(np.int64)
+        # Past 2**(fraction + 1) the mantissa moves up (bfloat16's 258, float16's 4096); a
+        # value past any beam is clipped below.
+        up = np.clip(exponent - fraction, 0, 62 - fraction).astype(np.uint64)
+        values = ((whole >> shift) << up).astype(np.int64)
         values[(magnitude == 0) | (exponent < 0)] = 0
-        values[exponent > fraction] = most
+        values[exponent > 62] = most
     return np.clip(values, 0, most)
 
 

@@ -209,6 +209,29 @@ def test_every_walk_answers_as_the_stand_in(
     assert int(np.count_nonzero(got != inputs[3])) > 0  # not all end tokens: ids were walked
 
 
+@pytest.mark.parametrize(("dtype", "beam_width"), [("bfloat16", 300), ("float16", 2100)])
+def test_half_float_parent_ids_past_their_mantissa_name_their_beams(
+    dtype: str, beam_width: int
+) -> None:
+    """16-bit float parent ids above 2**(mantissa + 1) (bfloat16's 258, float16's 2050) are
+    beams too, where the type holds them: the compiled walk (its vectors, and the beams past the
+    last whole vector one at a time) and the stand-in name the beam the pseudocode does."""
+    kind = next(item for item in ELEMENT_TYPES if np.dtype(item).name == dtype)
+    held = np.arange(beam_width).astype(kind)
+    beams_held = np.unique(held[held.astype(np.float64) == np.arange(beam_width)].astype(np.int64))
+    assert beams_held.max() > (256 if dtype == "bfloat16" else 2048)
+    rng = np.random.default_rng(7)
+    shape = (4, 2, beam_width)
+    step_ids = rng.integers(0, 6, shape).astype(kind)
+    parent_ids = rng.choice(beams_held[beams_held >= beam_width // 2], shape).astype(kind)
+    inputs = (step_ids, parent_ids, np.array([4, 3], kind), np.array(3, kind))
+    want = pseudocode(*inputs)
+    assert loops.wait_compiled(120)
+    assert_same_bits(run(*inputs), want)
+    with loops.numpy_stand_ins():
+        assert_same_bits(run(*inputs), want)
+
+
 def test_lengths_zero_and_past_max_time() -> None:
     step_ids, parent_ids, _, end = beams(np.int32, (4, 3, 2), seed=9)
     got = run(step_ids, parent_ids, np.array([0, 4, 1000], np.int32), end)
