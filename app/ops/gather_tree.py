@@ -110,7 +110,7 @@ def gather_tree_plan(
         )
     fits = None
     for name, array in zip(_NAMES, (step_ids, parent_ids, max_seq_len, end_token), strict=True):
-        if name == "parent_ids" and _scanned_in_pieces(parent_ids):
+        if name == "parent_ids" and _scanned_with_largest(parent_ids):
             fits = _integral_parents(parent_ids, beam_width)
         else:
             _integral(name, array)
@@ -119,7 +119,7 @@ def gather_tree_plan(
     return lengths
 
 
-def _scanned_in_pieces(parent_ids: npt.NDArray[Any]) -> bool:
+def _scanned_with_largest(parent_ids: npt.NDArray[Any]) -> bool:
     """Whether float ``parent_ids`` are checked integers by ``_integral_parents``, which also
     finds the largest of their bits: C-ordered, native, a float the compiled scan reads."""
     dtype = parent_ids.dtype

@@ -439,17 +439,7 @@ def _interleaved_blocks(dims: list[list[int]]) -> tuple[list[int], list[int]] | 
     step over every other axis between blocks (64 MiB float32: 2.0 -> 1.0x the byte floor).
     None: not such a copy. ``dims`` as ``copy_permuted`` merged them (out's strides
     decreasing)."""
-    block, source_step, out_step = dims[-1]
-    if source_step != 1 or out_step != 1 or not 1 < block < _SHORT_ROW:
-        return None
-    for lane in dims[:-1]:
-        if lane[2] != block or lane[1] <= 0:
-            continue
-        rows = [dim for dim in dims[:-1]
-                if dim is not lane and dim[1] == block and dim[2] == lane[0] * block]  # fmt: skip
-        if rows:
-            return max(rows, key=lambda dim: dim[0]), lane
-    return None
+    return _blocks_side_by_side(dims, 2)
 
 
 def _gathered_blocks(dims: list[list[int]]) -> tuple[list[int], list[int]] | None:
@@ -460,14 +450,27 @@ def _gathered_blocks(dims: list[list[int]]) -> tuple[list[int], list[int]] | Non
     apart and written one block apart (the row). SpaceToBatch's channel runs are such blocks,
     the block column the lanes: each source line is then read once, front to back. None: not
     such a copy."""
+    return _blocks_side_by_side(dims, 1)
+
+
+def _blocks_side_by_side(dims: list[list[int]], side: int) -> tuple[list[int], list[int]] | None:
+    """``_interleaved_blocks`` (``side`` 2: the blocks side by side in out, a dim's step there
+    its third number) or ``_gathered_blocks`` (1: side by side in source, its second): the lanes
+    one block apart on that side and read or written forward on the other, the row ``lanes``
+    blocks apart on that side and one block apart on the other."""
+    other = 3 - side
     block, source_step, out_step = dims[-1]
     if source_step != 1 or out_step != 1 or not 1 < block < _SHORT_ROW:
         return None
     for lane in dims[:-1]:
-        if lane[1] != block or lane[2] <= 0:
+        if lane[side] != block or lane[other] <= 0:
             continue
-        rows = [dim for dim in dims[:-1]
-                if dim is not lane and dim[2] == block and dim[1] == lane[0] * block]  # fmt: skip
+        apart = lane[0] * block
+        rows = [
+            dim
+            for dim in dims[:-1]
+            if dim is not lane and dim[other] == block and dim[side] == apart
+        ]
         if rows:
             return max(rows, key=lambda dim: dim[0]), lane
     return None

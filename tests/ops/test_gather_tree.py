@@ -537,7 +537,7 @@ def test_float_parents_scanned_once_answer_as_the_two_passes(
             for value in (beam_width - 1.0, beam_width, beam_width + 1.0, -0.0, -1.0):
                 parent_ids = np.ones(shape, kind)
                 parent_ids[place] = value
-                assert module._scanned_in_pieces(parent_ids)
+                assert module._scanned_with_largest(parent_ids)
                 fits = module._integral_parents(parent_ids, beam_width)
                 assert fits == module._every_parent_names_a_beam(parent_ids, beam_width)
                 assert fits == _names_a_beam_by_value(parent_ids, beam_width) or value == -0.0
