@@ -339,7 +339,8 @@ def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
     """What the walk holds beside the output: each beam's state (_state_words: 4 bytes a word,
     at most max(_STATE_BEAMS, BEAM_WIDTH) words), whether each beam of a block has ended (at
     most 4 bytes a word of state: a 128-byte line of flags a batch of at least 32 words), a
-    block's row of ids (at most _BLOCK_BYTES, and two lines), each batch's decoded length (8
+    block's row of ids (at most _BLOCK_BYTES, or one batch's row when that is more, and two
+    lines), each batch's decoded length (8
     bytes), the checks' chunk of _CHUNK values (8 bytes each at most), and a copy of step_ids
     and parent_ids when they are not C-ordered or not in the machine's byte order (the two
     copies of one that is neither are not held at once: the native one is C-ordered)."""
@@ -350,7 +351,8 @@ def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
         for item in (step_ids, parent_ids)
     )
     lengths = 8 * arrays["max_seq_len"].size
-    walk = 8 * max(beam_width, _STATE_BEAMS) + _BLOCK_BYTES + 128
+    row = max(_BLOCK_BYTES, beam_width * step_ids.dtype.itemsize)
+    walk = 8 * max(beam_width, _STATE_BEAMS) + row + 128
     return walk + lengths + 8 * _CHUNK + copied
 
 

@@ -4,6 +4,9 @@ CPU plugin on generated cases."""
 
 import contextlib
 import math
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -230,6 +233,37 @@ def test_half_float_parent_ids_past_their_mantissa_name_their_beams(
     assert_same_bits(run(*inputs), want)
     with loops.numpy_stand_ins():
         assert_same_bits(run(*inputs), want)
+
+
+_WALK_PEAK = """
+import numpy as np
+from app.ops import gather_tree as module, loops
+assert loops.wait_compiled(300)
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM"):
+            return int(line.split()[1]) * 1024
+width = 4 << 20
+step_ids, parent_ids = np.ones((1, 1, width), np.int64), np.zeros((1, 1, width), np.int64)
+lengths, end = np.array([1], np.int64), np.array(3, np.int64)
+arrays = {"step_ids": step_ids, "parent_ids": parent_ids, "max_seq_len": lengths,
+          "end_token": end}
+out = np.zeros_like(step_ids)
+before = peak()
+module.plan(arrays, {}).run(out)
+print(peak() - before, module.workspace_bytes(arrays, {}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="no /proc")
+def test_the_walk_of_one_wide_batch_stays_within_its_workspace() -> None:
+    """One batch of 4 Mi int64 beams: the walk's state, flags and row (the whole batch's row,
+    32 MiB) together stay within what the workspace declares, measured as the process's peak
+    resident memory."""
+    done = subprocess.run([sys.executable, "-c", _WALK_PEAK], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    grown, declared = (int(item) for item in done.stdout.split())
+    assert 32 << 20 <= grown <= declared, (grown, declared)
 
 
 def test_lengths_zero_and_past_max_time() -> None:
