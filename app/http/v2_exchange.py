@@ -216,9 +216,11 @@ class V2Exchange:
         return json_encoding_bytes(shape, job.sizing_dtype, self.text_bytes) + copied
 
     def encode(self, job: Job) -> Answer:
-        answer = self._encode(job)
+        # A refusal while it ran (a check the plan left to the kernel) gives way to the
+        # region's own, as decoding's does; and no object of the request was cut short.
+        answer = decoded_checked(self.shared, lambda: self._encode(job))
         if self.shared is not None:
-            self.shared.verify()  # no object of the request cut short while it ran
+            self.shared.verify()
         return answer
 
     def _encode(self, job: Job) -> Answer:

@@ -2207,7 +2207,8 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
     fraction: int,
     bias: int,
     stream: int,
-) -> None:  # pragma: no cover - compiled
+    seen: Any,
+) -> Any:  # pragma: no cover - compiled
     """GatherTree-1. ``steps``, ``parents`` and ``out`` are the flat (max_time, batch_size,
     beam_width) raw ids (one type T); a parent id's value is its bits read as ``kind`` says (0
     and 1, an integer: its bits; 2, a float of ``fraction`` mantissa bits and exponent
@@ -2216,6 +2217,11 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
     batch's decoded steps. A step at or past a batch's length is ``ends[0]`` (end_token's bits);
     every value past a beam's first end_token (bits ``ends[0]`` or ``ends[1]``, its other zero)
     becomes ``ends[0]``.
+
+    ``seen`` not empty (a 64-byte line of T's bits): the walks check the ids as they read them,
+    not the plan (one read of each input, not two), and the loop says what it saw; empty, it
+    returns 0. 1: a float id of either input is no integer; else 0, ``seen[0]`` the largest
+    bits of the parent ids past the first step; -1: nothing was checked (the one-pass walk).
 
     Batches are walked a block at a time, in two walks, each reading one input once. Down:
     from each batch's last decoded step, where each beam is at every step (``state``, uint32
@@ -2251,6 +2257,11 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
     reading = 0 if kind < 2 else (2 if fraction == 7 else 1)
     words = (u(16) if width <= line else u(32)) if permuted else width
     flags = u(2) * line if permuted else width
+    checking = seen.size > 0
+    found = u(0)
+    if checking:
+        for k in range(seen.size):
+            seen[k] = 0
     if u(max_time) * words <= u(state.size):
         together = max(u(1), min(u(block), u(state.size) // (u(max_time) * words)))
         finished = np.empty(min(together, u(batch_size)) * flags, np.uint8)
@@ -2262,6 +2273,15 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
             per_step = batches * words
             t = max_time - 1
             while t >= 0:
+                if checking:
+                    # The step's ids of the block, each line read once, in the cache for the
+                    # walk's lookups: no integer among them, the largest past the first step.
+                    if reading == 0:
+                        if t > 0:
+                            _row_largest(parents, u(t) * row + base, size, seen)
+                    else:
+                        found |= _row_scanned(parents, u(t) * row + base, size, fraction, bias,
+                                              seen, t > 0)  # fmt: skip
                 for j in range(batches):
                     length = lengths[first + j]
                     if t >= length:
@@ -2310,6 +2330,8 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
                 finished[k] = 0
             for step in range(u(max_time)):
                 at = step * row + base
+                if checking and reading != 0:
+                    found |= _row_scanned(steps, at, size, fraction, bias, seen, False)
                 for j in range(batches):
                     r = j * width
                     if step >= u(lengths[first + j]):
@@ -2341,7 +2363,12 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
                         out[at + k] = buffer[k]
         if stream:
             _fence()
-        return
+        if not checking:
+            return np.int64(0)
+        if reading != 0:
+            for k in range(u(1), line):
+                seen[0] = max(seen[0], seen[k])
+        return np.int64(1) if found != u(0) else np.int64(0)
     # One pass down writing the output, a beam at a time (the beams of ``block`` batches in
     # ``state``), then one up ending the beams.
     ended = np.empty(min(u(block), u(batch_size)) * width, np.bool_)
@@ -2381,6 +2408,7 @@ def _gather_tree_loop(  # noqa: PLR0915 - the two walks and the one-pass walk, o
                 done = flags_now[k]
                 out[at + k] = end if done else value
                 flags_now[k] = done | ((value == end) | (value == alt))
+    return np.int64(-1) if checking else np.int64(0)
 
 
 @intrinsic  # type: ignore[untyped-decorator]
@@ -2449,9 +2477,66 @@ def _fraction_line(
             before = builder.load(at, align=1)
             raised = builder.select(builder.icmp_unsigned(">", kept, before), kept, before)
             builder.store(raised, at, align=1)
-        return builder.zext(builder.bitcast(bad, ir.IntType(lanes)), long)
+        mask = builder.bitcast(bad, ir.IntType(lanes))
+        return mask if lanes == 64 else builder.zext(mask, long)
 
     return types.uint64(raw, i, fraction, bias, largest, skip, track), codegen
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _no_integer(bits: Any, itemsize: int, fraction: Any, bias: Any) -> Any:  # pragma: no cover
+    """Whether the float of bits ``bits`` (``itemsize`` bytes: ``fraction`` mantissa bits,
+    exponent ``bias``) is no integer: a fraction, NaN or an infinity. A value other than a zero
+    is an integer when its exponent field minus the bias (``above``, unsigned: a value below 1
+    wraps past every exponent) is below the infinities' and its mantissa has no bit below the
+    point: the mantissa's mask shifted right by ``above``."""
+    u = np.uint64
+    width = u(8 * itemsize)
+    mantissa = u(fraction)
+    magnitude_mask = (u(1) << (width - u(1))) - u(1)
+    magnitude = u(bits) & magnitude_mask
+    above = (magnitude >> mantissa) - u(bias)
+    below = magnitude & (((u(1) << mantissa) - u(1)) >> min(above, mantissa))
+    span = (magnitude_mask >> mantissa) - u(bias)
+    return magnitude != u(0) and ((above >= span) | (below != u(0)))
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _row_scanned(
+    raw: Any, start: Any, size: Any, fraction: Any, bias: Any, seen: Any, tracked: bool
+) -> Any:  # pragma: no cover - compiled
+    """Whether a value of ``raw[start:start + size]`` (a float's bits) is no integer (not 0:
+    the lanes of the lines that hold one), a 64-byte line at a time (``_fraction_line``), the
+    tail a value at a time; ``tracked``: ``seen``'s line raised, lane by lane, to their
+    bits."""
+    u = np.uint64
+    line = _line_width(raw)
+    stop = start + size
+    found = u(0)
+    i = start
+    if tracked:
+        while i + line <= stop:
+            found |= _fraction_line(raw, i, fraction, bias, seen, i, 2)
+            i += line
+    else:
+        while i + line <= stop:
+            found |= _fraction_line(raw, i, fraction, bias, seen, i, 0)
+            i += line
+    for k in range(i, stop):
+        if _no_integer(raw[k], raw.itemsize, fraction, bias):
+            found = u(1)
+        if tracked and raw[k] > seen[0]:
+            seen[0] = raw[k]
+    return found
+
+
+@numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
+def _row_largest(raw: Any, start: Any, size: Any, seen: Any) -> None:  # pragma: no cover
+    """``seen[0]`` raised to the largest bits of ``raw[start:start + size]`` (integer ids)."""
+    largest = seen[0]
+    for k in range(start, start + size):
+        largest = max(largest, raw[k])
+    seen[0] = largest
 
 
 def _first_fraction_loop(
@@ -2461,18 +2546,8 @@ def _first_fraction_loop(
     exponent ``bias``) that is not an integer (a fraction, NaN or an infinity), or -1; and,
     when there is none, ``largest[0]`` set to the largest bits of ``raw[skip:]`` (0 if none;
     ``largest`` holds a 64-byte line of them). Read a line at a time (``_fraction_line``), in
-    chunks, the first found only in a chunk that has one.
-
-    A value other than a zero is an integer when its exponent field minus the bias (``above``,
-    unsigned: a value below 1 wraps past every exponent) is below the infinities' and its
-    mantissa has no bit below the point: the mantissa's mask shifted right by ``above``."""
+    chunks, the first found only in a chunk that has one (``_no_integer``'s test)."""
     u = np.uint64
-    bits = u(8 * raw.itemsize)
-    mantissa = u(fraction)
-    magnitude_mask = (u(1) << (bits - u(1))) - u(1)
-    mantissa_mask = (u(1) << mantissa) - u(1)
-    span = (magnitude_mask >> mantissa) - u(bias)
-    low = u(bias)
     total = u(raw.size)
     line = _line_width(raw)
     whole = total - total % line
@@ -2491,19 +2566,13 @@ def _first_fraction_loop(
             else:
                 found |= _fraction_line(raw, i, fraction, bias, largest, skip, 1)
         for i in range(lines, stop):
-            magnitude = u(raw[i]) & magnitude_mask
-            above = (magnitude >> mantissa) - low
-            below = magnitude & (mantissa_mask >> min(above, mantissa))
-            if magnitude != u(0) and ((above >= span) | (below != u(0))):
+            if _no_integer(raw[i], raw.itemsize, fraction, bias):
                 found = u(1)
             if i >= u(skip) and raw[i] > largest[0]:
                 largest[0] = raw[i]
         if found:
             for i in range(start, stop):
-                magnitude = u(raw[i]) & magnitude_mask
-                above = (magnitude >> mantissa) - low
-                below = magnitude & (mantissa_mask >> min(above, mantissa))
-                if magnitude != u(0) and ((above >= span) | (below != u(0))):
+                if _no_integer(raw[i], raw.itemsize, fraction, bias):
                     return np.int64(i)
     for k in range(u(1), line):
         largest[0] = max(largest[0], largest[k])
@@ -2598,11 +2667,12 @@ transpose_tiles = _compiled(
 )
 
 #: gather_tree(steps, parents, out, lengths, state, ends, max_time, batch_size, beam_width,
-#: block, kind, fraction, bias, stream): each width of ids; int64 lengths, uint32 state.
+#: block, kind, fraction, bias, stream, seen) -> checked: each width of ids; int64 lengths,
+#: uint32 state.
 gather_tree = _compiled(
     _gather_tree_loop,
     [
-        types.void(
+        _I64(
             _readonly(width),
             _readonly(width),
             _mutable(width),
@@ -2610,6 +2680,7 @@ gather_tree = _compiled(
             _mutable(types.uint32),
             _readonly(width),
             *[_I64] * 8,
+            _mutable(width),
         )
         for width in _WIDTHS
     ],

@@ -46,10 +46,17 @@ _INT64 = range(-(2**63), 2**63)
 class Plan:
     """What an op's planner made of one request's inputs: the output's shape, and how to
     compute it (into ``out`` when given) from the checks already made. The job carries it from
-    the checks to the kernel."""
+    the checks to the kernel.
+
+    ``check`` (optional): checks of the values the planner left to ``run``, which makes them as
+    it reads the values (a large request's inputs read once, not twice) and raises
+    ``SpecError`` as they would, the same refusal at the same place; a caller that must not
+    write a byte of ``out`` for a refused request (a client's shared memory) calls ``check``
+    first."""
 
     output_shape: tuple[int, ...]
     run: Callable[[npt.NDArray[Any] | None], npt.NDArray[Any]]
+    check: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)

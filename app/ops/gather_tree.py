@@ -30,6 +30,9 @@ _BLOCK_BYTES = 256 << 10
 #: by permutes (the compiled walk's layout).
 _STATE_WORDS = 32
 _STATE_BEAMS = 1 << 16
+#: Ids of this many bytes or more (step_ids') have their values checked by the walk as it reads
+#: them, not by the plan: one read of each input where the plan's scans and the walk made two.
+_WALK_CHECKS_BYTES = 1 << 20
 _NAMES = ("step_ids", "parent_ids", "max_seq_len", "end_token")
 
 
@@ -75,9 +78,14 @@ def gather_tree_plan(
     parent_ids: npt.NDArray[Any],
     max_seq_len: npt.NDArray[Any],
     end_token: npt.NDArray[Any],
+    *,
+    ids_checked: bool = True,
 ) -> npt.NDArray[np.int64]:
     """Check the inputs against the spec; each batch's number of decoded steps,
-    min(MAX_TIME, max_seq_len[batch]). The output has step_ids' shape."""
+    min(MAX_TIME, max_seq_len[batch]). The output has step_ids' shape.
+
+    ``ids_checked`` False: the values of step_ids and parent_ids are left to the walk, which
+    checks them as it reads them (``_checked_ids`` when it finds one to refuse)."""
     if step_ids.ndim != 3:
         raise SpecError(
             "step_ids",
@@ -110,13 +118,30 @@ def gather_tree_plan(
         )
     fits = None
     for name, array in zip(_NAMES, (step_ids, parent_ids, max_seq_len, end_token), strict=True):
+        if name in _NAMES[:2] and not ids_checked:
+            continue
         if name == "parent_ids" and _scanned_with_largest(parent_ids):
             fits = _integral_parents(parent_ids, beam_width)
         else:
             _integral(name, array)
     lengths = _decoded_lengths(max_seq_len, max_time)
-    _check_parents(parent_ids, lengths, beam_width, fits)
+    if ids_checked:
+        _check_parents(parent_ids, lengths, beam_width, fits)
     return lengths
+
+
+def _checked_ids(
+    step_ids: npt.NDArray[Any], parent_ids: npt.NDArray[Any], lengths: npt.NDArray[np.int64]
+) -> None:
+    """The checks of the ids that ``gather_tree_plan`` leaves to the walk, in its order (the
+    other inputs passed before them): the same refusal, of the same id, as the plan's."""
+    _integral("step_ids", step_ids)
+    fits = None
+    if _scanned_with_largest(parent_ids):
+        fits = _integral_parents(parent_ids, step_ids.shape[2])
+    else:
+        _integral("parent_ids", parent_ids)
+    _check_parents(parent_ids, lengths, step_ids.shape[2], fits)
 
 
 def _scanned_with_largest(parent_ids: npt.NDArray[Any]) -> bool:
@@ -267,12 +292,13 @@ def _gathered(
     lengths: npt.NDArray[np.int64],
     end_token: npt.NDArray[Any],
     out: npt.NDArray[Any] | None,
+    checking: bool = False,
 ) -> npt.NDArray[Any]:
     return into_c_ordered(
         out,
         step_ids.shape,
         step_ids.dtype,
-        lambda target: _walk(step_ids, parent_ids, lengths, end_token, target),
+        lambda target: _walk(step_ids, parent_ids, lengths, end_token, target, checking),
     )
 
 
@@ -298,9 +324,15 @@ def _walk(
     lengths: npt.NDArray[np.int64],
     end_token: npt.NDArray[Any],
     out: npt.NDArray[Any],
+    checking: bool = False,
 ) -> None:
     """The compiled walk, batch by batch, into the C-ordered ``out``: the parent ids are read
-    from their own bits (float ids are integers, checked), so nothing is converted."""
+    from their own bits, so nothing is converted. The float ids are integers and the followed
+    parents beams, checked by the plan; or (``checking``) by the walk as it reads them: where
+    it saw a float id that is no integer, or a parent id past the last beam (followed or not),
+    or could not look, the plan's checks of the ids are made (``_checked_ids``), which refuse
+    as the plan would have. Whatever the ids, the walk reads and writes only within the
+    arrays: it clips every parent into the batch's beams."""
     max_time, batch_size, beam_width = step_ids.shape
     steps = as_raw(np.ascontiguousarray(step_ids)).reshape(-1)
     parents = as_raw(np.ascontiguousarray(parent_ids)).reshape(-1)
@@ -313,8 +345,18 @@ def _walk(
     block = _block(max_time, batch_size, beam_width, out.itemsize)
     state = np.empty(_state_words(max_time, batch_size, beam_width), np.uint32)
     stream = int(out.nbytes >= STREAM_BYTES)
-    loops.gather_tree(steps, parents, target, lengths, state, ends, max_time, batch_size,
-                      beam_width, block, *_parent_reading(parent_ids.dtype), stream)  # fmt: skip
+    seen = np.zeros(64 // steps.itemsize if checking else 0, steps.dtype)
+    saw = loops.gather_tree(steps, parents, target, lengths, state, ends, max_time, batch_size,
+                            beam_width, block, *_parent_reading(parent_ids.dtype), stream,
+                            seen)  # fmt: skip
+    if not checking:
+        return
+    if saw != 0:  # a float id no integer, or not looked at
+        _checked_ids(step_ids, parent_ids, lengths)
+        return
+    limit = _parent_limit(parent_ids.dtype, beam_width)
+    if max_time > 1 and (limit is None or int(seen[0]) >= limit):
+        _check_parents(parent_ids, lengths, beam_width, False)
 
 
 def _state_words(max_time: int, batch_size: int, beam_width: int) -> int:
@@ -357,14 +399,29 @@ def workspace_bytes(arrays: Arrays, attributes: Attributes) -> int:
 
 
 def plan(arrays: Arrays, attributes: Attributes) -> Plan:
-    """GatherTree-1's planner: every check made, the output's shape (step_ids')."""
+    """GatherTree-1's planner: the output's shape (step_ids'), every check made; for ids of
+    _WALK_CHECKS_BYTES or more, those of the ids' values by the walk as it reads them
+    (``Plan.check``: the same checks, made apart), the others here."""
     step_ids, parent_ids, max_seq_len, end_token = (
         _native(arrays[name]) for name in ("step_ids", "parent_ids", "max_seq_len", "end_token")
     )
-    lengths = gather_tree_plan(step_ids, parent_ids, max_seq_len, end_token)
+    if step_ids.nbytes < _WALK_CHECKS_BYTES:
+        lengths = gather_tree_plan(step_ids, parent_ids, max_seq_len, end_token)
+        return Plan(
+            step_ids.shape,
+            lambda out: _gathered(step_ids, parent_ids, lengths, end_token, out),
+        )
+    try:
+        lengths = gather_tree_plan(step_ids, parent_ids, max_seq_len, end_token, ids_checked=False)
+    except SpecError:
+        # Every check, in the plan's order: an id refused before the other inputs is refused
+        # first, as it is when the plan makes them all.
+        gather_tree_plan(step_ids, parent_ids, max_seq_len, end_token)
+        raise
     return Plan(
         step_ids.shape,
-        lambda out: _gathered(step_ids, parent_ids, lengths, end_token, out),
+        lambda out: _gathered(step_ids, parent_ids, lengths, end_token, out, checking=True),
+        check=lambda: _checked_ids(step_ids, parent_ids, lengths),
     )
 
 

@@ -210,18 +210,18 @@ def gather_tree(
     fraction: int,
     bias: int,
     stream: int,
-) -> None:
+    seen: Array,
+) -> int:
     """``compiled.gather_tree``, or its stand-in (for at most CHEAP_OUTPUT_BYTES of ids: it
     holds a few copies of a step's row; and at most CHEAP_STEPS steps: it walks them in
-    Python)."""
-    arguments = (max_time, batch_size, beam_width, block, kind, fraction, bias, stream)
+    Python); what the walk saw of the ids (``seen`` not empty; -1: not checked)."""
+    arguments = (max_time, batch_size, beam_width, block, kind, fraction, bias, stream, seen)
     module = _COMPILED.module
     if module is None or _STAND_INS.get():
         module = _stand_in_or_loops(numpy_loops.gather_tree_is_cheap(out, max_time))
         if module is None:
-            numpy_loops.gather_tree(steps, parents, out, lengths, state, ends, *arguments)
-            return
-    module.gather_tree(steps, parents, out, lengths, state, ends, *arguments)
+            return numpy_loops.gather_tree(steps, parents, out, lengths, state, ends, *arguments)
+    return int(module.gather_tree(steps, parents, out, lengths, state, ends, *arguments))
 
 
 def first_fraction(raw: Array, fraction: int, bias: int) -> int:

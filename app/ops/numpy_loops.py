@@ -186,9 +186,12 @@ def gather_tree(
     fraction: int,
     bias: int,
     stream: int,
-) -> None:
+    seen: Array,
+) -> int:
     """``compiled.gather_tree``: the same walk a step at a time over every batch at once
-    (``state``, ``block`` and ``stream`` unused: it holds the beams as arrays of its own)."""
+    (``state``, ``block`` and ``stream`` unused: it holds the beams as arrays of its own), and
+    the same answer of what the ids are (``seen`` not empty): 1, a float id that is no integer;
+    else 0, ``seen[0]`` the largest bits of the parent ids past the first step."""
     shape = (max_time, batch_size, beam_width)
     ids = steps.reshape(shape)
     parent_ids = parents.reshape(shape)
@@ -207,6 +210,16 @@ def gather_tree(
     for t in range(max_time):
         np.copyto(target[t], end, where=finished)
         finished |= (target[t] == end) | (target[t] == alt)
+    if not seen.size:
+        return 0
+    seen[:] = 0
+    row = batch_size * beam_width
+    if kind < 2:
+        seen[0] = parents[row:].max(initial=0)
+        return 0
+    if first_fraction(steps, fraction, bias, steps.size, seen) >= 0:
+        return 1
+    return int(first_fraction(parents, fraction, bias, row, seen) >= 0)
 
 
 #: Float values checked at a time by ``first_fraction`` (its temporaries stay this small).

@@ -195,16 +195,19 @@ class Job:
         started = time.perf_counter_ns()
         results = []
         ready: list[npt.NDArray[Any] | None] = [None] * len(split.output_shapes)
-        if split.into is None:
-            parts = split.run()
-        else:
-            # Each output's array made before it runs: the plan may write an output straight
-            # into its own (np.empty touches no page the plan does not write).
-            ready = [
-                np.empty(bound, dtype.newbyteorder("="))
-                for bound, dtype in zip(split.output_shapes, self.output_dtypes, strict=True)
-            ]
-            parts = split.into(ready)
+        try:
+            if split.into is None:
+                parts = split.run()
+            else:
+                # Each output's array made before it runs: the plan may write an output straight
+                # into its own (np.empty touches no page the plan does not write).
+                ready = [
+                    np.empty(bound, dtype.newbyteorder("="))
+                    for bound, dtype in zip(split.output_shapes, self.output_dtypes, strict=True)
+                ]
+                parts = split.into(ready)
+        except SpecError as error:  # a check left to the kernel refuses as the plan's would
+            raise from_spec(error) from None
         for part, dtype, bound, made in zip(
             parts, self.output_dtypes, split.output_shapes, ready, strict=True
         ):
@@ -222,13 +225,25 @@ class Job:
         _elements(self.op.name).inc(sum(result.size for result in results))
         return results
 
-    def output(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+    def output(
+        self, out: npt.NDArray[Any] | None = None, *, checked_first: bool = False
+    ) -> npt.NDArray[Any]:
         """Run the kernel, into ``out`` if given (a response buffer), and count its elements.
 
         The kernels move bits, so they write in the input's byte order; a big-endian input
         is computed aside and converted into ``out``.
+
+        A check the plan left to the kernel (``Plan.check``) refuses as the plan's own would:
+        a ``ServiceError`` located at the input. ``checked_first``: such checks are made before
+        a byte of ``out`` is written (a client's own memory, left as it was when refused).
         """
         started = time.perf_counter_ns()
+        plan = self.plan
+        if checked_first and isinstance(plan, Plan) and plan.check is not None:
+            try:
+                plan.check()
+            except SpecError as error:
+                raise from_spec(error) from None
         if out is not None and self.output_dtype.byteorder == ">":
             np.copyto(out, self._compute(None), casting="equiv")
             result = out
@@ -243,7 +258,10 @@ class Job:
         plan = self.plan
         # An op of several outputs computes through ``outputs()``, never here.
         assert isinstance(plan, Plan), f"{self.op.spec} has several outputs"
-        return plan.run(out)
+        try:
+            return plan.run(out)
+        except SpecError as error:  # a check the plan left to the kernel (Plan.check)
+            raise from_spec(error) from None
 
 
 def _within(shape: tuple[int, ...], bound: tuple[int, ...]) -> bool:
@@ -253,9 +271,11 @@ def _within(shape: tuple[int, ...], bound: tuple[int, ...]) -> bool:
 class KernelSpanJob(Job):
     """A job whose kernel runs in a "kernel" span (tracing on)."""
 
-    def output(self, out: npt.NDArray[Any] | None = None) -> npt.NDArray[Any]:
+    def output(
+        self, out: npt.NDArray[Any] | None = None, *, checked_first: bool = False
+    ) -> npt.NDArray[Any]:
         with tracing.kernel_span():
-            return super().output(out)
+            return super().output(out, checked_first=checked_first)
 
 
 def with_kernel_span(job: Job) -> Job:

@@ -40,7 +40,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -617,17 +617,24 @@ class SharedTensors:
     def run(self, job: Job) -> dict[str, Any]:
         """Run the job into the output's region; the output's parameters for the answer."""
         assert self.output is not None
-        job.output(self.output_array(job))
+        # A refused request leaves the client's region as it was: a check the plan left to
+        # the kernel is made before it writes there.
+        job.output(self.output_array(job), checked_first=True)
         parameters: dict[str, Any] = {REGION: self.output.region.name, BYTE_SIZE: job.output_bytes}
         if self.output.offset:
             parameters[OFFSET] = self.output.offset
         return parameters
 
 
-def decoded_checked(shared: SharedTensors | None, decode: Callable[[], Job]) -> Job:
-    """``decode()``; a refusal it raises gives way to the region's own when an object the
-    request read was cut short meanwhile (the zeros mapped in its place, not the client's
-    values, broke the check that refused it)."""
+#: What ``decoded_checked``'s stage makes: a job, or an answer.
+_Made = TypeVar("_Made")
+
+
+def decoded_checked(shared: SharedTensors | None, decode: Callable[[], _Made]) -> _Made:
+    """``decode()`` (decoding, or a run whose kernel makes checks the plan left to it); a
+    refusal it raises gives way to the region's own when an object the request read was cut
+    short meanwhile (the zeros mapped in its place, not the client's values, broke the check
+    that refused it)."""
     try:
         return decode()
     except ServiceError:

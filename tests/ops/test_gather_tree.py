@@ -598,3 +598,164 @@ def test_float_parents_scanned_once_refuse_as_before() -> None:
     parent_ids[5, 2, 3] = 1.5
     with pytest.raises(SpecError, match=r"got 1\.5 at \[5, 2, 3\]"):
         run(*inputs)
+
+
+# --- the ids' values checked by the walk (large requests) ----------------------------------------
+
+
+def _outcome(inputs: tuple[npt.NDArray[Any], ...], walk_checks: int, monkeypatch: Any) -> Any:
+    """What the op makes of ``inputs`` with ids of ``walk_checks`` bytes or more checked by the
+    walk: ("refused", field, message), or ("ok", the output's bits); and, when the walk checks
+    them, what ``Plan.check`` says apart (the same refusal, or None)."""
+    monkeypatch.setattr(module, "_WALK_CHECKS_BYTES", walk_checks)
+    arrays = {name: np.asarray(value) for name, value in zip(NAMES, inputs, strict=True)}
+    try:
+        plan = module.plan(arrays, {})
+    except SpecError as error:
+        return ("refused", error.field, str(error)), None
+    assert isinstance(plan, Plan)
+    assert (plan.check is not None) == (inputs[0].nbytes >= walk_checks)
+    apart = None
+    if plan.check is not None:
+        try:
+            plan.check()
+        except SpecError as error:
+            apart = ("refused", error.field, str(error))
+    try:
+        return ("ok", raw(plan.run(None))), apart
+    except SpecError as error:
+        return ("refused", error.field, str(error)), apart
+
+
+def _defects(dtype: np.dtype[Any], shape: tuple[int, int, int]) -> dict[str, Any]:
+    """Ways to break GatherTree's rules on the ids (and on the other inputs beside them), each a
+    change of ``beams``' inputs: a fraction, NaN or infinity among the step ids or parent ids
+    (first, last or in the middle), a followed parent past the beams or below 0, one no beam
+    follows, and the same with a refusal of max_seq_len or end_token too (refused in the
+    plan's order)."""
+    max_time, batch_size, beam_width = shape
+    decoded = _decoded(dtype, max_time)
+    last = (decoded - 1, min(1, batch_size - 1), beam_width - 1)  # a batch of every step
+    middle = (decoded // 2, batch_size // 2, beam_width // 2)
+    floats = dtype.kind == "f" or dtype.name == "bfloat16"
+    signed = floats or dtype.kind == "i"
+    defects: dict[str, Any] = {"none": {}}
+    if floats:
+        for where, at in (("first", (0, 0, 0)), ("last", last), ("middle", middle)):
+            defects[f"step_ids half at {where}"] = {"step_ids": (at, 0.5)}
+            defects[f"parent_ids half at {where}"] = {"parent_ids": (at, 1.5)}
+        defects["step_ids nan"] = {"step_ids": (middle, np.nan)}
+        defects["parent_ids inf"] = {"parent_ids": (last, np.inf)}
+        defects["parent_ids -inf"] = {"parent_ids": ((0, 0, 0), -np.inf)}
+        defects["parent_ids -0"] = {"parent_ids": (last, -0.0)}
+        defects["both halves"] = {"step_ids": (last, 2.5), "parent_ids": ((0, 0, 0), 0.25)}
+        defects["half and max_seq_len negative"] = {"step_ids": (last, 0.5), "max_seq_len": -1}
+        defects["half and end_token a fraction"] = {"parent_ids": (last, 0.5), "end_token": 0.5}
+    if max_time > 1:
+        if beam_width < 100 or dtype.itemsize > 1:
+            defects["followed parent past the beams"] = {"parent_ids": (last, beam_width)}
+        if signed:
+            defects["followed parent below 0"] = {"parent_ids": (middle, -1)}
+            defects["below 0 and max_seq_len negative"] = {
+                "parent_ids": (middle, -1),
+                "max_seq_len": -2,
+            }
+        # Past every batch's length: no beam follows it.
+        defects["unfollowed parent past the beams"] = {
+            "parent_ids": (last, min(beam_width + 1, 100)),
+            "max_seq_len": decoded - 1,
+        }
+    return defects
+
+
+def _decoded(dtype: np.dtype[Any], max_time: int) -> int:
+    """The most steps a batch decodes with a length of ``dtype``."""
+    return min(max_time, int(np.iinfo(dtype).max)) if dtype.kind in "iu" else max_time
+
+
+def _broken(
+    dtype: np.dtype[Any], shape: tuple[int, int, int], change: dict[str, Any]
+) -> tuple[npt.NDArray[Any], ...]:
+    step_ids, parent_ids, _, end = beams(dtype, shape, seed=7)
+    inputs = {"step_ids": step_ids.copy(), "parent_ids": parent_ids.copy()}
+    decoded = _decoded(dtype, shape[0])
+    lengths = np.full(shape[1], decoded, np.int64)
+    lengths[2::3] = max(decoded - 2, 0)  # the first two batches decode all they can
+    extra = {"max_seq_len": lengths.astype(dtype), "end_token": end}
+    for name, given in change.items():
+        if name in inputs:
+            at, value = given
+            inputs[name][at] = np.asarray(value).astype(dtype)
+        elif name == "max_seq_len":
+            extra[name] = np.full(shape[1], given).astype(dtype)
+        else:
+            extra[name] = np.asarray(given).astype(dtype)
+    return inputs["step_ids"], inputs["parent_ids"], extra["max_seq_len"], extra["end_token"]
+
+
+#: A batch's piece in one line and in two (permutes), wider (gathers), and more steps than the
+#: state holds (the one-pass walk, which checks nothing: the plan's checks then run after it).
+_CHECKED_SHAPES = [(5, 3, 7), (4, 3, 30), (6, 4, 40), (2100, 1, 33)]
+
+
+@pytest.mark.parametrize("stand_in", [False, True], ids=["compiled", "stand-in"])
+@pytest.mark.parametrize("shape", _CHECKED_SHAPES, ids=str)
+@pytest.mark.parametrize(
+    "dtype",
+    [dtype for dtype in ELEMENT_TYPES if dtype.name in
+     ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64")],
+    ids=str,
+)  # fmt: skip
+def test_the_walk_refuses_what_the_plan_refuses(
+    dtype: np.dtype[Any], shape: tuple[int, int, int], stand_in: bool, monkeypatch: Any
+) -> None:
+    """Ids whose values the walk checks (a large request's) give what the plan's own checks
+    give, for every defect: the same refusal naming the same input and id, or the same output
+    to the bit; and ``Plan.check``, apart, the same refusal before anything is written."""
+    assert loops.wait_compiled(120)
+    compared = 0
+    for name, change in _defects(dtype, shape).items():
+        inputs = _broken(dtype, shape, change)
+        with loops.numpy_stand_ins() if stand_in else contextlib.nullcontext():
+            want, _ = _outcome(inputs, 1 << 62, monkeypatch)
+            got, apart = _outcome(inputs, 0, monkeypatch)
+        assert got[0] == want[0], name
+        if want[0] == "ok":
+            assert_same_bits(got[1], want[1])
+            assert apart is None, name
+        else:
+            assert got == want, name
+            # Refused by the plan (another input) or by the walk, which Plan.check agrees with.
+            assert apart in (None, want), name
+            compared += 1
+    floats = dtype.kind == "f" or dtype.name == "bfloat16"
+    assert compared >= (12 if floats else 1)  # the refusals were compared, not only outputs
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int8])
+def test_a_large_request_s_ids_are_checked_by_the_walk(dtype: Any) -> None:
+    """At the size the walk checks the ids itself (no threshold moved): the plan leaves them to
+    it, and a fraction in the last step id, or a followed parent past the beams in the last
+    step, is refused naming it, as the plan refused it."""
+    shape = (64, 256 // np.dtype(dtype).itemsize, 64)
+    step_ids, parent_ids, max_seq_len, end = beams(dtype, shape, seed=3)
+    assert step_ids.nbytes >= module._WALK_CHECKS_BYTES
+    max_seq_len = np.full(shape[1], shape[0], dtype)
+    arrays = dict(zip(NAMES, (step_ids, parent_ids, max_seq_len, end), strict=True))
+    plan = module.plan(arrays, {})
+    assert isinstance(plan, Plan) and plan.check is not None
+    assert_same_bits(plan.run(None), pseudocode(step_ids, parent_ids, max_seq_len, end))
+    broken = parent_ids.copy()
+    broken[-1, -1, -1] = shape[2]
+    last = f"{shape[0] - 1}, {shape[1] - 1}, {shape[2] - 1}"
+    words = rf"parent_ids\[{last}\] = {shape[2]}(\.0)? is no beam"
+    with pytest.raises(SpecError, match=words):
+        module.plan({**arrays, "parent_ids": broken}, {}).run(None)
+    with pytest.raises(SpecError, match=words):
+        module.gather_tree_plan(step_ids, broken, max_seq_len, end)
+    if dtype == np.float32:
+        fraction = step_ids.copy()
+        fraction[-1, -1, -1] = 2.5
+        words = rf"step_ids must have integer values only, got 2.5 at \[{last}\]"
+        with pytest.raises(SpecError, match=words):
+            module.plan({**arrays, "step_ids": fraction}, {}).run(None)

@@ -375,7 +375,7 @@ def test_a_walk_of_many_steps_waits_for_the_compiled_loop(
         ends = np.array([9, 9], np.uint8)
         state = np.empty(32, np.uint32)
         loops.gather_tree(ids, np.zeros(steps, np.uint8), out, lengths, state, ends,
-                          steps, 1, 1, 1, 0, 0, 0, 0)  # fmt: skip
+                          steps, 1, 1, 1, 0, 0, 0, 0, np.empty(0, np.uint8))  # fmt: skip
         return out
 
     few = numpy_loops.CHEAP_STEPS
