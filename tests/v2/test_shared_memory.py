@@ -219,6 +219,48 @@ def test_inputs_and_output_each_way_alone(server: Server, new_object: Any, trans
     assert_same_bits(region.read(data.dtype, data.shape, offset=data.nbytes), expected)
 
 
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+@pytest.mark.parametrize("broken", ["step_ids", "parent_ids", "none"])
+def test_an_output_region_is_written_only_for_an_answer(
+    server: Server, new_object: Any, transport: str, broken: str
+) -> None:
+    """A GatherTree large enough that its walk checks the ids as it reads them
+    (``_WALK_CHECKS_BYTES``): a refused request leaves the output's region as it was (the
+    checks made before a byte is written there), naming the id; a good one fills it."""
+    from app.ops import gather_tree as walk  # noqa: PLC0415
+
+    shape = (64, 64, 64)  # float32: 1 MiB of ids
+    rng = np.random.default_rng(4)
+    step_ids = rng.integers(0, 9, shape).astype(np.float32)
+    parent_ids = rng.integers(0, 64, shape).astype(np.float32)
+    assert step_ids.nbytes >= walk._WALK_CHECKS_BYTES
+    if broken == "step_ids":
+        step_ids[63, 63, 63] = 0.5
+    elif broken == "parent_ids":
+        parent_ids[63, 63, 63] = 64.0
+    lengths, end = np.full(64, 64, np.float32), np.array(3, np.float32)
+    region = new_object(step_ids.nbytes)
+    pattern = np.full(shape, 7.25, np.float32)
+    region.write(pattern)
+    client = server.http if transport == "http" else server.grpc
+    module: Any = httpclient if transport == "http" else grpcclient
+    make = http_tensor if transport == "http" else grpc_tensor
+    client.register_system_shared_memory("out", region.key, region.size)
+    output = module.InferRequestedOutput("output")
+    output.set_shared_memory("out", step_ids.nbytes)
+    names = ("step_ids", "parent_ids", "max_seq_len", "end_token")
+    arrays = (step_ids, parent_ids, lengths, end)
+    tensors = [make(name, array) for name, array in zip(names, arrays, strict=True)]
+    if broken == "none":
+        client.infer("gather_tree", tensors, outputs=[output])
+        want = walk.gather_tree(*arrays)
+        assert_same_bits(region.read(np.dtype(np.float32), shape), want)
+        return
+    words = "integer values only" if broken == "step_ids" else "is no beam"
+    refused(lambda: client.infer("gather_tree", tensors, outputs=[output]), broken, words)
+    assert_same_bits(region.read(np.dtype(np.float32), shape), pattern)
+
+
 def test_a_region_at_an_offset_of_its_object(server: Server, new_object: Any) -> None:
     data, shift, axes = roll_case("INT64")
     size = data.nbytes
