@@ -237,7 +237,9 @@ def _gather_lanes(
     ``end`` at most 2**31 (the lanes' offsets are signed). Elements of 1 and 2 bytes are
     gathered as 32-bit words at their address (x86 reads a word at any byte) and cut to their
     width: ``limit`` is where a word would reach past ``source`` (``_word_limit``). Returns the
-    lanes, a bit each, whose position is in ``[limit, end)``: left to the caller."""
+    lanes, a bit each, whose position is in ``[limit, end)``: left to the caller; and from bit
+    32 on, those whose position is outside ``[0, end)`` (zeros written: a caller that checks
+    indices as it reads them refuses them)."""
     bits = out.dtype.bitwidth
     lanes = _gather_lane_count(bits)
     index_bits = indices.dtype.bitwidth
@@ -281,7 +283,10 @@ def _gather_lanes(
         target = builder.bitcast(builder.gep(out_data, [args[8]]), element.as_pointer())
         builder.store(got, target, align=1)
         left = builder.and_(inside, builder.not_(readable))
-        return builder.zext(builder.bitcast(left, ir.IntType(lanes)), ir.IntType(64))
+        long = ir.IntType(64)
+        bits_of = builder.zext(builder.bitcast(left, ir.IntType(lanes)), long)
+        outside = builder.zext(builder.bitcast(builder.not_(inside), ir.IntType(lanes)), long)
+        return builder.or_(bits_of, builder.shl(outside, long(32)))
 
     return types.uint64(source, base, limit, end, indices, k, wrap, out, o), codegen
 
@@ -753,17 +758,21 @@ def _take_run(
     end: Any,
     limit: Any,
     wrap: Any,
-) -> None:  # pragma: no cover - compiled
+) -> Any:  # pragma: no cover - compiled
     """``out[to + k] = source[base + position]`` for ``k`` in ``[first, last)``, the position
     that of ``indices[at + k]`` by ``_take_loop``'s rule (0 outside ``[0, end)``): a vector
     gather a ``_gather_width`` of them (on x86; 32-bit indices while ``end`` is at most 2**31),
-    its lanes at ``[limit, end)`` (``_word_limit``) and the last few one by one."""
+    its lanes at ``[limit, end)`` (``_word_limit``) and the last few one by one. Not 0 when a
+    position was outside ``[0, end)``."""
     u = np.uint64
     lanes = _gather_width(out)
     k = first
+    outside = u(0)
     if _X86 and (_width(indices) == u(8) or end <= u(1 << 31)):
         while k + lanes <= last:
-            left = _gather_lanes(source, base, limit, end, indices, at + k, wrap, out, to + k)
+            got = _gather_lanes(source, base, limit, end, indices, at + k, wrap, out, to + k)
+            outside |= got >> u(32)
+            left = got & u(0xFFFFFFFF)
             if left:
                 for e in range(k, k + lanes):
                     value = np.int64(indices[at + e])
@@ -779,6 +788,8 @@ def _take_run(
             out[to + e] = source[base + position]
         else:
             out[to + e] = 0
+            outside = u(1)
+    return outside
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
@@ -791,9 +802,10 @@ def _take_by_positions(
     length: int,
     count: int,
     wrap: int,
-) -> None:  # pragma: no cover - compiled
+) -> Any:  # pragma: no cover - compiled
     """``_take_loop``'s way for narrow elements: positions of a chunk of indices worked out once
-    for all the rows of their batch (``length`` at most 2**32)."""
+    for all the rows of their batch (``length`` at most 2**32). Not 0 when a position was
+    outside ``[0, length)``."""
     u = np.uint64
     end = u(length)
     span = u(count)
@@ -801,6 +813,7 @@ def _take_by_positions(
     total = u(source.size)
     width = _width(out)
     positions = np.empty(min(span, u(TAKE_CHUNK)), np.uint32)
+    found = u(0)
     for batch in range(u(batches)):
         idx = indices[batch * span : (batch + u(1)) * span]
         for first in range(u(0), span, u(TAKE_CHUNK)):
@@ -811,6 +824,7 @@ def _take_by_positions(
                 value += (value >> 63) & wrap
                 outside |= u(u(value) >= end)
                 positions[k - first] = np.uint32(value)
+            found |= outside
             inside = outside == u(0)
             for row in range(batch * per, (batch + u(1)) * per):
                 if inside:
@@ -825,6 +839,7 @@ def _take_by_positions(
                     value += (value >> 63) & wrap
                     position = u(value)
                     dst[k] = src[position] if position < end else 0
+    return found
 
 
 #: The longest row (elements) ``_take_by_columns`` takes: its table of 8-byte columns stays
@@ -842,14 +857,18 @@ _COLUMNS_STREAM_ROW = 4096
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
 def _column_positions(
     indices: Any, at: Any, size: Any, end: Any, wrap: Any, positions: Any
-) -> None:  # pragma: no cover - compiled
+) -> Any:  # pragma: no cover - compiled
     """``positions[k]`` (uint32) the position of ``indices[at + k]`` by ``_take_loop``'s rule,
-    ``end`` where it is out of range (``_take_by_columns``' zero column), for k below ``size``."""
+    ``end`` where it is out of range (``_take_by_columns``' zero column), for k below ``size``;
+    not 0 when one was."""
     u = np.uint64
+    outside = u(0)
     for k in range(size):
         value = np.int64(indices[at + k])
         value += (value >> 63) & wrap
+        outside |= u(u(value) >= end)
         positions[k] = np.uint32(value) if u(value) < end else np.uint32(end)
+    return outside
 
 
 @numba.njit(nogil=True, inline="always")  # type: ignore[untyped-decorator]
@@ -889,15 +908,17 @@ def _take_by_columns(
     length: int,
     count: int,
     wrap: int,
-) -> None:  # pragma: no cover - compiled
+) -> Any:  # pragma: no cover - compiled
     """``_take_loop``'s way for bytes, 8 rows of a batch at a time (``SMALL_TABLES``): their
     columns made 8-byte words in a table (``_rows_to_columns``, a zero word after the last for
     the positions out of range), each output column of the 8 rows is then one word gathered
     from it, 64 columns turned back into 8 output rows by ``_columns_to_rows``: 8 output
     bytes to a gathered lane where ``_take_run`` moves one. The positions are read
     ``TAKE_CHUNK`` indices at a time (once for all the batch's rows when they are fewer); the
-    rows left over (fewer than 8) go through ``_take_run``."""
+    rows left over (fewer than 8) go through ``_take_run``. Not 0 when a position was outside
+    ``[0, length)``."""
     u = np.uint64
+    found = u(0)
     rows = u(_COLUMN_ROWS)
     end = u(length)
     span = u(count)
@@ -926,14 +947,16 @@ def _take_by_columns(
             for first in range(u(0), span, u(TAKE_CHUNK)):
                 size = min(span - first, u(TAKE_CHUNK))
                 if group == first_row or span > u(TAKE_CHUNK):
-                    _column_positions(indices, batch * span + first, size, end, wrap, positions)
+                    found |= _column_positions(indices, batch * span + first, size, end, wrap,
+                                               positions)  # fmt: skip
                 _columns_run(table, positions, out, group * span + first, size, span, stream)
         for row in range(last_group, first_row + per):
             limit = _word_limit(total, row * end, end, u(1))
-            _take_run(source, indices, out, row * end, u(0), span, batch * span, row * span, end,
-                      limit, wrap)  # fmt: skip
+            found |= _take_run(source, indices, out, row * end, u(0), span, batch * span,
+                               row * span, end, limit, wrap)  # fmt: skip
     if stream:
         _fence()
+    return found
 
 
 def _take_loop(
@@ -946,9 +969,11 @@ def _take_loop(
     count: int,
     wrap: int,
     line: int,
-) -> None:  # pragma: no cover - compiled
+) -> Any:  # pragma: no cover - compiled
     """Gather-8 of single elements on flat arrays: ``source`` is (batches, outer, length),
-    ``indices`` (batches, count), ``out`` (batches, outer, count), all C-ordered.
+    ``indices`` (batches, count), ``out`` (batches, outer, count), all C-ordered. Returns 1
+    when a position was outside ``[0, length)`` (its element a zero), else 0: a caller may
+    leave the indices' range to be checked so, as they are read.
 
     ``indices`` is the signed view of the index type; a negative value gets ``wrap`` added:
     ``length`` for a signed type (counting from the end), ``2**32`` for uint32 (its true value),
@@ -989,11 +1014,12 @@ def _take_loop(
         and span >= u(64)
         and end <= min(u(_COLUMNS_LONGEST), u(4) * span)
     ):
-        _take_by_columns(source, indices, out, batches, outer, length, count, wrap)
-        return
+        found = _take_by_columns(source, indices, out, batches, outer, length, count, wrap)
+        return np.int64(found != u(0))
     if _width(out) <= u(2) and per > u(1) and end <= u(1 << 32):
-        _take_by_positions(source, indices, out, batches, outer, length, count, wrap)
-        return
+        found = _take_by_positions(source, indices, out, batches, outer, length, count, wrap)
+        return np.int64(found != u(0))
+    found = u(0)
     lines = (end + u(line) - u(1)) // u(line) if line else u(0)
     # Whole vector gathers to a step; the next row's lines prefetched as far as the share of
     # the row's indices done.
@@ -1013,9 +1039,10 @@ def _take_loop(
                 while ahead < reach:
                     _prefetch(source, ahead)
                     ahead += u(line)
-            _take_run(source, indices, out, start, j, last, batch * span, row * span, end, limit,
-                      wrap)  # fmt: skip
+            found |= _take_run(source, indices, out, start, j, last, batch * span, row * span,
+                               end, limit, wrap)  # fmt: skip
             j = last
+    return np.int64(found != u(0))
 
 
 def _take_slices_loop(
@@ -2597,12 +2624,12 @@ def _mutable(element: Any) -> Any:
     return types.Array(element, 1, "C", aligned=False)
 
 
-#: take(source, indices, out, batches, outer, length, count, wrap, line): single elements of
-#: each width; int32 or int64 indices (narrower ones are widened first).
+#: take(source, indices, out, batches, outer, length, count, wrap, line) -> outside: single
+#: elements of each width; int32 or int64 indices (narrower ones are widened first).
 take = _compiled(
     _take_loop,
     [
-        types.void(_readonly(width), _readonly(index), _mutable(width), *[_I64] * 6)
+        _I64(_readonly(width), _readonly(index), _mutable(width), *[_I64] * 6)
         for width in _WIDTHS
         for index in _INDEX_TYPES
     ],

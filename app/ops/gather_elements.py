@@ -27,19 +27,31 @@ from app.ops.raw import as_raw, into_c_ordered
 _INDEX_NUMBERS = frozenset(np.dtype(name).num for name in INT32_OR_INT64)
 # Positions are computed this many output elements at a time (their workspace's bound).
 _CHUNK = 1 << 20
+#: Indices of this many bytes or more, along the last axis (or one whose later dimensions are
+#: all 1), have their bounds checked by the kernel as it reads them, not by the plan: one read
+#: of the indices where the plan's pass and the gather made two.
+_KERNEL_CHECKS_BYTES = 1 << 20
 
 
 class GatherElementsPlan(NamedTuple):
-    """The normalised axis of one GatherElements; the output has the shape of indices."""
+    """The normalised axis of one GatherElements; the output has the shape of indices.
+    ``in_kernel``: the indices' bounds are left to the kernel (``_gather_elements_into``)."""
 
     axis: int
     output_shape: tuple[int, ...]
+    in_kernel: bool = False
 
 
 def gather_elements_plan(
-    data_shape: tuple[int, ...], indices: npt.NDArray[Any], axis: int
+    data_shape: tuple[int, ...],
+    indices: npt.NDArray[Any],
+    axis: int,
+    *,
+    large_to_kernel: bool = False,
 ) -> GatherElementsPlan:
-    """Check the inputs of a GatherElements against the spec, before any data is touched."""
+    """Check the inputs of a GatherElements against the spec, before any data is touched;
+    ``large_to_kernel``: the bounds of large indices along the inner axis are left to the
+    kernel, which refuses them as this would (``_refuse_out_of_bounds``)."""
     if indices.dtype.num not in _INDEX_NUMBERS:
         raise SpecError(
             "indices", f"indices must be of type int32 or int64 (T_IND), got {indices.dtype.name}"
@@ -68,6 +80,18 @@ def gather_elements_plan(
                 f"data of shape {data_shape}, indices of shape {indices.shape}, axis {axis}",
             )
     length = data_shape[normal]
+    if (
+        large_to_kernel
+        and indices.nbytes >= _KERNEL_CHECKS_BYTES
+        and math.prod(data_shape[normal + 1 :]) == 1
+    ):
+        return GatherElementsPlan(normal, indices.shape, in_kernel=True)
+    _refuse_out_of_bounds(indices, length)
+    return GatherElementsPlan(normal, indices.shape)
+
+
+def _refuse_out_of_bounds(indices: npt.NDArray[Any], length: int) -> None:
+    """Refuse the first index value outside [0, ``length`` - 1], naming its place."""
     check_in_bounds(
         indices,
         length,
@@ -77,7 +101,6 @@ def gather_elements_plan(
             f"index values are expected to be within bounds [0, s-1] (s = {length})",
         ),
     )
-    return GatherElementsPlan(normal, indices.shape)
 
 
 def gather_elements(
@@ -109,7 +132,9 @@ def gather_elements_planned(
         out,
         plan.output_shape,
         data.dtype,
-        lambda target: _gather_elements_into(as_raw(data), indices, plan.axis, as_raw(target)),
+        lambda target: _gather_elements_into(
+            as_raw(data), indices, plan.axis, as_raw(target), plan.in_kernel
+        ),
     )
 
 
@@ -121,9 +146,15 @@ def _native(indices: npt.NDArray[Any]) -> npt.NDArray[Any]:
 
 
 def _gather_elements_into(
-    source: npt.NDArray[Any], indices: npt.NDArray[Any], axis: int, out: npt.NDArray[Any]
+    source: npt.NDArray[Any],
+    indices: npt.NDArray[Any],
+    axis: int,
+    out: npt.NDArray[Any],
+    in_kernel: bool = False,
 ) -> None:
-    """Gather into ``out`` (C-contiguous, not empty; ``indices`` in bounds).
+    """Gather into ``out`` (C-contiguous, not empty; ``indices`` in bounds, or ``in_kernel``:
+    checked here, along the inner axis, by the loop as it reads them: an index out of bounds
+    is refused as the plan refuses it).
 
     Along the last axis every row of indices reads one row of data: Gather's compiled loop
     does it with the indices as they are. Along another axis an element's flat position in data
@@ -140,7 +171,10 @@ def _gather_elements_into(
     if inner == 1:
         # The next row prefetched as Gather's (64 MiB of int8, reversed rows: 1.2x faster).
         line = prefetch_line(length, count, source.dtype.itemsize)
-        loops.take(flat_source, flat_indices, flat_out, outer, 1, length, count, length, line)
+        # No wrap: a negative index is outside [0, length), as the spec's bounds say.
+        outside = loops.take(flat_source, flat_indices, flat_out, outer, 1, length, count, 0, line)
+        if outside and in_kernel:
+            _refuse_out_of_bounds(indices, length)
         return
     block = count * inner  # output elements of one outer index
     rows = max(1, _CHUNK // block)
@@ -177,8 +211,12 @@ def gather_elements_workspace(indices: npt.NDArray[Any], axis: int) -> int:
 
 def _plan_gather_elements(arrays: Arrays, attributes: Attributes) -> Plan:
     data, indices = arrays["data"], arrays["indices"]
-    plan = gather_elements_plan(data.shape, indices, attributes["axis"])
-    return Plan(plan.output_shape, functools.partial(gather_elements_planned, data, indices, plan))
+    plan = gather_elements_plan(data.shape, indices, attributes["axis"], large_to_kernel=True)
+    run = functools.partial(gather_elements_planned, data, indices, plan)
+    if not plan.in_kernel:
+        return Plan(plan.output_shape, run)
+    length = data.shape[plan.axis]
+    return Plan(plan.output_shape, run, check=lambda: _refuse_out_of_bounds(indices, length))
 
 
 def _gather_elements_workspace(arrays: Arrays, attributes: Attributes) -> int:
@@ -250,7 +288,7 @@ OP = Op(
     decisions=(
         "GatherElements-6 indices outside [0, s-1] (negative ones included): the spec expects "
         "every index value within bounds [0, s-1]; any other is refused with a 422 naming "
-        "`indices`, before anything is gathered.",
+        "`indices` (the first out of bounds, in C order), and no output is given.",
         "GatherElements-6 with an empty data axis (s = 0): only an indices tensor with no "
         "elements is accepted (its output is empty); any index value would be out of bounds.",
     ),

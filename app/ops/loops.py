@@ -149,15 +149,15 @@ def take(
     count: int,
     wrap: int,
     line: int,
-) -> None:
-    """``compiled.take`` (its docstring says what), or its stand-in."""
+) -> int:
+    """``compiled.take`` (its docstring says what), or its stand-in: 1 when a position was
+    outside ``[0, length)``."""
     module = _COMPILED.module
     if module is None or _STAND_INS.get():
         module = _stand_in_or_loops(out.nbytes <= numpy_loops.CHEAP_OUTPUT_BYTES)
         if module is None:
-            numpy_loops.take(source, indices, out, batches, outer, length, count, wrap, line)
-            return
-    module.take(source, indices, out, batches, outer, length, count, wrap, line)
+            return numpy_loops.take(source, indices, out, batches, outer, length, count, wrap, line)
+    return int(module.take(source, indices, out, batches, outer, length, count, wrap, line))
 
 
 def take_slices(

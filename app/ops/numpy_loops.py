@@ -55,9 +55,10 @@ def take(
     count: int,
     wrap: int,
     line: int,
-) -> None:
-    """``compiled.take``: single elements (``line``, the prefetch distance, has no use here)."""
-    _gather(source, indices, out, batches, outer, length, count, 1, wrap)
+) -> int:
+    """``compiled.take``: single elements (``line``, the prefetch distance, has no use here);
+    1 when a position was outside ``[0, length)``."""
+    return int(_gather(source, indices, out, batches, outer, length, count, 1, wrap))
 
 
 def take_slices(
@@ -86,19 +87,22 @@ def _gather(
     count: int,
     inner: int,
     wrap: int,
-) -> None:
+) -> bool:
+    """The gather of both ``take`` and ``take_slices``; whether a position was outside
+    ``[0, length)``."""
     target = out[: batches * outer * count * inner].reshape(batches, outer, count, inner)
     if target.size == 0:
-        return
+        return False
     if length == 0:
         target.fill(0)
-        return
+        return True
     rows = source[: batches * outer * length * inner].reshape(batches, outer, length, inner)
     positions = _positions(indices, batches, count, wrap, length)
     outside = positions < 0
     chosen = np.where(outside, 0, positions).reshape(batches, 1, count, 1)
     np.copyto(target, np.take_along_axis(rows, chosen, axis=2))
     np.copyto(target, 0, where=outside.reshape(batches, 1, count, 1))
+    return bool(outside.any())
 
 
 def roll_rows(source: Array, out: Array, table: Array, row: int, split: int) -> None:

@@ -20,7 +20,12 @@ import pytest
 from openvino import op as ov_op
 
 from app.ops.errors import SpecError
-from app.ops.gather_elements import OP, gather_elements, gather_elements_plan
+from app.ops.gather_elements import (
+    OP,
+    _plan_gather_elements,
+    gather_elements,
+    gather_elements_plan,
+)
 from app.ops.index_rules import check_in_bounds
 from tests.cases import DATA_TYPES, make_data, raw, special_bits
 from tests.ops.movement_support import (
@@ -290,3 +295,92 @@ def _gather_elements_case(nbytes: int, dtype: Any) -> BenchmarkCase:
     arrays = {"data": data, "indices": indices}
     return BenchmarkCase("gather_elements", f"inner axis, {short(dtype)}", arrays, {"axis": 1},
                          data.dtype, 2 * data.nbytes + indices.nbytes, model)  # fmt: skip
+
+
+# --- the bounds checked by the kernel (large indices along the inner axis) -----------------------
+
+
+def _outcome(data: Any, indices: Any, axis: int) -> tuple[Any, Any]:
+    """What the op's declared plan makes of the request: ("refused", message) or ("ok", the
+    output's bits); and, when the kernel checks the bounds, what ``Plan.check`` says apart."""
+    try:
+        plan = _plan_gather_elements({"data": data, "indices": indices}, {"axis": axis})
+    except SpecError as error:
+        return ("refused", error.message), None
+    apart = None
+    if plan.check is not None:
+        try:
+            plan.check()
+        except SpecError as error:
+            apart = ("refused", error.message)
+    try:
+        return ("ok", raw(plan.run(None))), apart
+    except SpecError as error:
+        return ("refused", error.message), apart
+
+
+#: Along the last axis; along one whose later dimensions are all 1; rows long and short.
+_INNER_SHAPES = [((3, 5, 40), 2), ((4, 100), -1), ((2, 3, 7, 1), 2), ((70, 3), 1)]
+
+
+@pytest.mark.parametrize("stand_in", [False, True], ids=["compiled", "stand-in"])
+@pytest.mark.parametrize("index_type", [np.int32, np.int64], ids=["int32", "int64"])
+@pytest.mark.parametrize("dtype", ["int8", "int16", "float32", "float64"])
+def test_the_kernel_refuses_what_the_plan_refuses(
+    dtype: str, index_type: Any, stand_in: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Indices whose bounds the kernel checks (large ones along the inner axis) give what the
+    plan's check gives: the same refusal of the same index, or the same output to the bit; and
+    ``Plan.check``, apart, the same refusal before anything is written."""
+    import contextlib  # noqa: PLC0415
+
+    from app.ops import gather_elements as module  # noqa: PLC0415
+    from app.ops import loops  # noqa: PLC0415
+
+    assert loops.wait_compiled(120)
+    rng = np.random.default_rng(5)
+    refused = 0
+    for shape, axis in _INNER_SHAPES:
+        data = rng.integers(-100, 100, shape).astype(dtype)
+        length = shape[axis]
+        base = rng.integers(0, length, shape).astype(index_type)
+        last = tuple(n - 1 for n in shape)
+        middle = tuple(n // 2 for n in shape)
+        values = [(None, 0), ((0,) * len(shape), -1), (last, length), (middle, -length),
+                  (middle, np.iinfo(index_type).max), (last, np.iinfo(index_type).min)]  # fmt: skip
+        for at, value in values:
+            indices = base.copy()
+            if at is not None:
+                indices[at] = value
+            with loops.numpy_stand_ins() if stand_in else contextlib.nullcontext():
+                monkeypatch.setattr(module, "_KERNEL_CHECKS_BYTES", 1 << 62)
+                want, _ = _outcome(data, indices, axis)
+                monkeypatch.setattr(module, "_KERNEL_CHECKS_BYTES", 0)
+                got, apart = _outcome(data, indices, axis)
+            assert got[0] == want[0], (shape, at, value)
+            if want[0] == "ok":
+                assert_same_bits(got[1], want[1])
+                assert apart is None
+            else:
+                assert got == want == apart, (shape, at, value)
+                refused += 1
+    assert refused == 5 * len(_INNER_SHAPES)
+
+
+def test_large_indices_are_checked_by_the_kernel() -> None:
+    """At the size the kernel checks the bounds itself (no threshold moved), an index past the
+    data's axis in the last row is refused naming it, as the plan refused it."""
+    from app.ops import gather_elements as module  # noqa: PLC0415
+
+    data = np.arange(64 * 4096, dtype=np.int8).reshape(64, 4096)
+    indices = np.random.default_rng(2).integers(0, 4096, (64, 4096)).astype(np.int32)
+    assert indices.nbytes >= module._KERNEL_CHECKS_BYTES
+    plan = _plan_gather_elements({"data": data, "indices": indices}, {"axis": 1})
+    assert plan.check is not None
+    assert_same_bits(raw(plan.run(None)), reference(data, indices, 1))
+    indices[63, 4095] = 4096
+    words = r"indices\[63, 4095\] = 4096 is out of bounds"
+    with pytest.raises(SpecError, match=words):
+        _plan_gather_elements({"data": data, "indices": indices}, {"axis": 1}).run(None)
+    with pytest.raises(SpecError, match=words):
+        gather_elements(data, indices, 1)

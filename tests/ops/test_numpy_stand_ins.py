@@ -431,3 +431,37 @@ def test_a_large_col2im_kernel_waits_for_the_compiled_loops(
     timer.join()
     # Each axis's reach (2 and side + 1 elements) stood in; the sum (2 * (side + 1)) waited.
     assert stand_in_calls == ["col2im_reach", "col2im_reach", "col2im"] + ["col2im_reach"] * 2
+
+
+#: ``take``'s ways, by (element type, batches, outer, length, count): one row a batch (vector
+#: gathers), several rows of 2-byte elements (positions once for all rows), 8 rows of bytes and
+#: more (their columns, where the CPU has VBMI; else positions).
+_TAKE_WAYS = [(np.float32, 3, 1, 50, 70), (np.int16, 2, 5, 40, 33), (np.int8, 2, 9, 100, 128)]
+
+
+@pytest.mark.parametrize(("dtype", "batches", "outer", "length", "count"), _TAKE_WAYS, ids=str)
+@pytest.mark.parametrize("index_type", [np.int32, np.int64], ids=["int32", "int64"])
+def test_take_says_where_a_position_was_outside_as_its_stand_in(
+    dtype: Any, batches: int, outer: int, length: int, count: int, index_type: Any
+) -> None:
+    """``take`` answers 1 where an index's position (after the wrap) was outside
+    ``[0, length)``, else 0, on each of its ways, as its stand-in does: what a kernel that
+    leaves the bounds to it (GatherElements') refuses by."""
+    rng = np.random.default_rng(count)
+    width = f"u{np.dtype(dtype).itemsize}"  # the loops move bits: unsigned words
+    source = rng.integers(-100, 100, batches * outer * length).astype(dtype).view(width)
+    base = rng.integers(0, length, batches * count).astype(index_type)
+    for wrap in (0, length):
+        for at, value in ((None, 0), (0, -1), (base.size - 1, length), (count // 2, -length - 1)):
+            indices = base.copy()
+            if at is not None:
+                indices[at] = value
+            out = np.empty(batches * outer * count, width)
+            got = loops.take(source, indices, out, batches, outer, length, count, wrap, 0)
+            with loops.numpy_stand_ins():
+                want_out = np.empty_like(out)
+                want = loops.take(source, indices, want_out, batches, outer, length, count, wrap,
+                                  0)  # fmt: skip
+            assert_same_bits(out, want_out)
+            outside = at is not None and not (wrap and value == -1)
+            assert got == want == int(outside), (wrap, at, value)

@@ -219,18 +219,24 @@ def test_inputs_and_output_each_way_alone(server: Server, new_object: Any, trans
     assert_same_bits(region.read(data.dtype, data.shape, offset=data.nbytes), expected)
 
 
-@pytest.mark.parametrize("transport", ["http", "grpc"])
-@pytest.mark.parametrize("broken", ["step_ids", "parent_ids", "none"])
-def test_an_output_region_is_written_only_for_an_answer(
-    server: Server, new_object: Any, transport: str, broken: str
-) -> None:
-    """A GatherTree large enough that its walk checks the ids as it reads them
-    (``_WALK_CHECKS_BYTES``): a refused request leaves the output's region as it was (the
-    checks made before a byte is written there), naming the id; a good one fills it."""
+def _checked_by_the_kernel(broken: str) -> tuple[str, dict[str, Array], Array, str]:
+    """A request whose values the kernel checks as it reads them (a large GatherTree's ids, a
+    large GatherElements' indices along the inner axis, axis 1), ``broken`` one way or not at
+    all: the op, its inputs, its output (or None) and the words of its refusal."""
+    from app.ops import gather_elements as elements  # noqa: PLC0415
     from app.ops import gather_tree as walk  # noqa: PLC0415
 
-    shape = (64, 64, 64)  # float32: 1 MiB of ids
     rng = np.random.default_rng(4)
+    if broken.startswith("indices"):
+        data = rng.integers(-9, 9, (64, 4096)).astype(np.int8)
+        indices = rng.integers(0, 4096, (64, 4096)).astype(np.int32)
+        assert indices.nbytes >= elements._KERNEL_CHECKS_BYTES
+        if broken == "indices":
+            indices[63, 4095] = -1
+        arrays = {"data": data, "indices": indices}
+        good = None if broken == "indices" else elements.gather_elements(data, indices, 1)
+        return "gather_elements", arrays, good, "is out of bounds"
+    shape = (64, 64, 64)  # float32: 1 MiB of ids
     step_ids = rng.integers(0, 9, shape).astype(np.float32)
     parent_ids = rng.integers(0, 64, shape).astype(np.float32)
     assert step_ids.nbytes >= walk._WALK_CHECKS_BYTES
@@ -239,26 +245,41 @@ def test_an_output_region_is_written_only_for_an_answer(
     elif broken == "parent_ids":
         parent_ids[63, 63, 63] = 64.0
     lengths, end = np.full(64, 64, np.float32), np.array(3, np.float32)
-    region = new_object(step_ids.nbytes)
-    pattern = np.full(shape, 7.25, np.float32)
+    arrays = {"step_ids": step_ids, "parent_ids": parent_ids, "max_seq_len": lengths,
+              "end_token": end}  # fmt: skip
+    good = walk.gather_tree(step_ids, parent_ids, lengths, end) if broken == "ids" else None
+    words = "integer values only" if broken == "step_ids" else "is no beam"
+    return "gather_tree", arrays, good, words
+
+
+@pytest.mark.parametrize("transport", ["http", "grpc"])
+@pytest.mark.parametrize("broken", ["step_ids", "parent_ids", "ids", "indices", "indices-none"])
+def test_an_output_region_is_written_only_for_an_answer(
+    server: Server, new_object: Any, transport: str, broken: str
+) -> None:
+    """A request whose values the kernel checks as it reads them (``Plan.check``): a refused
+    one leaves the output's region as it was (the checks made before a byte is written
+    there), naming the input; a good one fills it."""
+    op, arrays, good, words = _checked_by_the_kernel(broken)
+    first = next(iter(arrays.values()))
+    region = new_object(first.nbytes)
+    pattern = np.full(first.shape, 7.25).astype(first.dtype)
     region.write(pattern)
     client = server.http if transport == "http" else server.grpc
     module: Any = httpclient if transport == "http" else grpcclient
     make = http_tensor if transport == "http" else grpc_tensor
     client.register_system_shared_memory("out", region.key, region.size)
     output = module.InferRequestedOutput("output")
-    output.set_shared_memory("out", step_ids.nbytes)
-    names = ("step_ids", "parent_ids", "max_seq_len", "end_token")
-    arrays = (step_ids, parent_ids, lengths, end)
-    tensors = [make(name, array) for name, array in zip(names, arrays, strict=True)]
-    if broken == "none":
-        client.infer("gather_tree", tensors, outputs=[output])
-        want = walk.gather_tree(*arrays)
-        assert_same_bits(region.read(np.dtype(np.float32), shape), want)
+    output.set_shared_memory("out", first.nbytes)
+    tensors = [make(name, array) for name, array in arrays.items()]
+    parameters = {"axis": 1} if op == "gather_elements" else None
+    if good is not None:
+        client.infer(op, tensors, outputs=[output], parameters=parameters)
+        assert_same_bits(region.read(first.dtype, first.shape), good)
         return
-    words = "integer values only" if broken == "step_ids" else "is no beam"
-    refused(lambda: client.infer("gather_tree", tensors, outputs=[output]), broken, words)
-    assert_same_bits(region.read(np.dtype(np.float32), shape), pattern)
+    refused(lambda: client.infer(op, tensors, outputs=[output], parameters=parameters), broken,
+            words)  # fmt: skip
+    assert_same_bits(region.read(first.dtype, first.shape), pattern)
 
 
 def test_a_region_at_an_offset_of_its_object(server: Server, new_object: Any) -> None:
