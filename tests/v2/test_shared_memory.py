@@ -219,7 +219,7 @@ def test_inputs_and_output_each_way_alone(server: Server, new_object: Any, trans
     assert_same_bits(region.read(data.dtype, data.shape, offset=data.nbytes), expected)
 
 
-def _checked_by_the_kernel(broken: str) -> tuple[str, dict[str, Array], Array, str]:
+def _checked_by_the_kernel(broken: str) -> tuple[str, dict[str, Array], Array | None, str]:
     """A request whose values the kernel checks as it reads them (a large GatherTree's ids, a
     large GatherElements' indices along the inner axis, axis 1), ``broken`` one way or not at
     all: the op, its inputs, its output (or None) and the words of its refusal."""
@@ -233,7 +233,7 @@ def _checked_by_the_kernel(broken: str) -> tuple[str, dict[str, Array], Array, s
         assert indices.nbytes >= elements._KERNEL_CHECKS_BYTES
         if broken == "indices":
             indices[63, 4095] = -1
-        arrays = {"data": data, "indices": indices}
+        arrays: dict[str, Array] = {"data": data, "indices": indices}
         good = None if broken == "indices" else elements.gather_elements(data, indices, 1)
         return "gather_elements", arrays, good, "is out of bounds"
     shape = (64, 64, 64)  # float32: 1 MiB of ids
