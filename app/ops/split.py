@@ -18,7 +18,7 @@ from app.ops.declaration import (
     narrowed_by_the_cpu_plugin,
 )
 from app.ops.errors import SpecError
-from app.ops.split_rules import pieces, split_axis, split_shapes
+from app.ops.split_rules import pieces, pieces_into, split_axis, split_shapes
 
 
 def split_lengths(
@@ -52,7 +52,11 @@ def split(data: npt.ArrayLike, axis: npt.ArrayLike, num_splits: int) -> list[npt
 def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     data = arrays["data"]
     axis, lengths = split_lengths(data.shape, arrays["axis"], attributes["num_splits"])
-    return SplitPlan(split_shapes(data.shape, axis, lengths), lambda: pieces(data, axis, lengths))
+    return SplitPlan(
+        split_shapes(data.shape, axis, lengths),
+        lambda: pieces(data, axis, lengths),
+        into=lambda ready: pieces_into(data, axis, lengths, ready),
+    )
 
 
 OP = Op(

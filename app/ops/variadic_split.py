@@ -19,7 +19,7 @@ from app.ops.declaration import (
 )
 from app.ops.errors import SpecError
 from app.ops.raw import is_integer_type
-from app.ops.split_rules import pieces, split_axis, split_shapes
+from app.ops.split_rules import pieces, pieces_into, split_axis, split_shapes
 
 
 def variadic_lengths(
@@ -82,7 +82,11 @@ def variadic_split(
 def _plan(arrays: Arrays, attributes: Attributes) -> SplitPlan:
     data = arrays["data"]
     axis, lengths = variadic_lengths(data.shape, arrays["axis"], arrays["split_lengths"])
-    return SplitPlan(split_shapes(data.shape, axis, lengths), lambda: pieces(data, axis, lengths))
+    return SplitPlan(
+        split_shapes(data.shape, axis, lengths),
+        lambda: pieces(data, axis, lengths),
+        into=lambda ready: pieces_into(data, axis, lengths, ready),
+    )
 
 
 _DATA = [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12], [13, 14, 15], [16, 17, 18]]

@@ -23,6 +23,7 @@ from tests.ops.movement_support import (
     sample,
     short,
     square,
+    watch_stream_flags,
 )
 
 
@@ -120,3 +121,31 @@ def _benchmark_case(nbytes: int, dtype: Any) -> BenchmarkCase:
 
     return BenchmarkCase("split", f"4 along axis 1, {short(dtype)}", {"data": data, "axis": np.array(1)},
                          {"num_splits": 4}, data.dtype, 2 * data.nbytes, model)  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", ELEMENT_TYPES, ids=str)
+def test_pieces_written_into_ready_arrays(dtype: np.dtype[Any], monkeypatch: Any) -> None:
+    """``SplitPlan.into`` (what an answer asks for): each piece written into its ready array,
+    and that array given back, by the compiled copy written by non-temporal stores (the
+    thresholds lowered to 0 here) where data is native, by NumPy's where it is big-endian, a
+    view where no array is given; the same bits as the views, NaN payloads and -0.0 kept."""
+    from app.ops import compiled, loops, raw  # noqa: PLC0415
+
+    assert loops.wait_compiled(120) and loops.ready_module() is compiled
+    for name in ("STREAM_BYTES", "STREAM_ROW_BYTES", "COPY_VIEW_FROM"):
+        monkeypatch.setattr(raw, name, 0)
+    streamed = watch_stream_flags(monkeypatch, compiled, "strided_copy")
+    data = sample(dtype, (5, 12, 7), seed=8)
+    for given in (data, data.astype(data.dtype.newbyteorder(">"))):
+        plan = OP.plan({"data": given, "axis": np.array(1)}, {"num_splits": 4})
+        assert isinstance(plan, SplitPlan) and plan.into is not None
+        ready = [np.empty(shape, dtype.newbyteorder("=")) for shape in plan.output_shapes]
+        before = len(streamed)
+        parts = plan.into([ready[0], None, ready[2], ready[3]])
+        assert parts[0] is ready[0] and parts[2] is ready[2] and parts[3] is ready[3]
+        assert np.shares_memory(parts[1], given)  # no array given: the view
+        for part, expected in zip(parts, np.split(data, 4, 1), strict=True):
+            assert_same_bits(np.ascontiguousarray(part).astype(dtype), expected.copy())
+        native = given.dtype.isnative
+        assert (len(streamed) > before) == native
+        assert set(streamed[before:]) <= {1}
