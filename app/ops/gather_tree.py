@@ -116,18 +116,23 @@ def gather_tree_plan(
         raise SpecError(
             "end_token", f"end_token must be a scalar, got shape {list(end_token.shape)}"
         )
-    fits = None
-    for name, array in zip(_NAMES, (step_ids, parent_ids, max_seq_len, end_token), strict=True):
-        if name in _NAMES[:2] and not ids_checked:
-            continue
-        if name == "parent_ids" and _scanned_with_largest(parent_ids):
-            fits = _integral_parents(parent_ids, beam_width)
-        else:
-            _integral(name, array)
+    fits = _integral_ids(step_ids, parent_ids) if ids_checked else None
+    _integral("max_seq_len", max_seq_len)
+    _integral("end_token", end_token)
     lengths = _decoded_lengths(max_seq_len, max_time)
     if ids_checked:
         _check_parents(parent_ids, lengths, beam_width, fits)
     return lengths
+
+
+def _integral_ids(step_ids: npt.NDArray[Any], parent_ids: npt.NDArray[Any]) -> bool | None:
+    """``_integral`` of step_ids, then of parent_ids; ``_every_parent_names_a_beam``'s answer
+    when the scan of the parent ids found it too (None: not known)."""
+    _integral("step_ids", step_ids)
+    if _scanned_with_largest(parent_ids):
+        return _integral_parents(parent_ids, step_ids.shape[2])
+    _integral("parent_ids", parent_ids)
+    return None
 
 
 def _checked_ids(
@@ -135,12 +140,7 @@ def _checked_ids(
 ) -> None:
     """The checks of the ids that ``gather_tree_plan`` leaves to the walk, in its order (the
     other inputs passed before them): the same refusal, of the same id, as the plan's."""
-    _integral("step_ids", step_ids)
-    fits = None
-    if _scanned_with_largest(parent_ids):
-        fits = _integral_parents(parent_ids, step_ids.shape[2])
-    else:
-        _integral("parent_ids", parent_ids)
+    fits = _integral_ids(step_ids, parent_ids)
     _check_parents(parent_ids, lengths, step_ids.shape[2], fits)
 
 

@@ -26,6 +26,7 @@ from tests.support import DTYPES, grpc_channel, grpc_serving, inference_stub, np
 from tests.transports.test_edge_shapes import (
     WAYS,
     Outcome,
+    _field,
     _grpc_message,
     anyio_backend,
     first_example,
@@ -86,7 +87,7 @@ async def through_the_stream(stub: Any, op: Op, arrays: Any, attributes: Any) ->
     async for answer in stub.ModelStreamInfer(messages()):
         if answer.error_message:
             message = answer.error_message
-            return ("refused", 400, message.split(": ", 1)[0].rsplit(".", 1)[-1], message)
+            return ("refused", 400, _field(message), message)
         got = [
             np.frombuffer(raw, np.dtype(tensor_dtype(tensor))).reshape(tuple(tensor.shape))
             for tensor, raw in zip(
