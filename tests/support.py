@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 import zipfile
 import zlib
@@ -257,6 +258,31 @@ def launch_server(
     return _launch(env, command, settled)
 
 
+#: Run before the server's own command (``python -c`` this, then ``os.execv`` into it, the same
+#: process): the kernel sends the server SIGTERM when the thread that started it ends, and a
+#: server whose starter is gone already does not start. A test process killed outright (an xdist
+#: worker whose controller was stopped ends with ``os._exit``, no ``atexit`` or ``finally``)
+#: leaves no server behind: it runs in a session of its own, out of reach of the signals that
+#: stopped the tests.
+_DIE_WITH_STARTER = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    os._exit(1)\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])\n"
+)
+
+
+def _dying_with_this_process() -> list[str]:
+    """The start of a server's command line: the Python that runs the tests, told to end the
+    server with this process (``_DIE_WITH_STARTER``: PR_SET_PDEATHSIG, Linux's), when this is the
+    main thread (the signal follows the starting thread, which a helper thread's end would
+    fire early)."""
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return [sys.executable]
+    return [sys.executable, "-c", _DIE_WITH_STARTER, str(os.getpid())]
+
+
 class _PortTakenError(RuntimeError):
     """The server could not bind: its port (or the gRPC port its env names) was taken."""
 
@@ -277,7 +303,7 @@ def _launch(
     }
     log = tempfile.NamedTemporaryFile(prefix="tensor-ops-server-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
-        [sys.executable, *arguments],
+        [*_dying_with_this_process(), *arguments],
         cwd=ROOT,
         env={**os.environ, **settings, **(env or {})},
         # A file, not a pipe: a pipe nobody reads fills up and stalls the server's logging.
