@@ -289,15 +289,21 @@ def test_the_declared_workspace_covers_what_the_copy_holds(
     plan = OP.plan(arrays, attributes)
     assert isinstance(plan, Plan)
     out = np.empty(plan.output_shape, data.dtype)
+    # tracemalloc counts every thread of the process: another test's thread in this worker (a
+    # server's, numba's loader) may allocate during one run. What the kernel itself holds is
+    # there in every run: the least of three.
+    held = []
     tracemalloc.start()
     try:
-        tracemalloc.reset_peak()
-        before, _ = tracemalloc.get_traced_memory()
-        plan.run(out)
-        _, peak = tracemalloc.get_traced_memory()
+        for _ in range(3):
+            tracemalloc.reset_peak()
+            before, _ = tracemalloc.get_traced_memory()
+            plan.run(out)
+            _, peak = tracemalloc.get_traced_memory()
+            held.append(peak - before)
     finally:
         tracemalloc.stop()
-    assert peak - before <= OP.workspace(arrays, attributes)
+    assert min(held) <= OP.workspace(arrays, attributes)
     widths = list(zip(begin.tolist(), end.tolist(), strict=True))
     reference = np.pad(data, widths, mode=mode)  # type: ignore[call-overload]
     assert_same_bits(out, reference)
