@@ -153,6 +153,8 @@ class GrpcExchange:
         return _TYPED_BYTES_PER_WIRE_BYTE * len(self.head) + _ENTRY_BYTES * entries
 
     def decode(self, limits: Limits) -> Job:
+        if self.shared is None:  # no region to verify: a refusal is the request's own
+            return self._decode(limits)
         return decoded_checked(self.shared, lambda: self._decode(limits))
 
     def _decode(self, limits: Limits) -> Job:
@@ -380,9 +382,11 @@ class GrpcExchange:
     def encode(self, job: Job) -> Answer:
         # A refusal while it ran (a check the plan left to the kernel) gives way to the
         # region's own, as decoding's does; and no object of the request was cut short.
-        answer = decoded_checked(self.shared, lambda: self._encode(job))
-        if self.shared is not None:
-            self.shared.verify()
+        shared = self.shared
+        if shared is None:
+            return self._encode(job)
+        answer = decoded_checked(shared, lambda: self._encode(job))
+        shared.verify()
         return answer
 
     def _encode(self, job: Job) -> Answer:

@@ -210,7 +210,7 @@ class HeadCache:
             if layout.shared_off is not shared_off or layout.limits != limits:
                 continue
             for start, piece in layout.pieces:
-                if message[start : start + len(piece)] != piece:
+                if not message.startswith(piece, start):  # compared in place, no slice made
                     break
             else:
                 # Kept still (else the message is checked in full, and its head kept again).

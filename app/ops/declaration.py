@@ -42,11 +42,13 @@ MAX_LIST = 64
 _INT64 = range(-(2**63), 2**63)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Plan:
     """What an op's planner made of one request's inputs: the output's shape, and how to
     compute it (into ``out`` when given) from the checks already made. The job carries it from
-    the checks to the kernel.
+    the checks to the kernel. Nothing changes it once made; it is not frozen because a frozen
+    class sets each field through ``object.__setattr__``: a third of a microsecond of every
+    request, three times what the slots' own assignment takes.
 
     ``check`` (optional): checks of the values the planner left to ``run``, which makes them as
     it reads the values (a large request's inputs read once, not twice) and raises

@@ -134,6 +134,11 @@ def _net_shifts_small(
     rank = len(data_shape)
     if rank == 0 or 0 in data_shape:
         return {}
+    if len(axes_list) == 1:  # one axis, one shift: the commonest roll, without the tally
+        axis = axes_list[0]
+        normal = axis + rank if axis < 0 else axis
+        amount = shifts_list[0] % data_shape[normal]
+        return {normal: amount} if amount else {}
     totals: dict[int, int] = {}
     for axis, amount in zip(axes_list, shifts_list, strict=True):
         normal = axis + rank if axis < 0 else axis
