@@ -403,13 +403,20 @@ def bench_small(config: Config, pairs: list[Pair]) -> dict[str, Any]:
     request = roll_request(data, np.array([1]), np.array([0]))
     runs = asyncio.run(small_runs(config, pairs, request, data))
     summary: dict[str, Any] = {}
+    spread: dict[str, list[float]] = {}
     for label, by_server in runs.items():
         summary[label] = {
             name: {metric: statistics.median(run[metric] for run in values) for metric in values[0]}
             for name, values in by_server.items()
         }
+        # Each round's own ratio (the service's load beside the echo's of the same round): how
+        # far one run's figure may move on this machine.
+        spread[label] = [
+            service["cps"] / echo["cps"]
+            for service, echo in zip(by_server["service"], by_server["echo"], strict=True)
+        ]
     print("  small calls: done", file=sys.stderr, flush=True)
-    return {"request_bytes": len(request), "servers": summary}
+    return {"request_bytes": len(request), "servers": summary, "rounds": spread}
 
 
 def print_small(results: dict[str, Any], config: Config) -> list[list[str]]:
@@ -451,6 +458,12 @@ def print_small(results: dict[str, Any], config: Config) -> list[list[str]]:
         "client CPU",
     ]  # fmt: skip
     print(table(headers, rows, left=2))
+    for label, ratios in results["rounds"].items():
+        print(
+            f"  service/echo calls/s round by round ({label}): "
+            + " ".join(f"{ratio:.2f}x" for ratio in ratios)
+            + f" (spread {min(ratios):.2f}x-{max(ratios):.2f}x)"
+        )
     return targets
 
 
