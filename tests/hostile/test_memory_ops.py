@@ -2,7 +2,12 @@
 kind makes (Tile and Pad: 64 MiB out of 1 MiB in), sent as an ``.npz`` body and as V2 binary
 tensors to one real worker, its RSS growth held to the matrix's bound (growth <= 1.25 x
 reserved + 16 MiB, ``test_memory_matrix.py``) and its answer checked against a NumPy reference.
-Cells of ops the registry does not hold are not made."""
+Cells of ops the registry does not hold are not made.
+
+Every other op of the registry has cells too, made from its float32 kernel benchmark case
+(``benchmark_cases`` in its test file, about ``CASE_BYTES`` of data; ``test_benchmark_cases.py``
+holds each to OpenVINO's CPU plugin): its answer is checked against the op's own plan and kernel
+run in this process. A new op is covered here without a line written for it."""
 
 import io
 import time
@@ -14,7 +19,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from app.pipeline.jobs import Limits, make_job
 from app.registry import REGISTRY
+from app.settings import Settings
+from tensor_ops_wire.ops import parameter_value, query_text
 from tests.hostile.test_memory_matrix import (
     MiB,
     Request,
@@ -24,7 +32,8 @@ from tests.hostile.test_memory_matrix import (
     watched,
     worker,
 )
-from tests.support import npz_bytes
+from tests.ops.movement_support import benchmark_cases_of
+from tests.support import DTYPES, npz_bytes
 
 pytestmark = pytest.mark.e2e
 __all__ = ["worker"]  # the matrix's fixture, used here too
@@ -126,26 +135,52 @@ BUILDERS = {
     "scatter_update": _scatter_update,
     "scatter_nd_update": _scatter_nd_update,
 }
+#: The data of an op's cell made from its benchmark case.
+CASE_BYTES = 32 * MiB
+
+
+def _from_benchmark_case(
+    op: str,
+) -> Callable[[], tuple[dict[str, Array], dict[str, Any], list[Array]]]:
+    """The cell of ``op``'s float32 benchmark case: its inputs and attributes, and the answer of
+    the op's own plan and kernel in this process."""
+
+    def build() -> tuple[dict[str, Array], dict[str, Any], list[Array]]:
+        cases = benchmark_cases_of(op, CASE_BYTES)
+        case = next(case for case in cases if case.dtype == np.float32)
+        declared = REGISTRY[op]
+        attributes = {**declared.attribute_defaults(), **case.attributes}
+        job = make_job(declared, case.arrays, attributes, Limits.of(Settings()))
+        return dict(case.arrays), dict(case.attributes), [np.array(out) for out in job.outputs()]
+
+    return build
+
+
+#: The memory matrix's own ops, in every form there (``test_memory_matrix.py``).
+MATRIX_OPS = ("roll", "gather")
+CELL_BUILDERS = {
+    op: BUILDERS.get(op) or _from_benchmark_case(op) for op in REGISTRY if op not in MATRIX_OPS
+}
 CELLS = [
     OpCell(f"{op}-{transport}", op, build)
-    for op, build in BUILDERS.items()
-    if op in REGISTRY
+    for op, build in CELL_BUILDERS.items()
     for transport in ("npz", "v2-binary")
 ]
 
 
 def request_for(cell: OpCell, inputs: dict[str, Array], attributes: dict[str, Any]) -> Request:
     if cell.name.endswith("npz"):
-        query = "&".join(f"{key}={value}" for key, value in attributes.items())
+        query = "&".join(f"{key}={query_text(value)}" for key, value in attributes.items())
         path = f"/{cell.op}" + (f"?{query}" if query else "")
         return Request(path, npz_bytes(False, **inputs), {"content-type": "application/x-npz"})
-    kinds = {"float32": "FP32", "int64": "INT64", "int32": "INT32"}
-    head: dict[str, Any] = {"inputs": [], "parameters": {**attributes, "binary_data_output": True}}
+    kinds = {dtype: name for name, dtype in DTYPES.items()}
+    parameters = {name: parameter_value(value) for name, value in attributes.items()}
+    head: dict[str, Any] = {"inputs": [], "parameters": {**parameters, "binary_data_output": True}}
     raw = []
     for name, array in inputs.items():
         contiguous = np.ascontiguousarray(array)
         head["inputs"].append({"name": name, "shape": list(array.shape),
-                               "datatype": kinds[array.dtype.name],
+                               "datatype": kinds[array.dtype],
                                "parameters": {"binary_data_size": contiguous.nbytes}})  # fmt: skip
         raw.append(contiguous.tobytes())
     import orjson  # noqa: PLC0415
@@ -169,9 +204,8 @@ def outputs_of(cell: OpCell, body: bytes, headers: Any) -> list[Array]:
     offset, outputs = length, []
     for output in head["outputs"]:
         size = output["parameters"]["binary_data_size"]
-        outputs.append(
-            np.frombuffer(body[offset : offset + size], np.float32).reshape(output["shape"])
-        )
+        dtype = DTYPES[output["datatype"]]
+        outputs.append(np.frombuffer(body[offset : offset + size], dtype).reshape(output["shape"]))
         offset += size
     return outputs
 

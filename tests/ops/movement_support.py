@@ -124,6 +124,17 @@ def every_benchmark_case(nbytes: int) -> list[BenchmarkCase]:
     return found
 
 
+def benchmark_cases_of(op: str, nbytes: int) -> list[BenchmarkCase]:
+    """``op``'s benchmark cases of about ``nbytes`` (``every_benchmark_case``'s, made for that op
+    alone: each test file is asked first at a few bytes which op its cases are of)."""
+    found: list[BenchmarkCase] = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        made = getattr(importlib.import_module(f"tests.ops.{path.stem}"), "benchmark_cases", None)
+        if made is not None and any(case.op == op for case in made(1 << 12)):
+            found.extend(case for case in made(nbytes) if case.op == op)
+    return found
+
+
 def short(dtype: Any) -> str:
     """``dtype``'s OpenVINO name (``f32``, ``i8``), for a benchmark case's label."""
     return element_type_of(np.dtype(dtype)).openvino
