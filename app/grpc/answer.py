@@ -36,24 +36,17 @@ def raw_answer(job: Job, datatype: str, request_id: str, stream: bool) -> Answer
     stream's wrapped in the same copy)."""
     output = job.output(v2_output_buffer(job.output_shape, job.output_dtype))
     version = model_version(job.op)
-    if not stream and len(request_id) <= _CACHED_ID and output.flags.c_contiguous:
-        # A C-ordered array's buffer is its bytes in order, whatever its shape and type: joined
-        # as it is (the flat byte view below costs a small answer three arrays).
-        start = _raw_answer_start(
-            job.op.name, version, datatype, job.output_shape, request_id, output.nbytes
-        )
-        # The array itself, not ``output.data``: a memoryview asks for a format, which NumPy
-        # has none for bfloat16's; bytes.join asks for the bytes alone.
-        whole: Any = output
-        return Answer([b"".join((start, whole))], "application/grpc")
-    raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
     if not stream and len(request_id) <= _CACHED_ID:
         # The head and the raw entry's framing, made once per op, type, shape and id; the
-        # output joined to them in one copy (what ``join_raw`` writes).
+        # output joined to them in one copy (what ``join_raw`` writes). A C-ordered array's
+        # buffer is its bytes in order whatever its shape and type: the array itself is joined
+        # (not ``.data``: a memoryview asks for a format, which NumPy has none for bfloat16's).
+        whole: Any = output if output.flags.c_contiguous else np.ascontiguousarray(output)
         start = _raw_answer_start(
-            job.op.name, version, datatype, job.output_shape, request_id, raw.nbytes
+            job.op.name, version, datatype, job.output_shape, request_id, whole.nbytes
         )
-        return Answer([b"".join((start, raw.data))], "application/grpc")
+        return Answer([b"".join((start, whole))], "application/grpc")
+    raw = np.ascontiguousarray(output).reshape(-1).view(np.uint8)
     head = (
         _raw_answer_head(job.op.name, version, datatype, job.output_shape, request_id)
         if len(request_id) <= _CACHED_ID

@@ -75,7 +75,7 @@ def check_shape(
         and shape[0] <= limits.max_dimension
         and shape[0] * itemsize <= MAX_NBYTES
     ):
-        return  # one dimension within every limit (the checks below, passed; most requests)
+        return  # one dimension within every limit, its bytes as numpy_can_hold counts them
     what = "the output" if output else field
     loc = ("body",) if output else ("body", field)
     rank_limit = min(limits.max_rank, MAX_RANK)
@@ -99,8 +99,6 @@ def check_shape(
             f"{what} {'would have' if output else 'has'} a dimension of {longest}, above the "
             f"limit of {limits.max_dimension} (raise it with TENSOR_OPS_MAX_DIMENSION)",
         )
-    if len(shape) == 1 and shape[0] * itemsize <= MAX_NBYTES:
-        return  # one dimension: the bytes it spans, as numpy_can_hold counts them
     if not numpy_can_hold(shape, itemsize):
         elements = (
             f"at {itemsize} bytes an element, the widest an answer may carry it in"

@@ -2,6 +2,7 @@
 comparing bits, and OpenVINO's CPU plugin run on tensors of positions."""
 
 import importlib
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,26 +114,56 @@ class BenchmarkCase:
 BENCHMARK_DTYPES: tuple[np.dtype[Any], ...] = (np.dtype(np.float32), np.dtype(np.int8))
 
 
-def every_benchmark_case(nbytes: int) -> list[BenchmarkCase]:
-    """Every op's benchmark cases of about ``nbytes``: each ``tests/ops/test_<op>.py``'s
-    module-level ``benchmark_cases(nbytes)``, in the files' order."""
-    found: list[BenchmarkCase] = []
+def _benchmark_makers() -> list[Callable[[int], list[BenchmarkCase]]]:
+    """Each ``tests/ops/test_<op>.py``'s module-level ``benchmark_cases``, in the files' order."""
+    makers = []
     for path in sorted(Path(__file__).parent.glob("test_*.py")):
         made = getattr(importlib.import_module(f"tests.ops.{path.stem}"), "benchmark_cases", None)
         if made is not None:
-            found.extend(made(nbytes))
-    return found
+            makers.append(made)
+    return makers
+
+
+def every_benchmark_case(nbytes: int) -> list[BenchmarkCase]:
+    """Every op's benchmark cases of about ``nbytes``, in the files' order."""
+    return [case for made in _benchmark_makers() for case in made(nbytes)]
 
 
 def benchmark_cases_of(op: str, nbytes: int) -> list[BenchmarkCase]:
-    """``op``'s benchmark cases of about ``nbytes`` (``every_benchmark_case``'s, made for that op
-    alone: each test file is asked first at a few bytes which op its cases are of)."""
-    found: list[BenchmarkCase] = []
-    for path in sorted(Path(__file__).parent.glob("test_*.py")):
-        made = getattr(importlib.import_module(f"tests.ops.{path.stem}"), "benchmark_cases", None)
-        if made is not None and any(case.op == op for case in made(1 << 12)):
-            found.extend(case for case in made(nbytes) if case.op == op)
-    return found
+    """``op``'s benchmark cases of about ``nbytes``, made for that op alone (each file is asked
+    first, at a few bytes, which op its cases are of)."""
+    return [
+        case
+        for made in _benchmark_makers()
+        if any(case.op == op for case in made(1 << 12))
+        for case in made(nbytes)
+        if case.op == op
+    ]
+
+
+def least_traced_bytes(
+    run: Callable[[], object], runs: int = 3, after: Callable[[Any], None] | None = None
+) -> int:
+    """The fewest bytes NumPy and Python allocated at once beyond what was held before, over
+    ``runs`` calls of ``run`` (traced): tracemalloc counts every thread of the process, and
+    another test's thread in the same worker may allocate during one call, where what ``run``
+    itself holds is there in every call. ``after`` is given each call's result once its peak
+    has been read (a check of the answer, whose temporaries are not the run's)."""
+    held = []
+    tracemalloc.start()
+    try:
+        for _ in range(runs):
+            tracemalloc.reset_peak()
+            before, _ = tracemalloc.get_traced_memory()
+            result = run()
+            _, peak = tracemalloc.get_traced_memory()
+            held.append(peak - before)
+            if after is not None:
+                after(result)
+            del result
+    finally:
+        tracemalloc.stop()
+    return min(held)
 
 
 def short(dtype: Any) -> str:

@@ -9,7 +9,7 @@ allocates meanwhile is traced (``tracemalloc``); numba's own allocations inside 
 are not seen here, and the worker's whole growth is held to its reservation by
 ``tests/hostile/test_memory_ops.py``. A new op is covered without a line written for it."""
 
-import tracemalloc
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,7 +18,7 @@ from app.ops import loops
 from app.pipeline.jobs import Limits, make_job
 from app.registry import REGISTRY
 from app.settings import Settings
-from tests.ops.movement_support import BenchmarkCase, every_benchmark_case
+from tests.ops.movement_support import BenchmarkCase, every_benchmark_case, least_traced_bytes
 
 CASE_BYTES = 4 << 20
 #: Python's own objects while a kernel runs (its plan's integers and tuples, a few small
@@ -37,26 +37,20 @@ def test_the_kernel_holds_within_its_declared_workspace(case: BenchmarkCase) -> 
     single = job.split is None
     out = np.empty(job.output_shape, job.output_dtype) if single else None
     reference = [np.array(part) for part in ([job.output(out)] if single else job.outputs())]
-    held = []
-    tracemalloc.start()
-    try:
-        # tracemalloc counts every thread of the process (another test's, in this worker):
-        # what the kernel itself holds is there in every run, so the least of three.
-        for _ in range(3):
-            tracemalloc.reset_peak()
-            before, _ = tracemalloc.get_traced_memory()
-            made = [job.output(out)] if single else job.outputs()
-            _, peak = tracemalloc.get_traced_memory()
-            held.append(peak - before - (0 if single else job.output_bytes))
-            # The same answer each run: what was traced is the kernel's work.
-            assert all(
-                np.array_equal(part, first, equal_nan=part.dtype.kind == "f")
-                for part, first in zip(made, reference, strict=True)
-            )
-            del made
-    finally:
-        tracemalloc.stop()
-    assert min(held) <= job.workspace_bytes + SLACK, (
-        f"{op.spec} ({case.label}) held {min(held)} bytes beyond its "
+
+    def same_answer(made: list[Any]) -> None:
+        # The same answer each run: what was traced is the kernel's work.
+        assert all(
+            np.array_equal(part, first, equal_nan=part.dtype.kind == "f")
+            for part, first in zip(made, reference, strict=True)
+        )
+
+    held = least_traced_bytes(
+        lambda: [job.output(out)] if single else job.outputs(), after=same_answer
+    )
+    # What the outputs of an op of several take, made by ``outputs``, counted apart.
+    held -= 0 if single else job.output_bytes
+    assert held <= job.workspace_bytes + SLACK, (
+        f"{op.spec} ({case.label}) held {held} bytes beyond its "
         f"{'output' if single else 'outputs'}, declaring {job.workspace_bytes}"
     )

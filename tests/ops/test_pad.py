@@ -22,6 +22,7 @@ from tests.ops.movement_support import (
     constant,
     cpu_plugin,
     from_positions,
+    least_traced_bytes,
     plugin_model,
     sample,
     short,
@@ -279,8 +280,6 @@ def test_the_declared_workspace_covers_what_the_copy_holds(
     """Every byte the modes allocate while they run (traced, into a
     ready output) is within the op's declared workspace: copies of slices hold no index array,
     no intermediate the size of the data (issue 42, point 3: +303 MiB held, 124 reserved)."""
-    import tracemalloc  # noqa: PLC0415
-
     data = sample(np.dtype(np.float32), shape, seed=7)
     begin = np.array([size // 2 for size in shape])
     end = np.array([size - 1 for size in shape])
@@ -289,21 +288,8 @@ def test_the_declared_workspace_covers_what_the_copy_holds(
     plan = OP.plan(arrays, attributes)
     assert isinstance(plan, Plan)
     out = np.empty(plan.output_shape, data.dtype)
-    # tracemalloc counts every thread of the process: another test's thread in this worker (a
-    # server's, numba's loader) may allocate during one run. What the kernel itself holds is
-    # there in every run: the least of three.
-    held = []
-    tracemalloc.start()
-    try:
-        for _ in range(3):
-            tracemalloc.reset_peak()
-            before, _ = tracemalloc.get_traced_memory()
-            plan.run(out)
-            _, peak = tracemalloc.get_traced_memory()
-            held.append(peak - before)
-    finally:
-        tracemalloc.stop()
-    assert min(held) <= OP.workspace(arrays, attributes)
+    held = least_traced_bytes(lambda: plan.run(out))
+    assert held <= OP.workspace(arrays, attributes)
     widths = list(zip(begin.tolist(), end.tolist(), strict=True))
     reference = np.pad(data, widths, mode=mode)  # type: ignore[call-overload]
     assert_same_bits(out, reference)
