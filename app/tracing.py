@@ -467,7 +467,7 @@ def grpc_spans(route: str, handle: Handler, fault_key: str) -> Handler:
 
 
 class _SpanEnd:
-    """A gRPC call's server span, and whether it ends with the call (``end_with_call``)."""
+    """A gRPC call's server span, and whether it ends with the call (``end_later``)."""
 
     __slots__ = ("span", "with_call")
 
@@ -480,15 +480,16 @@ class _SpanEnd:
 _CALL_SPAN: ContextVar[_SpanEnd | None] = ContextVar("call_span", default=None)
 
 
-def end_with_call(context: Any) -> None:
-    """The current gRPC call's span, if it has one, ends once the call has ended (``context``'s
-    done callbacks, after those added before this), not when its handler returns: its answer
-    goes out after that, and what its way out says is put on the span first."""
+def end_later() -> Callable[[], None] | None:
+    """The current gRPC call's span, if it has one, is not ended when its handler returns:
+    its answer goes out after that, and what its way out says is put on the span first. The
+    caller ends it with what this gives (None: no span)."""
     ends = _CALL_SPAN.get()
     if ends is None or ends.with_call:
-        return
+        return None
     ends.with_call = True
-    context.add_done_callback(lambda _: ends.span.end())
+    end: Callable[[], None] = ends.span.end
+    return end
 
 
 def _metadata_value(context: Any, key: str) -> str | None:

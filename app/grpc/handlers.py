@@ -21,7 +21,7 @@ from app.errors import (
 )
 from app.grpc.keys import admitted_key, route_keys
 from app.grpc.receive import CallNotes
-from app.grpc.send import SendWatch, disarm
+from app.grpc.send import SendWatch
 from app.grpc.service import InferenceService
 from app.grpc.shared_memory import grpc_calls
 from app.grpc.status import (
@@ -161,7 +161,8 @@ def _watch_answer(
     - CANCELLED: the call ended under it, its client or connection gone: gRPC said so (its
       record of the failed send, ``CallEndedByPeer``, marks ``ANSWER_ON_ITS_WAY``), or, for an
       answer longer than ``COUNTED_FROM``, fewer bytes than the answer's went to its connection
-      (gRPC stops sending a call's message once it has ended);
+      and the count stood still (gRPC stops sending a call's message once it has ended;
+      ``Watch.settle`` waits out the last bytes gRPC has yet to write);
     - OK: otherwise, taken."""
     nbytes = len(message)
     watch = send.arm(context, nbytes, notes.was_cut, counted=nbytes > COUNTED_FROM)
@@ -170,10 +171,16 @@ def _watch_answer(
     # line's trace ids); off, nothing the line reads is in a context.
     traced = tracing.TRACER is not None
     call_context = contextvars.copy_context() if traced else None
+    # The span ends after the line: it puts the call's status on the span.
+    end_span = tracing.end_later() if traced else None
 
     def ended(_: Any) -> None:
-        written = None if watch is None else watch.written_whole()
-        disarm(watch)
+        if watch is None:
+            finish(None)
+        else:
+            watch.settle(finish)
+
+    def finish(written: bool | None) -> None:
         if notes.cut_after is not None:
             seen.status = "DEADLINE_EXCEEDED"
         elif written is False:
@@ -183,10 +190,10 @@ def _watch_answer(
             seen.finish("gRPC", route, route)
         else:
             call_context.run(seen.finish, "gRPC", route, route)
+        if end_span is not None:
+            end_span()
 
     context.add_done_callback(ended)
-    if traced:
-        tracing.end_with_call(context)  # after the line: it puts the call's status on the span
 
 
 def inference_handlers(service: InferenceService) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:

@@ -157,6 +157,12 @@ def bytes_written(sock: socket.socket) -> int | None:
     return acked + int(_QUEUED.unpack(queued)[0])
 
 
+#: How often an ended call's answer found short of its bytes is looked at again
+#: (``Watch.settle``), and how long its count must stand still for it to be short for good.
+SETTLE_STEP = 0.02
+SETTLE_STALL = 0.25
+
+
 class SendWatch:
     """The minimum send rate of one gRPC server's answers: each answer is watched while gRPC
     sends it. Once it has been on its way a whole ``TENSOR_OPS_RATE_WINDOW``, the connection it
@@ -296,16 +302,46 @@ class Watch:
         if self.sock is not None:
             self.written = bytes_written(self.sock)
 
-    def written_whole(self) -> bool | None:
-        """Whether as many bytes as the answer's have been written to its connection since it
-        was handed over (a counted watch, before it is cancelled): False when fewer were,
-        so it cannot all have gone (gRPC stopped sending it: the call ended under it). Other
-        calls' bytes on the same connection count too, so True says only that it may have.
+    def written_since(self) -> int | None:
+        """The bytes written to its connection since the answer was handed over (a counted
+        watch, before it is cancelled); other calls' bytes on the same connection count too.
         None: not counted, or the kernel does not say."""
         if self.sock is None or self.written is None:
             return None
         now = bytes_written(self.sock)
-        return None if now is None else now - self.written >= self.nbytes
+        return None if now is None else now - self.written
+
+    def settle(self, then: Callable[[bool | None], None]) -> None:
+        """Once its call has ended, the watch stopped and ``then`` told whether as many bytes
+        as the answer's were written to its connection since the hand-over: False when fewer
+        were, so it cannot all have gone (gRPC stopped sending it: the call ended under it);
+        True says only that it may have (other calls' bytes count too); None: not counted.
+
+        gRPC ends a call once its answer is in its own write buffer, before its last bytes
+        reach the kernel (the write is the poller thread's, and a loaded machine runs it
+        late): an answer found short is looked at again each ``SETTLE_STEP`` while its count
+        grows, and found short for good only once it has not grown for ``SETTLE_STALL``."""
+        count = self.written_since()
+        if count is None or count >= self.nbytes:
+            self.cancel()
+            then(None if count is None else True)
+            return
+        loop = asyncio.get_running_loop()
+        moved = loop.time()
+
+        def look(last: int) -> None:
+            nonlocal moved
+            count = self.written_since()
+            now = loop.time()
+            if count is not None and count > last:
+                moved = now
+            if count is None or count >= self.nbytes or now - moved >= SETTLE_STALL:
+                self.cancel()
+                then(None if count is None else count >= self.nbytes)
+                return
+            loop.call_later(SETTLE_STEP, look, count)
+
+        loop.call_later(SETTLE_STEP / 10, look, count)
 
     def check(self, now: float) -> None:
         settings = self.watch.settings

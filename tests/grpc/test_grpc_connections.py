@@ -95,3 +95,68 @@ def test_the_watches_of_one_connection_hold_one_descriptor(
     assert held[0].fileno() == -1  # closed with the last
     watch.let_go(peer)  # one more is nothing
     assert watch.connection("ipv4:127.0.0.1:1") is None
+
+
+class Context:
+    """A gRPC call's context as the send watch asks it: its peer."""
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+
+@pytest.mark.parametrize(
+    ("written_late", "expected"),
+    [
+        (300_000, True),  # the last bytes reach the kernel after the call has ended
+        (100_000, False),  # gRPC stopped sending: the count stands still, short
+        (0, False),
+    ],
+)
+def test_an_answer_found_short_when_its_call_ends_is_looked_at_until_its_count_stands_still(
+    connections: tuple[int, list[socket.socket], list[socket.socket]],
+    written_late: int,
+    expected: bool,
+) -> None:
+    """gRPC ends a call once the answer is in its own write buffer, and its poller thread
+    writes the last bytes to the kernel after that (late on a loaded machine; before, such a
+    call was logged CANCELLED though its client had the whole answer). ``settle`` looks again
+    while the count grows, and says short only once it has stood still for SETTLE_STALL; it
+    lets go of the connection either way."""
+    import asyncio  # noqa: PLC0415
+
+    from app.grpc.send import SETTLE_STALL, SendWatch  # noqa: PLC0415
+    from app.settings import Settings  # noqa: PLC0415
+
+    port, clients, accepted = connections
+    nbytes = 300_000
+    peer = peer_of(accepted[2])
+
+    async def run() -> tuple[bool | None, float]:
+        watches = SendWatch(Settings())
+        watches.port = port
+        loop = asyncio.get_running_loop()
+        watch = watches.arm(Context(peer), nbytes, counted=True)
+        assert watch is not None and watch.sock is not None
+        accepted[2].sendall(b"x" * 1000)  # a first part, before the call ends
+        told: asyncio.Future[bool | None] = loop.create_future()
+        started = loop.time()
+        watch.settle(told.set_result)
+        assert not told.done()  # short: looked at again
+        if written_late:
+            await asyncio.sleep(0.05)
+            accepted[2].sendall(b"x" * (written_late - 1000))
+        result = await asyncio.wait_for(told, 5)
+        assert watch not in watches.watches
+        assert peer not in watches._connections  # its descriptor let go
+        return result, loop.time() - started
+
+    clients[2].setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    result, seconds = asyncio.run(run())
+    assert result is expected
+    if not expected:
+        assert seconds >= SETTLE_STALL
+    else:
+        assert seconds < SETTLE_STALL + 0.05 + 1  # told once the count was whole

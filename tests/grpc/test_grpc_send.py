@@ -427,7 +427,14 @@ def test_a_cancel_while_the_answer_is_written_is_logged_once_as_cancelled(
     finally:
         client.close()
     assert worker.reserved_after(lambda value: value == 0) == 0
-    time.sleep(0.5)
+    # A line is written once its answer's count has stood still a while (``Watch.settle``).
+    ids = {f"cancelled-{index}" for index in range(12)}
+    deadline = time.monotonic() + 10
+    lines = worker.lines()
+    while time.monotonic() < deadline and not ids <= {line.get("request_id") for line in lines}:
+        time.sleep(0.1)
+        lines = worker.lines()
+    time.sleep(0.5)  # and none written twice
     lines = worker.lines()
     for index in range(12):
         mine = [line for line in lines if line.get("request_id") == f"cancelled-{index}"]
