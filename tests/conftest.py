@@ -179,15 +179,47 @@ def pytest_configure(config: pytest.Config) -> None:
     loops.wait_compiled()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+#: The modules of the system tier's parallel part that take minutes, the longest first: with
+#: ``--dist loadfile --no-loadscope-reorder`` they are handed out before the rest (the image's
+#: build, which waits on the disk and the network, beside a cold compile, which takes a core),
+#: so that no worker is left alone with one of them at the end. xdist's own order (modules with
+#: the most tests first) handed them out last: one worker ran the last cold compile alone for
+#: 110 s.
+LONGEST_FIRST = (
+    "test_startup.py",
+    "deploy/test_image_build.py",
+    "test_numba_cache.py",
+    "test_schemathesis.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     firsts: set[tuple[str, str]] = set()
+    modules: dict[pytest.Item, str] = {}
     for item in items:
         relative = item.path.resolve().relative_to(_TESTS).as_posix()
+        modules[item] = relative
         sampled = sampled_out(relative, item.name, firsts)
         if listed(SYSTEM_TIER, relative, item.name) or sampled:
             item.add_marker(pytest.mark.system)
             if sampled or listed(SYSTEM_TOGETHER, relative, item.name):
                 item.add_marker(pytest.mark.together)
+    if config.getoption("loadscopereorder", default=True) is False:
+        # .ci/run's --dist loadfile --no-loadscope-reorder: the longest modules first, then as
+        # xdist would order them, the most tests first (xdist's workers, which collect, are
+        # told --dist no). A module's tests keep their order.
+        counts: dict[str, int] = {}
+        for relative in modules.values():
+            counts[relative] = counts.get(relative, 0) + 1
+
+        def longest_first(item: pytest.Item) -> tuple[int, int]:
+            relative = modules[item]
+            rank = (
+                LONGEST_FIRST.index(relative) if relative in LONGEST_FIRST else len(LONGEST_FIRST)
+            )
+            return rank, -counts[relative]
+
+        items.sort(key=longest_first)
 
 
 @pytest.fixture
