@@ -234,6 +234,18 @@ class Worker:
             if line.startswith("{")
         ]
 
+    def lines_once(self, ids: set[str], seconds: float = 10) -> list[dict[str, Any]]:
+        """The log's lines once each of the calls ``ids`` has its access line (or ``seconds``
+        have passed), and half a second more, for a line written twice to show: a call whose
+        answer went short is logged once its count has stood still (``Watch.settle``)."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if ids <= {line.get("request_id") for line in self.lines()}:
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        return self.lines()
+
 
 @pytest.fixture(scope="module")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worker]:
@@ -427,15 +439,7 @@ def test_a_cancel_while_the_answer_is_written_is_logged_once_as_cancelled(
     finally:
         client.close()
     assert worker.reserved_after(lambda value: value == 0) == 0
-    # A line is written once its answer's count has stood still a while (``Watch.settle``).
-    ids = {f"cancelled-{index}" for index in range(12)}
-    deadline = time.monotonic() + 10
-    lines = worker.lines()
-    while time.monotonic() < deadline and not ids <= {line.get("request_id") for line in lines}:
-        time.sleep(0.1)
-        lines = worker.lines()
-    time.sleep(0.5)  # and none written twice
-    lines = worker.lines()
+    lines = worker.lines_once({f"cancelled-{index}" for index in range(12)})
     for index in range(12):
         mine = [line for line in lines if line.get("request_id") == f"cancelled-{index}"]
         assert len(mine) == 1, mine
@@ -613,7 +617,7 @@ def test_a_call_cancelled_while_it_waits_for_memory_gives_back_its_place(worker:
         after.close()
     statuses = [
         line["status"]
-        for line in worker.lines()
+        for line in worker.lines_once({f"waits-{index}" for index in range(4)})
         if str(line.get("request_id", "")).startswith("waits-")
     ]
     assert statuses and set(statuses) <= {"CANCELLED", "OK"}, statuses
