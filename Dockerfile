@@ -45,8 +45,10 @@ RUN pip install --no-compile --no-deps ./client . \
 # installed package, for any x86-64 CPU (NUMBA_CPU_NAME, set in the final stage too: the cache
 # is keyed by it): a container loads them in a second at start-up (beside the service, which
 # answers meanwhile), read-only root filesystem or not, instead of compiling them. -P: the
-# installed app, not ./app. app.ops.compiled compiles them when imported (app.ops does not).
-RUN NUMBA_CPU_NAME=generic python -P -c "import app.ops.compiled"
+# installed app, not ./app. scripts/compile_kernels compiles them on every core (each process a
+# share of the loops), then checks that a start loads every one of them from the cache.
+COPY scripts/compile_kernels ./scripts/
+RUN NUMBA_CPU_NAME=generic python -P scripts/compile_kernels
 
 # ---- final stage: the runtime and the virtual environment, nothing else ----
 FROM python:3.11.7-slim-bookworm
