@@ -35,6 +35,18 @@ NUMBA_MEMBERS: dict[str, tuple[str, ...]] = {
 DISPATCHER_CACHE = "_cache"
 
 
+#: In a process of ``scripts/compile_kernels`` only: (share, count), this process compiling
+#: every count-th of the kernels' loops from the share-th (in the order the module defines
+#: them) and leaving the others out, while the other processes compile theirs. None (the
+#: service, the tests): every loop.
+SHARE: tuple[int, int] | None = None
+
+
+def in_share(order: int) -> bool:
+    """Whether this process compiles the kernels' ``order``-th loop (``SHARE``)."""
+    return SHARE is None or order % SHARE[1] == SHARE[0]
+
+
 #: The module whose loops numba compiles at import (app/ops/compiled.py).
 KERNELS = Path(__file__).resolve().parent / "ops" / "compiled.py"
 

@@ -28,6 +28,7 @@ stays in memory. Without any usable directory everything is compiled in memory, 
 """
 
 import contextlib
+import itertools
 import platform
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -39,18 +40,24 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-from app.numba_cache import use_readable_cache
+from app.numba_cache import in_share, use_readable_cache
 
 # ---------------------------------------------------------------------------------------------
 # Compilation and its cache
 
 
+_ORDER = itertools.count()
+
+
 def _compiled(function: Callable[..., Any], signatures: Sequence[Any]) -> Any:
-    """``function`` compiled (or loaded from the cache) for each of ``signatures``, and no other."""
+    """``function`` compiled (or loaded from the cache) for each of ``signatures``, and no other
+    (left out in a process of ``scripts/compile_kernels`` that another one compiles it in)."""
     dispatcher = numba.njit(nogil=True, boundscheck=False, error_model="numpy")(function)
     # Without a usable cache directory (RuntimeError), everything is compiled in memory.
     with contextlib.suppress(RuntimeError, OSError):
         use_readable_cache(dispatcher, function)
+    if not in_share(next(_ORDER)):
+        return dispatcher
     for signature in signatures:
         dispatcher.compile(signature)
     dispatcher.disable_compile()
