@@ -321,11 +321,6 @@ class Watch:
         reach the kernel (the write is the poller thread's, and a loaded machine runs it
         late): an answer found short is looked at again each ``SETTLE_STEP`` while its count
         grows, and found short for good only once it has not grown for ``SETTLE_STALL``."""
-        count = self.written_since()
-        if count is None or count >= self.nbytes:
-            self.cancel()
-            then(None if count is None else True)
-            return
         loop = asyncio.get_running_loop()
         moved = loop.time()
 
@@ -341,7 +336,7 @@ class Watch:
                 return
             loop.call_later(SETTLE_STEP, look, count)
 
-        loop.call_later(SETTLE_STEP / 10, look, count)
+        look(-1)  # told at once when whole (or not counted)
 
     def check(self, now: float) -> None:
         settings = self.watch.settings
