@@ -24,6 +24,12 @@ Two variants, to tell what the service's way of serving costs by itself (docs/be
 gRPC): ``ECHO_INFER_AS_STREAM=1`` serves ``ModelInfer`` as the service does, a stream handler
 that reads its one message and writes its one answer itself (on the wire, a unary call's
 frames); ``ECHO_UVLOOP=1`` runs on uvloop, the service's loop, instead of asyncio's own.
+
+``ECHO_ROLL=1`` makes it the anchor that does the work too, as ``POST /roll`` of
+``tests/benchmarks/echo_app.py`` is for HTTP: ``ModelInfer`` answers the roll the message asks
+for by the same NumPy call (``np.roll`` of ``data`` by ``shift`` over ``axes``, each a view of
+its raw contents) and nothing else: no checks of the spec, no memory budget, no log line, no
+metrics.
 """
 
 import asyncio
@@ -32,6 +38,7 @@ from typing import Any
 
 import grpc
 import grpc.aio
+import numpy as np
 
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, join_raw, split_raw
@@ -55,8 +62,39 @@ def echo_answer(message: bytes) -> bytes:
     return join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, raw[:1])
 
 
+#: The element types of the raw contents the roll's anchor reads, by V2 datatype.
+WIRE_DTYPES: dict[str, np.dtype[Any]] = {
+    "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+    "INT8": np.dtype("i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"), "UINT8": np.dtype("u1"),
+}  # fmt: skip
+
+
+def roll_answer(message: bytes) -> bytes:
+    """The ``ModelInferResponse`` of the roll ``message`` asks for (``ECHO_ROLL=1``): its inputs
+    read from their raw contents by name, ``np.roll(data, shift, axes)``, the rolled tensor
+    joined to the answer's head. The message is trusted: nothing is checked."""
+    head, raw = split_raw(message, RAW_INPUT_FIELD)
+    request = pb.ModelInferRequest.FromString(head)
+    tensors = {
+        item.name: np.frombuffer(contents, WIRE_DTYPES[item.datatype]).reshape(tuple(item.shape))
+        for item, contents in zip(request.inputs, raw, strict=True)
+    }
+    rolled = np.roll(tensors["data"], tensors["shift"].tolist(), tensors["axes"].tolist())
+    datatype = next(item.datatype for item in request.inputs if item.name == "data")
+    response = pb.ModelInferResponse(
+        model_name=request.model_name, model_version="1", id=request.id
+    )
+    response.outputs.add(name="output", datatype=datatype, shape=rolled.shape)
+    return join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, [rolled])
+
+
 async def model_infer(message: bytes, context: Any) -> bytes:
     return echo_answer(message)
+
+
+async def model_infer_roll(message: bytes, context: Any) -> bytes:
+    return roll_answer(message)
 
 
 async def model_infer_as_stream(requests: Any, context: Any) -> None:
@@ -121,7 +159,9 @@ async def serve(host: str, grpc_port: int, http_port: int) -> None:
             if os.environ.get("ECHO_INFER_AS_STREAM") == "1"
             else grpc.stream_unary_rpc_method_handler(model_infer_read)
             if os.environ.get("ECHO_INFER_AS_STREAM") == "read"
-            else grpc.unary_unary_rpc_method_handler(model_infer)
+            else grpc.unary_unary_rpc_method_handler(
+                model_infer_roll if os.environ.get("ECHO_ROLL") == "1" else model_infer
+            )
         ),
         "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(model_stream_infer),
     }
