@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from tensor_ops_wire.crc import crc32
 from tensor_ops_wire.dtypes import shown
 from tensor_ops_wire.errors import TensorError, WireFault, too_large, unacceptable, undecodable
 from tensor_ops_wire.npy import decode_npy, npy_pieces
@@ -214,7 +215,7 @@ def _member_bytes(
         data = memoryview(body)[begin : begin + info.file_size]
         if info.compress_size != info.file_size or len(data) != info.file_size:
             raise undecodable(f".npz member {shown(info.filename)} is truncated")
-        if zlib.crc32(data) != info.CRC:
+        if crc32(data, 0) != info.CRC:
             raise undecodable(f".npz member {shown(info.filename)} fails its CRC check")
         return data
     if info.compress_type != zipfile.ZIP_DEFLATED:
@@ -270,7 +271,7 @@ def npz_pieces(arrays: Mapping[str, npt.ArrayLike]) -> Pieces:
     for name, given in arrays.items():
         head, data = npy_pieces(np.asarray(given))
         size = len(head) + len(data)
-        crc = zlib.crc32(data, zlib.crc32(head))
+        crc = crc32(data, crc32(head, 0))
         filename, flags = _filename(name)
         large = size > ZIP64_LIMIT
         local_extra = struct.pack("<2H2Q", 1, 16, size, size) if large else b""

@@ -5,6 +5,7 @@ their own memory, zip64 past its limit."""
 import base64
 import io
 import zipfile
+import zlib
 from typing import Any
 
 import ml_dtypes
@@ -12,8 +13,10 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
+from tensor_ops_wire import crc
 from tensor_ops_wire import npz as npz_module
 from tensor_ops_wire.cases import case_pieces, decode_case, encode_case
+from tensor_ops_wire.errors import TensorError
 from tensor_ops_wire.npy import encode_npy, npy_base64_pieces
 from tensor_ops_wire.npz import decode_npz, encode_npz, npz_pieces
 from tests.support import assert_same_bits
@@ -104,3 +107,36 @@ def test_base64_pieces_join_to_the_file_s_base64(name: str) -> None:
     assert b"".join(pieces) == whole
     filled = [piece for piece in pieces if piece]
     assert all(b"=" not in piece for piece in filled[:-1])  # padding only at the end
+
+
+def test_the_checksum_is_zip_s_crc_32_whichever_code_computes_it() -> None:
+    # The service has ISA-L's code (its dependency isal); a client without its fast extra,
+    # zlib's. Both give zip's CRC-32, chained from any value, on any buffer.
+    assert crc.crc32 is not zlib.crc32
+    rng = np.random.default_rng(5)
+    block = memoryview(rng.integers(0, 256, 1 << 20, dtype=np.uint8).tobytes())
+    buffers: list[bytes | memoryview] = [b"", b"\x00", b"123456789", block[3:], block[: 1 << 19]]
+    for buffer in buffers:
+        for start in (0, 1, 0xCBF43926, 0xFFFFFFFF):
+            assert crc.crc32(buffer, start) == zlib.crc32(buffer, start)
+    # zip's check value of the standard test string.
+    assert crc.crc32(b"123456789", 0) == 0xCBF43926
+
+
+@pytest.mark.parametrize("code", ["isal", "zlib"])
+def test_either_checksum_writes_the_same_archive_and_finds_a_changed_byte(
+    code: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if code == "zlib":
+        monkeypatch.setattr(npz_module, "crc32", zlib.crc32)
+    body = bytearray(bytes(npz_pieces(ARRAYS)))
+    assert bytes(body) == encode_npz(ARRAYS)
+    _read_back(bytes(body))
+    # One bit of the first member's data changed: refused by its CRC, naming the member.
+    data = ARRAYS["data"].tobytes()
+    at = bytes(body).index(data) + 5
+    body[at] ^= 0x01
+    with pytest.raises(TensorError) as refused:
+        decode_npz(bytes(body), tuple(ARRAYS), max_bytes=1 << 20)
+    assert "fails its CRC check" in str(refused.value)
+    assert "data.npy" in str(refused.value)
