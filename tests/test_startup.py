@@ -195,11 +195,8 @@ def test_the_first_start_says_the_kernels_compile_and_a_later_one_does_not(
 #: Each compiled loop's signatures loaded from numba's cache and compiled, in a fresh process.
 CACHE_STATISTICS = """
 import json
-from app.ops import compiled
-print(json.dumps({
-    name: [sum(loop.stats.cache_hits.values()), sum(loop.stats.cache_misses.values())]
-    for name, loop in compiled._LOOPS
-}))
+from app.ops.compiled import cache_statistics
+print(json.dumps(cache_statistics()))
 """
 
 

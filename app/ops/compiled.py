@@ -3831,7 +3831,21 @@ def compiled_signatures() -> Iterator[tuple[str, int]]:
         yield name, len(dispatcher.signatures)
 
 
+def cache_statistics() -> dict[str, tuple[int, int]]:
+    """Each compiled loop's signatures this process loaded from numba's cache and compiled (a
+    start that found the cache whole compiled none): read by ``scripts/compile_kernels`` and
+    the start-up tests, in a fresh process."""
+    return {
+        name: (
+            sum(dispatcher.stats.cache_hits.values()),
+            sum(dispatcher.stats.cache_misses.values()),
+        )
+        for name, dispatcher in _LOOPS
+    }
+
+
 __all__ = [
+    "cache_statistics",
     "col2im",
     "col2im_reach",
     "compiled_signatures",

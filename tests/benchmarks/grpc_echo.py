@@ -40,6 +40,7 @@ import grpc
 import grpc.aio
 import numpy as np
 
+from tensor_ops_wire.dtypes import ELEMENT_TYPES
 from tensor_ops_wire.grpc_v2 import grpc_predict_v2_pb2 as pb
 from tensor_ops_wire.grpc_v2.framing import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, join_raw, split_raw
 
@@ -62,12 +63,9 @@ def echo_answer(message: bytes) -> bytes:
     return join_raw(response.SerializeToString(), RAW_OUTPUT_FIELD, raw[:1])
 
 
-#: The element types of the raw contents the roll's anchor reads, by V2 datatype.
-WIRE_DTYPES: dict[str, np.dtype[Any]] = {
-    "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
-    "INT8": np.dtype("i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"),
-    "INT64": np.dtype("<i8"), "UINT8": np.dtype("u1"),
-}  # fmt: skip
+#: The element types of the raw contents the roll's anchor reads, by V2 datatype (the wire's
+#: table of element types; the raw contents are little-endian, as this machine).
+WIRE_DTYPES = {element.kserve: element.dtype for element in ELEMENT_TYPES}
 
 
 def roll_answer(message: bytes) -> bytes:
